@@ -1,0 +1,122 @@
+"""Priority policies: a table of score functions, lowest score runs first.
+
+Each policy scores jobs from what a scheduler knows when it decides: submit time `s`, requested
+time `r` (the user's estimate), size `n` in processors, and wait `w = now - s`. Ties always go to
+the job that came first in the workload (submit order, then trace order), so every policy is a
+total order and every run is deterministic.
+
+Sources: FCFS, LCFS, SJF, LJF, SQF, SAF and SRF as tabulated in the SchedInspector paper
+(Zhang et al., Table 3); WFP3 and UNICEF from Tang et al. (2009) as used in the RL backfilling
+paper (Table 3) and RLSchert; F1-F4 from Carastan-Santos and de Camargo (SC'17), whose `s` is
+the submit time in seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..environment.errors import ConfigError
+
+#: Columns a score function reads: job id, submit, requested time, size (all arrays).
+Jobs = Mapping[str, np.ndarray]
+ScoreFn = Callable[[Jobs, int, int], np.ndarray]
+
+
+@dataclass(frozen=True)
+class PriorityPolicy:
+    """A named priority order. `dynamic` policies depend on the current time and are re-sorted
+    at every scheduling pass; static ones are ranked once per run."""
+
+    name: str
+    formula: str
+    score: ScoreFn
+    dynamic: bool = False
+    seed: int = 0
+
+    def scores(self, jobs: Jobs, now: int = 0) -> np.ndarray:
+        """Scores of the given jobs at time `now` (lower runs first)."""
+        return np.asarray(self.score(jobs, now, self.seed), dtype=np.float64)
+
+    def order(self, jobs: Jobs, now: int = 0) -> np.ndarray:
+        """Positions of `jobs` sorted best first, ties by position (i.e. by arrival order)."""
+        scores = self.scores(jobs, now)
+        return np.lexsort((np.arange(len(scores)), scores))
+
+    def with_seed(self, seed: int) -> PriorityPolicy:
+        return PriorityPolicy(self.name, self.formula, self.score, self.dynamic, seed)
+
+
+def _f(values: np.ndarray) -> np.ndarray:
+    return np.asarray(values, dtype=np.float64)
+
+
+def _log10_submit(jobs: Jobs) -> np.ndarray:
+    # A submit time of 0 would give log10(0); the F-family treats it as 1 s.
+    return np.log10(np.maximum(_f(jobs["submit"]), 1.0))
+
+
+def _wait(jobs: Jobs, now: int) -> np.ndarray:
+    return np.maximum(now - _f(jobs["submit"]), 0.0)
+
+
+def _mix64(values: np.ndarray, seed: int) -> np.ndarray:
+    """A splitmix64 hash: a random but reproducible key per job id, wherever it is computed."""
+    with np.errstate(over="ignore"):
+        x = values.astype(np.uint64) + np.uint64((seed * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return (x >> np.uint64(11)).astype(np.float64)
+
+
+POLICIES: dict[str, PriorityPolicy] = {
+    p.name: p
+    for p in (
+        PriorityPolicy("fcfs", "s", lambda j, now, seed: _f(j["submit"])),
+        PriorityPolicy("lcfs", "-s", lambda j, now, seed: -_f(j["submit"])),
+        PriorityPolicy("sjf", "r", lambda j, now, seed: _f(j["requested"])),
+        PriorityPolicy("ljf", "-r", lambda j, now, seed: -_f(j["requested"])),
+        PriorityPolicy("sqf", "n", lambda j, now, seed: _f(j["size"])),
+        PriorityPolicy("saf", "r * n", lambda j, now, seed: _f(j["requested"]) * _f(j["size"])),
+        PriorityPolicy("srf", "r / n", lambda j, now, seed: _f(j["requested"]) / _f(j["size"])),
+        PriorityPolicy(
+            "wfp3", "-(w / r)^3 * n",
+            lambda j, now, seed: -((_wait(j, now) / _f(j["requested"])) ** 3) * _f(j["size"]),
+            dynamic=True,
+        ),
+        PriorityPolicy(
+            "unicef", "-w / (log2(max(n, 2)) * r)",
+            lambda j, now, seed: -_wait(j, now)
+            / (np.log2(np.maximum(_f(j["size"]), 2.0)) * _f(j["requested"])),
+            dynamic=True,
+        ),
+        PriorityPolicy(
+            "f1", "log10(r) * n + 870 * log10(s)",
+            lambda j, now, seed: np.log10(_f(j["requested"])) * _f(j["size"]) + 870 * _log10_submit(j),
+        ),
+        PriorityPolicy(
+            "f2", "sqrt(r) * n + 25600 * log10(s)",
+            lambda j, now, seed: np.sqrt(_f(j["requested"])) * _f(j["size"]) + 25600 * _log10_submit(j),
+        ),
+        PriorityPolicy(
+            "f3", "r * n + 6860000 * log10(s)",
+            lambda j, now, seed: _f(j["requested"]) * _f(j["size"]) + 6860000 * _log10_submit(j),
+        ),
+        PriorityPolicy(
+            "f4", "r * sqrt(n) + 530000 * log10(s)",
+            lambda j, now, seed: _f(j["requested"]) * np.sqrt(_f(j["size"])) + 530000 * _log10_submit(j),
+        ),
+        PriorityPolicy("random", "hash(seed, job id)", lambda j, now, seed: _mix64(j["id"], seed)),
+    )
+}
+
+
+def get_policy(name: str, seed: int = 0) -> PriorityPolicy:
+    """The priority policy called `name` (case-insensitive), seeded where it draws."""
+    try:
+        return POLICIES[name.lower()].with_seed(seed)
+    except KeyError:
+        raise ConfigError(f"unknown policy {name!r}: choose one of {', '.join(POLICIES)}") from None

@@ -1,0 +1,116 @@
+"""Decision requests: what the simulation asks an agent, and how an answer is checked.
+
+A `Decision` names its kind, the time, the valid actions and the context. Its observation
+(the raw queue window, running jobs and cluster state) is built only when someone reads it, so
+built-in deciders in the same process never pay for it.
+
+Actions, in process (the protocol carries the same values):
+
+| kind     | action                                                                 |
+|----------|------------------------------------------------------------------------|
+| select   | a job id (start now, or reserve if it does not fit); a list of job ids |
+|          | that fit together (start all); or None / [] to wait                   |
+| inspect  | True to accept the pick, False to reject it                           |
+| backfill | a candidate job id to start now, or None to stop                      |
+| kill     | a running job id to kill and requeue, or None                         |
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import TYPE_CHECKING, Any, Union
+
+from .errors import InvalidAction
+
+if TYPE_CHECKING:
+    from .simulator import Simulation
+
+SELECT, INSPECT, BACKFILL, KILL = "select", "inspect", "backfill", "kill"
+#: The decision kinds, in the order they are asked at one instant.
+KINDS = (SELECT, INSPECT, BACKFILL, KILL)
+
+Action = Union[int, list, tuple, bool, None]
+
+
+def check_kinds(kinds: Any) -> frozenset[str]:
+    """Validate a collection of decision kind names."""
+    kinds = frozenset(kinds)
+    unknown = kinds - set(KINDS)
+    if unknown:
+        raise InvalidAction(f"unknown decision kind(s) {sorted(unknown)}: use {', '.join(KINDS)}")
+    return kinds
+
+
+class Decision:
+    """One pending decision of a simulation.
+
+    `candidates` are the job ids an action may name (the queue window for select, the jobs
+    that can start now without delaying the reservation for backfill, the running jobs for
+    kill, the picked jobs for inspect). `context` holds the kind's extra facts, e.g. the
+    reserved job and its shadow time.
+    """
+
+    __slots__ = ("kind", "time", "step", "candidates", "context", "can_wait", "_sim", "_observation")
+
+    def __init__(self, sim: Simulation, kind: str, time: int, step: int, candidates: list[int],
+                 context: dict[str, Any], can_wait: bool = True) -> None:
+        self.kind = kind
+        self.time = time
+        self.step = step
+        self.candidates = candidates
+        self.context = context
+        self.can_wait = can_wait
+        self._sim = sim
+        self._observation: dict[str, Any] | None = None
+
+    @property
+    def observation(self) -> dict[str, Any]:
+        """Raw state at this decision, columnar (each field a list over jobs)."""
+        if self._observation is None:
+            self._observation = self._sim.observe(self)
+        return self._observation
+
+    def __repr__(self) -> str:
+        return (f"Decision({self.kind}, t={self.time}, step={self.step}, "
+                f"{len(self.candidates)} candidates, context={self.context})")
+
+    def parse(self, action: Action) -> Any:
+        """Check `action` against this decision; return it normalised or raise InvalidAction.
+
+        select -> list of job ids (empty: wait); inspect -> bool; backfill/kill -> id or None.
+        """
+        if self.kind == INSPECT:
+            if not isinstance(action, bool):
+                raise InvalidAction(f"inspect expects true (accept) or false (reject), got {action!r}")
+            return action
+        if self.kind == SELECT:
+            ids = [] if action is None else list(action) if isinstance(action, (list, tuple)) else [action]
+            if not ids:
+                if not self.can_wait:
+                    raise InvalidAction("select cannot wait now: nothing runs and no job will arrive; "
+                                        "pick a job from the candidates")
+                return ids
+            ids = [self._check_candidate(job) for job in ids]
+            if len(set(ids)) != len(ids):
+                raise InvalidAction(f"select names a job twice: {ids}")
+            if len(ids) > 1:
+                need = self._sim.total_size(ids)
+                if need > self._sim.free:
+                    raise InvalidAction(f"jobs {ids} need {need} processors together but only "
+                                        f"{self._sim.free} are free; pick a set that fits, or one job to reserve")
+            return ids
+        if action is None:
+            return None
+        return self._check_candidate(action)
+
+    def _check_candidate(self, job: Any) -> int:
+        try:
+            if isinstance(job, bool):
+                raise TypeError
+            job = operator.index(job)
+        except TypeError:
+            raise InvalidAction(f"{self.kind} expects job ids (integers), got {job!r}") from None
+        if job not in self.candidates:
+            raise InvalidAction(f"job {job} is not a valid {self.kind} choice at t={self.time}; "
+                                f"valid: {self.candidates[:10]}{' ...' if len(self.candidates) > 10 else ''}")
+        return job

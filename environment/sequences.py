@@ -1,0 +1,111 @@
+"""Job sequences cut from a workload for training and evaluation, all reproducible from a seed.
+
+Windows keep the original submit times (no rebasing): the simulator starts its clock at the first
+job's submit, and every metric (wait, slowdown, utilisation over the window) depends only on
+differences between times, so the offset of a window changes nothing. Keeping the raw times
+lets a reader find the jobs in the source trace.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+import numpy as np
+
+from hpcgym.environment.errors import ConfigError, WorkloadError
+from hpcgym.environment.workload import COLUMNS, Workload
+
+__all__ = ["split", "window", "random_window", "sampled_jobset"]
+
+
+def _as_int(value: object, what: str, minimum: int) -> int:
+    """`value` as an int >= minimum, or a ConfigError naming the option."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ConfigError(f"{what} must be an integer, got {value!r}")
+    if int(value) < minimum:
+        raise ConfigError(f"{what} must be at least {minimum}, got {value}")
+    return int(value)
+
+
+def _check_seed(seed: object) -> int:
+    """Seeds must be explicit non-negative ints, so that every sequence can be reproduced."""
+    return _as_int(seed, "seed", 0)
+
+
+def _check_length(workload: Workload, n_jobs: int) -> None:
+    if n_jobs > len(workload):
+        raise ConfigError(f"asked for {n_jobs} jobs but workload {workload.name!r} has only "
+                          f"{len(workload)}; use fewer jobs or a larger trace")
+
+
+def split(workload: Workload, train: float) -> tuple[Workload, Workload]:
+    """The first `train` fraction of the jobs (in submit order) and the rest.
+
+    A chronological split, so that a policy is evaluated on jobs that come after the ones it
+    was trained on, as in the RL scheduling papers. The cut is at floor(train * jobs).
+    """
+    if isinstance(train, bool) or not isinstance(train, Real) or not math.isfinite(train) \
+            or not 0.0 < float(train) < 1.0:
+        raise ConfigError(f"train fraction must be a number strictly between 0 and 1, got "
+                          f"{train!r}")
+    n = len(workload)
+    cut = int(math.floor(float(train) * n))
+    if cut == 0 or cut == n:
+        raise WorkloadError(f"workload {workload.name!r} has {n} jobs, too few to split at "
+                            f"train={train}: one side would be empty; use more jobs or another "
+                            "fraction")
+    return (workload.take(slice(0, cut), name=f"{workload.name}-train"),
+            workload.take(slice(cut, n), name=f"{workload.name}-test"))
+
+
+def window(workload: Workload, n_jobs: int, start: int) -> Workload:
+    """The contiguous jobs [start, start + n_jobs), with their original submit times."""
+    n_jobs = _as_int(n_jobs, "n_jobs", 1)
+    start = _as_int(start, "start", 0)
+    if start + n_jobs > len(workload):
+        raise ConfigError(f"window [{start}, {start + n_jobs}) runs past the end of workload "
+                          f"{workload.name!r} ({len(workload)} jobs); use a smaller start or "
+                          "n_jobs")
+    return workload.take(slice(start, start + n_jobs),
+                         name=f"{workload.name}-w{start}-{start + n_jobs}")
+
+
+def random_window(workload: Workload, n_jobs: int, seed: int) -> Workload:
+    """A contiguous window whose start is drawn uniformly from all that fit (seeded).
+
+    This is how the RL scheduling papers draw training and test sequences from a trace.
+    """
+    n_jobs = _as_int(n_jobs, "n_jobs", 1)
+    rng = np.random.default_rng(_check_seed(seed))
+    _check_length(workload, n_jobs)
+    start = int(rng.integers(0, len(workload) - n_jobs + 1))
+    return window(workload, n_jobs, start)
+
+
+def sampled_jobset(workload: Workload, n_jobs: int, seed: int) -> Workload:
+    """DRAS-style "sampled" jobset: random jobs with Poisson arrivals at the source's rate.
+
+    `n_jobs` jobs are drawn at random (without replacement when the source has enough, else
+    with replacement), keeping run, size, requested time and user, in the drawn order. Arrival
+    times are re-drawn: exponential gaps whose mean is the source's mean inter-arrival time,
+    first submit at 0, rounded to whole seconds. Jobs are renumbered 1..n_jobs since a job can
+    appear twice when drawn with replacement.
+    """
+    n_jobs = _as_int(n_jobs, "n_jobs", 1)
+    rng = np.random.default_rng(_check_seed(seed))
+    n = len(workload)
+    if n < 2:
+        raise WorkloadError(f"workload {workload.name!r} has {n} job(s); at least 2 are needed "
+                            "to know its arrival rate")
+    mean_gap = float(workload.submit[-1] - workload.submit[0]) / (n - 1)
+    pick = rng.choice(n, size=n_jobs, replace=n_jobs > n)
+    gaps = rng.exponential(mean_gap, size=n_jobs - 1) if mean_gap > 0 else np.zeros(n_jobs - 1)
+    # Rounding the cumulative times (not each gap) keeps the mean rate unbiased.
+    submit = np.rint(np.concatenate(([0.0], np.cumsum(gaps)))).astype(np.int64)
+    cols = {col: getattr(workload, col)[pick] for col in COLUMNS}
+    cols["submit"] = submit
+    cols["job_id"] = np.arange(1, n_jobs + 1, dtype=np.int64)
+    return Workload(name=f"{workload.name}-sampled-n{n_jobs}-seed{seed}",
+                    procs=workload.procs, dropped=dict(workload.dropped),
+                    header=dict(workload.header), **cols)

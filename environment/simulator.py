@@ -1,0 +1,417 @@
+"""The event-driven simulation: run until a decision, then apply it.
+
+The cluster is a count of processors. Events are job submits (read in order from the workload),
+job finishes (a heap) and one optional wake-up (set when an inspector rejects a pick). All
+events of one instant are applied first, finishes before submits; then one scheduling pass runs
+(select -> inspect -> start or reserve -> backfill), then the kill decision; a kill frees
+processors, so one more pass follows it.
+
+Each decision kind is either *external* (handed to the caller as a `Decision`) or decided by its
+built-in default: the priority policy's best job for select, accept for inspect, EASY or
+conservative for backfill, no kill. The episode is one generator, so an external decision simply
+suspends the loop where it stands; the built-in path never builds an observation.
+"""
+
+from __future__ import annotations
+
+import heapq
+import sys
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..agents.heuristics import PriorityPolicy, get_policy
+from .backfill import Profile
+from .config import SimConfig
+from .decisions import BACKFILL, INSPECT, KILL, SELECT, Action, Decision, check_kinds
+from .errors import ConfigError, InvalidAction
+from .metrics import RunResult
+from .workload import Workload
+
+NEVER = sys.maxsize
+PENDING, QUEUED, RUNNING, DONE = 0, 1, 2, 3
+
+
+class Simulation:
+    """One episode over a workload. Drive it with `reset()` and `step(action)`, or `run()`."""
+
+    def __init__(self, workload: Workload, config: SimConfig | None = None, *,
+                 policy: str | PriorityPolicy = "fcfs", external: Iterable[str] = ()) -> None:
+        self.workload = workload
+        self.config = config = config or SimConfig()
+        self.policy = get_policy(policy, config.seed) if isinstance(policy, str) else policy
+        self.external = check_kinds(external)
+        if config.backfill == "conservative" and self.external & {SELECT, INSPECT, BACKFILL}:
+            raise ConfigError("conservative backfilling places every queued job by the built-in priority "
+                              "policy; external select, inspect or backfill agents need --backfill easy or none")
+        if len(set(workload.job_id.tolist())) != len(workload):
+            raise ConfigError(f"workload {workload.name!r} has duplicate job ids; renumber its jobs")
+        self.procs = workload.procs
+        self._prepare_jobs()
+        self._gen = None
+        self._pending: Decision | None = None
+        self.done = False
+
+    # ----------------------------------------------------------------- set-up
+    def _prepare_jobs(self) -> None:
+        w, cfg = self.workload, self.config
+        run = w.run
+        if cfg.overrun == "kill":
+            run = np.minimum(run, w.requested)
+        self._walltime_killed = (run < w.run)
+        if cfg.estimate.kind == "requested":
+            est = w.requested
+        elif cfg.estimate.kind == "actual":
+            est = run
+        else:
+            rng = np.random.default_rng(cfg.seed)
+            noise = rng.uniform(-1.0, 1.0, len(w))
+            est = np.maximum(1, np.rint(run * (1.0 + cfg.estimate.error * noise))).astype(np.int64)
+        self._ids = w.job_id.tolist()
+        self._index = {job: i for i, job in enumerate(self._ids)}
+        self._submit = w.submit.tolist()
+        self._run = run.tolist()
+        self._size = w.size.tolist()
+        self._req = w.requested.tolist()
+        self._est = est.tolist()
+        self._columns = {"id": w.job_id, "submit": w.submit, "requested": w.requested, "size": w.size}
+        if not self.policy.dynamic:
+            order = self.policy.order(self._columns)
+            rank = np.empty(len(w), dtype=np.int64)
+            rank[order] = np.arange(len(w))
+            self._rank = rank.tolist()
+
+    # ----------------------------------------------------------------- driving
+    def reset(self) -> Decision | None:
+        """Start the episode; return the first external decision, or None if it ran to the end."""
+        n = len(self.workload)
+        self._state = [PENDING] * n
+        self._start = [-1] * n
+        self._end = [-1] * n
+        self._kills = [0] * n
+        self._rejections = [0] * n
+        self._lost = [0] * n
+        self._queue: list[int] = []
+        self._running: list[tuple[int, int]] = []   # (estimated end, index), sorted
+        self._finishes: list[tuple[int, int]] = []  # heap of (end, index)
+        self._reservations: dict[int, int] = {}     # conservative: index -> reserved start
+        self.free = self.procs
+        self.now = int(self.workload.submit[0]) if n else 0
+        self._next_submit = 0
+        self._wakeup = NEVER
+        self._steps = 0
+        self._completed = 0
+        self.done = False
+        self._result = None
+        self._gen = self._episode()
+        return self._advance(None)
+
+    def step(self, action: Action) -> Decision | None:
+        """Apply `action` to the pending decision; return the next one, or None at the end.
+
+        An invalid action raises InvalidAction and changes nothing: the decision stays pending.
+        """
+        if self._pending is None:
+            raise InvalidAction("no decision is pending: call reset() first" if not self.done
+                                else "the episode has ended: call reset() to start another")
+        return self._advance(self._pending.parse(action))
+
+    @property
+    def pending(self) -> Decision | None:
+        return self._pending
+
+    def _advance(self, parsed: Any) -> Decision | None:
+        try:
+            self._pending = self._gen.send(parsed)
+        except StopIteration:
+            self._pending = None
+            self.done = True
+        return self._pending
+
+    def run(self, agents: Mapping[str, Any] | None = None,
+            progress: Callable[[int], None] | None = None) -> RunResult:
+        """Run the whole episode, asking `agents[kind].act(decision)` for external kinds."""
+        agents = dict(agents or {})
+        missing = self.external - agents.keys()
+        if missing:
+            raise ConfigError(f"no agent given for external kind(s) {sorted(missing)}")
+        self._progress = progress
+        decision = self.reset()
+        while decision is not None:
+            decision = self.step(agents[decision.kind].act(decision))
+        return self.result()
+
+    _progress: Callable[[int], None] | None = None
+
+    def result(self) -> RunResult:
+        """Per-job records and summary metrics of the finished episode."""
+        if not self.done:
+            raise InvalidAction("the episode is still running: drive it to the end first")
+        if self._result is None:
+            self._result = RunResult.from_arrays(
+                procs=self.procs, job_id=self.workload.job_id, submit=self.workload.submit,
+                start=self._start, end=self._end, run=self._run, size=self.workload.size,
+                requested=self.workload.requested, kills=self._kills, rejections=self._rejections,
+                lost_work=self._lost, walltime_killed=self._walltime_killed)
+        return self._result
+
+    # ----------------------------------------------------------------- the loop
+    def _episode(self):
+        """The event loop as one generator: it yields external decisions, receives actions."""
+        submit, state, queue = self._submit, self._state, self._queue
+        finishes = self._finishes
+        n = len(submit)
+        kill_external = KILL in self.external
+        while True:
+            t = submit[self._next_submit] if self._next_submit < n else NEVER
+            if finishes and finishes[0][0] < t:
+                t = finishes[0][0]
+            if self._wakeup < t:
+                t = self._wakeup
+            if t == NEVER:
+                return
+            self.now = t
+            while finishes and finishes[0][0] == t:
+                _, i = heapq.heappop(finishes)
+                if state[i] == RUNNING and self._end[i] == t:
+                    self._complete(i)
+            while self._next_submit < n and submit[self._next_submit] == t:
+                self._enqueue(self._next_submit)
+                self._next_submit += 1
+            self._wakeup = NEVER
+            if queue:
+                yield from self._schedule(t)
+            if kill_external and self._running:
+                victim = yield self._decision(KILL, [self._ids[i] for _, i in self._running], {})
+                if victim is not None:
+                    self._kill(self._index[victim])
+                    yield from self._schedule(t)
+
+    def _schedule(self, now: int):
+        if self.config.backfill == "conservative":
+            self._conservative_pass(now)
+            return
+        queue, size = self._queue, self._size
+        if self.policy.dynamic and len(queue) > 1:
+            self._resort(now)
+        select_external = SELECT in self.external
+        inspect_external = INSPECT in self.external
+        while queue:
+            if select_external:
+                window = queue[:self.config.window]
+                can_wait = bool(self._running) or self._next_submit < len(self._submit)
+                ids = yield self._decision(SELECT, [self._ids[i] for i in window], {}, can_wait)
+                if not ids:
+                    return
+                picks = [self._index[j] for j in ids]
+            else:
+                picks = [queue[0]]
+            if inspect_external and any(self._rejections[i] < self.config.max_rejections for i in picks):
+                context = {"jobs": [self._ids[i] for i in picks],
+                           "rejections": max(self._rejections[i] for i in picks),
+                           "max_rejections": self.config.max_rejections}
+                accepted = yield self._decision(INSPECT, context["jobs"], context)
+                if not accepted:
+                    for i in picks:
+                        self._rejections[i] += 1
+                    self._wakeup = now + self.config.max_interval
+                    return
+            if len(picks) > 1 or size[picks[0]] <= self.free:
+                for i in picks:
+                    self._start_job(i, now)
+                continue
+            if self.config.backfill == "easy":
+                if BACKFILL in self.external:
+                    yield from self._backfill_by_agent(picks[0], now)
+                else:
+                    self._backfill_easy(picks[0], now)
+            return
+
+    # ----------------------------------------------------------------- job transitions
+    def _enqueue(self, i: int) -> None:
+        self._state[i] = QUEUED
+        if self.policy.dynamic:
+            self._queue.append(i)
+        else:
+            insort(self._queue, i, key=self._rank.__getitem__)
+
+    def _start_job(self, i: int, now: int) -> None:
+        queue = self._queue
+        if queue[0] == i:
+            del queue[0]
+        else:
+            queue.remove(i)
+        self._state[i] = RUNNING
+        self._start[i] = now
+        end = now + self._run[i]
+        self._end[i] = end
+        self.free -= self._size[i]
+        insort(self._running, (now + self._est[i], i))
+        heapq.heappush(self._finishes, (end, i))
+
+    def _release(self, i: int) -> None:
+        running = self._running
+        entry = (self._start[i] + self._est[i], i)
+        del running[bisect_left(running, entry)]
+        self.free += self._size[i]
+
+    def _complete(self, i: int) -> None:
+        self._release(i)
+        self._state[i] = DONE
+        self._completed += 1
+        if self._progress is not None and self._completed % 1024 == 0:
+            self._progress(self._completed)
+
+    def _kill(self, i: int) -> None:
+        """Kill a running job and put it back in the queue; its work so far is lost."""
+        self._release(i)
+        self._lost[i] += (self.now - self._start[i]) * self._size[i]
+        self._kills[i] += 1
+        self._start[i] = self._end[i] = -1
+        self._enqueue(i)
+
+    def _resort(self, now: int) -> None:
+        queue = self._queue
+        idx = np.fromiter(queue, dtype=np.int64, count=len(queue))
+        jobs = {name: col[idx] for name, col in self._columns.items()}
+        scores = self.policy.scores(jobs, now)
+        queue[:] = idx[np.lexsort((idx, scores))].tolist()
+
+    # ----------------------------------------------------------------- backfilling
+    def _shadow(self, head: int, now: int) -> tuple[int, int]:
+        """When the head job can start by estimate, and the processors left over then.
+
+        Running jobs past their estimated end are expected to end now.
+        """
+        need = self._size[head]
+        avail = self.free
+        size = self._size
+        running = self._running
+        shadow = NEVER
+        k = 0
+        for k, (est_end, i) in enumerate(running):
+            avail += size[i]
+            if avail >= need:
+                shadow = est_end if est_end > now else now
+                break
+        for est_end, i in running[k + 1:]:
+            if est_end > shadow:
+                break
+            avail += size[i]
+        return shadow, avail - need
+
+    def _backfill_easy(self, head: int, now: int) -> None:
+        """EASY: start, in queue order, every job that fits now and ends by the shadow time or
+        uses only processors the head's reservation does not need."""
+        shadow, extra = self._shadow(head, now)
+        free = self.free
+        size, est = self._size, self._est
+        chosen = []
+        for i in self._queue:
+            if free == 0:
+                break
+            s = size[i]
+            if s > free or i == head:
+                continue
+            if now + est[i] <= shadow:
+                chosen.append(i)
+                free -= s
+            elif s <= extra:
+                chosen.append(i)
+                free -= s
+                extra -= s
+        for i in chosen:
+            self._start_job(i, now)
+
+    def _backfill_candidates(self, head: int, now: int, shadow: int, extra: int) -> list[int]:
+        free, size, est = self.free, self._size, self._est
+        return [i for i in self._queue
+                if i != head and size[i] <= free and (now + est[i] <= shadow or size[i] <= extra)]
+
+    def _backfill_by_agent(self, head: int, now: int):
+        shadow, extra = self._shadow(head, now)
+        while True:
+            candidates = self._backfill_candidates(head, now, shadow, extra)[:self.config.window]
+            if not candidates:
+                return
+            context = {"reserved": self._ids[head], "shadow_time": shadow, "extra": extra}
+            job = yield self._decision(BACKFILL, [self._ids[i] for i in candidates], context)
+            if job is None:
+                return
+            i = self._index[job]
+            if now + self._est[i] > shadow:
+                extra -= self._size[i]
+            self._start_job(i, now)
+
+    def _conservative_pass(self, now: int) -> None:
+        """Conservative: every queued job holds a reservation, placed in queue order at the
+        earliest time it delays no earlier reservation; reservations are re-placed (never later)
+        at each pass; jobs whose place is now start now."""
+        if self.policy.dynamic and len(self._queue) > 1:
+            self._resort(now)
+        profile = Profile(now, self.free)
+        for est_end, i in self._running:
+            profile.release(max(est_end, now), self._size[i])
+        old = self._reservations
+        rank = {i: r for r, i in enumerate(self._queue)}
+        order = sorted(old, key=lambda i: (old[i], rank[i])) + [i for i in self._queue if i not in old]
+        reservations: dict[int, int] = {}
+        for i in order:
+            size, est = self._size[i], self._est[i]
+            start = profile.earliest(size, est)
+            profile.occupy(start, start + est, size)
+            if start == now and size <= self.free:
+                self._start_job(i, now)
+            else:
+                reservations[i] = start
+        self._reservations = reservations
+
+    # ----------------------------------------------------------------- observations
+    def _decision(self, kind: str, candidates: list[int], context: dict[str, Any],
+                  can_wait: bool = True) -> Decision:
+        self._steps += 1
+        return Decision(self, kind, self.now, self._steps, candidates, context, can_wait)
+
+    def observe(self, decision: Decision) -> dict[str, Any]:
+        """The raw state an external agent sees: queue window, running jobs, cluster."""
+        now = self.now
+        window = self._queue[:self.config.window]
+        running = [i for _, i in self._running]
+        ids, submit, size, req, est = self._ids, self._submit, self._size, self._req, self._est
+        return {
+            "time": now,
+            "procs": self.procs,
+            "free": self.free,
+            "queue_length": len(self._queue),
+            "queue": {
+                "id": [ids[i] for i in window],
+                "submit": [submit[i] for i in window],
+                "size": [size[i] for i in window],
+                "requested": [req[i] for i in window],
+                "estimate": [est[i] for i in window],
+                "wait": [now - submit[i] for i in window],
+                "rejections": [self._rejections[i] for i in window],
+                "user": [int(self.workload.user[i]) for i in window],
+            },
+            "running": {
+                "id": [ids[i] for i in running],
+                "start": [self._start[i] for i in running],
+                "size": [size[i] for i in running],
+                "requested": [req[i] for i in running],
+                "estimated_end": [self._start[i] + est[i] for i in running],
+            },
+            "context": dict(decision.context),
+        }
+
+    def total_size(self, job_ids: Iterable[int]) -> int:
+        return sum(self._size[self._index[j]] for j in job_ids)
+
+
+def simulate(workload: Workload, config: SimConfig | None = None, *, policy: str | PriorityPolicy = "fcfs",
+             agents: Mapping[str, Any] | None = None,
+             progress: Callable[[int], None] | None = None) -> RunResult:
+    """Run one episode to the end; kinds with an agent in `agents` are decided by it."""
+    agents = dict(agents or {})
+    return Simulation(workload, config, policy=policy, external=agents).run(agents, progress)
