@@ -1,9 +1,9 @@
 """Priority policies: a table of score functions, lowest score runs first.
 
 Each policy scores jobs from what a scheduler knows when it decides: submit time `s`, requested
-time `r` (the user's estimate), size `n` in processors, and wait `w = now - s`. Ties always go to
-the job that came first in the workload (submit order, then trace order), so every policy is a
-total order and every run is deterministic.
+time `r` (the user's estimate), size `n` in processors, and wait `w = now - s`. Ties go to the
+earlier submit, then to the lower job id, so every policy is a total order and every run is
+deterministic.
 
 Sources: FCFS, LCFS, SJF, LJF, SQF, SAF and SRF as tabulated in the SchedInspector paper
 (Zhang et al., Table 3); WFP3 and UNICEF from Tang et al. (2009) as used in the RL backfilling
@@ -41,9 +41,9 @@ class PriorityPolicy:
         return np.asarray(self.score(jobs, now, self.seed), dtype=np.float64)
 
     def order(self, jobs: Jobs, now: int = 0) -> np.ndarray:
-        """Positions of `jobs` sorted best first, ties by position (i.e. by arrival order)."""
+        """Positions of `jobs` sorted best first; ties go to the earlier submit, then lower id."""
         scores = self.scores(jobs, now)
-        return np.lexsort((np.arange(len(scores)), scores))
+        return np.lexsort((np.asarray(jobs["id"]), np.asarray(jobs["submit"]), scores))
 
     def with_seed(self, seed: int) -> PriorityPolicy:
         return PriorityPolicy(self.name, self.formula, self.score, self.dynamic, seed)

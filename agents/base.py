@@ -1,0 +1,44 @@
+"""The agent interface: the decision kinds an agent takes and `act(decision) -> action`.
+
+Built-in defaults and external agents share it, so a heuristic can run in-process or be served
+over the protocol unchanged. Learners override the hooks to see rewards and episode ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..environment.decisions import SELECT, Action, Decision
+from .heuristics import PriorityPolicy, get_policy
+
+
+class Agent:
+    """Base class: subclasses set `kinds` and implement `act`."""
+
+    kinds: tuple[str, ...] = ()
+
+    def act(self, decision: Decision) -> Action:
+        raise NotImplementedError
+
+    def on_reward(self, reward: float) -> None:
+        """Called with the reward accumulated since this agent's previous decision."""
+
+    def on_episode_end(self, metrics: dict[str, Any]) -> None:
+        """Called once when an episode ends, with its summary metrics."""
+
+
+class PriorityAgent(Agent):
+    """Select the best job of the visible window by a priority policy (lowest score first,
+    ties to the earlier-submitted job)."""
+
+    kinds = (SELECT,)
+
+    def __init__(self, policy: str | PriorityPolicy = "fcfs", seed: int = 0) -> None:
+        self.policy = get_policy(policy, seed) if isinstance(policy, str) else policy
+
+    def act(self, decision: Decision) -> Action:
+        queue = decision.observation["queue"]
+        jobs = {name: np.asarray(queue[name]) for name in ("id", "submit", "requested", "size")}
+        return int(jobs["id"][self.policy.order(jobs, decision.time)[0]])
