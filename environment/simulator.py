@@ -276,8 +276,7 @@ class Simulation:
         queue = self._queue
         idx = np.fromiter(queue, dtype=np.int64, count=len(queue))
         jobs = {name: col[idx] for name, col in self._columns.items()}
-        scores = self.policy.scores(jobs, now)
-        queue[:] = idx[np.lexsort((idx, scores))].tolist()
+        queue[:] = idx[self.policy.order(jobs, now)].tolist()
 
     # ----------------------------------------------------------------- backfilling
     def _shadow(self, head: int, now: int) -> tuple[int, int]:

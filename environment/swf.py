@@ -222,7 +222,7 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
         keep &= ~bad
 
     order = np.flatnonzero(keep)
-    order = order[np.argsort(submit[order])][::1]
+    order = order[np.argsort(submit[order], kind="stable")]
     if len(order) == 0:
         detail = ", ".join(f"{k}={v}" for k, v in dropped.items() if v)
         raise WorkloadError(f"{path}: no job is left after cleaning ({detail}); check the trace "

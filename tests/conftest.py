@@ -1,0 +1,29 @@
+"""Shared fixtures: where the real SWF traces live (optional; tests using them skip without)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+def locate_traces() -> Path | None:
+    """The trace folder: $HPCGYM_TRACES, else ../shared/traces next to the repository."""
+    env = os.environ.get("HPCGYM_TRACES")
+    candidates = [Path(env)] if env else []
+    candidates.append(Path(__file__).resolve().parents[1].parent / "shared" / "traces")
+    for folder in candidates:
+        if folder.is_dir():
+            return folder
+    return None
+
+
+@pytest.fixture(scope="session")
+def traces_dir() -> Path:
+    """The real-trace folder, or skip the test with the places that were looked in."""
+    folder = locate_traces()
+    if folder is None:
+        pytest.skip("real SWF traces not found: set HPCGYM_TRACES or put them in "
+                    "../shared/traces relative to the repository root")
+    return folder
