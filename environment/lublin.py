@@ -3,7 +3,7 @@
 The model is U. Lublin and D. G. Feitelson, "The workload on parallel supercomputers: modeling
 the characteristics of rigid jobs", J. Parallel Distrib. Comput. 63(11):1105-1122, 2003. Its
 authors published a reference generator, ``lublin99.c``, with the Parallel Workloads Archive
-(https://www.cs.huji.ac.il/labs/parallel/workload/models.html). This module re-implements that
+(http://www.cs.huji.ac.il/labs/parallel/workload). This module re-implements that
 generator's behaviour with numpy's ``Generator``; no code was taken from it. Every job gets a
 size, a run time and a submit time:
 
@@ -37,8 +37,9 @@ Arrivals (seconds)
     afternoon buckets (peak near 13:00) and thin out in the early morning (minimum near 05:00).
     The simulation starts at ``start_hour`` (midnight) and the first job arrives one gap after
     time 0; if that first gap spans whole days, they are cut (all submits move back by whole
-    days, so the first job lands within the first day and every job keeps its time of day). The reference program advances this clock with a loop; here it is the same
-    piecewise-linear time change, applied to all jobs at once through cumulative sums.
+    days, so the first job lands within the first day and every job keeps its time of day). The
+    reference program advances this clock with a loop; here it is the same piecewise-linear time
+    change, applied to all jobs at once through cumulative sums.
 
 Cluster size
     The parameters were fitted on a 128-node machine, where the published batch values are
@@ -51,29 +52,25 @@ Cluster size
     first stage is not inverted; sizes are always clipped to 1..procs, and a power-of-two job
     that would exceed a non-power-of-two cluster gets the largest power of two that fits.
 
-Parameters (batch job type, the default; values identical in both sources)
+Parameters (batch job type, the default; the [C] macro in brackets; [G] has the same values)
 
-    =====================  ========  =====================================================
-    name                   value     meaning
-    =====================  ========  =====================================================
-    serial_prob            0.2927    probability of a serial job (SERIAL_PROB_BATCH)
-    pow2_prob              0.6686    probability of a power-of-two parallel job (POW2_PROB_BATCH)
-    ulow                   1.2       log2 of the smallest parallel size (ULOW_BATCH)
-    umed_offset            2.0       UHI - UMED (UMED_BATCH 5 with UHI_BATCH 7)
-    uhi_offset             0.0       log2(procs) - UHI (UHI_BATCH 7 on the 128-node machine)
-    uprob                  0.875     probability of the first uniform stage (UPROB_BATCH)
-    a1, b1                 6.57, 0.823     first gamma of log run time (A1_BATCH, B1_BATCH)
-    a2, b2                 639.1, 0.0156   second gamma of log run time (A2_BATCH, B2_BATCH)
-    pa, pb                 -0.003, 0.6986  p = pa * size + pb (PA_BATCH, PB_BATCH)
-    aarr, barr             6.0415, 0.8531  gamma of log inter-arrival, rush hours (AARR/BARR_BATCH)
-    arar                   1.0519    shape multiplier from rush hours to all day (ARAR_BATCH)
-    anum, bnum             6.1271, 5.2740  gamma of the daily cycle (ANUM_BATCH, BNUM_BATCH)
-    max_log_run            12        redraw log run times above this (TOO_MUCH_TIME)
-    max_log_interarrival   13        redraw log gaps above this (TOO_MUCH_ARRIVE_TIME)
-    start_hour             0         hour of day at time 0 (START)
-    (constants)            48, 11    buckets per day (BUCKETS), first bucket of the fitted day
-                                     (CYCLIC_DAY_START)
-    =====================  ========  =====================================================
+    serial_prob           0.2927          P(serial job)                          [SERIAL_PROB_BATCH]
+    pow2_prob             0.6686          P(power-of-two parallel job)           [POW2_PROB_BATCH]
+    ulow                  1.2             ULOW, log2 of smallest parallel size   [ULOW_BATCH]
+    umed_offset           2.0             UHI - UMED            [UMED_BATCH 5, UHI_BATCH 7]
+    uhi_offset            0.0             log2(procs) - UHI     [UHI_BATCH 7 on 128 nodes]
+    uprob                 0.875           P(first uniform stage)                 [UPROB_BATCH]
+    a1, b1                6.57, 0.823     short gamma of log run       [A1_BATCH, B1_BATCH]
+    a2, b2                639.1, 0.0156   long gamma of log run        [A2_BATCH, B2_BATCH]
+    pa, pb                -0.003, 0.6986  p = pa * size + pb           [PA_BATCH, PB_BATCH]
+    aarr, barr            6.0415, 0.8531  gamma of log gap, rush hours [AARR_BATCH, BARR_BATCH]
+    arar                  1.0519          multiplies aarr: rush hours -> whole day  [ARAR_BATCH]
+    anum, bnum            6.1271, 5.2740  daily-cycle gamma (half hours) [ANUM/BNUM_BATCH]
+    max_log_run           12              redraw log run above this    [TOO_MUCH_TIME]
+    max_log_interarrival  13              redraw log gap above this    [TOO_MUCH_ARRIVE_TIME]
+    start_hour            0               hour of day at time 0        [START]
+    BUCKETS               48              half-hour buckets per day    [BUCKETS]
+    CYCLIC_DAY_START      11              first bucket of the fitted day [CYCLIC_DAY_START]
 
 Sources: [C] ``lublin99.c``, the reference generator by U. Lublin and D. G. Feitelson from the
 Parallel Workloads Archive (its ``*_BATCH`` macros; a public copy was read, not copied);
@@ -92,7 +89,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -111,7 +108,7 @@ class LublinParams:
     """Parameters of the Lublin-Feitelson model; the defaults are the published batch values.
 
     See the module docstring for the meaning and source of each field. Override single values
-    with ``dataclasses.replace(LublinParams(), pa=-0.01)`` or ``LublinParams(pa=-0.01)``.
+    with ``LublinParams(pa=-0.01)`` or ``dataclasses.replace(LublinParams.typeless(), pa=-0.01)``.
     """
 
     # job size
@@ -140,6 +137,10 @@ class LublinParams:
     start_hour: int = 0
 
     def __post_init__(self) -> None:
+        for fname in _FLOAT_FIELDS:
+            value = getattr(self, fname)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ConfigError(f"Lublin parameter {fname} must be a number, got {value!r}")
         for fname in ("serial_prob", "pow2_prob", "uprob"):
             value = getattr(self, fname)
             if not 0.0 <= value <= 1.0:
@@ -152,7 +153,7 @@ class LublinParams:
                       "max_log_run", "max_log_interarrival"):
             value = getattr(self, fname)
             if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"Lublin parameter {fname} must be a positive number, got {value}")
+                raise ConfigError(f"Lublin parameter {fname} must be positive, got {value}")
         for fname in ("ulow", "umed_offset", "uhi_offset", "pa", "pb"):
             value = getattr(self, fname)
             if not math.isfinite(value):
@@ -192,15 +193,14 @@ class LublinParams:
                    a1=4.2, b1=0.94, a2=312.0, b2=0.03, pa=-0.0054, pb=0.78,
                    aarr=10.2303, barr=0.4871, arar=1.0225, anum=8.1737, bnum=3.9631)
 
-    def replace(self, **changes: float) -> LublinParams:
-        """A copy with some fields changed (validated again)."""
-        return replace(self, **changes)
-
     def size_bounds(self, procs: int) -> tuple[float, float, float]:
         """(ULOW, UMED, UHI) of the two-stage uniform for a cluster of ``procs`` processors."""
-        uhi = 7.0 - self.uhi_offset
+        uhi = math.log2(procs) - self.uhi_offset
         umed = max(uhi - self.umed_offset, min(self.ulow, uhi))
         return self.ulow, umed, uhi
+
+
+_FLOAT_FIELDS = tuple(f.name for f in fields(LublinParams) if f.name != "start_hour")
 
 
 def _gamma_cdf(x: float, shape: float, scale: float) -> float:
