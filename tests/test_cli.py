@@ -1,0 +1,110 @@
+"""The command line: results through `hpcgym run`, and one clear line (exit 2) for every bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from hpcgym.environment.metrics import read_jobs_csv
+from hpcgym.environment.swf import read_swf
+from hpcgym.gymbridge.cli import main
+
+# The FCFS-without-backfilling scenario of test_schedules: starts 0, 10, 10, 13 for submits
+# 0, 1, 2, 3, so waits are 0, 9, 8, 10 (mean 6.75, max 10); the last job ends at 15.
+SWF = """; MaxProcs: 10
+1 0 -1 10 6 -1 -1 6 10 -1 1 1 -1 -1 -1 -1 -1 -1
+2 1 -1 5 6 -1 -1 6 5 -1 1 1 -1 -1 -1 -1 -1 -1
+3 2 -1 3 2 -1 -1 2 3 -1 1 1 -1 -1 -1 -1 -1 -1
+4 3 -1 2 4 -1 -1 4 2 -1 1 1 -1 -1 -1 -1 -1 -1
+"""
+
+
+@pytest.fixture
+def swf(tmp_path):
+    path = tmp_path / "tiny.swf"
+    path.write_text(SWF)
+    return path
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_run_json_matches_the_hand_worked_schedule(swf):
+    r = invoke("run", "--trace", swf, "--backfill", "none", "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output)
+    for key in ("jobs", "mean_wait", "max_wait", "mean_bsld", "max_bsld", "mean_slowdown", "utilization", "makespan"):
+        assert key in summary
+    assert summary["jobs"] == 4 and summary["mean_wait"] == 6.75 and summary["max_wait"] == 10
+    assert summary["makespan"] == 15
+    # used: 10*6 + 5*6 + 3*2 + 2*4 = 104 processor-seconds of 10 * 15 available
+    assert summary["utilization"] == pytest.approx(104 / 150)
+
+
+def test_run_writes_per_job_csv(swf, tmp_path):
+    out = tmp_path / "jobs.csv"
+    r = invoke("run", "--trace", swf, "--backfill", "none", "--jobs-out", out)
+    assert r.exit_code == 0, r.output
+    jobs = read_jobs_csv(out)
+    assert jobs["start"].tolist() == [0, 10, 10, 13]
+    assert "mean bounded slowdown" in r.output
+
+
+def test_run_without_trace_uses_the_generated_workload():
+    r = invoke("run", "--jobs", 300, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["jobs"] == 300
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run", "--trace", "no/such/file.swf"], "not found"),
+    (["run", "--estimate", "noisy:x"], "noisy"),
+    (["run", "--estimate", "guess"], "unknown estimate"),
+    (["run", "--policy", "bogus"], "bogus"),
+    (["run", "--backfill", "aggressive"], "aggressive"),
+    (["run", "--start", "3"], "--jobs"),
+    (["run", "--jobs", "5", "--start", "1", "--sample", "2"], "either"),
+    (["run", "--jobs", "5", "--sampled-jobset"], "--sample"),
+    (["run", "--procs", "0"], "procs"),
+    (["trace", "info", "no/such/file.swf"], "not found"),
+])
+def test_bad_options_get_one_clear_line_and_exit_2(args, words):
+    r = invoke(*args)
+    assert r.exit_code == 2
+    assert words in r.output
+    assert "Traceback" not in r.output
+
+
+def test_malformed_line_is_an_error_naming_file_and_line_unless_skipped(tmp_path):
+    path = tmp_path / "bad.swf"
+    path.write_text(SWF + "5 4 -1 oops 2 -1 -1 2 3 -1 1 1 -1 -1 -1 -1 -1 -1\n")
+    r = invoke("run", "--trace", path)
+    assert r.exit_code == 2 and "bad.swf:6" in r.output and "Traceback" not in r.output
+    r = invoke("trace", "info", path, "--skip-malformed", "--json")
+    assert r.exit_code == 0, r.output
+    stats = json.loads(r.output)
+    assert stats["jobs"] == 4 and stats["dropped_malformed"] == 1
+
+
+def test_window_larger_than_trace_is_a_clear_error(swf):
+    r = invoke("run", "--trace", swf, "--jobs", 10)
+    assert r.exit_code == 2 and "error:" in r.output
+
+
+def test_trace_generate_writes_a_readable_swf(tmp_path):
+    out = tmp_path / "gen.swf.gz"
+    r = invoke("trace", "generate", out, "--jobs", 250, "--procs", 64, "--seed", 5)
+    assert r.exit_code == 0, r.output
+    w = read_swf(out)
+    assert len(w) == 250 and w.procs == 64 and int(w.size.max()) <= 64
+
+
+def test_trace_info_agrees_with_the_manifest(traces_dir):
+    """MANIFEST: HPC2N has 202,871 jobs on 240 processors; every one of them is valid."""
+    r = invoke("trace", "info", traces_dir / "HPC2N-2002-2.2-cln.swf.gz", "--json")
+    assert r.exit_code == 0, r.output
+    stats = json.loads(r.output)
+    assert stats["jobs"] == 202_871 and stats["procs"] == 240 and stats["dropped_total"] == 0
