@@ -4,7 +4,9 @@
     python benchmarks/replay.py --trace RICC-2010-2 --policy wfp3 --repeat 3
 
 Each case runs in a fresh process so its peak resident memory is its own. Jobs per second
-counts simulated jobs over the simulation alone (loading the trace is reported apart).
+counts simulated jobs over the simulation alone (loading the trace is reported apart). For
+FCFS+EASY the plain textbook replay of tests/textbook_easy.py is timed in the same process as a
+yardstick: compare the two columns as a ratio, never across machines.
 """
 
 from __future__ import annotations
@@ -42,12 +44,23 @@ def measure(trace: str, policy: str, backfill: str, repeat: int) -> dict:
         t0 = time.perf_counter()
         result = simulate(workload, SimConfig(backfill=backfill), policy=policy)
         best = min(best, time.perf_counter() - t0)
+    textbook_s = None
+    if policy == "fcfs" and backfill == "easy":
+        # the yardstick: the plain replay the tests use as an oracle, timed in the same process
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from tests.textbook_easy import textbook_easy
+
+        cols = [workload.submit.tolist(), workload.run.tolist(), workload.size.tolist(), workload.requested.tolist()]
+        t0 = time.perf_counter()
+        textbook_easy(workload.procs, *cols)
+        textbook_s = round(time.perf_counter() - t0, 3)
     return {
         "trace": trace, "policy": policy, "backfill": backfill, "jobs": len(workload),
         "load_s": round(load_s, 3), "sim_s": round(best, 3), "jobs_per_s": round(len(workload) / best),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "rss_after_load_mb": round(rss_before / 1024, 1),
         "mean_bsld": round(result.summary["mean_bsld"], 2),
+        "textbook_s": textbook_s,
     }
 
 
@@ -62,7 +75,7 @@ def main(traces, policies, backfill, repeat, one) -> None:
     if one:
         click.echo(json.dumps(measure(traces[0], policies[0], backfill, repeat)))
         return
-    header = f"{'trace':<24}{'policy':<8}{'jobs':>8}{'load s':>8}{'sim s':>8}{'jobs/s':>10}{'peak MB':>9}{'bsld':>9}"
+    header = f"{'trace':<24}{'policy':<8}{'jobs':>8}{'load s':>8}{'sim s':>8}{'jobs/s':>10}{'peak MB':>9}{'bsld':>9}{'textbook s':>12}"
     click.echo(header)
     for trace in traces:
         for policy in policies:
@@ -71,7 +84,8 @@ def main(traces, policies, backfill, repeat, one) -> None:
                                  check=True, capture_output=True, text=True).stdout
             r = json.loads(out)
             click.echo(f"{trace[:23]:<24}{policy:<8}{r['jobs']:>8}{r['load_s']:>8.2f}{r['sim_s']:>8.2f}"
-                       f"{r['jobs_per_s']:>10}{r['peak_rss_mb']:>9.1f}{r['mean_bsld']:>9.2f}")
+                       f"{r['jobs_per_s']:>10}{r['peak_rss_mb']:>9.1f}{r['mean_bsld']:>9.2f}"
+                       f"{'' if r['textbook_s'] is None else format(r['textbook_s'], '.2f'):>12}")
 
 
 if __name__ == "__main__":
