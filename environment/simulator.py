@@ -52,6 +52,7 @@ class Simulation:
         self._prepare_jobs()
         self._gen = None
         self._pending: Decision | None = None
+        self._progress: Callable[[int], None] | None = None
         self.done = False
 
     # ----------------------------------------------------------------- set-up
@@ -76,6 +77,7 @@ class Simulation:
         self._size = w.size.tolist()
         self._req = w.requested.tolist()
         self._est = est.tolist()
+        self._user = w.user.tolist()
         self._columns = {"id": w.job_id, "submit": w.submit, "requested": w.requested, "size": w.size}
         if not self.policy.dynamic:
             order = self.policy.order(self._columns)
@@ -142,8 +144,6 @@ class Simulation:
         while decision is not None:
             decision = self.step(agents[decision.kind].act(decision))
         return self.result()
-
-    _progress: Callable[[int], None] | None = None
 
     def result(self) -> RunResult:
         """Per-job records and summary metrics of the finished episode."""
@@ -392,7 +392,7 @@ class Simulation:
                 "estimate": [est[i] for i in window],
                 "wait": [now - submit[i] for i in window],
                 "rejections": [self._rejections[i] for i in window],
-                "user": [int(self.workload.user[i]) for i in window],
+                "user": [self._user[i] for i in window],
             },
             "running": {
                 "id": [ids[i] for i in running],
