@@ -69,6 +69,11 @@ class SimConfig:
     def __post_init__(self) -> None:
         if isinstance(self.estimate, str):
             object.__setattr__(self, "estimate", EstimateSpec.parse(self.estimate))
+        if not isinstance(self.estimate, EstimateSpec):
+            raise ConfigError(f"estimate must be requested, actual or noisy:E, got {self.estimate!r}")
+        for name in ("window", "max_interval", "max_rejections", "seed"):
+            if not isinstance(getattr(self, name), int) or isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be an integer, got {getattr(self, name)!r}")
         if self.backfill not in BACKFILL_MODES:
             raise ConfigError(f"unknown backfill {self.backfill!r}: use one of {', '.join(BACKFILL_MODES)}")
         if self.overrun not in OVERRUN_MODES:

@@ -14,21 +14,13 @@ from typing import Any
 import click
 
 from ..agents.heuristics import POLICIES
-from ..environment import sequences
 from ..environment.config import BACKFILL_MODES, OVERRUN_MODES, EstimateSpec, SimConfig
 from ..environment.errors import HpcgymError
-from ..environment.lublin import LublinParams, generate_lublin
+from ..environment.lublin import generate_lublin
 from ..environment.simulator import simulate
-from ..environment.swf import read_swf, trace_stats, write_swf
+from ..environment.spec import DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload
+from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload
-
-#: The workload used when no trace is given, so a fresh machine needs no data file: the
-#: Lublin-Feitelson model with the parameter set behind the RL papers' Lublin-256 trace.
-DEFAULT_JOBS = 10_000
-DEFAULT_PROCS = 256
-LUBLIN_MODELS = {"typeless": LublinParams.typeless, "batch": LublinParams.batch,
-                 "interactive": LublinParams.interactive}
-DEFAULT_MODEL = "typeless"
 
 SUMMARY_LABELS = [
     ("jobs", "jobs", "{:d}"),
@@ -67,11 +59,8 @@ def _estimate(ctx: click.Context, param: click.Parameter, value: str) -> Estimat
         raise click.BadParameter(str(exc)) from None
 
 
-def _load(trace: Path | None, procs: int | None, strict: bool, skip_malformed: bool, seed: int) -> Workload:
-    if trace is None:
-        return generate_lublin(DEFAULT_JOBS, procs or DEFAULT_PROCS, seed=seed,
-                               params=LUBLIN_MODELS[DEFAULT_MODEL]())
-    return read_swf(trace, procs, strict=strict, on_malformed="skip" if skip_malformed else "error")
+def _workload_spec(trace: Path | None, procs: int | None, strict: bool, skip_malformed: bool) -> dict[str, Any]:
+    return {"trace": trace, "procs": procs, "strict": strict, "skip_malformed": skip_malformed}
 
 
 def _reading_options(f):
@@ -107,22 +96,10 @@ def _reading_options(f):
 def run(trace, procs, strict, skip_malformed, policy, backfill, estimate, overrun, n_jobs, start, sample,
         sampled_jobset, train_fraction, part, seed, as_json, jobs_out) -> None:
     """Replay a trace (or the generated default workload) with a policy and print its metrics."""
-    if (start is not None or sample is not None) and n_jobs is None:
-        raise click.UsageError("--start and --sample need --jobs N")
-    if start is not None and sample is not None:
-        raise click.UsageError("use either --start K or --sample SEED, not both")
-    if sampled_jobset and sample is None:
-        raise click.UsageError("--sampled-jobset needs --sample SEED (and --jobs N)")
-    workload = _load(trace, procs, strict, skip_malformed, seed)
-    if train_fraction is not None:
-        workload = sequences.split(workload, train_fraction)[0 if part == "train" else 1]
-    if n_jobs is not None:
-        if sample is None:
-            workload = sequences.window(workload, n_jobs, start or 0)
-        elif sampled_jobset:
-            workload = sequences.sampled_jobset(workload, n_jobs, sample)
-        else:
-            workload = sequences.random_window(workload, n_jobs, sample)
+    spec = _workload_spec(trace, procs, strict, skip_malformed)
+    spec.update(jobs=n_jobs, start=start, sample=sample, sampled_jobset=sampled_jobset,
+                train_fraction=train_fraction, part=part)
+    workload = load_workload(spec, seed)
     config = SimConfig(backfill=backfill, estimate=estimate, overrun=overrun, seed=seed)
     result = _simulate_with_progress(workload, config, policy)
     if jobs_out is not None:
@@ -158,7 +135,7 @@ def trace() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as one JSON object.")
 def info(file, procs, strict, skip_malformed, as_json) -> None:
     """Statistics of an SWF trace: the columns of the RL papers' trace tables."""
-    stats = trace_stats(_load(file, procs, strict, skip_malformed, seed=0))
+    stats = trace_stats(load_workload(_workload_spec(file, procs, strict, skip_malformed)))
     if as_json:
         click.echo(json.dumps(stats))
         return

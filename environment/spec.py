@@ -1,0 +1,91 @@
+"""Workload and simulation specifications as plain maps, shared by the CLI and the protocol.
+
+`hpcgym run --jobs 1024 --sample 7` and a protocol `reset` with
+`{"workload": {"jobs": 1024, "sample": 7}}` go through the same function, so both accept the
+same keys and refuse bad ones with the same messages.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from . import sequences
+from .config import SimConfig
+from .errors import ConfigError
+from .lublin import LublinParams, generate_lublin
+from .swf import read_swf
+from .workload import Workload
+
+#: The workload used when no trace is given: the Lublin-Feitelson model with the parameter set
+#: behind the RL papers' Lublin-256 trace, so a fresh machine needs no data file.
+DEFAULT_JOBS = 10_000
+DEFAULT_PROCS = 256
+LUBLIN_MODELS = {"typeless": LublinParams.typeless, "batch": LublinParams.batch,
+                 "interactive": LublinParams.interactive}
+DEFAULT_MODEL = "typeless"
+
+WORKLOAD_KEYS = {
+    "trace": "SWF file (absent: generated Lublin workload)",
+    "procs": "cluster size (default: the trace header)",
+    "strict": "fail on jobs larger than the cluster",
+    "skip_malformed": "skip malformed SWF lines",
+    "model": "Lublin parameter set of the generated workload",
+    "generate_jobs": "jobs in the generated workload",
+    "train_fraction": "split the trace: first fraction train, rest test",
+    "part": "train or test",
+    "jobs": "window length",
+    "start": "window start",
+    "sample": "seed of a random window",
+    "sampled_jobset": "with sample: random jobs with Poisson arrivals (DRAS)",
+}
+CONFIG_KEYS = ("backfill", "estimate", "overrun", "window", "max_interval", "max_rejections")
+
+
+def _check_keys(spec: dict[str, Any], allowed, what: str) -> None:
+    unknown = sorted(set(spec) - set(allowed))
+    if unknown:
+        raise ConfigError(f"unknown {what} key(s) {', '.join(unknown)}; known: {', '.join(allowed)}")
+
+
+def load_workload(spec: dict[str, Any], seed: int = 0) -> Workload:
+    """Build the job sequence a spec describes (the trace is read on this machine)."""
+    _check_keys(spec, WORKLOAD_KEYS, "workload")
+    start, sample, jobs = spec.get("start"), spec.get("sample"), spec.get("jobs")
+    if (start is not None or sample is not None) and jobs is None:
+        raise ConfigError("a window start or sample seed needs a job count ('jobs', --jobs N)")
+    if start is not None and sample is not None:
+        raise ConfigError("use either a window start or a sample seed, not both")
+    if spec.get("sampled_jobset") and sample is None:
+        raise ConfigError("a sampled jobset needs a sample seed (--sample SEED)")
+    if spec.get("trace") is None:
+        model = spec.get("model", DEFAULT_MODEL)
+        if model not in LUBLIN_MODELS:
+            raise ConfigError(f"unknown Lublin model {model!r}; use one of {', '.join(LUBLIN_MODELS)}")
+        workload = generate_lublin(spec.get("generate_jobs", DEFAULT_JOBS), spec.get("procs") or DEFAULT_PROCS,
+                                   seed=seed, params=LUBLIN_MODELS[model]())
+    else:
+        workload = read_swf(Path(spec["trace"]), spec.get("procs"), strict=bool(spec.get("strict")),
+                            on_malformed="skip" if spec.get("skip_malformed") else "error")
+    if spec.get("train_fraction") is not None:
+        part = spec.get("part", "test")
+        if part not in ("train", "test"):
+            raise ConfigError(f"part must be train or test, got {part!r}")
+        workload = sequences.split(workload, spec["train_fraction"])[0 if part == "train" else 1]
+    if jobs is not None:
+        if sample is None:
+            workload = sequences.window(workload, jobs, start or 0)
+        elif spec.get("sampled_jobset"):
+            workload = sequences.sampled_jobset(workload, jobs, sample)
+        else:
+            workload = sequences.random_window(workload, jobs, sample)
+    return workload
+
+
+def sim_config(options: dict[str, Any], seed: int = 0) -> SimConfig:
+    """SimConfig from a map of option names (policy excluded) and a seed."""
+    _check_keys(options, CONFIG_KEYS, "simulation option")
+    try:
+        return SimConfig(seed=seed, **options)
+    except TypeError as exc:
+        raise ConfigError(f"bad simulation option: {exc}") from None
