@@ -74,6 +74,27 @@ class Decision:
         return (f"Decision({self.kind}, t={self.time}, step={self.step}, "
                 f"{len(self.candidates)} candidates, context={self.context})")
 
+    def default(self) -> Action:
+        """The built-in default's answer: what the simulation does when no agent takes this kind.
+
+        Candidates come in queue order, so the first is the priority policy's pick (select) and
+        EASY's first fit (backfill).
+        """
+        if self.kind == INSPECT:
+            return True
+        if self.kind == KILL:
+            return None
+        return self.candidates[0]
+
+    @classmethod
+    def from_message(cls, message: dict[str, Any]) -> Decision:
+        """A decision received over the protocol, with its observation already built."""
+        decision = cls(None, message["kind"], message["time"], message["decision"],  # type: ignore[arg-type]
+                       list(message["candidates"]), dict(message["observation"].get("context", {})),
+                       bool(message["can_wait"]))
+        decision._observation = message["observation"]
+        return decision
+
     def parse(self, action: Action) -> Any:
         """Check `action` against this decision; return it normalised or raise InvalidAction.
 

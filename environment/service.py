@@ -1,0 +1,356 @@
+"""The env side of the protocol as a plain request handler: no sockets in here.
+
+`EnvService.handle(peer, body)` takes one request from one agent and returns the replies it
+causes, addressed to peers (an `act` from the select agent may produce the inspect agent's
+decision). `tick()` sends heartbeats and applies timeouts. The socket server, the in-process
+transport and the tests all call the same two functions, which is why an episode gives the
+same schedule over any transport.
+
+Every peer has at most one unanswered request, and every request is answered within one
+heartbeat interval (with `pending` if nothing else), so neither side can wait forever.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..agents.heuristics import POLICIES
+from ..protocol import messages as m
+from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
+from .decisions import KINDS, Decision
+from .errors import HpcgymError, InvalidAction
+from .rewards import REWARDS, RewardSpec, get_reward
+from .simulator import Simulation
+from .spec import load_workload, sim_config
+
+Reply = tuple[bytes, dict[str, Any]]
+AGENT_LOST_MODES = ("fallback", "end")
+
+
+@dataclass(eq=False)
+class Peer:
+    id: bytes
+    name: str
+    kinds: frozenset[str]
+    session: Session
+    waiting_since: float | None = None      # time of its unanswered request
+    undelivered: dict[str, Any] | None = None  # an episode end it has not received yet
+
+
+@dataclass(eq=False)
+class Episode:
+    number: int
+    sim: Simulation
+    owners: dict[str, Peer]
+    participants: list[Peer]
+    reward: RewardSpec
+    records: bool
+    fallback: set[str] = field(default_factory=set)
+    decision_id: int = 0          # id of the pending decision as agents see it
+    sim_step: int = -1            # the simulation's step that id belongs to
+    ready_since: float = 0.0
+    sent_at: float | None = None  # when the pending decision went to its owner
+    rewards: dict[bytes, float] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Session:
+    name: str
+    peers: dict[bytes, Peer] = field(default_factory=dict)
+    episode: Episode | None = None
+    episodes: int = 0
+    decisions: int = 0
+    held_reset: tuple[Peer, dict[str, Any], float] | None = None
+
+
+class EnvService:
+    """Sessions of agents sharing episodes; decisions routed to the agent that took the kind."""
+
+    def __init__(self, defaults: dict[str, Any] | None = None, *, decision_timeout: float = 30.0,
+                 heartbeat: float = 1.0, on_agent_lost: str = "fallback",
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if on_agent_lost not in AGENT_LOST_MODES:
+            raise HpcgymError(f"on_agent_lost must be one of {', '.join(AGENT_LOST_MODES)}")
+        self.defaults = {"workload": {}, "options": {}, "policy": "fcfs", "seed": 0, "reward": "none",
+                         **(defaults or {})}
+        self.decision_timeout = decision_timeout
+        self.heartbeat = heartbeat
+        self.on_agent_lost = on_agent_lost
+        self.clock = clock
+        self.sessions: dict[str, Session] = {}
+        self.peers: dict[bytes, Peer] = {}
+        self._out: list[Reply] = []
+
+    # ---------------------------------------------------------------- entry points
+    def handle(self, peer_id: bytes, body: bytes) -> list[tuple[bytes, bytes]]:
+        """One request in, the encoded replies it causes out."""
+        return [(p, encode(msg)) for p, msg in self.handle_message(peer_id, body)]
+
+    def handle_message(self, peer_id: bytes, body: bytes | dict[str, Any]) -> list[Reply]:
+        now = self.clock()
+        peer = self.peers.get(peer_id)
+        if peer is not None and peer.waiting_since is None:
+            peer.waiting_since = now
+        try:
+            msg = m.validate(decode(body) if isinstance(body, (bytes, bytearray)) else body)
+            getattr(self, f"_on_{msg['type']}")(peer_id, peer, msg)
+        except m.ProtocolError as err:
+            self._send(peer_id, m.error(err, self._pending_for(peer)))
+        except Exception as exc:  # a bug must not take the server down; say so and keep serving
+            self._send(peer_id, m.error(m.ProtocolError(m.INTERNAL, f"{type(exc).__name__}: {exc}"),
+                                        self._pending_for(peer)))
+        return self._flush()
+
+    def tick(self) -> list[tuple[bytes, bytes]]:
+        """Heartbeats for requests that have waited a heartbeat interval; agent timeouts."""
+        now = self.clock()
+        for session in list(self.sessions.values()):
+            held = session.held_reset
+            if held is not None and now > held[2]:
+                session.held_reset = None
+                self._send(held[0].id, m.error(m.ProtocolError(
+                    m.BAD_REQUEST, f"required kinds not taken within {self.decision_timeout:g} s: "
+                                   f"{', '.join(sorted(self._missing_kinds(session, held[1])))}"), None))
+            ep = session.episode
+            if ep is not None and ep.sim.pending is not None:
+                owner = ep.owners.get(ep.sim.pending.kind)
+                started = ep.sent_at if ep.sent_at is not None else ep.ready_since
+                if owner is not None and ep.sim.pending.kind not in ep.fallback \
+                        and now - started > self.decision_timeout:
+                    self._agent_lost(session, owner, f"no answer within {self.decision_timeout:g} s")
+        for peer in self.peers.values():
+            if peer.waiting_since is not None and now - peer.waiting_since >= self.heartbeat:
+                ep = peer.session.episode
+                self._send(peer.id, {"type": "pending", "episode": ep.number if ep else peer.session.episodes})
+        return [(p, encode(msg)) for p, msg in self._flush()]
+
+    def shutdown(self, reason: str = "shutdown") -> list[tuple[bytes, bytes]]:
+        """End every episode with `reason` and answer every waiting request."""
+        for session in self.sessions.values():
+            if session.episode is not None:
+                self._end_episode(session, reason)
+        for peer in self.peers.values():
+            if peer.waiting_since is not None:
+                self._send(peer.id, m.error(m.ProtocolError(m.SHUTDOWN, f"the env is shutting down ({reason})"), None))
+        return [(p, encode(msg)) for p, msg in self._flush()]
+
+    # ---------------------------------------------------------------- requests
+    def _on_hello(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
+        major = msg["protocol"].split(".")[0]
+        if major != m.MAJOR:
+            raise m.ProtocolError(m.VERSION_MISMATCH, f"this env speaks protocol {m.PROTOCOL_VERSION}, "
+                                                      f"the agent {msg['protocol']}; use a {m.MAJOR}.x agent")
+        if peer is not None:
+            raise m.ProtocolError(m.NOT_ALLOWED, "this connection already said hello; send bye first")
+        kinds = msg["kinds"]
+        if not all(isinstance(k, str) and k in KINDS for k in kinds) or len(set(kinds)) != len(kinds):
+            raise m.ProtocolError(m.BAD_FIELD, f"hello: kinds must be distinct names among {', '.join(KINDS)}; "
+                                               f"got {kinds!r}")
+        session = self.sessions.setdefault(msg.get("session", "default"), Session(msg.get("session", "default")))
+        for other in session.peers.values():
+            taken = set(kinds) & other.kinds
+            if taken:
+                raise m.ProtocolError(m.KIND_TAKEN, f"kind(s) {', '.join(sorted(taken))} already taken by agent "
+                                                    f"{other.name!r} in session {session.name!r}")
+        peer = Peer(peer_id, msg["agent"], frozenset(kinds), session)
+        self.peers[peer_id] = peer
+        session.peers[peer_id] = peer
+        self._send(peer_id, {"type": "welcome", "protocol": m.PROTOCOL_VERSION, "session": session.name,
+                             "env": self._describe()})
+        if session.held_reset is not None and not self._missing_kinds(session, session.held_reset[1]):
+            holder, reset, _ = session.held_reset
+            session.held_reset = None
+            try:
+                self._start_episode(session, holder, reset)
+            except m.ProtocolError as err:
+                self._send(holder.id, m.error(err, None))
+
+    def _on_reset(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
+        peer = self._registered(peer)
+        session = peer.session
+        if self._missing_kinds(session, msg):
+            session.held_reset = (peer, msg, self.clock() + self.decision_timeout)
+            return
+        self._start_episode(session, peer, msg)
+
+    def _on_join(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
+        peer = self._registered(peer)
+        self._deliver_or_dispatch(peer)
+
+    _on_poll = _on_join
+
+    def _on_act(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
+        peer = self._registered(peer)
+        session = peer.session
+        ep = session.episode
+        decision = ep.sim.pending if ep is not None else None
+        if decision is None or ep.owners.get(decision.kind) is not peer or ep.sent_at is None \
+                or msg["decision"] != ep.decision_id:
+            raise m.ProtocolError(m.STALE_DECISION, f"decision {msg['decision']} is not pending for this agent"
+                                  + (f"; the pending one is {ep.decision_id}" if self._pending_for(peer) else ""))
+        try:
+            ep.sim.step(msg["action"])
+        except InvalidAction as exc:
+            raise m.ProtocolError(m.INVALID_ACTION, str(exc)) from None
+        ep.sent_at = None
+        self._dispatch(session)
+
+    def _on_bye(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
+        if peer is not None:
+            session = peer.session
+            if session.episode is not None and peer in session.episode.owners.values():
+                self._agent_lost(session, peer, "it said bye")
+            del self.peers[peer_id]
+            del session.peers[peer_id]
+            if session.held_reset is not None and session.held_reset[0] is peer:
+                session.held_reset = None
+        self._out.append((peer_id, {"type": "bye"}))
+
+    # ---------------------------------------------------------------- episodes
+    def _start_episode(self, session: Session, controller: Peer, msg: dict[str, Any]) -> None:
+        d = self.defaults
+        seed = msg.get("seed", d["seed"])
+        options = {**d["options"], **msg.get("options", {})}
+        policy = options.pop("policy", d["policy"])
+        try:
+            if policy not in POLICIES:
+                raise HpcgymError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
+            workload = load_workload({**d["workload"], **msg.get("workload", {})}, seed)
+            participants = [p for p in session.peers.values() if p.kinds or p is controller]
+            owners = {kind: p for p in participants for kind in p.kinds}
+            sim = Simulation(workload, sim_config(options, seed), policy=policy, external=owners)
+            reward = get_reward(msg.get("reward", d["reward"]))
+        except HpcgymError as exc:
+            raise m.ProtocolError(m.BAD_REQUEST, str(exc)) from None
+        if session.episode is not None:
+            self._end_episode(session, f"reset by {controller.name!r}")
+        session.episodes += 1
+        session.episode = Episode(session.episodes, sim, owners, participants, reward, msg.get("records", False),
+                                  rewards={p.id: 0.0 for p in participants})
+        for p in participants:
+            p.undelivered = None
+        sim.reset()
+        self._dispatch(session)
+
+    def _dispatch(self, session: Session) -> None:
+        """Advance the episode past every decision nobody needs to be asked about; hand the
+        next one to its owner if it is waiting."""
+        ep = session.episode
+        while ep is not None:
+            decision = ep.sim.pending
+            if decision is None:
+                self._end_episode(session, "completed")
+                return
+            if decision.step != ep.sim_step:
+                ep.sim_step = decision.step
+                session.decisions += 1
+                ep.decision_id = session.decisions
+                ep.ready_since = self.clock()
+                ep.sent_at = None
+            owner = ep.owners.get(decision.kind)
+            if owner is None or decision.kind in ep.fallback:
+                ep.sim.step(decision.default())
+                continue
+            if ep.sent_at is None and owner.waiting_since is not None:
+                self._send(owner.id, self._decision_message(ep, decision, owner))
+                ep.sent_at = self.clock()
+            return
+
+    def _decision_message(self, ep: Episode, decision: Decision, owner: Peer) -> dict[str, Any]:
+        reward = ep.rewards.get(owner.id, 0.0)
+        ep.rewards[owner.id] = 0.0
+        return {"type": "decision", "episode": ep.number, "decision": ep.decision_id, "step": decision.step,
+                "time": decision.time, "kind": decision.kind, "observation": decision.observation,
+                "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": reward}
+
+    def _end_episode(self, session: Session, reason: str) -> None:
+        ep = session.episode
+        session.episode = None
+        result = ep.sim.result() if ep.sim.done else None
+        metrics = dict(result.summary) if result is not None else {}
+        final = ep.reward.end(metrics) if result is not None else 0.0
+        jobs = {k: v.tolist() for k, v in result.jobs.items()} if (ep.records and result is not None) else None
+        for p in ep.participants:
+            end = {"type": "episode_end", "episode": ep.number, "reason": reason, "metrics": metrics,
+                   "reward": ep.rewards.get(p.id, 0.0) + final, "jobs": jobs}
+            if p.id not in self.peers:
+                continue
+            if p.waiting_since is not None:
+                self._send(p.id, end)
+            else:
+                p.undelivered = end
+
+    def _agent_lost(self, session: Session, peer: Peer, why: str) -> None:
+        ep = session.episode
+        if self.on_agent_lost == "end":
+            self._end_episode(session, f"agent {peer.name!r} ({', '.join(sorted(peer.kinds))}) lost: {why}")
+            return
+        ep.fallback |= peer.kinds
+        ep.sent_at = None
+        self._dispatch(session)
+
+    # ---------------------------------------------------------------- helpers
+    def _deliver_or_dispatch(self, peer: Peer) -> None:
+        if peer.undelivered is not None:
+            end, peer.undelivered = peer.undelivered, None
+            self._send(peer.id, end)
+            return
+        session = peer.session
+        ep = session.episode
+        if ep is not None and ep.sim.pending is not None and ep.owners.get(ep.sim.pending.kind) is peer \
+                and ep.sent_at is not None:
+            # it asks again for a decision already sent (e.g. it lost the reply): send it again
+            self._send(peer.id, self._decision_message(ep, ep.sim.pending, peer))
+            return
+        self._dispatch(session)
+
+    def _send(self, peer_id: bytes, msg: dict[str, Any]) -> None:
+        peer = self.peers.get(peer_id)
+        if peer is not None:
+            peer.waiting_since = None
+        self._out.append((peer_id, msg))
+
+    def _flush(self) -> list[Reply]:
+        out, self._out = self._out, []
+        return out
+
+    def _registered(self, peer: Peer | None) -> Peer:
+        if peer is None:
+            raise m.ProtocolError(m.NOT_ALLOWED, "say hello first (protocol version, agent name, kinds)")
+        return peer
+
+    def _pending_for(self, peer: Peer | None) -> dict[str, Any] | None:
+        """The decision still standing for this peer, repeated in error replies."""
+        if peer is None:
+            return None
+        ep = peer.session.episode
+        if ep is None or ep.sim.pending is None or ep.sent_at is None or ep.owners.get(ep.sim.pending.kind) is not peer:
+            return None
+        return {"decision": ep.decision_id, "kind": ep.sim.pending.kind, "time": ep.sim.pending.time,
+                "candidates": ep.sim.pending.candidates, "can_wait": ep.sim.pending.can_wait}
+
+    def _missing_kinds(self, session: Session, reset: dict[str, Any]) -> set[str]:
+        taken = {k for p in session.peers.values() for k in p.kinds}
+        return set(reset.get("require", [])) - taken
+
+    def _describe(self) -> dict[str, Any]:
+        return {"kinds": list(KINDS), "policies": list(POLICIES),
+                "rewards": {name: r.description for name, r in REWARDS.items()},
+                "defaults": _plain(self.defaults),
+                "limits": {"max_message_bytes": MAX_MESSAGE_BYTES, "heartbeat_s": self.heartbeat,
+                           "decision_timeout_s": self.decision_timeout},
+                "on_agent_lost": self.on_agent_lost}
+
+
+def _plain(value: Any) -> Any:
+    """Only msgpack-friendly values (paths become strings)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)

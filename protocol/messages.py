@@ -1,0 +1,127 @@
+"""Message types of the step/act protocol and their validation (PROTOCOL.md, sections 4-6).
+
+Every message is a map with a string `type`. `validate(message)` checks a decoded message
+against the table of its type and raises `ProtocolError` naming the first problem, so a peer
+always learns exactly what was wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PROTOCOL_VERSION = "1.0"
+MAJOR = PROTOCOL_VERSION.split(".")[0]
+
+# Error codes (PROTOCOL.md section 6). Only version_mismatch and shutdown are not recoverable.
+BAD_MESSAGE = "bad_message"          # not msgpack, not a map, no string `type`
+UNKNOWN_TYPE = "unknown_type"
+BAD_FIELD = "bad_field"              # a field is missing, of the wrong type or out of range
+TOO_LARGE = "too_large"
+VERSION_MISMATCH = "version_mismatch"
+NOT_ALLOWED = "not_allowed"          # valid message, wrong moment (e.g. act before hello)
+STALE_DECISION = "stale_decision"    # act for a decision that is not pending (old, repeated)
+INVALID_ACTION = "invalid_action"    # the action does not fit the pending decision
+BAD_REQUEST = "bad_request"          # reset/join asks for something impossible (bad trace, option)
+KIND_TAKEN = "kind_taken"
+SHUTDOWN = "shutdown"
+INTERNAL = "internal"
+
+ERROR_CODES = (BAD_MESSAGE, UNKNOWN_TYPE, BAD_FIELD, TOO_LARGE, VERSION_MISMATCH, NOT_ALLOWED,
+               STALE_DECISION, INVALID_ACTION, BAD_REQUEST, KIND_TAKEN, SHUTDOWN, INTERNAL)
+UNRECOVERABLE = frozenset({VERSION_MISMATCH, SHUTDOWN})
+
+
+class ProtocolError(Exception):
+    """A request the env refuses; becomes an `error` reply."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+    @property
+    def recoverable(self) -> bool:
+        return self.code not in UNRECOVERABLE
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    types: tuple[type, ...]
+    required: bool = True
+
+
+def _int(name: str, required: bool = True) -> Field:
+    return Field(name, (int,), required)
+
+
+def _str(name: str, required: bool = True) -> Field:
+    return Field(name, (str,), required)
+
+
+NIL = type(None)
+
+#: Requests an agent sends, with their fields.
+REQUESTS: dict[str, tuple[Field, ...]] = {
+    "hello": (_str("protocol"), _str("agent"), Field("kinds", (list,)), _str("session", False)),
+    "reset": (Field("workload", (dict,), False), _int("seed", False), Field("options", (dict,), False),
+              _str("reward", False), Field("require", (list,), False), Field("records", (bool,), False)),
+    "join": (),
+    "poll": (),
+    "act": (_int("decision"), Field("action", (int, list, bool, NIL))),
+    "bye": (),
+}
+
+#: Replies the env sends (documented and checked by the conformance vectors and the checkers).
+REPLIES: dict[str, tuple[Field, ...]] = {
+    "welcome": (_str("protocol"), _str("session"), Field("env", (dict,))),
+    "decision": (_int("episode"), _int("decision"), _int("step"), _int("time"), _str("kind"),
+                 Field("observation", (dict,)), Field("candidates", (list,)), Field("can_wait", (bool,)),
+                 Field("reward", (float, int))),
+    "pending": (_int("episode", False),),
+    "episode_end": (_int("episode"), _str("reason"), Field("metrics", (dict,)), Field("reward", (float, int)),
+                    Field("jobs", (dict, NIL), False)),
+    "error": (_str("code"), _str("message"), Field("recoverable", (bool,)), Field("pending", (dict, NIL))),
+    "bye": (),
+}
+
+
+def validate(message: Any, table: dict[str, tuple[Field, ...]] = REQUESTS) -> dict[str, Any]:
+    """Check a decoded message against `table`; return it, or raise ProtocolError."""
+    if not isinstance(message, dict):
+        raise ProtocolError(BAD_MESSAGE, f"a message must be a map, got {type(message).__name__}")
+    kind = message.get("type")
+    if not isinstance(kind, str):
+        raise ProtocolError(BAD_MESSAGE, "a message needs a string field 'type'")
+    fields = table.get(kind)
+    if fields is None:
+        raise ProtocolError(UNKNOWN_TYPE, f"unknown message type {kind!r}; expected one of {', '.join(table)}")
+    for f in fields:
+        if f.name not in message:
+            if f.required:
+                raise ProtocolError(BAD_FIELD, f"{kind}: missing field {f.name!r}")
+            continue
+        value = message[f.name]
+        if isinstance(value, bool) and bool not in f.types:
+            ok = False
+        else:
+            ok = isinstance(value, f.types)
+        if not ok:
+            wanted = " or ".join("nil" if t is NIL else t.__name__ for t in f.types)
+            raise ProtocolError(BAD_FIELD, f"{kind}: field {f.name!r} must be {wanted}, got {_describe(value)}")
+    known = {f.name for f in fields} | {"type"}
+    extra = sorted(str(k) for k in message if k not in known)
+    if extra:
+        raise ProtocolError(BAD_FIELD, f"{kind}: unknown field(s) {', '.join(extra)}")
+    return message
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
+def error(err: ProtocolError, pending: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"type": "error", "code": err.code, "message": err.message, "recoverable": err.recoverable,
+            "pending": pending}
