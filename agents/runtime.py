@@ -1,0 +1,122 @@
+"""The agent runtime: connect an `Agent` to an env and serve its decisions.
+
+One DEALER socket, strict request/reply: hello, then reset (the controlling agent) or join,
+then act on each decision until the episode ends. Every wait is bounded: an env that is not
+there, or stops answering, raises `EnvUnreachable` after the timeout instead of hanging.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+
+from ..environment.decisions import Decision
+from ..environment.errors import HpcgymError
+from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
+from ..protocol.messages import PROTOCOL_VERSION, REPLIES, validate
+from .base import Agent, PriorityAgent
+from .heuristics import POLICIES
+
+
+class EnvUnreachable(HpcgymError):
+    """The env did not answer in time."""
+
+
+class EnvRefused(HpcgymError):
+    """The env answered with an error this agent cannot recover from."""
+
+
+class Connection:
+    """A DEALER socket speaking the protocol's envelope, with a timeout on every reply."""
+
+    def __init__(self, address: str, timeout: float = 10.0, curve: tuple[bytes, bytes, bytes] | None = None) -> None:
+        self.address, self.timeout = address, timeout
+        self._ctx = zmq.Context.instance()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES + 1024)
+        if curve is not None:
+            self._sock.curve_serverkey, self._sock.curve_publickey, self._sock.curve_secretkey = curve
+        self._sock.connect(address)
+
+    def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        self._sock.send_multipart([b"", encode(message)])
+        if not self._sock.poll(int(self.timeout * 1000)):
+            raise EnvUnreachable(f"the env at {self.address} did not answer within {self.timeout:g} s; "
+                                 "is `hpcgym env` running there (and are the CURVE keys right)?")
+        frames = self._sock.recv_multipart()
+        return validate(decode(frames[-1]), REPLIES)
+
+    def close(self) -> None:
+        self._sock.close(0)
+
+
+@dataclass
+class AgentRun:
+    """What an agent saw: one summary per finished episode."""
+
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+    decisions: int = 0
+
+
+def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str = "default",
+              reset: dict[str, Any] | None = None, episodes: int = 1, timeout: float = 10.0,
+              curve: tuple[bytes, bytes, bytes] | None = None) -> AgentRun:
+    """Serve `agent` for `episodes` episodes. With `reset` (a reset message's fields) this agent
+    starts each episode; without, it joins the episodes others start."""
+    conn = Connection(address, timeout, curve)
+    run = AgentRun()
+    try:
+        _expect(conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": name,
+                              "kinds": list(agent.kinds), "session": session}), "welcome")
+        for _ in range(episodes):
+            reply = conn.request({"type": "reset", **reset} if reset is not None else {"type": "join"})
+            while True:
+                kind = _expect(reply, "decision", "pending", "episode_end")
+                if kind == "pending":
+                    reply = conn.request({"type": "poll"})
+                elif kind == "decision":
+                    if reply["reward"]:
+                        agent.on_reward(float(reply["reward"]))
+                    run.decisions += 1
+                    action = agent.act(Decision.from_message(reply))
+                    reply = conn.request({"type": "act", "decision": reply["decision"], "action": action})
+                else:
+                    agent.on_reward(float(reply["reward"]))
+                    agent.on_episode_end(reply["metrics"])
+                    run.episodes.append(reply)
+                    break
+        conn.request({"type": "bye"})
+    finally:
+        conn.close()
+    return run
+
+
+def _expect(reply: dict[str, Any], *types: str) -> str:
+    if reply["type"] == "error":
+        raise EnvRefused(f"the env refused: {reply['code']}: {reply['message']}")
+    if reply["type"] not in types:
+        raise EnvRefused(f"unexpected reply {reply['type']!r}; expected {' or '.join(types)}")
+    return reply["type"]
+
+
+def load_agent(spec: str, **kwargs: Any) -> Agent:
+    """An agent by built-in name (a priority policy such as `sjf`) or as `module:Class`."""
+    if spec.lower() in POLICIES:
+        return PriorityAgent(spec.lower(), **kwargs)
+    module_name, _, class_name = spec.partition(":")
+    if not class_name:
+        raise HpcgymError(f"unknown agent {spec!r}: use a built-in name ({', '.join(POLICIES)}) or module:Class")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise HpcgymError(f"cannot load agent {spec!r}: {exc}") from None
+    return cls(**kwargs)
+
+
+def agent_name(spec: str) -> str:
+    return f"{spec}@{os.getpid()}"

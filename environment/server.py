@@ -1,0 +1,114 @@
+"""The env server process: one ZeroMQ ROUTER socket in front of an `EnvService`.
+
+Agents connect with DEALER (sending an empty delimiter frame before the body) or REQ (which
+adds it). Replies go back with the same envelope. SIGINT and SIGTERM end the current episodes
+with reason "shutdown", answer every waiting agent, close the socket and remove an ipc file.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+from ..protocol.codec import MAX_MESSAGE_BYTES
+from .errors import ConfigError
+from .service import EnvService
+
+LOOPBACK_PREFIXES = ("tcp://127.", "tcp://localhost:", "tcp://[::1]:", "ipc://", "inproc://")
+
+
+class CurveKeys:
+    """CURVE authentication: the server's key pair and the agent public keys it accepts."""
+
+    def __init__(self, server_public: bytes, server_secret: bytes, allowed: list[bytes]) -> None:
+        self.server_public, self.server_secret, self.allowed = server_public, server_secret, allowed
+
+
+def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, allow_remote: bool = False,
+          ready: Any = None) -> None:
+    """Serve until SIGINT/SIGTERM (or `service.stop` is set). `ready` (an Event) is set once bound."""
+    if not bind.startswith(LOOPBACK_PREFIXES) and not allow_remote:
+        raise ConfigError(f"{bind} is not a loopback address: listening for other hosts is an explicit choice "
+                          "(--allow-remote), best with CURVE keys (--curve-secret, --curve-allow)")
+    ctx = zmq.Context()
+    auth = None
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 500)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES + 1024)
+    sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+    if curve is not None:
+        from zmq.auth.thread import ThreadAuthenticator
+
+        auth = ThreadAuthenticator(ctx)
+        auth.start()
+        auth.configure_curve_callback(domain="*", credentials_provider=_AllowList(curve.allowed))
+        sock.curve_server = True
+        sock.curve_publickey = curve.server_public
+        sock.curve_secretkey = curve.server_secret
+    try:
+        sock.bind(bind)
+    except zmq.ZMQError as exc:
+        sock.close(0)
+        if auth is not None:
+            auth.stop()
+        ctx.term()
+        raise ConfigError(f"cannot bind {bind}: {exc}") from None
+    stopping = []
+    previous = {sig: signal.signal(sig, lambda *_: stopping.append(sig)) for sig in (signal.SIGINT, signal.SIGTERM)} \
+        if _main_thread() else {}
+    envelopes: dict[bytes, bool] = {}  # peer -> replies need the empty delimiter frame
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    if ready is not None:
+        ready.set()
+    timeout_ms = max(10, int(service.heartbeat * 1000 / 4))
+    try:
+        while not stopping and not getattr(service, "stop", False):
+            if poller.poll(timeout_ms):
+                while True:
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    peer, rest = frames[0], frames[1:]
+                    delimited = len(rest) >= 2 and rest[0] == b""
+                    envelopes[peer] = delimited
+                    body = rest[1] if delimited and len(rest) == 2 else (rest[0] if len(rest) == 1 else b"\xc1")
+                    _send_all(sock, envelopes, service.handle(peer, body))
+            _send_all(sock, envelopes, service.tick())
+        _send_all(sock, envelopes, service.shutdown("the env received a stop signal"))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sock.close()
+        if auth is not None:
+            auth.stop()
+        ctx.term()
+        if bind.startswith("ipc://"):
+            Path(bind[len("ipc://"):]).unlink(missing_ok=True)
+
+
+def _send_all(sock: zmq.Socket, envelopes: dict[bytes, bool], replies: list[tuple[bytes, bytes]]) -> None:
+    for peer, data in replies:
+        frames = [peer, b"", data] if envelopes.get(peer, True) else [peer, data]
+        try:
+            sock.send_multipart(frames, zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # the peer is gone or its queue is full: its timeout will tell it
+
+
+class _AllowList:
+    def __init__(self, allowed: list[bytes]) -> None:
+        self.allowed = set(allowed)
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        return key in self.allowed
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
