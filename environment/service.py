@@ -203,11 +203,15 @@ class EnvService:
             session = peer.session
             if session.episode is not None and peer in session.episode.owners.values():
                 self._agent_lost(session, peer, "it said bye")
-            del self.peers[peer_id]
-            del session.peers[peer_id]
-            if session.held_reset is not None and session.held_reset[0] is peer:
-                session.held_reset = None
+            self._forget(peer)
         self._out.append((peer_id, {"type": "bye"}))
+
+    def _forget(self, peer: Peer) -> None:
+        """Unregister a peer, freeing its kinds; a later request from it must say hello again."""
+        self.peers.pop(peer.id, None)
+        peer.session.peers.pop(peer.id, None)
+        if peer.session.held_reset is not None and peer.session.held_reset[0] is peer:
+            peer.session.held_reset = None
 
     # ---------------------------------------------------------------- episodes
     def _start_episode(self, session: Session, controller: Peer, msg: dict[str, Any]) -> None:
@@ -284,12 +288,14 @@ class EnvService:
                 p.undelivered = end
 
     def _agent_lost(self, session: Session, peer: Peer, why: str) -> None:
-        ep = session.episode
+        """An agent stopped answering or left mid-episode: fall back or end, then forget it."""
         if self.on_agent_lost == "end":
             self._end_episode(session, f"agent {peer.name!r} ({', '.join(sorted(peer.kinds))}) lost: {why}")
+            self._forget(peer)
             return
-        ep.fallback |= peer.kinds
-        ep.sent_at = None
+        session.episode.fallback |= peer.kinds
+        session.episode.sent_at = None
+        self._forget(peer)
         self._dispatch(session)
 
     # ---------------------------------------------------------------- helpers
