@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,7 @@ import zmq
 from ..environment.decisions import Decision
 from ..environment.errors import HpcgymError
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
-from ..protocol.messages import PROTOCOL_VERSION, REPLIES, validate
+from ..protocol.messages import PROTOCOL_VERSION, REPLIES, ProtocolError, validate
 from .base import Agent, PriorityAgent
 from .heuristics import POLICIES
 
@@ -49,7 +50,10 @@ class Connection:
             raise EnvUnreachable(f"the env at {self.address} did not answer within {self.timeout:g} s; "
                                  "is `hpcgym env` running there (and are the CURVE keys right)?")
         frames = self._sock.recv_multipart()
-        return validate(decode(frames[-1]), REPLIES)
+        try:
+            return validate(_known_fields(decode(frames[-1])), REPLIES)
+        except ProtocolError as exc:  # an HpcgymError, so the CLI prints one line, not a traceback
+            raise EnvRefused(f"the env at {self.address} sent a malformed reply: {exc.message}") from None
 
     def close(self) -> None:
         self._sock.close(0)
@@ -90,10 +94,22 @@ def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str =
                     agent.on_episode_end(reply["metrics"])
                     run.episodes.append(reply)
                     break
-        conn.request({"type": "bye"})
+        try:
+            conn.request({"type": "bye"})
+        except EnvUnreachable:
+            pass  # every episode is over; an env that shut down (and ended them) cannot answer bye
     finally:
         conn.close()
     return run
+
+
+def _known_fields(reply: Any) -> Any:
+    """Drop reply fields this version does not know: PROTOCOL.md section 8 says a reader MUST
+    ignore them (a 1.x env may add some), while `validate` refuses unknown fields."""
+    if isinstance(reply, dict) and reply.get("type") in REPLIES:
+        known = {f.name for f in REPLIES[reply["type"]]} | {"type"}
+        return {k: v for k, v in reply.items() if k in known}
+    return reply
 
 
 def _expect(reply: dict[str, Any], *types: str) -> str:
@@ -111,6 +127,10 @@ def load_agent(spec: str, **kwargs: Any) -> Agent:
     module_name, _, class_name = spec.partition(":")
     if not class_name:
         raise HpcgymError(f"unknown agent {spec!r}: use a built-in name ({', '.join(POLICIES)}) or module:Class")
+    # `hpcgym agent mymodule:MyAgent` runs from a console script, whose sys.path holds the
+    # script's folder, not the working directory: look there too, as `python -m` would.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:

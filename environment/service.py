@@ -37,7 +37,7 @@ class Peer:
     kinds: frozenset[str]
     session: Session
     waiting_since: float | None = None      # time of its unanswered request
-    undelivered: dict[str, Any] | None = None  # an episode end it has not received yet
+    undelivered: dict[str, Any] | None = None  # an episode end (or a refused held reset) it has not received yet
 
 
 @dataclass(eq=False)
@@ -82,6 +82,9 @@ class EnvService:
         self.clock = clock
         self.sessions: dict[str, Session] = {}
         self.peers: dict[bytes, Peer] = {}
+        # Peers forgotten because they were lost (timed out, or left mid-episode), with why: a late
+        # `act` from one of them is a stale decision (PROTOCOL.md section 7), not an unknown peer.
+        self.lost: dict[bytes, str] = {}
         self._out: list[Reply] = []
 
     # ---------------------------------------------------------------- entry points
@@ -111,7 +114,9 @@ class EnvService:
             held = session.held_reset
             if held is not None and now > held[2]:
                 session.held_reset = None
-                self._send(held[0].id, m.error(m.ProtocolError(
+                # The holder may be between a `pending` and its next poll: then the refusal waits
+                # for that poll instead of going out as a reply to no request.
+                self._reply_or_keep(held[0], m.error(m.ProtocolError(
                     m.BAD_REQUEST, f"required kinds not taken within {self.decision_timeout:g} s: "
                                    f"{', '.join(sorted(self._missing_kinds(session, held[1])))}"), None))
             ep = session.episode
@@ -156,6 +161,7 @@ class EnvService:
                 raise m.ProtocolError(m.KIND_TAKEN, f"kind(s) {', '.join(sorted(taken))} already taken by agent "
                                                     f"{other.name!r} in session {session.name!r}")
         peer = Peer(peer_id, msg["agent"], frozenset(kinds), session)
+        self.lost.pop(peer_id, None)
         self.peers[peer_id] = peer
         session.peers[peer_id] = peer
         self._send(peer_id, {"type": "welcome", "protocol": m.PROTOCOL_VERSION, "session": session.name,
@@ -166,11 +172,20 @@ class EnvService:
             try:
                 self._start_episode(session, holder, reset)
             except m.ProtocolError as err:
-                self._send(holder.id, m.error(err, None))
+                self._reply_or_keep(holder, m.error(err, None))  # never a reply to no request
 
     def _on_reset(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
         peer = self._registered(peer)
         session = peer.session
+        # Check `require` now: a non-string entry used to crash tick() (sorting/joining the missing
+        # kinds) when the held reset timed out, and an unknown kind can never be taken.
+        for kind in msg.get("require", []):
+            if not isinstance(kind, str):
+                raise m.ProtocolError(m.BAD_FIELD, "reset: field 'require' must hold kind names, "
+                                                   f"got {m._describe(kind)}")
+            if kind not in KINDS:
+                raise m.ProtocolError(m.BAD_REQUEST, f"reset: unknown kind {kind!r} in 'require'; "
+                                                     f"use {', '.join(KINDS)}")
         if self._missing_kinds(session, msg):
             session.held_reset = (peer, msg, self.clock() + self.decision_timeout)
             return
@@ -183,6 +198,10 @@ class EnvService:
     _on_poll = _on_join
 
     def _on_act(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
+        if peer is None and peer_id in self.lost:
+            raise m.ProtocolError(m.STALE_DECISION, f"decision {msg['decision']} is not pending for this agent: it was "
+                                                    f"lost ({self.lost[peer_id]}) and its kinds were freed; say hello "
+                                                    "again to take part in later episodes")
         peer = self._registered(peer)
         session = peer.session
         ep = session.episode
@@ -202,6 +221,8 @@ class EnvService:
         if peer is not None:
             session = peer.session
             if session.episode is not None and peer in session.episode.owners.values():
+                # Its one reply is `bye`: with on_agent_lost "end" the episode end must not go to it too.
+                peer.waiting_since = None
                 self._agent_lost(session, peer, "it said bye")
             self._forget(peer)
         self._out.append((peer_id, {"type": "bye"}))
@@ -220,7 +241,7 @@ class EnvService:
         options = {**d["options"], **msg.get("options", {})}
         policy = options.pop("policy", d["policy"])
         try:
-            if policy not in POLICIES:
+            if not isinstance(policy, str) or policy not in POLICIES:  # a list here was an `internal` TypeError
                 raise HpcgymError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
             workload = load_workload({**d["workload"], **msg.get("workload", {})}, seed)
             participants = [p for p in session.peers.values() if p.kinds or p is controller]
@@ -234,8 +255,10 @@ class EnvService:
         session.episodes += 1
         session.episode = Episode(session.episodes, sim, owners, participants, reward, msg.get("records", False),
                                   rewards={p.id: 0.0 for p in participants})
-        for p in participants:
-            p.undelivered = None
+        # Only the controller's unfetched end is dropped (it started a new episode, so it knows); the
+        # others still get theirs with their next join/poll, before the new episode's decisions
+        # (clearing every participant's lost the end for an agent between `pending` and its poll).
+        controller.undelivered = None
         sim.reset()
         self._dispatch(session)
 
@@ -289,6 +312,7 @@ class EnvService:
 
     def _agent_lost(self, session: Session, peer: Peer, why: str) -> None:
         """An agent stopped answering or left mid-episode: fall back or end, then forget it."""
+        self.lost[peer.id] = why
         if self.on_agent_lost == "end":
             self._end_episode(session, f"agent {peer.name!r} ({', '.join(sorted(peer.kinds))}) lost: {why}")
             self._forget(peer)
@@ -312,6 +336,13 @@ class EnvService:
             self._send(peer.id, self._decision_message(ep, ep.sim.pending, peer))
             return
         self._dispatch(session)
+
+    def _reply_or_keep(self, peer: Peer, msg: dict[str, Any]) -> None:
+        """Answer `peer` now if it has a request waiting, else on its next join/poll."""
+        if peer.waiting_since is not None:
+            self._send(peer.id, msg)
+        else:
+            peer.undelivered = msg
 
     def _send(self, peer_id: bytes, msg: dict[str, Any]) -> None:
         peer = self.peers.get(peer_id)

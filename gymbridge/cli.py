@@ -21,6 +21,7 @@ from ..environment.simulator import simulate
 from ..environment.spec import DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload
 from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload
+from .protocol_commands import protocol as protocol_group
 
 SUMMARY_LABELS = [
     ("jobs", "jobs", "{:d}"),
@@ -50,6 +51,9 @@ class HpcgymGroup(click.Group):
 @click.version_option(package_name="hpcgym")
 def main() -> None:
     """hpcgym: simulate HPC batch scheduling and compare policies on identical job sequences."""
+
+
+main.add_command(protocol_group)
 
 
 def _estimate(ctx: click.Context, param: click.Parameter, value: str) -> EstimateSpec:

@@ -32,9 +32,16 @@ def decode(data: bytes) -> Any:
         return msgpack.unpackb(
             data, raw=False, strict_map_key=True,
             max_str_len=MAX_STRING, max_bin_len=MAX_STRING, max_array_len=MAX_CONTAINER,
-            max_map_len=MAX_CONTAINER, max_ext_len=0,
+            max_map_len=MAX_CONTAINER, max_ext_len=0, ext_hook=_refuse_ext,
         )
     except msgpack.ExtraData:
         raise ProtocolError(BAD_MESSAGE, "trailing bytes after the message; send exactly one msgpack value") from None
     except (ValueError, msgpack.UnpackException, TypeError) as exc:
-        raise ProtocolError(BAD_MESSAGE, f"not a valid msgpack message ({exc})") from None
+        if "exceeds max_" in str(exc) and "max_ext_len" not in str(exc):
+            raise ProtocolError(TOO_LARGE, f"a string or container exceeds the limits of {MAX_STRING:,} "
+                                           f"bytes / {MAX_CONTAINER:,} entries ({exc})") from None
+        raise ProtocolError(BAD_MESSAGE, f"not a valid msgpack message ({exc or 'reserved byte'})") from None
+
+
+def _refuse_ext(code: int, data: bytes) -> None:
+    raise ValueError(f"ext type {code} is not used by the protocol")

@@ -1,0 +1,844 @@
+"""Conformance checkers for other implementations of the step/act protocol (PROTOCOL.md).
+
+    hpcgym protocol check-env tcp://127.0.0.1:5555
+    hpcgym protocol check-agent "hpcgym agent sjf --connect {addr}"
+
+`check_env(address)` connects to a running env as a client and plays a scripted session:
+hello (and a hello of another major version), a reset, decisions answered with candidate job
+ids, and wrong things (a stale decision id, a job that is not a candidate, wrong action types,
+unknown types, bytes that are not msgpack); every reply must validate against the reply table,
+every error must carry the documented code and repeat the decision still standing, and the
+episode must end with the documented metrics.
+
+`check_agent(command)` serves a small generated workload from an in-process env (the Python
+reference, `EnvService` behind `serve` on an ipc:// path), starts the agent command with the
+address in place of ``{addr}``, records every request and reply, and checks the agent's side:
+hello first, only valid requests, one request at a time, decision ids echoed, actions naming
+candidates of the pending decision, poll after `pending`, the episode finished, bye, exit 0.
+
+Both return a list of `Check` (name, passed, detail); neither raises for a misbehaving peer.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from .codec import MAX_MESSAGE_BYTES, decode, encode
+from .messages import KIND_TAKEN, MAJOR, PROTOCOL_VERSION, REPLIES, REQUESTS, ProtocolError, validate
+
+KINDS = ("select", "inspect", "backfill", "kill")
+METRICS_KEYS = ("jobs", "mean_wait", "max_wait", "mean_response", "mean_slowdown", "mean_bsld", "max_bsld",
+                "utilization", "makespan", "kills", "lost_work", "walltime_killed")
+JOB_COLUMNS = ("job_id", "submit", "start", "end", "wait", "run", "size", "requested", "response", "slowdown",
+               "bsld", "kills", "rejections", "lost_work", "walltime_killed")
+OBSERVATION_KEYS = ("time", "procs", "free", "queue_length", "queue", "running", "context")
+QUEUE_COLUMNS = ("id", "submit", "size", "requested", "estimate", "wait", "rejections", "user")
+RUNNING_COLUMNS = ("id", "start", "size", "requested", "estimated_end")
+ENV_KEYS = ("kinds", "policies", "rewards", "defaults", "limits", "on_agent_lost")
+LIMIT_KEYS = ("max_message_bytes", "heartbeat_s", "decision_timeout_s")
+PENDING_KEYS = ("decision", "kind", "time", "candidates", "can_wait")
+
+#: The workload check_env asks for: a short window of the env's default workload.
+DEFAULT_ENV_WORKLOAD: dict[str, Any] = {"jobs": 24}
+#: The workload check_agent's env serves by default (generated, so no file is needed).
+DEFAULT_AGENT_WORKLOAD: dict[str, Any] = {"generate_jobs": 64, "procs": 64}
+CONTROLLER_ID = b"hpcgym-conformance-controller"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    detail: str = ""
+
+    def line(self) -> str:
+        return f"{'PASS' if self.passed else 'FAIL'} {self.name}: {self.detail}"
+
+
+def validate_reply(message: Any, strict: bool = True) -> dict[str, Any]:
+    """`messages.validate` against REPLIES. With `strict` false, reply fields the table does not
+    know are ignored first, as section 8 asks of readers talking to a newer minor version."""
+    if not strict and isinstance(message, dict) and message.get("type") in REPLIES:
+        known = {f.name for f in REPLIES[message["type"]]} | {"type"}
+        message = {k: v for k, v in message.items() if k in known}
+    return validate(message, REPLIES)
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# =========================================================================== check_env
+class _Abort(Exception):
+    """The env stopped answering: the remaining checks cannot run."""
+
+
+class _Client:
+    """One socket to the env (DEALER with the empty delimiter, by default)."""
+
+    def __init__(self, ctx: zmq.Context, address: str, timeout: float, socket_type: int = zmq.DEALER) -> None:
+        self.timeout, self.socket_type = timeout, socket_type
+        self.sock = ctx.socket(socket_type)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES + 1024)
+        self.sock.connect(address)
+
+    def send(self, body: bytes | dict[str, Any], *, delimiter: bool = True) -> None:
+        data = body if isinstance(body, bytes) else encode(body)
+        if self.socket_type == zmq.REQ:
+            self.sock.send(data)
+        else:
+            self.sock.send_multipart([b"", data] if delimiter else [data])
+
+    def recv(self) -> list[bytes] | None:
+        if not self.sock.poll(int(self.timeout * 1000)):
+            return None
+        return self.sock.recv_multipart()
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+class _EnvChecker:
+    def __init__(self, address: str, timeout: float, workload: dict[str, Any] | None, max_decisions: int) -> None:
+        self.address, self.timeout = address, timeout
+        self.workload = dict(DEFAULT_ENV_WORKLOAD if workload is None else workload)
+        self.max_decisions = max_decisions
+        self.results: list[Check] = []
+        self.replies = 0
+        self.bad_replies: list[str] = []
+        self.strict = True
+        self.reward: str | None = None
+        self.seen_ids: set[int] = set()
+        self.session = f"conformance-{os.getpid()}-{secrets.token_hex(3)}"
+        self.ctx = zmq.Context()
+        self.clients: list[_Client] = []
+
+    # ------------------------------------------------------------------ plumbing
+    def check(self, name: str, passed: bool, detail: str = "") -> bool:
+        self.results.append(Check(name, bool(passed), detail))
+        return bool(passed)
+
+    def client(self, socket_type: int = zmq.DEALER) -> _Client:
+        c = _Client(self.ctx, self.address, self.timeout, socket_type)
+        self.clients.append(c)
+        return c
+
+    def ask(self, c: _Client, body: bytes | dict[str, Any], what: str, *, delimiter: bool = True) -> dict[str, Any]:
+        """Send one request, return its reply (checked against the reply table)."""
+        c.send(body, delimiter=delimiter)
+        frames = c.recv()
+        if frames is None:
+            self.check(f"answers:{what}", False, f"no reply within {self.timeout:g} s; stopping")
+            raise _Abort
+        return self.parse(frames[-1], what)
+
+    def parse(self, data: bytes, what: str) -> dict[str, Any]:
+        self.replies += 1
+        try:
+            msg = decode(data)
+        except ProtocolError as err:
+            self.bad_replies.append(f"reply to {what}: {err}")
+            self.check(f"answers:{what}", False, f"the reply is not a msgpack map ({err}); stopping")
+            raise _Abort from None
+        try:
+            validate_reply(msg, self.strict)
+        except ProtocolError as err:
+            self.bad_replies.append(f"reply to {what}: {err.code}: {err.message}")
+            if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+                self.check(f"answers:{what}", False, f"unusable reply {_short(msg)}; stopping")
+                raise _Abort from None
+        return msg
+
+    def settle(self, c: _Client, reply: dict[str, Any], what: str) -> dict[str, Any]:
+        """Poll while the env answers `pending` (within the time-out)."""
+        deadline = time.monotonic() + self.timeout
+        while reply.get("type") == "pending" and time.monotonic() < deadline:
+            reply = self.ask(c, {"type": "poll"}, f"poll after {what}")
+        return reply
+
+    def expect_error(self, name: str, reply: dict[str, Any], code: str, standing: dict[str, Any] | None,
+                     *, recoverable: bool = True) -> bool:
+        """An error reply with `code`, `recoverable` and `pending` repeating `standing`."""
+        if reply.get("type") != "error":
+            return self.check(name, False, f"expected error {code}, got {_short(reply)}")
+        problems = []
+        if reply.get("code") != code:
+            problems.append(f"code {reply.get('code')!r}, expected {code!r}")
+        if reply.get("recoverable") is not recoverable:
+            problems.append(f"recoverable {reply.get('recoverable')!r}, expected {recoverable}")
+        pending = reply.get("pending")
+        if standing is None:
+            if pending is not None:
+                problems.append(f"pending {_short(pending)}, expected nil (nothing stands)")
+        else:
+            want = {k: standing[k] for k in PENDING_KEYS}
+            got = {k: pending.get(k) for k in PENDING_KEYS} if isinstance(pending, dict) else pending
+            if got != want:
+                problems.append(f"pending {_short(got)}, expected the standing decision {_short(want)}")
+        detail = "; ".join(problems) if problems else (
+            f"{code}, recoverable={recoverable}, pending={'nil' if standing is None else standing['decision']}")
+        return self.check(name, not problems, detail)
+
+    # ------------------------------------------------------------------ the script
+    def run(self) -> list[Check]:
+        try:
+            self.script()
+        except _Abort:
+            pass
+        except zmq.ZMQError as exc:
+            self.check("transport", False, f"ZeroMQ error: {exc}")
+        except Exception as exc:  # a reply shaped so oddly that the script cannot go on
+            self.check("script", False, f"the checker could not go on: {type(exc).__name__}: {exc}")
+        finally:
+            self.check("replies_valid", not self.bad_replies,
+                       f"{self.replies} replies checked against the reply table"
+                       + (f"; {len(self.bad_replies)} invalid, first: {self.bad_replies[0]}"
+                          if self.bad_replies else ""))
+            for c in self.clients:
+                c.close()
+            self.ctx.term()
+        return self.results
+
+    def hello(self, name: str = "conformance", kinds: Sequence[str] = ("select",)) -> dict[str, Any]:
+        return {"type": "hello", "protocol": PROTOCOL_VERSION, "agent": name, "kinds": list(kinds),
+                "session": self.session}
+
+    def script(self) -> None:
+        a = self.client()
+        # -------- before hello
+        r = self.ask(a, {"type": "poll"}, "poll before hello")
+        self.expect_error("hello_required", r, "not_allowed", None)
+        # -------- another major version, on its own connection
+        b = self.client()
+        r = self.ask(b, {**self.hello("conformance-v99"), "protocol": "99.0"}, "hello 99.0")
+        self.expect_error("version_mismatch", r, "version_mismatch", None, recoverable=False)
+        # -------- hello
+        r = self.ask(a, self.hello(), "hello")
+        if not self.check_welcome(r):
+            return
+        r = self.ask(a, self.hello(), "second hello")
+        self.expect_error("hello_twice", r, "not_allowed", None)
+        c = self.client()
+        r = self.ask(c, self.hello("conformance-rival"), "hello for a taken kind")
+        self.expect_error("kind_taken", r, KIND_TAKEN, None)
+        # -------- a reset the env cannot do
+        r = self.ask(a, {"type": "reset", "options": {"no_such_option": 1}}, "reset with an unknown option")
+        if self.expect_error("reset_bad_request", r, "bad_request", None):
+            self.check("bad_request_names_key", "no_such_option" in str(r.get("message")),
+                       f"message: {_short(r.get('message'))}")
+        # -------- episode 1: the first decision and wrong answers to it
+        r = self.settle(a, self.ask(a, {"type": "reset", "seed": 1, "workload": self.workload}, "reset"), "reset")
+        if not self.check("reset_decision", r.get("type") == "decision" and r.get("kind") == "select",
+                          f"the reply to reset is {r.get('type')} {r.get('kind', '')} "
+                          f"(episode {r.get('episode')}, decision {r.get('decision')})"):
+            return
+        first_episode = r.get("episode")
+        self.seen_ids.add(r["decision"])
+        self.check_decision_shape(r)
+        d = r
+        r = self.ask(a, {"type": "poll"}, "poll while a decision is pending")
+        self.check("poll_repeats_decision", r.get("type") == "decision" and r.get("decision") == d["decision"],
+                   f"poll while decision {d['decision']} stands answered {r.get('type')} {r.get('decision', '')}")
+        self.wrong_answers(a, d)
+        r = self.ask(a, {"type": "poll"}, "poll after the wrong answers")
+        self.check("nothing_changed", r.get("type") == "decision" and r.get("decision") == d["decision"]
+                   and r.get("time") == d["time"] and r.get("candidates") == d["candidates"],
+                   f"after the refused requests the standing decision is {r.get('decision')} "
+                   f"(expected {d['decision']}, unchanged)")
+        r = self.settle(a, self.ask(a, {"type": "act", "decision": d["decision"], "action": d["candidates"][0]},
+                                    "act"), "act")
+        self.check("act_accepted", r.get("type") in ("decision", "episode_end")
+                   and (r.get("type") != "decision" or r.get("decision") != d["decision"]),
+                   f"act on decision {d['decision']} answered {r.get('type')} {r.get('decision', '')}")
+        if r.get("type") == "decision":
+            self.seen_ids.add(r["decision"])
+        # -------- a reset while episode 1 runs
+        reset = {"type": "reset", "seed": 2, "workload": self.workload, "records": True}
+        if self.reward is not None:
+            reset["reward"] = self.reward
+        r = self.ask(a, reset, "reset during an episode")
+        if r.get("type") == "episode_end":
+            ok = r.get("episode") == first_episode and str(r.get("reason", "")).startswith("reset by")
+            self.check("reset_ends_episode", ok,
+                       f"episode_end of episode {r.get('episode')}, reason {r.get('reason')!r}")
+            r = self.ask(a, {"type": "poll"}, "poll after the reset's episode_end")
+        else:
+            self.check("reset_ends_episode", r.get("type") in ("decision", "pending"),
+                       f"the reply is {r.get('type')} (the old episode's end was not reported; allowed)")
+        r = self.settle(a, r, "reset")
+        self.check("new_episode", r.get("type") == "decision" and _is_int(first_episode)
+                   and r.get("episode") == first_episode + 1 and r.get("decision") not in self.seen_ids,
+                   f"decision {r.get('decision')} of episode {r.get('episode')} after episode {first_episode} "
+                   f"(decision ids seen before: {sorted(self.seen_ids)[:6]})")
+        # -------- episode 2 to its end
+        end = self.play(a, r)
+        if end is None:
+            return
+        self.check_end(end, first_episode + 1 if _is_int(first_episode) else None)
+        last = end.get("_last_decision")
+        # -------- after the end
+        if last is not None:
+            r = self.ask(a, {"type": "act", "decision": last["decision"], "action": last["candidates"][0]},
+                         "act after episode_end")
+            self.expect_error("stale_after_end", r, "stale_decision", None)
+        r = self.ask(a, b"\xc1", "garbage after episode_end")
+        self.expect_error("bad_message_no_pending", r, "bad_message", None)
+        # -------- other envelopes
+        self.envelopes()
+        # -------- bye
+        r = self.ask(a, {"type": "bye"}, "bye")
+        self.check("bye", r.get("type") == "bye", f"bye answered {r.get('type')}")
+        r = self.ask(a, {"type": "poll"}, "poll after bye")
+        self.expect_error("forgotten_after_bye", r, "not_allowed", None)
+
+    def check_welcome(self, r: dict[str, Any]) -> bool:
+        if r.get("type") != "welcome":
+            return self.check("welcome", False, f"hello answered {_short(r)}")
+        protocol, env = r.get("protocol"), r.get("env")
+        problems = []
+        if not isinstance(protocol, str) or protocol.split(".")[0] != MAJOR:
+            problems.append(f"protocol {protocol!r} is not {MAJOR}.x")
+        else:
+            self.strict = protocol == PROTOCOL_VERSION
+        if isinstance(env, dict) and isinstance(env.get("rewards"), dict) and "bsld" in env["rewards"]:
+            self.reward = "bsld"
+        if r.get("session") != self.session:
+            problems.append(f"session {r.get('session')!r}, expected {self.session!r}")
+        if isinstance(env, dict):
+            problems += [f"env lacks {k!r}" for k in ENV_KEYS if k not in env]
+            if isinstance(env.get("limits"), dict):
+                problems += [f"env.limits lacks {k!r}" for k in LIMIT_KEYS if k not in env["limits"]]
+            if isinstance(env.get("kinds"), list) and not set(KINDS) <= set(env["kinds"]):
+                problems.append(f"env.kinds {env['kinds']} lacks some of {list(KINDS)}")
+            if env.get("on_agent_lost") not in ("fallback", "end"):
+                problems.append(f"env.on_agent_lost {env.get('on_agent_lost')!r}")
+        return self.check("welcome", not problems,
+                          "; ".join(problems)
+                          or f"protocol {protocol}, session {r.get('session')!r}, env keys complete")
+
+    def check_decision_shape(self, d: dict[str, Any]) -> None:
+        obs = d.get("observation", {})
+        problems = [f"observation lacks {k!r}" for k in OBSERVATION_KEYS if k not in obs]
+        for table, columns in (("queue", QUEUE_COLUMNS), ("running", RUNNING_COLUMNS)):
+            t = obs.get(table)
+            if not isinstance(t, dict):
+                problems.append(f"observation.{table} is not a map")
+                continue
+            missing = [c for c in columns if not isinstance(t.get(c), list)]
+            if missing:
+                problems.append(f"observation.{table} lacks columns {missing}")
+            lengths = {len(v) for v in t.values() if isinstance(v, list)}
+            if len(lengths) > 1:
+                problems.append(f"observation.{table} columns have different lengths {sorted(lengths)}")
+        if obs.get("time") != d.get("time"):
+            problems.append(f"observation.time {obs.get('time')} != decision time {d.get('time')}")
+        queue_ids = obs.get("queue", {}).get("id") if isinstance(obs.get("queue"), dict) else None
+        if d.get("candidates") != queue_ids:
+            problems.append(f"select candidates {_short(d.get('candidates'))} are not the queue window ids "
+                            f"{_short(queue_ids)}")
+        if not d.get("candidates"):
+            problems.append("select with no candidates")
+        if not all(_is_int(j) for j in d.get("candidates", [])):
+            problems.append("candidates are not all integers")
+        self.check("decision_shape", not problems, "; ".join(problems) or
+                   f"{len(d.get('candidates', []))} candidates, observation tables columnar")
+
+    def wrong_answers(self, a: _Client, d: dict[str, Any]) -> None:
+        did, cands = d["decision"], d["candidates"]
+        obs = d.get("observation", {})
+        known = list(cands) + list(obs.get("queue", {}).get("id", [])) + list(obs.get("running", {}).get("id", []))
+        outsider = max([j for j in known if _is_int(j)] + [0]) + 1000
+        cases = [
+            ("stale_decision", {"type": "act", "decision": did + 1000, "action": cands[0]}, "stale_decision"),
+            ("stale_decision_old", {"type": "act", "decision": did - 1, "action": cands[0]}, "stale_decision"),
+            ("invalid_action_not_candidate", {"type": "act", "decision": did, "action": outsider}, "invalid_action"),
+            ("invalid_action_bool_for_select", {"type": "act", "decision": did, "action": True}, "invalid_action"),
+            ("invalid_action_repeated_job", {"type": "act", "decision": did, "action": [cands[0], cands[0]]},
+             "invalid_action"),
+            ("bad_field_action_type", {"type": "act", "decision": did, "action": "first"}, "bad_field"),
+            ("bad_field_decision_type", {"type": "act", "decision": str(did), "action": cands[0]}, "bad_field"),
+            ("bad_field_missing_action", {"type": "act", "decision": did}, "bad_field"),
+            ("bad_field_unknown_field", {"type": "act", "decision": did, "action": cands[0], "why": "x"}, "bad_field"),
+            ("unknown_type", {"type": "step", "action": cands[0]}, "unknown_type"),
+            ("bad_message_missing_type", {"decision": did, "action": cands[0]}, "bad_message"),
+            ("bad_message_garbage", b"\xc1\xc1\xc1", "bad_message"),
+            ("bad_message_truncated", encode({"type": "act", "decision": did, "action": cands[0]})[:-1],
+             "bad_message"),
+            ("bad_message_trailing", encode({"type": "poll"}) + b"\x00", "bad_message"),
+            ("bad_message_not_a_map", encode(["act", did, cands[0]]), "bad_message"),
+            ("bad_message_int_key", b"\x82\xa4type\xa4poll\x01\x02", "bad_message"),
+        ]
+        for name, body, code in cases:
+            r = self.ask(a, body, name)
+            self.expect_error(name, r, code, d)
+
+    def play(self, a: _Client, r: dict[str, Any]) -> dict[str, Any] | None:
+        """Answer decisions with their first candidate until the episode ends."""
+        problems: list[str] = []
+        last = None
+        n = 0
+        deadline = time.monotonic() + max(60.0, 10 * self.timeout)
+        while r.get("type") in ("decision", "pending") and n < self.max_decisions and time.monotonic() < deadline:
+            if r["type"] == "pending":
+                r = self.ask(a, {"type": "poll"}, "poll during the episode")
+                continue
+            n += 1
+            if r.get("decision") in self.seen_ids:
+                problems.append(f"decision id {r.get('decision')} was used before in this session")
+            self.seen_ids.add(r.get("decision"))
+            if last is not None:
+                if not r.get("step", 0) > last["step"]:
+                    problems.append(f"step {r.get('step')} after {last['step']}")
+                if not r.get("time", 0) >= last["time"]:
+                    problems.append(f"time {r.get('time')} after {last['time']}")
+            if r.get("kind") != "select":
+                problems.append(f"a {r.get('kind')!r} decision for an agent that took only select")
+            last = r
+            cands = r.get("candidates") or [None]
+            r = self.ask(a, {"type": "act", "decision": r["decision"], "action": cands[0]}, "act")
+        self.check("decisions_in_order", not problems,
+                   f"{n} decisions answered"
+                   + (f"; {len(problems)} problems, first: {problems[0]}" if problems else ""))
+        if r.get("type") != "episode_end":
+            self.check("episode_end", False, f"after {n} decisions the env answered {_short(r)}")
+            return None
+        r["_last_decision"] = last
+        return r
+
+    def check_end(self, end: dict[str, Any], episode: int | None) -> None:
+        self.check("episode_end",
+                   end.get("reason") == "completed" and (episode is None or end.get("episode") == episode),
+                   f"episode {end.get('episode')} ended: {end.get('reason')!r}")
+        metrics = end.get("metrics") or {}
+        missing = [k for k in METRICS_KEYS if k not in metrics]
+        numeric = [k for k in METRICS_KEYS if k in metrics and not isinstance(metrics[k], (int, float))]
+        self.check("metrics_keys", not missing and not numeric,
+                   f"missing {missing}, not numbers {numeric}" if missing or numeric
+                   else f"{len(METRICS_KEYS)} documented metrics, jobs={metrics.get('jobs')}")
+        jobs = end.get("jobs")
+        if not isinstance(jobs, dict):
+            self.check("records", False, f"reset asked records: true; jobs is {_short(jobs)}")
+        else:
+            missing = [k for k in JOB_COLUMNS if not isinstance(jobs.get(k), list)]
+            lengths = {len(v) for v in jobs.values() if isinstance(v, list)}
+            ok = not missing and lengths == {metrics.get("jobs")}
+            self.check("records", ok, f"missing columns {missing}, lengths {sorted(lengths)}, jobs "
+                                      f"{metrics.get('jobs')}" if not ok else f"{len(JOB_COLUMNS)} columns of "
+                                      f"{metrics.get('jobs')} jobs")
+        reward = end.get("reward")
+        if self.reward == "bsld" and isinstance(metrics.get("mean_bsld"), (int, float)):
+            want = -float(metrics["mean_bsld"])
+            self.check("end_reward", isinstance(reward, (int, float)) and not isinstance(reward, bool)
+                       and abs(reward - want) <= 1e-9 * max(1.0, abs(want)),
+                       f"reward {reward!r} with the bsld spec (minus mean_bsld: {want!r})")
+        else:
+            self.check("end_reward", isinstance(reward, float), f"reward {reward!r} (reward spec {self.reward!r})")
+
+    def envelopes(self) -> None:
+        """A DEALER without the delimiter frame and a REQ socket are served too (section 2)."""
+        c = self.client()
+        c.send(self.hello("conformance-bare", ()), delimiter=False)
+        frames = c.recv()
+        if frames is None:
+            self.check("single_frame_envelope", False, f"no reply within {self.timeout:g} s")
+        else:
+            r = self.parse(frames[-1], "single-frame hello")
+            self.check("single_frame_envelope", len(frames) == 1 and r.get("type") == "welcome",
+                       f"{len(frames)} frame(s), {r.get('type')}")
+            c.send({"type": "bye"}, delimiter=False)
+            if c.recv() is None:
+                self.check("answers:single-frame bye", False, "no reply")
+        q = self.client(zmq.REQ)
+        r = self.ask(q, self.hello("conformance-req", ()), "REQ hello")
+        ok = r.get("type") == "welcome"
+        r = self.ask(q, {"type": "bye"}, "REQ bye")
+        self.check("req_socket", ok and r.get("type") == "bye", f"REQ hello/bye answered welcome/{r.get('type')}")
+
+
+def check_env(address: str, timeout: float = 10.0, *, workload: dict[str, Any] | None = None,
+              max_decisions: int = 100_000) -> list[Check]:
+    """Run the scripted client session against the env at `address`; one Check per property.
+
+    `timeout` bounds every reply. `workload` is the reset's workload map (default: a 24-job
+    window of the env's default workload); keep it small, the episode is played to its end.
+    """
+    return _EnvChecker(address, timeout, workload, max_decisions).run()
+
+
+# =========================================================================== check_agent
+@dataclass
+class _Event:
+    t: float
+    peer: bytes
+    request: bool
+    body: bytes | None = None       # requests: the raw body
+    message: Any = None             # the decoded message (requests: None if it did not decode)
+    error: ProtocolError | None = None  # requests: why it is not a valid request
+    injected: bool = False          # replies made by the checker, not the env
+
+
+class _Recorder:
+    """Wraps an EnvService's handle/tick (the server's only entry points) to record traffic.
+
+    The agent's first reset or join (after a welcome) is answered `pending` by the checker itself,
+    as a slow env would (a heartbeat), and handed to the env when the agent asks again, so every
+    agent is seen handling `pending`.
+    """
+
+    def __init__(self, service: Any) -> None:
+        self.events: list[_Event] = []
+        self.lock = threading.Lock()
+        self.service = service
+        self._handle, self._tick = service.handle, service.tick
+        service.handle, service.tick = self.handle, self.tick
+        self.held: dict[bytes, bytes] = {}
+        self.delayed: set[bytes] = set()
+
+    def handle(self, peer: bytes, body: bytes) -> list[tuple[bytes, bytes]]:
+        event = _Event(time.monotonic(), peer, True, body)
+        try:
+            event.message = decode(body)
+            validate(event.message, REQUESTS)
+        except ProtocolError as err:
+            event.error = err
+        with self.lock:
+            self.events.append(event)
+        kind = event.message.get("type") if event.error is None else None
+        if peer != CONTROLLER_ID and kind in ("reset", "join") and peer not in self.delayed \
+                and peer in getattr(self.service, "peers", {}):
+            self.delayed.add(peer)
+            self.held[peer] = body
+            replies = [(peer, encode({"type": "pending"}))]
+            self._record(replies, injected=True)
+            return replies
+        if peer in self.held and kind in ("poll", "join"):
+            body = self.held.pop(peer)   # the slow reset (or join) is answered now
+        else:
+            self.held.pop(peer, None)
+        replies = self._handle(peer, body)
+        self._record(replies)
+        return replies
+
+    def tick(self) -> list[tuple[bytes, bytes]]:
+        replies = self._tick()
+        self._record(replies)
+        return replies
+
+    def _record(self, replies: list[tuple[bytes, bytes]], injected: bool = False) -> None:
+        now = time.monotonic()
+        with self.lock:
+            for peer, data in replies:
+                self.events.append(_Event(now, peer, False, None, decode(data), injected=injected))
+
+    def snapshot(self) -> list[_Event]:
+        with self.lock:
+            return list(self.events)
+
+
+class _Controller(threading.Thread):
+    """Starts episodes for an agent that joins instead of resetting (a driver with no kinds)."""
+
+    def __init__(self, address: str, recorder: _Recorder, timeout: float, stop: threading.Event) -> None:
+        super().__init__(daemon=True)
+        self.address, self.recorder, self.timeout, self.stop_event = address, recorder, timeout, stop
+        self.episodes = 0
+        self.error: str | None = None
+
+    def agent_state(self) -> tuple[str | None, int, bool]:
+        """(the agent's session, how many times it asked to join, whether it said bye)."""
+        session, joins, bye = None, 0, False
+        for ev in self.recorder.snapshot():
+            if ev.peer == CONTROLLER_ID or not ev.request or ev.error is not None:
+                continue
+            kind = ev.message["type"]
+            if kind == "hello":
+                session = ev.message.get("session", "default")
+            elif kind == "join":
+                joins += 1
+            elif kind == "bye":
+                bye = True
+        return session, joins, bye
+
+    def run(self) -> None:
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IDENTITY, CONTROLLER_ID)
+        sock.connect(self.address)
+        hello_session = None
+
+        def ask(msg: dict[str, Any]) -> dict[str, Any] | None:
+            sock.send_multipart([b"", encode(msg)])
+            if not sock.poll(int(self.timeout * 1000)):
+                self.error = f"the env did not answer the controller's {msg['type']}"
+                return None
+            return decode(sock.recv_multipart()[-1])
+
+        try:
+            while not self.stop_event.is_set():
+                session, joins, bye = self.agent_state()
+                if bye:
+                    break
+                if joins <= self.episodes or session is None:
+                    self.stop_event.wait(0.02)
+                    continue
+                if hello_session is None:
+                    hello_session = session
+                    r = ask({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": "conformance-controller",
+                             "kinds": [], "session": session})
+                    if r is None or r.get("type") != "welcome":
+                        self.error = self.error or f"the controller's hello was refused: {r}"
+                        break
+                r = ask({"type": "reset"})
+                self.episodes += 1
+                while r is not None and r.get("type") == "pending" and not self.stop_event.is_set():
+                    r = ask({"type": "poll"})
+                if r is None or r.get("type") != "episode_end":
+                    self.error = self.error or f"the controller's reset ended with {r}"
+                    break
+            if hello_session is not None:
+                ask({"type": "bye"})
+        finally:
+            sock.close(0)
+            ctx.term()
+
+
+def _fits(decision: dict[str, Any], action: Any) -> str | None:
+    """Why `action` cannot answer `decision` (None: it can)."""
+    kind, cands = decision.get("kind"), decision.get("candidates") or []
+    if kind == "inspect":
+        return None if isinstance(action, bool) else f"inspect needs true or false, got {_short(action)}"
+    if kind == "select":
+        ids = [] if action is None else action if isinstance(action, list) else [action]
+        if not ids:
+            return None if decision.get("can_wait") else "nil/empty select while can_wait is false"
+    else:
+        if action is None:
+            return None
+        ids = [action]
+    bad = [j for j in ids if not _is_int(j)]
+    if bad:
+        return f"{kind} action names non-integers {_short(bad)}"
+    outside = [j for j in ids if j not in cands]
+    if outside:
+        return f"{kind} action names job(s) {outside} not among the candidates {_short(cands, 80)}"
+    if len(set(ids)) != len(ids):
+        return f"{kind} action names a job twice: {ids}"
+    return None
+
+
+def _analyse(events: list[_Event], peer: bytes) -> dict[str, list[str] | int | bool]:
+    """Walk one agent's traffic in order; collect violations per property."""
+    v: dict[str, Any] = {k: [] for k in ("hello", "valid", "one_at_a_time", "echo", "on_pending", "candidates",
+                                          "poll", "errors", "after_bye")}
+    v.update(requests=0, decisions=0, answered=0, ends=[], pending_seen=0, bye_sent=False, bye_received=False,
+             first=None, welcomed=False, kinds=[])
+    outstanding = False
+    standing: dict[str, Any] | None = None
+    last_reply: str | None = None
+    for ev in events:
+        if ev.peer != peer:
+            continue
+        if ev.request:
+            v["requests"] += 1
+            msg = ev.message if ev.error is None else None
+            kind = msg["type"] if msg else None
+            if v["first"] is None:
+                v["first"] = kind or f"invalid ({ev.error.code})"
+            if v["bye_sent"]:
+                v["after_bye"].append(f"{kind or 'invalid request'} after bye")
+            if outstanding:
+                v["one_at_a_time"].append(f"{kind or 'a request'} sent before the reply to the previous one")
+            outstanding = True
+            if ev.error is not None:
+                v["valid"].append(f"{ev.error.code}: {ev.error.message} (body {ev.body[:40]!r})")
+            if last_reply == "pending" and kind not in ("poll", "join", "bye"):
+                v["poll"].append(f"sent {kind or 'an invalid request'} after pending instead of poll")
+            if kind == "hello":
+                proto = msg["protocol"]
+                if proto.split(".")[0] != MAJOR or len(proto.split(".")) != 2:
+                    v["hello"].append(f"protocol {proto!r} is not {MAJOR}.x")
+                kinds = msg["kinds"]
+                if not all(isinstance(k, str) and k in KINDS for k in kinds) or len(set(map(str, kinds))) != len(kinds):
+                    v["hello"].append(f"kinds {kinds!r} are not distinct names among {', '.join(KINDS)}")
+                v["kinds"] = kinds
+            elif kind == "act":
+                if standing is None:
+                    v["on_pending"].append(f"act on decision {msg['decision']} with no decision pending "
+                                           f"(last reply: {last_reply})")
+                elif msg["decision"] != standing["decision"]:
+                    v["echo"].append(f"act names decision {msg['decision']}, the pending one is {standing['decision']}")
+                else:
+                    why = _fits(standing, msg["action"])
+                    if why:
+                        v["candidates"].append(f"decision {standing['decision']}: {why}")
+                    v["answered"] += 1
+            elif kind == "bye":
+                v["bye_sent"] = True
+            if kind not in (None, "hello") and v["first"] != "hello" and not v["hello"]:
+                v["hello"].append(f"the first request was {v['first']}, not hello")
+        else:
+            outstanding = False
+            msg = ev.message
+            last_reply = msg.get("type")
+            if last_reply == "decision":
+                standing = msg
+                v["decisions"] += 1
+            elif last_reply == "error":
+                v["errors"].append(f"{msg.get('code')}: {msg.get('message')}")
+                standing = msg.get("pending") if msg.get("pending") else None
+            elif last_reply == "episode_end":
+                standing = None
+                v["ends"].append(msg.get("reason"))
+            elif last_reply == "pending":
+                v["pending_seen"] += 1
+            elif last_reply == "welcome":
+                v["welcomed"] = True
+            elif last_reply == "bye":
+                v["bye_received"] = True
+    return v
+
+
+def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, timeout: float, stderr: str,
+                  controller: _Controller | None) -> list[Check]:
+    def joined(items: list[str]) -> str:
+        return f"{len(items)} violation(s), first: {items[0]}" + (f"; then: {items[1]}" if len(items) > 1 else "")
+
+    tail = " | ".join(stderr.strip().splitlines()[-3:])
+    out = []
+    out.append(Check("exits_0", not timed_out and proc_rc == 0,
+                     f"still running after {timeout:g} s (killed)" if timed_out else
+                     f"exit status {proc_rc}" + (f"; stderr: {tail}" if proc_rc and tail else "")))
+    hello_ok = v["first"] == "hello" and v["welcomed"] and not v["hello"]
+    out.append(Check("hello", hello_ok,
+                     joined(v["hello"]) if v["hello"] else
+                     f"protocol 1.x, kinds {v['kinds']}" if hello_ok else
+                     f"first request: {v['first']}, welcomed: {v['welcomed']}"))
+    out.append(Check("valid_requests", v["requests"] > 0 and not v["valid"],
+                     joined(v["valid"]) if v["valid"] else f"{v['requests']} requests, all valid"))
+    out.append(Check("one_request_at_a_time", not v["one_at_a_time"],
+                     joined(v["one_at_a_time"]) if v["one_at_a_time"] else "each request waited for its reply"))
+    out.append(Check("echoes_decision_ids", not v["echo"],
+                     joined(v["echo"]) if v["echo"] else f"{v['answered']} acts echoed the pending decision"))
+    out.append(Check("acts_only_on_pending", not v["on_pending"],
+                     joined(v["on_pending"]) if v["on_pending"] else "no act without a pending decision"))
+    out.append(Check("candidate_actions", not v["candidates"],
+                     joined(v["candidates"]) if v["candidates"]
+                     else "every action fits its decision's kind and candidates"))
+    out.append(Check("polls_after_pending", v["pending_seen"] > 0 and not v["poll"],
+                     joined(v["poll"]) if v["poll"] else
+                     f"{v['pending_seen']} pending replies, each followed by poll" if v["pending_seen"]
+                     else "never asked again after pending (no pending seen)"))
+    out.append(Check("no_error_replies", not v["errors"],
+                     joined(v["errors"]) if v["errors"] else "the env refused nothing"))
+    takes_kinds = bool(v["kinds"])
+    out.append(Check("answers_decisions", v["answered"] > 0 or not takes_kinds,
+                     f"{v['decisions']} decisions received, {v['answered']} answered"))
+    ends = v["ends"]
+    completed = bool(ends) and all(r == "completed" for r in ends)
+    detail = f"{len(ends)} episode(s): {', '.join(map(str, ends[:3]))}" if ends else "no episode_end received"
+    if controller is not None:
+        detail += f" (the agent joined; the checker reset {controller.episodes} episode(s)" + \
+                  (f", controller: {controller.error})" if controller.error else ")")
+    out.append(Check("finishes_episode", completed, detail))
+    out.append(Check("says_bye", v["bye_sent"] and v["bye_received"] and not v["after_bye"],
+                     joined(v["after_bye"]) if v["after_bye"] else
+                     "bye sent and answered" if v["bye_sent"] else "never said bye"))
+    return out
+
+
+def check_agent(command: str | Sequence[str], timeout: float = 30.0, *, workload: dict[str, Any] | None = None,
+                options: dict[str, Any] | None = None) -> list[Check]:
+    """Serve a small generated workload to the agent `command` and check its side of the protocol.
+
+    `command` is a shell-like string or an argument list; ``{addr}`` is replaced by the env's
+    ipc:// address. The agent must finish within `timeout` seconds.
+    """
+    from ..environment.server import serve
+    from ..environment.service import EnvService
+
+    tmp = tempfile.mkdtemp(prefix="hpcgym-conf-")
+    addr = f"ipc://{tmp}/env.sock"
+    service = EnvService({"workload": dict(DEFAULT_AGENT_WORKLOAD if workload is None else workload),
+                          "options": dict(options or {})}, decision_timeout=max(timeout, 1.0))
+    recorder = _Recorder(service)
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def serving() -> None:
+        try:
+            serve(service, addr, ready=ready)
+        except BaseException as exc:  # reported as a check below
+            failure.append(exc)
+            ready.set()
+
+    server = threading.Thread(target=serving, name="hpcgym-conformance-env", daemon=True)
+    server.start()
+    ready.wait(10)
+    results: list[Check] = []
+    stop = threading.Event()
+    controller: _Controller | None = None
+    try:
+        if failure:
+            return [Check("env_started", False, f"the in-process env did not start: {failure[0]}")]
+        if isinstance(command, str):
+            argv = shlex.split(command.replace("{addr}", addr))
+        else:
+            argv = [str(a).replace("{addr}", addr) for a in command]
+        if not argv:
+            return [Check("agent_started", False, "empty command")]
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            return [Check("agent_started", False, f"cannot start {argv[0]!r}: {exc}")]
+        controller = _Controller(addr, recorder, timeout, stop)
+        controller.start()
+        timed_out = False
+        try:
+            _, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            proc.kill()
+            _, stderr = proc.communicate()
+        stop.set()
+        controller.join(timeout=5)
+        events = recorder.snapshot()
+        peers = [p for p in dict.fromkeys(ev.peer for ev in events if ev.request) if p != CONTROLLER_ID]
+        if not peers:
+            tail = " | ".join(stderr.strip().splitlines()[-3:])
+            return [Check("connects", False, f"the agent sent no request within {timeout:g} s"
+                                             + (f"; stderr: {tail}" if tail else "")),
+                    Check("exits_0", not timed_out and proc.returncode == 0,
+                          "killed after the time-out" if timed_out else f"exit status {proc.returncode}")]
+        used_controller = controller if controller.episodes else None
+        for peer in peers:
+            checks = _agent_checks(_analyse(events, peer), proc.returncode, timed_out, timeout, stderr,
+                                   used_controller)
+            if len(peers) > 1:
+                checks = [Check(f"{c.name}[{peer.hex()[:8]}]", c.passed, c.detail) for c in checks]
+            results.extend(checks)
+        return results
+    finally:
+        stop.set()
+        service.stop = True
+        server.join(timeout=5)
+        shutil.rmtree(tmp, ignore_errors=True)
