@@ -144,12 +144,12 @@ class EnvService:
 
     # ---------------------------------------------------------------- requests
     def _on_hello(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
+        if peer is not None:
+            raise m.ProtocolError(m.NOT_ALLOWED, "this connection already said hello; send bye first")
         major = msg["protocol"].split(".")[0]
         if major != m.MAJOR:
             raise m.ProtocolError(m.VERSION_MISMATCH, f"this env speaks protocol {m.PROTOCOL_VERSION}, "
                                                       f"the agent {msg['protocol']}; use a {m.MAJOR}.x agent")
-        if peer is not None:
-            raise m.ProtocolError(m.NOT_ALLOWED, "this connection already said hello; send bye first")
         kinds = msg["kinds"]
         if not all(isinstance(k, str) and k in KINDS for k in kinds) or len(set(kinds)) != len(kinds):
             raise m.ProtocolError(m.BAD_FIELD, f"hello: kinds must be distinct names among {', '.join(KINDS)}; "
@@ -251,7 +251,7 @@ class EnvService:
         except HpcgymError as exc:
             raise m.ProtocolError(m.BAD_REQUEST, str(exc)) from None
         if session.episode is not None:
-            self._end_episode(session, f"reset by {controller.name!r}")
+            self._end_episode(session, f"reset by {controller.name!r}", skip=controller)
         session.episodes += 1
         session.episode = Episode(session.episodes, sim, owners, participants, reward, msg.get("records", False),
                                   rewards={p.id: 0.0 for p in participants})
@@ -293,7 +293,8 @@ class EnvService:
                 "time": decision.time, "kind": decision.kind, "observation": decision.observation,
                 "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": reward}
 
-    def _end_episode(self, session: Session, reason: str) -> None:
+    def _end_episode(self, session: Session, reason: str, skip: Peer | None = None) -> None:
+        """Tell every participant (but `skip`, the agent whose reset ended it) how it ended."""
         ep = session.episode
         session.episode = None
         result = ep.sim.result() if ep.sim.done else None
@@ -303,7 +304,7 @@ class EnvService:
         for p in ep.participants:
             end = {"type": "episode_end", "episode": ep.number, "reason": reason, "metrics": metrics,
                    "reward": ep.rewards.get(p.id, 0.0) + final, "jobs": jobs}
-            if p.id not in self.peers:
+            if p.id not in self.peers or p is skip:
                 continue
             if p.waiting_since is not None:
                 self._send(p.id, end)
@@ -321,6 +322,11 @@ class EnvService:
         session.episode.sent_at = None
         self._forget(peer)
         self._dispatch(session)
+        if session.episode is not None and not any(session.episode.owners[k] in self.peers.values()
+                                                   for k in session.episode.owners):
+            # nobody is left to ask: let the simulation decide everything itself, at full speed
+            session.episode.sim.decide_internally(session.episode.owners)
+            self._dispatch(session)
 
     # ---------------------------------------------------------------- helpers
     def _deliver_or_dispatch(self, peer: Peer) -> None:

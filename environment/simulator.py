@@ -120,6 +120,16 @@ class Simulation:
                                 else "the episode has ended: call reset() to start another")
         return self._advance(self._pending.parse(action))
 
+    def decide_internally(self, kinds) -> None:
+        """From now on the built-in defaults decide `kinds` (e.g. their agent is gone).
+
+        Pending decisions of such kinds (the current one, and any a pass already under way still
+        asks) are answered with their defaults at once.
+        """
+        self.external = self.external - check_kinds(kinds)
+        while self._pending is not None and self._pending.kind not in self.external:
+            self.step(self._pending.default())
+
     @property
     def pending(self) -> Decision | None:
         return self._pending

@@ -268,7 +268,8 @@ def _garbage(recipe: tuple, current: dict[str, Any] | None, previous: dict[str, 
                {"type": "reset", **reset}][arg]
         return STRANGER, encode(msg), {m.NOT_ALLOWED}
     if kind == "hello_again":
-        return ME, encode(hello("again", [], arg)), {m.NOT_ALLOWED} if arg.startswith("1.") else {m.VERSION_MISMATCH}
+        # a second hello is refused as such, whatever version it names (the session goes on)
+        return ME, encode(hello("again", [], arg)), {m.NOT_ALLOWED}
     if kind == "kind_taken":
         return STRANGER, encode(hello("thief", arg)), {m.KIND_TAKEN}
     if kind == "bad_reset":
@@ -619,3 +620,35 @@ def test_shutdown_answers_every_waiting_request(trace):
         assert err["type"] == "error" and err["code"] == m.SHUTDOWN and err["recoverable"] is False
     assert net.pop(b"i") is None                # it has no request waiting: nothing is sent to it
     assert not net.waiting
+
+
+def _hello(svc, peer, kinds):
+    (_, reply), = svc.handle_message(peer, {"type": "hello", "protocol": "1.0", "agent": peer.decode(), "kinds": kinds})
+    assert reply["type"] == "welcome"
+
+
+def test_reset_mid_episode_answers_the_controller_with_the_new_episode():
+    """The controller asked for a new episode, so its reply is that episode's first decision;
+    the old episode's end goes to the other participants."""
+    svc = EnvService({"workload": {"generate_jobs": 50, "procs": 16}})
+    _hello(svc, b"ctl", ["select"])
+    _hello(svc, b"ins", ["inspect"])
+    svc.handle_message(b"ins", {"type": "join"})
+    first = svc.handle_message(b"ctl", {"type": "reset", "seed": 1})
+    assert [r["type"] for _, r in first] == ["decision"]
+    replies = dict(svc.handle_message(b"ctl", {"type": "reset", "seed": 2}))
+    assert replies[b"ctl"]["type"] == "decision" and replies[b"ctl"]["episode"] == 2
+    end = replies[b"ins"]  # its join was still waiting, so the end answers it at once
+    assert end["type"] == "episode_end" and end["episode"] == 1 and "reset by" in end["reason"]
+
+
+def test_last_agent_leaving_lets_the_episode_finish_on_its_own():
+    """With every agent gone, the rest of the episode is decided by the built-in defaults inside
+    the simulation: the bye is answered and the episode is over when the call returns."""
+    svc = EnvService({"workload": {"generate_jobs": 20_000, "procs": 8}}, on_agent_lost="fallback")
+    _hello(svc, b"a", ["select"])
+    (_, decision), = svc.handle_message(b"a", {"type": "reset", "seed": 0})
+    assert decision["type"] == "decision"
+    (_, bye), = svc.handle_message(b"a", {"type": "bye"})
+    assert bye["type"] == "bye"
+    assert svc.sessions["default"].episode is None
