@@ -40,6 +40,12 @@ WORKLOAD_KEYS = {
     "sampled_jobset": "with sample: random jobs with Poisson arrivals (DRAS)",
 }
 CONFIG_KEYS = ("backfill", "estimate", "overrun", "window", "max_interval", "max_rejections")
+#: Value types of the workload keys (None is always allowed: it means "the default").
+WORKLOAD_TYPES = {"trace": (str, Path), "procs": int, "strict": bool, "skip_malformed": bool, "model": str,
+                  "generate_jobs": int, "train_fraction": (float, int), "part": str, "jobs": int, "start": int,
+                  "sample": int, "sampled_jobset": bool}
+#: The largest generated workload; larger ones would stall an env serving others.
+MAX_GENERATED_JOBS = 10_000_000
 
 
 def _check_keys(spec: dict[str, Any], allowed, what: str) -> None:
@@ -51,6 +57,14 @@ def _check_keys(spec: dict[str, Any], allowed, what: str) -> None:
 def load_workload(spec: dict[str, Any], seed: int = 0) -> Workload:
     """Build the job sequence a spec describes (the trace is read on this machine)."""
     _check_keys(spec, WORKLOAD_KEYS, "workload")
+    for key, value in spec.items():
+        wanted = WORKLOAD_TYPES[key]
+        if value is not None and (not isinstance(value, wanted) or (isinstance(value, bool) and wanted is int)):
+            raise ConfigError(f"workload key {key!r} has the wrong type: {value!r}")
+    if spec.get("procs") is not None and spec["procs"] < 1:
+        raise ConfigError(f"procs must be at least 1, got {spec['procs']}")
+    if not 1 <= (spec.get("generate_jobs") or 1) <= MAX_GENERATED_JOBS:
+        raise ConfigError(f"generate_jobs must be within 1..{MAX_GENERATED_JOBS:,}")
     start, sample, jobs = spec.get("start"), spec.get("sample"), spec.get("jobs")
     if (start is not None or sample is not None) and jobs is None:
         raise ConfigError("a window start or sample seed needs a job count ('jobs', --jobs N)")
@@ -62,7 +76,8 @@ def load_workload(spec: dict[str, Any], seed: int = 0) -> Workload:
         model = spec.get("model", DEFAULT_MODEL)
         if model not in LUBLIN_MODELS:
             raise ConfigError(f"unknown Lublin model {model!r}; use one of {', '.join(LUBLIN_MODELS)}")
-        workload = generate_lublin(spec.get("generate_jobs", DEFAULT_JOBS), spec.get("procs") or DEFAULT_PROCS,
+        procs = spec.get("procs")
+        workload = generate_lublin(spec.get("generate_jobs") or DEFAULT_JOBS, DEFAULT_PROCS if procs is None else procs,
                                    seed=seed, params=LUBLIN_MODELS[model]())
     else:
         workload = read_swf(Path(spec["trace"]), spec.get("procs"), strict=bool(spec.get("strict")),
