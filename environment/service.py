@@ -37,6 +37,7 @@ class Peer:
     kinds: frozenset[str]
     session: Session
     waiting_since: float | None = None      # time of its unanswered request
+    last_seen: float = 0.0                  # time of its last request
     undelivered: dict[str, Any] | None = None  # an episode end (or a refused held reset) it has not received yet
 
 
@@ -95,8 +96,10 @@ class EnvService:
     def handle_message(self, peer_id: bytes, body: bytes | dict[str, Any]) -> list[Reply]:
         now = self.clock()
         peer = self.peers.get(peer_id)
-        if peer is not None and peer.waiting_since is None:
-            peer.waiting_since = now
+        if peer is not None:
+            peer.last_seen = now
+            if peer.waiting_since is None:
+                peer.waiting_since = now
         try:
             msg = m.validate(decode(body) if isinstance(body, (bytes, bytearray)) else body)
             getattr(self, f"_on_{msg['type']}")(peer_id, peer, msg)
@@ -155,12 +158,14 @@ class EnvService:
             raise m.ProtocolError(m.BAD_FIELD, f"hello: kinds must be distinct names among {', '.join(KINDS)}; "
                                                f"got {kinds!r}")
         session = self.sessions.setdefault(msg.get("session", "default"), Session(msg.get("session", "default")))
-        for other in session.peers.values():
+        for other in list(session.peers.values()):
             taken = set(kinds) & other.kinds
-            if taken:
+            if taken and self._idle(other):
+                self._forget(other)  # silent for a whole decision timeout and not in an episode: gone
+            elif taken:
                 raise m.ProtocolError(m.KIND_TAKEN, f"kind(s) {', '.join(sorted(taken))} already taken by agent "
                                                     f"{other.name!r} in session {session.name!r}")
-        peer = Peer(peer_id, msg["agent"], frozenset(kinds), session)
+        peer = Peer(peer_id, msg["agent"], frozenset(kinds), session, last_seen=self.clock())
         self.lost.pop(peer_id, None)
         self.peers[peer_id] = peer
         session.peers[peer_id] = peer
@@ -226,6 +231,12 @@ class EnvService:
                 self._agent_lost(session, peer, "it said bye")
             self._forget(peer)
         self._out.append((peer_id, {"type": "bye"}))
+
+    def _idle(self, peer: Peer) -> bool:
+        ep = peer.session.episode
+        in_episode = ep is not None and peer in ep.participants
+        return (not in_episode and peer.waiting_since is None
+                and self.clock() - peer.last_seen > self.decision_timeout)
 
     def _forget(self, peer: Peer) -> None:
         """Unregister a peer, freeing its kinds; a later request from it must say hello again."""

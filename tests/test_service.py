@@ -652,3 +652,17 @@ def test_last_agent_leaving_lets_the_episode_finish_on_its_own():
     (_, bye), = svc.handle_message(b"a", {"type": "bye"})
     assert bye["type"] == "bye"
     assert svc.sessions["default"].episode is None
+
+
+def test_a_kind_held_by_a_silent_agent_is_handed_to_a_new_one():
+    """An agent that vanished without bye (not in an episode) keeps its kind only until it has been
+    silent for a decision timeout; then a new agent asking for the kind takes it over."""
+    now = [0.0]
+    svc = EnvService(decision_timeout=5.0, clock=lambda: now[0])
+    _hello(svc, b"old", ["select"])
+    (_, refused), = svc.handle_message(b"new", {"type": "hello", "protocol": "1.0", "agent": "new", "kinds": ["select"]})
+    assert refused["code"] == "kind_taken"
+    now[0] = 6.0
+    _hello(svc, b"new", ["select"])
+    (_, late), = svc.handle_message(b"old", {"type": "join"})
+    assert late["type"] == "error"
