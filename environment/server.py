@@ -8,6 +8,7 @@ with reason "shutdown", answer every waiting agent, close the socket and remove 
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,10 @@ def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, all
                     envelopes[peer] = delimited
                     body = rest[1] if delimited and len(rest) == 2 else (rest[0] if len(rest) == 1 else b"\xc1")
                     _send_all(sock, envelopes, service.handle(peer, body))
-            _send_all(sock, envelopes, service.tick())
+            try:
+                _send_all(sock, envelopes, service.tick())
+            except Exception as exc:  # a bug in time-out handling must not take the server down
+                print(f"hpcgym env: internal error in tick: {type(exc).__name__}: {exc}", file=sys.stderr)
         _send_all(sock, envelopes, service.shutdown("the env received a stop signal"))
     finally:
         for sig, handler in previous.items():

@@ -54,6 +54,7 @@ class Episode:
     sim_step: int = -1            # the simulation's step that id belongs to
     ready_since: float = 0.0
     sent_at: float | None = None  # when the pending decision went to its owner
+    sent: dict[str, Any] | None = None  # that decision message, resent as is if asked again
     rewards: dict[bytes, float] = field(default_factory=dict)
 
 
@@ -293,7 +294,8 @@ class EnvService:
                 ep.sim.step(decision.default())
                 continue
             if ep.sent_at is None and owner.waiting_since is not None:
-                self._send(owner.id, self._decision_message(ep, decision, owner))
+                ep.sent = self._decision_message(ep, decision, owner)
+                self._send(owner.id, ep.sent)
                 ep.sent_at = self.clock()
             return
 
@@ -350,7 +352,7 @@ class EnvService:
         if ep is not None and ep.sim.pending is not None and ep.owners.get(ep.sim.pending.kind) is peer \
                 and ep.sent_at is not None:
             # it asks again for a decision already sent (e.g. it lost the reply): send it again
-            self._send(peer.id, self._decision_message(ep, ep.sim.pending, peer))
+            self._send(peer.id, ep.sent)
             return
         self._dispatch(session)
 
