@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,24 +66,24 @@ def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, all
     poller.register(sock, zmq.POLLIN)
     if ready is not None:
         ready.set()
-    timeout_ms = max(10, int(service.heartbeat * 1000 / 4))
+    tick_every = max(0.01, service.heartbeat / 4)
+    next_tick = 0.0
     try:
         while not stopping and not getattr(service, "stop", False):
-            if poller.poll(timeout_ms):
-                while True:
-                    try:
-                        frames = sock.recv_multipart(zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
+            if poller.poll(int(tick_every * 1000)):
+                while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    frames = sock.recv_multipart()
                     peer, rest = frames[0], frames[1:]
                     delimited = len(rest) >= 2 and rest[0] == b""
                     envelopes[peer] = delimited
                     body = rest[1] if delimited and len(rest) == 2 else (rest[0] if len(rest) == 1 else b"\xc1")
                     _send_all(sock, envelopes, service.handle(peer, body))
-            try:
-                _send_all(sock, envelopes, service.tick())
-            except Exception as exc:  # a bug in time-out handling must not take the server down
-                print(f"hpcgym env: internal error in tick: {type(exc).__name__}: {exc}", file=sys.stderr)
+            if time.monotonic() >= next_tick:  # heartbeats and time-outs, a few times a heartbeat
+                next_tick = time.monotonic() + tick_every
+                try:
+                    _send_all(sock, envelopes, service.tick())
+                except Exception as exc:  # a bug in time-out handling must not take the server down
+                    print(f"hpcgym env: internal error in tick: {type(exc).__name__}: {exc}", file=sys.stderr)
         _send_all(sock, envelopes, service.shutdown("the env received a stop signal"))
     finally:
         for sig, handler in previous.items():

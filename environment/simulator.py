@@ -395,7 +395,7 @@ class Simulation:
             "free": self.free,
             "queue_length": len(self._queue),
             "queue": {
-                "id": [ids[i] for i in window],
+                "id": list(decision.candidates) if decision.kind == SELECT else [ids[i] for i in window],
                 "submit": [submit[i] for i in window],
                 "size": [size[i] for i in window],
                 "requested": [req[i] for i in window],
