@@ -22,7 +22,7 @@ from ..protocol import messages as m
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
 from .decisions import KINDS, Decision
 from .errors import HpcgymError, InvalidAction
-from .rewards import REWARDS, RewardSpec, get_reward
+from .rewards import REWARDS, Reward, get_reward
 from .simulator import Simulation
 from .spec import load_workload, sim_config
 
@@ -47,7 +47,7 @@ class Episode:
     sim: Simulation
     owners: dict[str, Peer]
     participants: list[Peer]
-    reward: RewardSpec
+    reward: Reward
     records: bool
     fallback: set[str] = field(default_factory=set)
     decision_id: int = 0          # id of the pending decision as agents see it
@@ -259,7 +259,7 @@ class EnvService:
             participants = [p for p in session.peers.values() if p.kinds or p is controller]
             owners = {kind: p for p in participants for kind in p.kinds}
             sim = Simulation(workload, sim_config(options, seed), policy=policy, external=owners)
-            reward = get_reward(msg.get("reward", d["reward"]))
+            reward = get_reward(msg.get("reward", d["reward"])).make()
         except HpcgymError as exc:
             raise m.ProtocolError(m.BAD_REQUEST, str(exc)) from None
         if session.episode is not None:
@@ -285,6 +285,10 @@ class EnvService:
                 return
             if decision.step != ep.sim_step:
                 ep.sim_step = decision.step
+                earned = ep.reward.step(ep.sim)
+                if earned:
+                    for p in ep.participants:
+                        ep.rewards[p.id] += earned
                 session.decisions += 1
                 ep.decision_id = session.decisions
                 ep.ready_since = self.clock()
@@ -312,7 +316,7 @@ class EnvService:
         session.episode = None
         result = ep.sim.result() if ep.sim.done else None
         metrics = dict(result.summary) if result is not None else {}
-        final = ep.reward.end(metrics) if result is not None else 0.0
+        final = ep.reward.end(ep.sim, metrics) if result is not None else 0.0
         jobs = {k: v.tolist() for k, v in result.jobs.items()} if (ep.records and result is not None) else None
         for p in ep.participants:
             end = {"type": "episode_end", "episode": ep.number, "reason": reason, "metrics": metrics,

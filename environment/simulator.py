@@ -103,6 +103,7 @@ class Simulation:
         self.now = int(self.workload.submit[0]) if n else 0
         self._next_submit = 0
         self._wakeup = NEVER
+        self.queue_area = 0  # job-seconds spent waiting in the queue so far
         self._steps = 0
         self._completed = 0
         self.done = False
@@ -182,6 +183,7 @@ class Simulation:
                 t = self._wakeup
             if t == NEVER:
                 return
+            self.queue_area += len(queue) * (t - self.now)
             self.now = t
             while finishes and finishes[0][0] == t:
                 _, i = heapq.heappop(finishes)

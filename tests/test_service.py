@@ -666,3 +666,43 @@ def test_a_kind_held_by_a_silent_agent_is_handed_to_a_new_one():
     _hello(svc, b"new", ["select"])
     (_, late), = svc.handle_message(b"old", {"type": "join"})
     assert late["type"] == "error"
+
+
+def test_dense_rewards_are_accumulated_per_agent_between_its_own_turns():
+    """Reward `queue_wait` pays minus the job-hours waited since the previous decision. Each of two
+    agents receives, with each of its decisions and its episode end, what accrued since its own
+    previous turn; so each agent's total is minus the sum of all waits (no kills), in hours,
+    which the per-job records give independently."""
+    svc = EnvService({"workload": {"generate_jobs": 150, "procs": 16}})
+    _hello(svc, b"sel", ["select"])
+    _hello(svc, b"ins", ["inspect"])
+    totals = {b"sel": 0.0, b"ins": 0.0}
+    turns = {b"sel": 0, b"ins": 0}
+    inbox = dict(svc.handle_message(b"ins", {"type": "join"}))
+    inbox.update(svc.handle_message(b"sel", {"type": "reset", "seed": 3, "reward": "queue_wait", "records": True}))
+    ends = {}
+    for _ in range(100_000):  # bounded: a stuck exchange fails instead of hanging
+        if len(ends) == 2:
+            break
+        if not inbox:
+            for peer in totals:
+                if peer not in ends:
+                    inbox.update(svc.handle_message(peer, {"type": "poll"}))
+            continue
+        peer, msg = inbox.popitem()
+        if msg["type"] == "pending":
+            inbox.update(svc.handle_message(peer, {"type": "poll"}))
+            continue
+        totals[peer] += msg["reward"]
+        if msg["type"] == "episode_end":
+            ends[peer] = msg
+            continue
+        assert msg["type"] == "decision" and msg["reward"] <= 0
+        turns[peer] += 1
+        action = msg["candidates"][0] if msg["kind"] == "select" else True
+        inbox.update(svc.handle_message(peer, {"type": "act", "decision": msg["decision"], "action": action}))
+    assert len(ends) == 2
+    expected = -sum(ends[b"sel"]["jobs"]["wait"]) / 3600.0
+    assert expected < 0 and turns[b"sel"] > 0 and turns[b"ins"] > 0
+    assert totals[b"sel"] == pytest.approx(expected, rel=1e-9)
+    assert totals[b"ins"] == pytest.approx(expected, rel=1e-9)
