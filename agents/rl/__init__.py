@@ -1,0 +1,1 @@
+"""Reinforcement-learning building blocks: networks, rollout storage, update rules, checkpoints."""
