@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,18 @@ from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
 from ..protocol.messages import PROTOCOL_VERSION, REPLIES, ProtocolError, validate
 from .base import Agent, PriorityAgent
 from .heuristics import POLICIES
+from .knapsack import KnapsackAgent
+from .packing import BinPackingAgent, RandomPackingAgent, TetrisAgent, TetrisStarAgent
+
+#: Built-in agents other than the priority policies: name -> factory (keyword arguments pass on).
+BUILTIN_AGENTS: dict[str, Callable[..., Agent]] = {
+    "knapsack": lambda **kw: KnapsackAgent("capability", **kw),
+    "knapsack-capacity": lambda **kw: KnapsackAgent("capacity", **kw),
+    "binpacking": BinPackingAgent,
+    "random-packing": RandomPackingAgent,
+    "tetris": TetrisAgent,
+    "tetris-star": TetrisStarAgent,
+}
 
 
 class EnvUnreachable(HpcgymError):
@@ -121,12 +134,16 @@ def _expect(reply: dict[str, Any], *types: str) -> str:
 
 
 def load_agent(spec: str, **kwargs: Any) -> Agent:
-    """An agent by built-in name (a priority policy such as `sjf`) or as `module:Class`."""
+    """An agent by built-in name (a priority policy such as `sjf`, or one of `BUILTIN_AGENTS`
+    such as `knapsack`) or as `module:Class`."""
     if spec.lower() in POLICIES:
         return PriorityAgent(spec.lower(), **kwargs)
+    if spec.lower() in BUILTIN_AGENTS:
+        return BUILTIN_AGENTS[spec.lower()](**kwargs)
     module_name, _, class_name = spec.partition(":")
     if not class_name:
-        raise HpcgymError(f"unknown agent {spec!r}: use a built-in name ({', '.join(POLICIES)}) or module:Class")
+        raise HpcgymError(f"unknown agent {spec!r}: use a built-in name "
+                          f"({', '.join([*POLICIES, *BUILTIN_AGENTS])}) or module:Class")
     # `hpcgym agent mymodule:MyAgent` runs from a console script, whose sys.path holds the
     # script's folder, not the working directory: look there too, as `python -m` would.
     if "" not in sys.path and os.getcwd() not in sys.path:

@@ -1,0 +1,282 @@
+"""The DRAS "Optimization" baseline: pick, at each scheduling instance, the subset of the queue
+window that maximizes an immediate objective, as a 0-1 knapsack over the free processors solved
+exactly by dynamic programming (Fan et al., "DRAS: Deep reinforcement learning for cluster
+scheduling in high performance computing", IEEE TPDS 2022, section 5.1, with the objectives of
+its equations (1) and (2)).
+
+Objectives (S: the picked jobs, Q: the visible queue, N: processors, F: free processors):
+
+- capability, eq. (1): w1 * mean_{j in S}(t_j) / t_max + w2 * mean_{j in S}(n_j) / N
+  + w3 * N_used / N, with t_j the wait of job j, t_max the largest wait in Q, n_j the size and
+  N_used = N - F + sum_{j in S} n_j the processors busy once S starts.
+- capacity, eq. (2): (sum_{j in J} -1 / t_j) / c, with J = Q minus S the jobs still waiting once
+  S starts (before S starts the sum does not depend on the choice) and c "the number of waiting
+  jobs at the current timestep". Read with c counted at the decision (|Q|, the default), the
+  objective is additive, maximize sum_{j in S} 1 / t_j: the 0-1 knapsack DRAS names. Read with
+  c = |J| (`capacity_count="remaining"`) it is a mean over the jobs left, which is not monotone:
+  starting a long-waiting job (small 1/t) lowers it, so the optimum may leave processors idle.
+
+Means over S (or over J) are not additive, so a plain knapsack (one value per item) cannot hold
+them. Both objectives depend on S only through three sums: k = |S|, the size sum sum n_j, and
+one value sum (sum t_j for capability, sum 1/t_j for capacity). For a fixed count k and a fixed
+size sum the objective is increasing in the value sum, so the exact optimum is found by one DP
+table
+
+    best[k, c] = the largest value sum over subsets of exactly k jobs whose sizes sum to exactly
+                 c * g (g: the gcd of the sizes that fit), -inf where no subset does,
+
+built item by item (best[k, c] = max(best[k, c], best[k - 1, c - s_i] + v_i)), followed by
+evaluating the objective at every reachable (k, c). The chosen subset is read back from a bit
+table of which item improved which cell.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..environment.decisions import SELECT, Action, Decision
+from ..environment.errors import ConfigError
+from .base import Agent
+
+OBJECTIVES = ("capability", "capacity")
+#: What the capacity objective divides by: the jobs waiting at the decision, or after the picks.
+CAPACITY_COUNTS = ("decision", "remaining")
+
+#: Objective values within this relative distance of the best count as ties.
+TIE_TOLERANCE = 1e-12
+
+
+def subset_table(sizes: np.ndarray, values: np.ndarray, capacity: int,
+                 max_items: int) -> tuple[np.ndarray, np.ndarray]:
+    """The DP over (number of items, exact total size).
+
+    `sizes` are positive integers (already divided by their gcd), `values` floats, `capacity`
+    the largest total size allowed, `max_items` the largest subset size worth tracking.
+    Returns `best` of shape (max_items + 1, capacity + 1), best[k, c] the largest value sum
+    over subsets of exactly k items of total size exactly c (-inf if none), and `take` of shape
+    (n, max_items + 1, capacity + 1), take[i, k, c] True when item i is in the best subset
+    for (k, c) among items 0..i. Among subsets of equal value sum the one found first (built
+    from earlier items) is kept, since an item replaces a cell only when strictly better.
+
+    Cost: O(n * K * C) time with numpy rows, n * K * C bytes for `take`.
+    """
+    n = len(sizes)
+    best = np.full((max_items + 1, capacity + 1), -np.inf)
+    best[0, 0] = 0.0
+    take = np.zeros((n, max_items + 1, capacity + 1), dtype=bool)
+    reach = 0  # the largest total size of items 0..i, capped: columns past it are unreachable
+    for i in range(n):
+        s, v = int(sizes[i]), float(values[i])
+        if s > capacity:
+            continue
+        reach = min(capacity, reach + s)
+        top = min(i + 1, max_items)  # subsets of items 0..i hold at most i + 1 items
+        candidate = best[:top, :reach + 1 - s] + v  # a copy: read before the update below
+        target = best[1:top + 1, s:reach + 1]       # a view into best
+        better = candidate > target
+        np.copyto(target, candidate, where=better)
+        take[i, 1:top + 1, s:reach + 1] = better
+    return best, take
+
+
+def read_back(take: np.ndarray, sizes: np.ndarray, k: int, c: int) -> list[int]:
+    """The items of the subset that `subset_table` kept for cell (k, c), in increasing order."""
+    items = []
+    for i in range(take.shape[0] - 1, -1, -1):
+        if k == 0:
+            break
+        if take[i, k, c]:
+            items.append(i)
+            k -= 1
+            c -= int(sizes[i])
+    if k != 0 or c != 0:
+        raise AssertionError("knapsack read-back did not end at the empty subset")
+    return items[::-1]
+
+
+def _max_items(sizes: np.ndarray, capacity: int) -> int:
+    """The largest number of items that fit together: as many of the smallest as fit."""
+    return int(np.searchsorted(np.cumsum(np.sort(sizes)), capacity, side="right"))
+
+
+def _prepare(sizes: Sequence[int], free: int) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+    """Positions of the jobs that fit alone, their sizes divided by the gcd g, the scaled
+    capacity C = min(free, total size) // g, the item bound K, and g."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    fit = np.flatnonzero((sizes <= free) & (sizes > 0))
+    if len(fit) == 0:
+        return fit, sizes[fit], 0, 0, 1
+    g = math.gcd(*sizes[fit].tolist())
+    scaled = sizes[fit] // g
+    capacity = int(min(free, int(sizes[fit].sum())) // g)
+    return fit, scaled, capacity, _max_items(scaled, capacity), g
+
+
+def _argmax_cell(objective: np.ndarray, used: np.ndarray) -> tuple[int, int] | None:
+    """The best cell of an objective table over (k, c): ties (within TIE_TOLERANCE) go to fewer
+    jobs, then to more processors used. None when no cell is finite."""
+    finite = np.isfinite(objective)
+    if not finite.any():
+        return None
+    top = objective[finite].max()
+    near = finite & (objective >= top - TIE_TOLERANCE * max(1.0, abs(top)))
+    ks, cs = np.nonzero(near)
+    order = np.lexsort((-used[ks, cs], ks))  # fewest jobs first, then most processors
+    return int(ks[order[0]]), int(cs[order[0]])
+
+
+def best_capability(waits: Sequence[float], sizes: Sequence[int], *, t_max: float, procs: int, free: int,
+                    weights: Sequence[float] = (1 / 3, 1 / 3, 1 / 3),
+                    nonempty: bool = False) -> tuple[float, list[int]]:
+    """The subset of the given jobs (positions) maximizing DRAS eq. (1), and its value.
+
+    The empty subset scores w3 * (procs - free) / procs (its means are taken as 0); with
+    `nonempty` it is not allowed (unless no job fits). A t_max of 0 (every wait 0) makes the
+    wait term 0.
+    """
+    w1, w2, w3 = (float(w) for w in weights)
+    used0 = procs - free
+    empty_value = w3 * used0 / procs
+    fit, scaled, capacity, kmax, g = _prepare(sizes, free)
+    if kmax == 0:
+        return empty_value, []
+    values = np.asarray(waits, dtype=np.float64)[fit]
+    best, take = subset_table(scaled, values, capacity, kmax)
+    k = np.arange(kmax + 1, dtype=np.float64)[:, None]
+    total = np.arange(capacity + 1, dtype=np.float64)[None, :] * g
+    reachable = np.isfinite(best)
+    reachable[0, :] = False  # the empty subset is scored apart
+    k[0] = 1.0               # (row 0 is masked; avoid dividing by zero there)
+    wait_sum = np.where(reachable, best, 0.0)
+    wait_term = w1 * wait_sum / (k * t_max) if t_max > 0 else 0.0
+    objective = wait_term + w2 * total / (k * procs) + w3 * (used0 + total) / procs
+    objective = np.where(reachable, objective, -np.inf)
+    cell = _argmax_cell(objective, np.broadcast_to(total, objective.shape))
+    value = float(objective[cell])
+    if not nonempty and empty_value > value + TIE_TOLERANCE * max(1.0, abs(value)):
+        return empty_value, []
+    return value, [int(fit[i]) for i in read_back(take, scaled, *cell)]
+
+
+def best_capacity(waits: Sequence[float], sizes: Sequence[int], pickable: int, *, free: int,
+                  count: str = "decision", min_wait: float = 1.0,
+                  nonempty: bool = False) -> tuple[float, list[int]]:
+    """The subset of the first `pickable` jobs maximizing DRAS eq. (2), and its value.
+
+    `waits` covers the whole visible queue (jobs beyond `pickable` still count in J); only its
+    first `pickable` jobs may be picked. J is the queue once the picks start. The count c is
+    either the number of jobs waiting at the decision (`count="decision"`, a constant, which
+    makes the objective additive: maximize the sum of 1/t_j over the picks, a plain 0-1
+    knapsack) or the number still waiting after the picks (`count="remaining"`, the mean over
+    J; an empty J scores 0, the best possible). A wait below `min_wait` seconds counts as
+    `min_wait` (a job submitted this instant has t = 0, and -1/0 is undefined).
+    """
+    if count not in CAPACITY_COUNTS:
+        raise ConfigError(f"count must be one of {', '.join(CAPACITY_COUNTS)}, got {count!r}")
+    u = 1.0 / np.maximum(np.asarray(waits, dtype=np.float64), min_wait)
+    total_u, queued = float(u.sum()), len(u)
+
+    def value(k: int, removed: float) -> float:
+        if count == "decision":
+            return -(total_u - removed) / queued
+        return 0.0 if queued == k else -(total_u - removed) / (queued - k)
+
+    fit, scaled, capacity, kmax, _ = _prepare(sizes[:pickable], free)
+    empty = value(0, 0.0)
+    if kmax == 0:
+        return empty, []
+    best, take = subset_table(scaled, u[fit], capacity, kmax)
+    # For a count k the objective only grows with the removed sum: take the best over sizes.
+    per_k = best[1:].max(axis=1)
+    cols = best[1:].argmax(axis=1)  # the first (fewest processors) size reaching that sum
+    objective = np.array([value(k, removed) if np.isfinite(removed) else -np.inf
+                          for k, removed in enumerate(per_k, start=1)])
+    top = objective.max()
+    k = int(np.flatnonzero(objective >= top - TIE_TOLERANCE * max(1.0, abs(top)))[0]) + 1  # fewest jobs
+    if not nonempty and empty > top + TIE_TOLERANCE * max(1.0, abs(top)):
+        return empty, []
+    return float(objective[k - 1]), [int(fit[i]) for i in read_back(take, scaled, k, int(cols[k - 1]))]
+
+
+class KnapsackAgent(Agent):
+    """DRAS's Optimization baseline: at each scheduling instance start the subset of the first
+    `window` queued jobs that maximizes the capability (eq. 1) or capacity (eq. 2) objective
+    subject to fitting the free processors; an exact 0-1 knapsack by dynamic programming.
+
+    The DP (see the module docstring): best[k, c] = the largest sum of per-job values (waits for
+    capability, 1/wait for capacity) over subsets of exactly k jobs using exactly c * g
+    processors; the objective is then evaluated at every reachable (k, c), which is exact because
+    for fixed k and c both objectives increase with that sum.
+
+    Bounds: only jobs that fit the free processors F alone enter (n <= window); sizes and F are
+    divided by the gcd g of those sizes, C = min(F, their total) // g columns; K = the most jobs
+    that fit together (the smallest ones) rows. Time O(n * K * C), memory n * K * C bytes (the
+    read-back bits). For Theta (N = 4360) and a window of 50: n, K <= 50, C <= 4360.
+
+    Semantics and tie-breaks:
+    - t_max is the largest wait in the whole visible queue (the decision's observation), and the
+      capacity sum runs over the whole visible queue less the picked jobs; only the first
+      `window` jobs may be picked. Capacity counts a wait under `min_wait` (1 s) as `min_wait`.
+    - `capacity_count`: "decision" (default: c = jobs waiting at the decision, so the capacity
+      objective is the additive knapsack max sum 1/t_j) or "remaining" (c = jobs left waiting;
+      see the module docstring for why that one may idle the cluster).
+    - One knapsack per scheduling instance (DRAS: "per scheduling instance"): when the
+      simulation asks again at the same instant after this agent started jobs, it waits. With
+      `once_per_instant=False` it solves again (capability then keeps adding jobs while any
+      fits, since any job raises the utilization term).
+    - Equal objective values (within 1e-12 relative): fewest jobs, then most processors
+      (capability) or fewest (capacity), then the jobs earliest in queue order.
+    - When the simulation cannot wait (nothing runs, no job will arrive) the best nonempty
+      subset is started even if waiting scores higher.
+    """
+
+    kinds = (SELECT,)
+
+    def __init__(self, objective: str = "capability", weights: Sequence[float] = (1 / 3, 1 / 3, 1 / 3),
+                 window: int = 50, once_per_instant: bool = True, capacity_count: str = "decision",
+                 min_wait: float = 1.0) -> None:
+        if objective not in OBJECTIVES:
+            raise ConfigError(f"unknown knapsack objective {objective!r}: use {' or '.join(OBJECTIVES)}")
+        if len(weights) != 3:
+            raise ConfigError(f"the capability objective takes three weights, got {weights!r}")
+        if window < 1:
+            raise ConfigError(f"window must be at least 1, got {window}")
+        if capacity_count not in CAPACITY_COUNTS:
+            raise ConfigError(f"capacity_count must be one of {', '.join(CAPACITY_COUNTS)}, got {capacity_count!r}")
+        self.objective = objective
+        self.capacity_count = capacity_count
+        self.weights = tuple(float(w) for w in weights)
+        self.window = int(window)
+        self.once_per_instant = once_per_instant
+        self.min_wait = float(min_wait)
+        self._started_at: tuple[int, int] | None = None  # (time, step) of the last nonempty pick
+        self.last_value: float | None = None
+
+    def act(self, decision: Decision) -> Action:
+        if (self.once_per_instant and decision.can_wait and self._started_at is not None
+                and decision.time == self._started_at[0] and decision.step > self._started_at[1]):
+            return None
+        obs = decision.observation
+        queue = obs["queue"]
+        ids = queue["id"]
+        pickable = min(self.window, len(ids))
+        must_start = not decision.can_wait
+        if self.objective == "capability":
+            waits = queue["wait"]
+            value, picks = best_capability(
+                waits[:pickable], queue["size"][:pickable], t_max=float(max(waits, default=0)),
+                procs=int(obs["procs"]), free=int(obs["free"]), weights=self.weights, nonempty=must_start)
+        else:
+            value, picks = best_capacity(queue["wait"], queue["size"], pickable, free=int(obs["free"]),
+                                         count=self.capacity_count, min_wait=self.min_wait, nonempty=must_start)
+        self.last_value = value
+        if not picks:
+            return None if decision.can_wait else int(ids[0])
+        self._started_at = (decision.time, decision.step)
+        return [int(ids[i]) for i in picks]
+
+    def on_episode_end(self, metrics) -> None:
+        self._started_at = None

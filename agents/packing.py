@@ -1,0 +1,165 @@
+"""Greedy packing agents: start jobs one after another, each chosen by a rule among the jobs that
+still fit the free processors, until none fits. They answer a select decision with the whole
+list (started together), never reserve, and are meant for `--backfill none`, as in DRAS.
+
+- BinPackingAgent: the largest job that fits (DRAS section 5.1, "BinPacking").
+- RandomPackingAgent: a uniformly random job that fits (DRAS section 5.1, "Random").
+- TetrisAgent: the job with the highest alignment score, the dot product of its normalised
+  demand and the normalised free resources (Grandl et al., SIGCOMM 2014; RLSchert's "Tetris").
+- TetrisStarAgent: a weighted sum of that score and a preference for short jobs (DeepRM,
+  Mao et al., HotNets 2016, as used by RLSchert: "Tetris*").
+
+Ties, everywhere: the earlier submit, then the lower job id (the project's rule).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..environment.decisions import SELECT, Action, Decision
+from ..environment.errors import ConfigError
+from .base import Agent
+
+class PackingAgent(Agent):
+    """Base of the greedy packers: `pick` chooses the next job among those that fit."""
+
+    kinds = (SELECT,)
+
+    def __init__(self, window: int | None = None) -> None:
+        if window is not None and window < 1:
+            raise ConfigError(f"window must be at least 1, got {window}")
+        self.window = window
+
+    def act(self, decision: Decision) -> Action:
+        obs = decision.observation
+        queue = obs["queue"]
+        n = len(queue["id"]) if self.window is None else min(self.window, len(queue["id"]))
+        jobs = {name: np.asarray(queue[name][:n]) for name in ("id", "submit", "size", "requested", "estimate")}
+        picks = self.pack(jobs, int(obs["free"]), int(obs["procs"]))
+        if not picks:
+            # Nothing fits. The simulation cannot wait only when nothing runs, so then every job
+            # fits; a job that does not is named alone, which reserves it (for completeness).
+            return None if decision.can_wait else int(queue["id"][0])
+        return [int(jobs["id"][i]) for i in picks]
+
+    def pack(self, jobs: dict[str, np.ndarray], free: int, procs: int) -> list[int]:
+        """Positions of the jobs to start, in the order they were chosen."""
+        left = list(range(len(jobs["id"])))
+        picks: list[int] = []
+        size = jobs["size"]
+        while True:
+            fitting = [i for i in left if size[i] <= free]
+            if not fitting:
+                return picks
+            i = self.pick(jobs, np.asarray(fitting), free, procs)
+            picks.append(i)
+            left.remove(i)
+            free -= int(size[i])
+
+    def pick(self, jobs: dict[str, np.ndarray], fitting: np.ndarray, free: int, procs: int) -> int:
+        raise NotImplementedError
+
+
+def _best(scores: np.ndarray, jobs: dict[str, np.ndarray], fitting: np.ndarray) -> int:
+    """The fitting job with the highest score; ties to the earlier submit, then the lower id."""
+    order = np.lexsort((jobs["id"][fitting], jobs["submit"][fitting], -scores))
+    return int(fitting[order[0]])
+
+
+class BinPackingAgent(PackingAgent):
+    """DRAS's BinPacking: repeatedly start the largest job that fits the free processors, until
+    none fits. Equivalent to one first-fit scan of the window sorted by size (largest first),
+    since the free processors only shrink. O(n log n) per decision for a window of n jobs."""
+
+    def pack(self, jobs: dict[str, np.ndarray], free: int, procs: int) -> list[int]:
+        order = np.lexsort((jobs["id"], jobs["submit"], -jobs["size"]))
+        picks = []
+        for i in order.tolist():
+            s = int(jobs["size"][i])
+            if s <= free:
+                picks.append(i)
+                free -= s
+        return picks
+
+
+class RandomPackingAgent(PackingAgent):
+    """DRAS's Random: repeatedly start a uniformly random job among those that fit, until none
+    fits. Drawn as one random permutation of the window per decision scanned first-fit, which
+    has the same distribution (the first job of a uniform permutation among those that fit is
+    uniform among them, and a job skipped once never fits later in the same decision).
+
+    Seeded: the same seed and the same sequence of decisions give the same picks. The generator
+    is numpy's PCG64 (`default_rng(seed)`); one permutation is drawn per decision where at least
+    one job fits."""
+
+    def __init__(self, seed: int = 0, window: int | None = None) -> None:
+        super().__init__(window)
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+
+    def pack(self, jobs: dict[str, np.ndarray], free: int, procs: int) -> list[int]:
+        size = jobs["size"]
+        if not (size <= free).any():
+            return []
+        picks = []
+        for i in self.rng.permutation(len(size)).tolist():
+            s = int(size[i])
+            if s <= free:
+                picks.append(i)
+                free -= s
+        return picks
+
+
+def alignment(sizes: np.ndarray, free: int, procs: int) -> np.ndarray:
+    """Tetris's alignment score with one resource: (n_j / N) * (F / N), the dot product of the
+    job's demand and the free processors, both as fractions of the cluster."""
+    return (np.asarray(sizes, dtype=np.float64) / procs) * (free / procs)
+
+
+class TetrisStarAgent(PackingAgent):
+    """Tetris*: repeatedly start the fitting job with the highest combined score
+
+        score_j = knob * a_j / max_i a_i + (1 - knob) * min_i r_i / r_j
+
+    over the jobs i that fit now, where a_j is Tetris's alignment (n_j / N) * (F / N) and r_j
+    the job's requested time (or its estimate, `time="estimate"`). Each term is scaled so that
+    the best job by that criterion scores 1, so `knob` weighs packing (1) against short jobs
+    (0) on a common scale. The scores are recomputed after each pick (F and the fitting set
+    change). DeepRM (Mao et al., HotNets 2016) defines Tetris* as knob * alignment +
+    (1 - knob) / duration, unnormalised; RLSchert describes it as balancing "preferences for short
+    jobs and resource packing in a combined score". With one resource a_j / max a = n_j / max n.
+
+    O(n^2) per decision for a window of n jobs (each of at most n picks rescans the window).
+    """
+
+    def __init__(self, knob: float = 0.5, time: str = "requested", window: int | None = None) -> None:
+        super().__init__(window)
+        if not 0.0 <= knob <= 1.0:
+            raise ConfigError(f"knob must be within [0, 1], got {knob}")
+        if time not in ("requested", "estimate"):
+            raise ConfigError(f"time must be requested or estimate, got {time!r}")
+        self.knob = float(knob)
+        self.time = time
+
+    def scores(self, sizes: np.ndarray, times: np.ndarray, free: int, procs: int) -> np.ndarray:
+        a = alignment(sizes, free, procs)
+        times = np.maximum(np.asarray(times, dtype=np.float64), 1.0)
+        return self.knob * a / a.max() + (1.0 - self.knob) * times.min() / times
+
+    def pick(self, jobs: dict[str, np.ndarray], fitting: np.ndarray, free: int, procs: int) -> int:
+        scores = self.scores(jobs["size"][fitting], jobs[self.time][fitting], free, procs)
+        return _best(scores, jobs, fitting)
+
+
+class TetrisAgent(TetrisStarAgent):
+    """Tetris (Grandl et al., SIGCOMM 2014, packing score only): repeatedly start the fitting job
+    with the highest alignment score (n_j / N) * (F / N). With a single resource the free term is
+    common to all jobs, so this is the largest job that fits: the same picks as BinPacking (and
+    the same ties). It is kept as its own agent to name RLSchert's comparison set; Tetris* is
+    where the one-resource version differs."""
+
+    def __init__(self, window: int | None = None) -> None:
+        super().__init__(knob=1.0, window=window)
+
+    def scores(self, sizes: np.ndarray, times: np.ndarray, free: int, procs: int) -> np.ndarray:
+        return alignment(sizes, free, procs)
