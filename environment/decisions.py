@@ -89,7 +89,7 @@ class Decision:
     @classmethod
     def from_message(cls, message: dict[str, Any]) -> Decision:
         """A decision received over the protocol, with its observation already built."""
-        decision = cls(None, message["kind"], message["time"], message["decision"],  # type: ignore[arg-type]
+        decision = cls(None, message["kind"], message["time"], message["step"],  # type: ignore[arg-type]
                        list(message["candidates"]), dict(message["observation"].get("context", {})),
                        bool(message["can_wait"]))
         decision._observation = message["observation"]

@@ -1,1 +1,28 @@
-"""placeholder"""
+"""Gymnasium bridge: `make(kind=...)` gives an `HpcEnv` for one decision kind of an episode,
+in process or against a running `hpcgym env`; `gymbridge.vector.make_vector` steps several.
+
+Nothing here imports gymnasium until it is used, so the `hpcgym` command line (which lives in
+this package) runs without the `rl` extra.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["make", "HpcEnv"]
+
+
+def make(kind: str = "select", **kwargs: Any):
+    """An `HpcEnv` for decision kind `kind`; keyword arguments as `HpcEnv` takes them
+    (workload, options, reward, encoder, seed, remote, others, ...)."""
+    from .env import HpcEnv
+
+    return HpcEnv(kind, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "HpcEnv":
+        from .env import HpcEnv
+
+        return HpcEnv
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,280 @@
+"""Feature encoders: the raw observation map (PROTOCOL.md section 6) to a flat float32 vector.
+
+An encoder reads only the raw observation, the same map in process (`Decision.observation`)
+and over the protocol (a decision message's `observation`), so one trained network serves both.
+Every feature lies in [0, 1]; every encoder's output has a fixed length, whatever the queue or
+the cluster holds, so `observation_space()` is a `Box(0, 1, (size,), float32)`.
+
+Encoders (by name in `ENCODERS`; `get_encoder("a+b", ...)` concatenates any of them in order):
+
+- `jobs`: `JobTableEncoder`, one row per queue-window job (`observation["queue"]`), padded with
+  zero rows to `window`. Row k is the job that action slot k of the select and backfill envs
+  names (`gymbridge.env`).
+- `running`: `RunningJobEncoder`, one row per running job (`observation["running"]`, by
+  estimated end), padded to `window`. Row k is the job kill action k + 1 names.
+- `nodes`: `NodeAvailabilityEncoder`, the share of processors free now and at increasing
+  horizons, assuming running jobs end at their estimated ends.
+
+Tables are flattened row by row: `vector[:window * len(COLUMNS)].reshape(window, len(COLUMNS))`
+gives the table back (`Encoder.parts` lists each part's offset and shape for concatenations).
+
+Time normalisation (wait, requested, estimate, elapsed, remaining): `log1p(seconds) /
+log1p(TIME_SCALE)`, clipped to 1, with TIME_SCALE one week: 1 minute -> 0.31, 1 hour -> 0.61,
+1 day -> 0.86, a week or more -> 1. Sizes are divided by the cluster's processors.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Callable, Mapping, Sequence
+from itertools import accumulate
+from typing import Any
+
+import numpy as np
+
+#: Seconds that map to 1.0 on the logarithmic time scale (longer times are clipped to 1).
+TIME_SCALE = 7 * 24 * 3600
+_INV_LOG_TIME = 1.0 / math.log1p(TIME_SCALE)
+#: Horizons (seconds from now) of `NodeAvailabilityEncoder`: now, 5 and 15 minutes, 0.5, 1, 2, 4,
+#: 8, 16 hours, 1, 2 and 4 days.
+HORIZONS = (0, 300, 900, 1800, 3600, 7200, 14400, 28800, 57600, 86400, 172800, 345600)
+
+
+def _log_time(values: np.ndarray) -> np.ndarray:
+    """In place: seconds -> log1p(max(s, 0)) / log1p(TIME_SCALE), clipped to [0, 1]."""
+    np.maximum(values, 0.0, out=values)
+    np.log1p(values, out=values)
+    values *= _INV_LOG_TIME
+    np.minimum(values, 1.0, out=values)
+    return values
+
+
+class Encoder:
+    """Base class: `encode(observation)` gives a float32 vector of `size` features in [0, 1]."""
+
+    #: Features per encoded observation.
+    size: int = 0
+    #: Registry name (set by `get_encoder`; informative).
+    name: str = ""
+
+    def observation_space(self, window: int | None = None, procs: int | None = None):
+        """`Box(0, 1, (size,), float32)`. `window`/`procs`, when given, must be the ones this
+        encoder was made for (the vector's length depends on them, never on the episode)."""
+        import gymnasium.spaces
+
+        self._check_dims(window, procs)
+        return gymnasium.spaces.Box(0.0, 1.0, (self.size,), np.float32)
+
+    def encode(self, observation: Mapping[str, Any]) -> np.ndarray:
+        """The observation's features: a new float32 vector of `size` values in [0, 1]."""
+        out = np.zeros(self.size, np.float32)
+        self.fill(observation, out)
+        return out
+
+    def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
+        """Write the features into `out` (float32, length `size`, zeros on entry)."""
+        raise NotImplementedError
+
+    def zeros(self) -> np.ndarray:
+        """A blank vector, e.g. the observation after the episode's end."""
+        return np.zeros(self.size, np.float32)
+
+    @property
+    def parts(self) -> list[tuple[str, int, tuple[int, ...]]]:
+        """(name, offset, shape) of each part of the vector."""
+        return [(self.name or type(self).__name__, 0, self.shape)]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.size,)
+
+    def _check_dims(self, window: int | None, procs: int | None) -> None:
+        mine = getattr(self, "window", None)
+        if window is not None and mine is not None and window != mine:
+            raise ValueError(f"{type(self).__name__} was made for window {mine}, not {window}")
+
+
+class JobTableEncoder(Encoder):
+    """The queue window as a table of `window` rows x `len(COLUMNS)` features.
+
+    Columns (all in [0, 1]; padding rows are all zero):
+
+    - `present`: 1 for a real job, 0 for a padding row (queue shorter than the window).
+    - `wait`: time waited so far (`now - submit`), log time scale.
+    - `requested`: the user's requested run time, log time scale.
+    - `estimate`: the run-time estimate reservations use (`--estimate`), log time scale.
+    - `size`: processors requested / processors in the cluster.
+    - `rejections`: times an inspector rejected it / `max_rejections` (clipped to 1; with
+      `max_rejections=0`, 1 if ever rejected).
+    - `fits`: 1 if its size is at most the processors free now.
+    - `marked`: 1 for the job(s) the decision is about: the pick under inspection (`inspect`),
+      the job holding the reservation (`backfill`); 0 for `select` and `kill`.
+    """
+
+    COLUMNS = ("present", "wait", "requested", "estimate", "size", "rejections", "fits", "marked")
+
+    def __init__(self, window: int, procs: int | None = None, max_rejections: int = 72) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        self.window = int(window)
+        self.procs = procs
+        self.max_rejections = max_rejections
+        self.size = self.window * len(self.COLUMNS)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.window, len(self.COLUMNS))
+
+    def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
+        q = observation["queue"]
+        ids = q["id"]
+        n = min(len(ids), self.window)
+        if not n:
+            return
+        cols = (q["wait"], q["requested"], q["estimate"], q["size"], q["rejections"])
+        if n < len(ids):
+            cols = tuple(c[:n] for c in cols)
+        block = np.array(cols, np.float64)  # 5 x n
+        table = out.reshape(self.window, len(self.COLUMNS))
+        table[:n, 6] = block[3] <= observation["free"]
+        _log_time(block[:3])
+        block[3] *= 1.0 / (self.procs or observation["procs"])
+        if self.max_rejections > 0:
+            block[4] *= 1.0 / self.max_rejections
+        else:
+            np.minimum(block[4], 1.0, out=block[4])
+        np.minimum(block[3:], 1.0, out=block[3:])
+        table[:n, 0] = 1.0
+        table[:n, 1:6] = block.T
+        context = observation.get("context")
+        if context:
+            marked = context.get("jobs") if "jobs" in context else (
+                [context["reserved"]] if "reserved" in context else None)
+            if marked:
+                table[:n, 7] = np.isin(np.array(ids[:n]), marked)
+
+
+class RunningJobEncoder(Encoder):
+    """The running jobs (by estimated end, as the kill decision lists them) as `window` rows.
+
+    Columns (in [0, 1]; padding rows zero): `present`; `elapsed` (`now - start`, log time scale);
+    `requested` (log time scale); `remaining` (estimated end - now, at least 0, log time scale);
+    `size` (/ processors); `overdue` (1 if it runs past its estimated end).
+    """
+
+    COLUMNS = ("present", "elapsed", "requested", "remaining", "size", "overdue")
+
+    def __init__(self, window: int, procs: int | None = None) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        self.window = int(window)
+        self.procs = procs
+        self.size = self.window * len(self.COLUMNS)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.window, len(self.COLUMNS))
+
+    def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
+        r = observation["running"]
+        n = min(len(r["id"]), self.window)
+        if not n:
+            return
+        cols = (r["start"], r["requested"], r["estimated_end"], r["size"])
+        if n < len(r["id"]):
+            cols = tuple(c[:n] for c in cols)
+        block = np.array(cols, np.float64)  # 4 x n
+        now = observation["time"]
+        table = out.reshape(self.window, len(self.COLUMNS))
+        block[0] = now - block[0]
+        block[2] -= now
+        table[:n, 5] = block[2] < 0
+        _log_time(block[:3])
+        block[3] *= 1.0 / (self.procs or observation["procs"])
+        np.minimum(block[3], 1.0, out=block[3])
+        table[:n, 0] = 1.0
+        table[:n, 1:5] = block.T
+
+
+class NodeAvailabilityEncoder(Encoder):
+    """Processors free now and released over time: `len(horizons)` features.
+
+    Feature h is (free processors + processors of running jobs whose estimated end is at most
+    now + horizons[h]) / processors; horizon 0 is exactly the processors free now (a job past its
+    estimated end is counted from the first positive horizon). Non-decreasing, in [0, 1].
+    """
+
+    def __init__(self, procs: int | None = None, horizons: Sequence[int] = HORIZONS) -> None:
+        self.procs = procs
+        self.horizons = [int(h) for h in horizons]
+        if not self.horizons or any(b <= a for a, b in zip(self.horizons, self.horizons[1:])) \
+                or self.horizons[0] < 0:
+            raise ValueError("horizons must be increasing non-negative seconds")
+        self.size = len(self.horizons)
+
+    def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
+        scale = 1.0 / (self.procs or observation["procs"])
+        free = observation["free"]
+        r = observation["running"]
+        ends = r["estimated_end"]
+        if not ends:
+            out[:] = min(free * scale, 1.0)
+            return
+        released = list(accumulate(r["size"], initial=free))  # released[k]: free + the first k to end
+        now = observation["time"]
+        out[:] = [released[bisect_right(ends, now + h)] if h else free for h in self.horizons]
+        out *= scale
+        np.minimum(out, 1.0, out=out)
+
+
+class ConcatEncoder(Encoder):
+    """Several encoders' vectors, one after the other."""
+
+    def __init__(self, encoders: Sequence[Encoder]) -> None:
+        if not encoders:
+            raise ValueError("ConcatEncoder needs at least one encoder")
+        self.encoders = list(encoders)
+        self.size = sum(e.size for e in self.encoders)
+        self.window = next((e.window for e in self.encoders if getattr(e, "window", None)), None)
+        bounds = np.cumsum([0, *(e.size for e in self.encoders)]).tolist()
+        self._slices = [(e, slice(a, b)) for e, a, b in zip(self.encoders, bounds, bounds[1:])]
+
+    def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
+        for enc, where in self._slices:
+            enc.fill(observation, out[where])
+
+    @property
+    def parts(self) -> list[tuple[str, int, tuple[int, ...]]]:
+        return [(e.name or type(e).__name__, where.start, e.shape) for e, where in self._slices]
+
+
+#: Base encoders by name: factory(window, procs, **options).
+ENCODERS: dict[str, Callable[..., Encoder]] = {
+    "jobs": lambda window, procs, max_rejections=72, **_: JobTableEncoder(window, procs, max_rejections),
+    "running": lambda window, procs, **_: RunningJobEncoder(window, procs),
+    "nodes": lambda window, procs, **_: NodeAvailabilityEncoder(procs),
+}
+#: Named concatenations (any "a+b" of base names also works).
+COMBINED = ("jobs+nodes", "running+nodes")
+
+
+def get_encoder(name: str, window: int, procs: int | None = None, **options: Any) -> Encoder:
+    """The encoder `name` ("jobs", "nodes", "running", or parts joined by "+", e.g.
+    "jobs+nodes") for a queue window of `window` jobs on `procs` processors (None: read each
+    observation's `procs`). `options` reach the parts that take them (`max_rejections`)."""
+    names = [part.strip() for part in str(name).split("+")]
+    unknown = [part for part in names if part not in ENCODERS]
+    if unknown or not names:
+        raise ValueError(f"unknown encoder {name!r}; use one of {', '.join([*ENCODERS, *COMBINED])} "
+                         "(or base names joined by '+')")
+    parts = []
+    for part in names:
+        enc = ENCODERS[part](window, procs, **options)
+        enc.name = part
+        parts.append(enc)
+    if len(parts) == 1:
+        return parts[0]
+    enc = ConcatEncoder(parts)
+    enc.name = "+".join(names)
+    return enc

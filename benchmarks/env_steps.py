@@ -1,0 +1,149 @@
+"""Gymnasium env steps per second: `HpcEnv("select")` with a random masked policy.
+
+    python benchmarks/env_steps.py                    # all four rows, 20,000 steps each
+    python benchmarks/env_steps.py --steps 50000 --window 64 --jobs 512
+
+Rows (one run, one table):
+
+- in-process, 1 env: `HpcEnv` stepping the simulation in this process;
+- in-process, 2 envs: `make_vector(2)`, an AsyncVectorEnv of two worker processes;
+- ipc://, 1 env: `HpcEnv(remote=...)` against `hpcgym env` started here as a subprocess;
+- ipc://, 2 envs: `make_vector(2, remote=...)`: two worker processes, each with its own
+  connection and session, served by that one `hpcgym env` process.
+
+Every row runs `--steps` env steps (a vector step of n envs counts n) after `--warmup`
+steps, episodes of `--jobs` jobs drawn from the generated Lublin workload
+(`{"jobs": N, "sample": True}`), resets included (single envs reset by hand, vector envs
+auto-reset). The policy draws uniformly among the allowed actions of `info["action_mask"]`
+(Python's `random`, a fraction of a microsecond); the encoder is jobs+nodes. Steps per
+second count env steps: a vector's rate is the sum over its envs.
+
+Timings depend on the machine and what else runs there (CPU count and load average are
+printed): compare rows of one run. Two env processes only help with two idle cores; the
+ipc:// rows with two envs share one single-threaded env server.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+from hpcgym.agents.runtime import Connection, EnvUnreachable
+from hpcgym.gymbridge import make
+from hpcgym.gymbridge.vector import make_vector
+from hpcgym.protocol.messages import PROTOCOL_VERSION
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_single(env, steps: int, warmup: int, seed: int) -> tuple[int, float]:
+    """(measured steps, seconds)."""
+    rng = random.Random(seed)
+    obs, info = env.reset(seed=seed)
+    t0, done = time.perf_counter(), 0
+    while done < warmup + steps:
+        if done == warmup:
+            t0 = time.perf_counter()
+        allowed = np.flatnonzero(info["action_mask"])
+        obs, reward, terminated, truncated, info = env.step(int(allowed[rng.randrange(len(allowed))]))
+        done += 1
+        if terminated:
+            obs, info = env.reset()
+    return steps, time.perf_counter() - t0
+
+
+def run_vector(envs, steps: int, warmup: int, seed: int) -> tuple[int, float]:
+    """(measured env steps: n per vector step, seconds)."""
+    rng = random.Random(seed)
+    n = envs.num_envs
+    obs, info = envs.reset(seed=seed)
+    t0, done, measured = None, 0, 0
+    while measured < steps:
+        if t0 is None and done >= warmup:
+            t0 = time.perf_counter()
+        actions = []
+        for mask in info["action_mask"]:
+            allowed = np.flatnonzero(mask)
+            actions.append(int(allowed[rng.randrange(len(allowed))]))
+        obs, rewards, terminated, truncated, info = envs.step(np.array(actions))
+        done += n
+        if t0 is not None:
+            measured += n
+    return measured, time.perf_counter() - t0
+
+
+def start_env_server(folder: Path) -> tuple[subprocess.Popen, str]:
+    address = f"ipc://{folder / 'env.ipc'}"
+    local = Path(sys.executable).parent / "hpcgym"
+    exe = str(local) if local.exists() else (shutil.which("hpcgym") or "hpcgym")
+    proc = subprocess.Popen([exe, "env", "--bind", address, "--decision-timeout", "600"], cwd=ROOT,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:  # the env is up once it answers a hello
+        conn = Connection(address, timeout=0.5)
+        try:
+            conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": "probe", "kinds": []})
+            conn.request({"type": "bye"})
+            return proc, address
+        except EnvUnreachable:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise SystemExit("hpcgym env did not start") from None
+        finally:
+            conn.close()
+
+
+@click.command()
+@click.option("--steps", type=click.IntRange(min=1), default=20_000, show_default=True,
+              help="Measured env steps per row.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1_000, show_default=True)
+@click.option("--jobs", type=click.IntRange(min=2), default=256, show_default=True, help="Jobs per episode.")
+@click.option("--window", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--context", type=click.Choice(["fork", "spawn", "forkserver"]), default=None,
+              help="Start method of the vector env's workers (default: the platform's).")
+def main(steps, warmup, jobs, window, seed, context) -> None:
+    """Env steps per second of HpcEnv(select), in process and over ipc://, with 1 and 2 envs."""
+    kwargs = {"workload": {"jobs": jobs, "sample": True}, "options": {"window": window}, "encoder": "jobs+nodes"}
+    rows = []
+    folder = Path(tempfile.mkdtemp(prefix="hpcgym-b-", dir="/tmp"))
+    server = None
+    try:
+        env = make("select", **kwargs)
+        rows.append(("in-process", 1, run_single(env, steps, warmup, seed)))
+        env.close()
+        envs = make_vector(2, "select", seed=seed, context=context, **kwargs)
+        rows.append(("in-process", 2, run_vector(envs, steps, warmup, seed)))
+        envs.close()
+        server, address = start_env_server(folder)
+        env = make("select", remote=address, **kwargs)
+        rows.append(("ipc://", 1, run_single(env, steps, warmup, seed)))
+        env.close()
+        envs = make_vector(2, "select", seed=seed, context=context, remote=address, **kwargs)
+        rows.append(("ipc://", 2, run_vector(envs, steps, warmup, seed)))
+        envs.close()
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait(timeout=10)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    click.echo(f"HpcEnv(select), random masked policy, {jobs}-job episodes, window {window}, encoder jobs+nodes; "
+               f"{os.cpu_count()} CPUs, load average {load:.2f}")
+    click.echo(f"{'transport':<12}{'envs':>5}{'steps':>9}{'seconds':>9}{'steps/s':>10}{'us/step':>9}")
+    for transport, n, (done, seconds) in rows:
+        click.echo(f"{transport:<12}{n:>5}{done:>9}{seconds:>9.2f}{done / seconds:>10,.0f}{1e6 * seconds / done:>9.1f}")
+
+
+if __name__ == "__main__":
+    main()

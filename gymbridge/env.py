@@ -1,0 +1,487 @@
+"""`HpcEnv`: one decision kind of an hpcgym episode as a Gymnasium environment.
+
+The env owns one decision kind (`select`, `inspect`, `backfill` or `kill`); the others are
+decided by the simulation's built-in defaults (priority policy, accept, EASY, no kill) or by
+in-process agents given as `others={kind: Agent}`. It runs the simulation in this process, or,
+with `remote="tcp://..."`/`"ipc://..."`, drives a running `hpcgym env` over the step/act
+protocol; both give identical trajectories (observations, rewards, masks, metrics).
+
+Actions (an int; `info["action_mask"]` is an int8 vector, 1 = allowed; W = the `window` option):
+
+| kind     | space            | action k                                                          |
+|----------|------------------|-------------------------------------------------------------------|
+| select   | Discrete(W + 1)  | k < W: start (or reserve) the k-th job of the queue window, i.e.  |
+|          |                  | the k-th candidate; k = W: wait (allowed only when `can_wait`)    |
+| backfill | Discrete(W + 1)  | k < W: start the k-th job of the queue window now, allowed when it|
+|          |                  | is a backfill candidate; k = W: stop backfilling (always allowed) |
+| inspect  | Discrete(2)      | 0: accept the pick, 1: reject it                                  |
+| kill     | Discrete(W + 1)  | 0: kill nothing; k >= 1: kill the (k-1)-th running job (running   |
+|          |                  | jobs by estimated end, as `observation["running"]` lists them)    |
+
+Slot k always names row k of the observation's job table (queue window, or running jobs for
+kill), so a per-row scoring network lines up with the actions. Backfill candidates are the
+queue jobs that fit now without delaying the reservation; one beyond the visible window (only
+when more than W jobs wait) has no row and cannot be chosen. A kill env sees at most W running
+jobs. Multi-job select actions (a list that fits together) are not offered.
+
+An action outside the mask raises `MaskedActionError` (an `InvalidAction` and a `ValueError`);
+nothing changes. `action_space.sample()` without a mask returns an action allowed at every
+decision (select: the first candidate, i.e. the priority policy's pick; backfill: stop; kill:
+none; inspect: either); draw a uniformly random allowed action with
+`action_space.sample(mask=info["action_mask"])`.
+
+Reward (the `reward` spec of `environment/rewards.py`, computed as `hpcgym env` does): the
+spec's step reward is taken at every decision that arises (any kind that has an agent), summed
+between this env's decisions, and returned by the `step` that led to it; the spec's end reward
+is added on the terminating step. Reward arising before the first decision belongs to no
+action: it is in reset's `info["initial_reward"]`.
+
+Episodes: `terminated` is True when the job sequence has been run to the end; the final
+observation is all zeros, `info["metrics"]` holds the summary metrics, and the mask then allows
+the no-mask sample actions (so a vector env's masked sampling never sees an empty mask). If
+an episode needs no decision of this kind at all, `reset` returns a zero observation and the one
+`step` after it (any action in the mask) terminates with the whole episode's reward.
+
+Seeds: every episode has an episode seed: `reset(seed=s)` uses s; `reset()` uses the previous
+one plus `seed_stride` (the constructor's `seed` for the first). The episode seed is the
+protocol's `seed` (generated Lublin workload, noisy estimates, random policy), and when the
+workload spec has a `sample` key (any value, e.g. `True`) the sample seed too, so each episode
+draws another window (`{"jobs": 256, "sample": True}`) or sampled jobset. A trace without
+`sample` gives the same job sequence every episode.
+
+Info: `action_mask`, `decision` (a `DecisionSnapshot`: the `Decision` with its `kind`, `time`,
+`step`, `candidates`, `context`, `can_wait`, raw `observation`; None once terminated), at the
+end `metrics`, at reset `initial_reward` and `episode_seed`.
+
+Remote: the connection says hello with this kind (and the `others`' kinds, answered here) in a
+session of its own, and sends reset with the same workload spec, seed, reward and the complete
+simulation options (defaults filled in, so the server's `--backfill`/`--policy` defaults do not
+apply). Workload keys left out do take the server's defaults (`hpcgym env --trace/--procs`).
+The server gives up on a decision after its `--decision-timeout` (30 s by default): start it
+with a timeout longer than the slowest pause between two steps (e.g. a training update).
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import os
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from ..agents.encoders import Encoder, get_encoder
+from ..agents.heuristics import POLICIES
+from ..environment import sequences
+from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, Decision
+from ..environment.errors import ConfigError, HpcgymError, InvalidAction
+from ..environment.rewards import get_reward
+from ..environment.simulator import Simulation
+from ..environment.spec import CONFIG_KEYS, load_workload, sim_config
+
+#: Encoders used when none is named.
+DEFAULT_ENCODERS = {SELECT: "jobs+nodes", BACKFILL: "jobs+nodes", INSPECT: "jobs+nodes", KILL: "running+nodes"}
+_WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset")
+_session_numbers = itertools.count(1)
+
+
+class MaskedActionError(InvalidAction, ValueError):
+    """An action outside `info["action_mask"]`; the episode is unchanged."""
+
+
+class RemoteEnvError(HpcgymError):
+    """The remote env refused a request or ended the episode early."""
+
+
+class DecisionSnapshot(Decision):
+    """A pending decision as `info["decision"]` holds it: detached from the simulation (so it
+    pickles, e.g. through a vector env's pipes) and comparable by value."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Decision):
+            return NotImplemented
+        return (self.kind == other.kind and self.time == other.time and self.step == other.step
+                and self.candidates == other.candidates and self.context == other.context
+                and self.can_wait == other.can_wait)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @classmethod
+    def of(cls, d: Decision, observation: dict[str, Any]) -> DecisionSnapshot:
+        snap = cls.__new__(cls)
+        snap.kind, snap.time, snap.step, snap.candidates = d.kind, d.time, d.step, d.candidates
+        snap.context, snap.can_wait, snap._sim, snap._observation = d.context, d.can_wait, None, observation
+        return snap
+
+
+class MaskableDiscrete(gym.spaces.Discrete):
+    """`Discrete` whose mask-free `sample()` draws from the actions allowed at every decision."""
+
+    def __init__(self, n: int, safe: tuple[int, ...], seed: int | None = None) -> None:
+        super().__init__(n, seed=seed)
+        self.safe = tuple(safe)
+        self._safe_mask = np.zeros(n, np.int8)
+        self._safe_mask[list(self.safe)] = 1
+
+    def sample(self, mask: np.ndarray | None = None, probability: np.ndarray | None = None) -> np.int64:
+        if mask is None and probability is None:
+            mask = self._safe_mask
+        return super().sample(mask=mask, probability=probability)
+
+    def __repr__(self) -> str:
+        return f"MaskableDiscrete({self.n})"
+
+
+class HpcEnv(gym.Env):
+    """One decision kind of an hpcgym episode (see the module docstring for every rule)."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, kind: str = SELECT, workload: Mapping[str, Any] | None = None,
+                 options: Mapping[str, Any] | None = None, reward: str = "bsld", encoder: str | Encoder | None = None,
+                 seed: int = 0, remote: str | None = None, *, others: Mapping[str, Any] | None = None,
+                 seed_stride: int = 1, remote_timeout: float = 10.0, decision_info: bool = True) -> None:
+        """
+        kind: the decision kind this env takes. workload: a workload spec (`load_workload` keys;
+        default `{}`, the generated Lublin workload). options: `SimConfig` keys (`backfill`,
+        `estimate`, `overrun`, `window`, `max_interval`, `max_rejections`) plus `policy` (the
+        queue's priority policy, default fcfs). reward: reward spec name. encoder: encoder name
+        (`agents.encoders.get_encoder`) or instance; default jobs+nodes (running+nodes for kill).
+        seed: the first episode's seed; seed_stride: added per seedless reset. remote: address of
+        an `hpcgym env` to run the episodes on. others: {kind: Agent} deciding other kinds here.
+        decision_info: put `info["decision"]` in infos (a vector env pickles it every step).
+        """
+        super().__init__()
+        if kind not in KINDS:
+            raise ConfigError(f"unknown decision kind {kind!r}; use one of {', '.join(KINDS)}")
+        self.kind = kind
+        self.others = dict(others or {})
+        bad = [k for k in self.others if k not in KINDS or k == kind]
+        if bad:
+            raise ConfigError(f"others: kinds {bad} are unknown or the env's own kind {kind!r}")
+        self.workload_spec = dict(workload or {})
+        options = dict(options or {})
+        self.policy = options.pop("policy", "fcfs")
+        if not isinstance(self.policy, str) or self.policy not in POLICIES:
+            raise ConfigError(f"unknown policy {self.policy!r}; use one of {', '.join(POLICIES)}")
+        self.options = options
+        self.config = sim_config(options, _check_seed(seed))  # validates the option names and values
+        if self.config.backfill == "conservative" and ({kind, *self.others} & {SELECT, INSPECT, BACKFILL}):
+            raise ConfigError("conservative backfilling places every queued job by the built-in priority policy; "
+                              f"a {kind} env needs backfill easy or none")
+        self.reward_spec = get_reward(reward)
+        self.reward_name = reward
+        self.window = self.config.window
+        self.remote = remote
+        self.remote_timeout = remote_timeout
+        self.decision_info = decision_info
+        self._base_seed = int(seed)
+        self._seed_stride = int(seed_stride)
+        self._episode_seed: int | None = None
+        self._workloads: OrderedDict[Any, Any] = OrderedDict()
+        self._spec_checked = False
+
+        procs = None
+        if remote is None:
+            procs = self._load_workload(self._base_seed).procs  # also checks the whole spec now
+        if isinstance(encoder, Encoder):
+            self.encoder = encoder
+        else:
+            self.encoder = get_encoder(encoder or DEFAULT_ENCODERS[kind], self.window, procs,
+                                       max_rejections=self.config.max_rejections)
+        self.observation_space = self.encoder.observation_space()
+        w = self.window
+        if kind == INSPECT:
+            self.action_space = MaskableDiscrete(2, (0, 1))
+        elif kind == SELECT:
+            self.action_space = MaskableDiscrete(w + 1, (0,))
+        elif kind == BACKFILL:
+            self.action_space = MaskableDiscrete(w + 1, (w,))
+        else:
+            self.action_space = MaskableDiscrete(w + 1, (0,))
+        self._safe_mask = self.action_space._safe_mask
+
+        self._sim: Simulation | None = None
+        self._reward = None
+        self._decision: Decision | None = None
+        self._ids: list[int] = []
+        self._mask: np.ndarray | None = None
+        self._done = True
+        self._empty_episode = False
+        self._final: tuple[float, dict[str, Any]] | None = None
+        self._conn = None
+        self._decision_id: int | None = None
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        if options:
+            raise ValueError(f"HpcEnv.reset takes no options (got {sorted(options)}); "
+                             "set the workload and simulation options when making the env")
+        if seed is not None:
+            self._episode_seed = _check_seed(seed)
+        elif self._episode_seed is None:
+            self._episode_seed = self._base_seed
+        else:
+            self._episode_seed += self._seed_stride
+        ep_seed = self._episode_seed
+        self._final = None
+        self._done = False
+        if self.remote is None:
+            self._sim = Simulation(self._load_workload(ep_seed), replace(self.config, seed=ep_seed),
+                                   policy=self.policy, external={self.kind, *self.others})
+            self._reward = self.reward_spec.make()
+            decision, earned = self._advance(self._sim.reset())
+        else:
+            decision, earned = self._remote_reset(ep_seed)
+        info: dict[str, Any] = {"episode_seed": ep_seed}
+        self._empty_episode = decision is None
+        if decision is None:  # no decision of this kind in the whole episode: one step ends it
+            self._decision = None
+            info["initial_reward"] = 0.0
+            self._pending_reward = earned
+            self._mask = self._safe_mask.copy()
+            info["action_mask"] = self._mask.copy()
+            if self.decision_info:
+                info["decision"] = None
+            return self.encoder.zeros(), info
+        info["initial_reward"] = earned
+        obs = self._present(decision, info)
+        return obs, info
+
+    def step(self, action: Any):
+        if self._done:
+            raise InvalidAction("the episode has ended (or was never started): call reset()")
+        a = self._check_action(action)
+        if self._empty_episode:
+            return self._terminate(self._pending_reward)
+        if self.remote is None:
+            decision, earned = self._advance(self._sim.step(self._to_sim_action(a)))
+        else:
+            decision, earned = self._remote_act(self._to_sim_action(a))
+        if decision is None:
+            return self._terminate(earned)
+        info: dict[str, Any] = {}
+        obs = self._present(decision, info)
+        return obs, earned, False, False, info
+
+    def action_masks(self) -> np.ndarray:
+        """The current action mask (a copy), for libraries that ask the env for it."""
+        return (self._mask if self._mask is not None else self._safe_mask).copy()
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.timeout = min(conn.timeout, 1.0)
+                conn.request({"type": "bye"})
+            except HpcgymError:
+                pass
+            finally:
+                conn.close()
+        self._sim = None
+        super().close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ------------------------------------------------------------------ in process
+    def _advance(self, decision: Decision | None) -> tuple[Decision | None, float]:
+        """Run until this env's next decision, summing the reward spec's step rewards over every
+        decision that arises (the service's accounting); the end reward at the end."""
+        sim, reward, kind, others = self._sim, self._reward, self.kind, self.others
+        earned = 0.0
+        while decision is not None:
+            earned += reward.step(sim)
+            if decision.kind == kind:
+                return decision, earned
+            decision = sim.step(others[decision.kind].act(decision))
+        metrics = dict(sim.result().summary)
+        earned += reward.end(sim, metrics)
+        self._final = (earned, metrics)
+        return None, earned
+
+    def _load_workload(self, ep_seed: int):
+        """`load_workload(this episode's spec, ep_seed)`, with the part before windowing cached
+        (a trace is read once, not every episode). The first call goes through `load_workload`
+        itself, which checks the whole spec."""
+        spec = self._episode_spec(ep_seed)
+        if not self._spec_checked:
+            self._spec_checked = True
+            return load_workload(spec, ep_seed)
+        base_spec = {k: v for k, v in spec.items() if k not in _WINDOW_KEYS}
+        generated = spec.get("trace") is None
+        key = (repr(sorted(base_spec.items(), key=lambda kv: kv[0])), ep_seed if generated else None)
+        base = self._workloads.get(key)
+        if base is None:
+            base = self._workloads[key] = load_workload(base_spec, ep_seed)
+            while len(self._workloads) > 2:
+                self._workloads.popitem(last=False)
+        jobs, sample = spec.get("jobs"), spec.get("sample")
+        if jobs is None:
+            return base
+        if sample is None:
+            return sequences.window(base, jobs, spec.get("start") or 0)
+        if spec.get("sampled_jobset"):
+            return sequences.sampled_jobset(base, jobs, sample)
+        return sequences.random_window(base, jobs, sample)
+
+    def _episode_spec(self, ep_seed: int) -> dict[str, Any]:
+        spec = dict(self.workload_spec)
+        if spec.get("sample") is not None:
+            spec["sample"] = ep_seed
+        return spec
+
+    # ------------------------------------------------------------------ remote
+    def _connect(self):
+        from ..agents.runtime import Connection
+        from ..protocol.messages import PROTOCOL_VERSION
+
+        conn = Connection(self.remote, self.remote_timeout)
+        session = f"gym-{os.getpid()}-{next(_session_numbers)}-{os.urandom(4).hex()}"
+        try:
+            self._reply(conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": f"gym-{self.kind}",
+                                      "kinds": [self.kind, *self.others], "session": session}), "welcome")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _remote_reset(self, ep_seed: int) -> tuple[Decision | None, float]:
+        if self._conn is None:
+            self._conn = self._connect()
+        options = {k: getattr(self.config, k) for k in CONFIG_KEYS}
+        options["estimate"] = str(options["estimate"])
+        options["policy"] = self.policy
+        reply = self._conn.request({"type": "reset", "workload": self._episode_spec(ep_seed), "seed": ep_seed,
+                                    "options": options, "reward": self.reward_name})
+        return self._remote_advance(reply)
+
+    def _remote_act(self, action: Any) -> tuple[Decision | None, float]:
+        return self._remote_advance(self._conn.request({"type": "act", "decision": self._decision_id,
+                                                        "action": action}))
+
+    def _remote_advance(self, reply: dict[str, Any]) -> tuple[Decision | None, float]:
+        conn, kind = self._conn, self.kind
+        earned = 0.0
+        while True:
+            t = self._reply(reply, "decision", "pending", "episode_end")
+            if t == "pending":
+                reply = conn.request({"type": "poll"})
+            elif t == "decision":
+                earned += reply["reward"]
+                decision = DecisionSnapshot.from_message(reply)
+                decision.step = reply["step"]  # from_message puts the session's decision id there
+                if decision.kind == kind:
+                    self._decision_id = reply["decision"]
+                    return decision, earned
+                reply = conn.request({"type": "act", "decision": reply["decision"],
+                                      "action": self.others[decision.kind].act(decision)})
+            else:
+                if reply["reason"] != "completed":
+                    self._done = True
+                    raise RemoteEnvError(f"the remote episode ended early: {reply['reason']}")
+                earned += reply["reward"]
+                self._final = (earned, dict(reply["metrics"]))
+                return None, earned
+
+    def _reply(self, reply: dict[str, Any], *types: str) -> str:
+        t = reply["type"]
+        if t == "error":
+            hint = (f"; a decision kept longer than the env's --decision-timeout is lost"
+                    if reply["code"] == "stale_decision" else "")
+            raise RemoteEnvError(f"the env at {self.remote} refused: {reply['code']}: {reply['message']}{hint}")
+        if t not in types:
+            raise RemoteEnvError(f"unexpected reply {t!r} from {self.remote}; expected {' or '.join(types)}")
+        return t
+
+    # ------------------------------------------------------------------ actions and observations
+    def _present(self, decision: Decision, info: dict[str, Any]) -> np.ndarray:
+        """Encode the decision, build its mask, fill `info`."""
+        obs_raw = decision.observation
+        kind, w = self.kind, self.window
+        if kind == SELECT:
+            self._ids = ids = decision.candidates
+            mask = np.zeros(w + 1, np.int8)
+            mask[:len(ids)] = 1
+            mask[w] = decision.can_wait
+        elif kind == BACKFILL:
+            self._ids = ids = obs_raw["queue"]["id"]
+            cands = set(decision.candidates)
+            mask = np.zeros(w + 1, np.int8)
+            mask[:len(ids)] = [j in cands for j in ids]
+            mask[w] = 1
+        elif kind == KILL:
+            self._ids = ids = decision.candidates[:w]
+            mask = np.zeros(w + 1, np.int8)
+            mask[:len(ids) + 1] = 1
+        else:
+            mask = np.ones(2, np.int8)
+        self._decision = decision
+        self._mask = mask
+        info["action_mask"] = mask.copy()
+        if self.decision_info:
+            info["decision"] = (decision if isinstance(decision, DecisionSnapshot)
+                                else DecisionSnapshot.of(decision, obs_raw))
+        return self.encoder.encode(obs_raw)
+
+    def _check_action(self, action: Any) -> int:
+        try:
+            a = operator.index(action.item() if isinstance(action, np.ndarray) and action.ndim == 0 else action)
+        except TypeError:
+            raise MaskedActionError(f"{self.kind} actions are integers in 0..{self.action_space.n - 1}, "
+                                    f"got {action!r}") from None
+        mask = self._mask
+        if not 0 <= a < len(mask) or not mask[a]:
+            allowed = np.flatnonzero(mask).tolist()
+            shown = ", ".join(map(str, allowed[:16])) + (" ..." if len(allowed) > 16 else "")
+            where = f" at t={self._decision.time}" if self._decision is not None else ""
+            raise MaskedActionError(f"action {a} is not allowed for this {self.kind} decision{where}"
+                                    f"{self._meaning(a)}; allowed: {shown} (see info['action_mask'])")
+        return a
+
+    def _meaning(self, a: int) -> str:
+        w = self.window
+        if self._decision is None or not 0 <= a < self.action_space.n:
+            return ""
+        if self.kind == SELECT:
+            return (" (wait: something must start now)" if a == w
+                    else f" (slot {a} is empty: {len(self._ids)} candidates)")
+        if self.kind == BACKFILL and a < w:
+            return (f" (slot {a} is empty)" if a >= len(self._ids)
+                    else f" (job {self._ids[a]} is not a backfill candidate)")
+        if self.kind == KILL and a >= 1:
+            return f" (slot {a} is empty: {len(self._ids)} running jobs)"
+        return ""
+
+    def _to_sim_action(self, a: int) -> Any:
+        kind = self.kind
+        if kind == SELECT or kind == BACKFILL:
+            return None if a == self.window else self._ids[a]
+        if kind == KILL:
+            return None if a == 0 else self._ids[a - 1]
+        return a == 0
+
+    def _terminate(self, earned: float):
+        self._done = True
+        self._decision = None
+        self._mask = self._safe_mask.copy()
+        info: dict[str, Any] = {"action_mask": self._mask.copy(), "metrics": dict(self._final[1])}
+        if self.decision_info:
+            info["decision"] = None
+        return self.encoder.zeros(), earned, True, False, info
+
+
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
