@@ -74,7 +74,8 @@ def window(workload: Workload, n_jobs: int, start: int) -> Workload:
 def random_window(workload: Workload, n_jobs: int, seed: int) -> Workload:
     """A contiguous window whose start is drawn uniformly from all that fit (seeded).
 
-    This is how the RL scheduling papers draw training and test sequences from a trace.
+    The RL scheduling papers draw sequences the same way, though with their own generator and
+    start range, so a seed here never reproduces their exact windows (docs/fidelity.md).
     """
     n_jobs = _as_int(n_jobs, "n_jobs", 1)
     rng = np.random.default_rng(_check_seed(seed))

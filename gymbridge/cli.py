@@ -21,7 +21,9 @@ from ..environment.simulator import simulate
 from ..environment.spec import DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload
 from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload
+from .compare import compare
 from .protocol_commands import protocol as protocol_group
+from .train import train
 
 SUMMARY_LABELS = [
     ("jobs", "jobs", "{:d}"),
@@ -54,6 +56,8 @@ def main() -> None:
 
 
 main.add_command(protocol_group)
+main.add_command(train)
+main.add_command(compare)
 
 
 def _estimate(ctx: click.Context, param: click.Parameter, value: str) -> EstimateSpec:
@@ -194,7 +198,12 @@ def env_command(bind, trace, procs, policy, backfill, reward, decision_timeout, 
 
 
 @main.command("agent")
-@click.argument("agent")
+@click.argument("agent", required=False)
+@click.option("--model", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="Serve a trained checkpoint (from `hpcgym train`) instead of AGENT.")
+@click.option("--greedy/--sampling", default=True, show_default=True,
+              help="With --model: take the best action, or sample from the policy.")
+@click.option("--sampling-seed", type=int, default=0, show_default=True, help="Seed of --sampling.")
 @click.option("--connect", default="tcp://127.0.0.1:5555", show_default=True, help="Address of the env.")
 @click.option("--reset/--join", "controls", default=True, show_default=True,
               help="Start the episodes (reset) or join the ones another agent starts.")
@@ -209,17 +218,29 @@ def env_command(bind, trace, procs, policy, backfill, reward, decision_timeout, 
 @click.option("--curve-server", type=click.Path(path_type=Path, dir_okay=False), help="The env's public key file.")
 @click.option("--curve-secret", type=click.Path(path_type=Path, dir_okay=False), help="This agent's secret key file.")
 @click.option("--json", "as_json", is_flag=True, help="Print each episode's metrics as one JSON line.")
-def agent_command(agent, connect, controls, episodes, session, seed, n_jobs, sample, require, timeout,
-                  curve_server, curve_secret, as_json) -> None:
-    """Serve AGENT (a built-in name such as sjf, or module:Class) to an env."""
+def agent_command(agent, model, greedy, sampling_seed, connect, controls, episodes, session, seed, n_jobs, sample,
+                  require, timeout, curve_server, curve_secret, as_json) -> None:
+    """Serve AGENT (a built-in name such as sjf, or module:Class), or a checkpoint (--model), to an env."""
     from ..agents.runtime import agent_name, load_agent, run_agent
+
+    if (agent is None) == (model is None):
+        raise click.UsageError("name an AGENT or give --model CHECKPOINT (one of the two)")
+    if model is not None:
+        import torch
+
+        from ..agents.rl.serve import RLAgent
+
+        torch.set_num_threads(1)  # one decision at a time: a small network gains nothing from more
+        policy, name = RLAgent(model, greedy=greedy, seed=sampling_seed), agent_name(f"rl-{model.stem}")
+    else:
+        policy, name = load_agent(agent), agent_name(agent)
 
     reset = None
     if controls:
         workload = {k: v for k, v in (("jobs", n_jobs), ("sample", sample)) if v is not None}
         reset = {k: v for k, v in (("seed", seed), ("workload", workload or None), ("require", list(require) or None))
                  if v is not None}
-    run = run_agent(load_agent(agent), connect, name=agent_name(agent), session=session, reset=reset,
+    run = run_agent(policy, connect, name=name, session=session, reset=reset,
                     episodes=episodes, timeout=timeout, curve=_client_curve(curve_server, curve_secret))
     for end in run.episodes:
         if as_json:
