@@ -1,0 +1,49 @@
+"""An agent process of `hpcgym compare`: load AGENT, take the given kinds, join one episode.
+
+    python -m hpcgym.gymbridge.compare.agent_process AGENT --connect ADDRESS --kinds select[,inspect]
+
+AGENT is a built-in name (a priority policy applied by a `select` agent) or module:Class. An
+exception (while loading or acting) ends the process with status 1 and the error as the last
+line of its output, which the comparison reports as the policy's error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hpcgym-compare-agent")
+    parser.add_argument("agent")
+    parser.add_argument("--connect", required=True)
+    parser.add_argument("--kinds", default="")
+    parser.add_argument("--timeout", type=float, default=40.0)
+    args = parser.parse_args(argv)
+
+    from ...agents.runtime import load_agent, run_agent
+
+    try:
+        agent = load_agent(args.agent)
+        kinds = tuple(k for k in args.kinds.split(",") if k)
+        declared = tuple(getattr(agent, "kinds", ()))
+        if kinds:
+            if not set(kinds) <= set(declared):
+                raise ValueError(f"agent {args.agent} takes {', '.join(declared) or 'no kinds'}, not {', '.join(kinds)}")
+            agent.kinds = kinds
+        run = run_agent(agent, args.connect, name=f"{args.agent}", reset=None, episodes=1, timeout=args.timeout)
+    except Exception as exc:  # noqa: BLE001 - the last line is what the comparison reports
+        import traceback
+
+        traceback.print_exc()
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    ended = run.episodes[-1]["reason"] if run.episodes else "no episode"
+    if ended != "completed":
+        print(f"episode ended: {ended}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

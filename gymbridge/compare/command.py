@@ -1,0 +1,140 @@
+"""`hpcgym compare`: several policies on the same job sequences, one table (see docs/compare.md)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from ...environment.config import OVERRUN_MODES, EstimateSpec
+from ...environment.errors import ConfigError, HpcgymError
+from .executors import EXECUTORS
+from .policy import parse_policy
+from .stats import METRICS
+
+POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or +: a priority (fcfs, sjf, ...), "
+               "a backfill mode (easy, conservative, none), KIND:AGENT (KIND: select, inspect, backfill, kill; "
+               "AGENT: a built-in name, module:Class, or cmd:'PROGRAM {addr} ...'), agent:module:Class, "
+               "estimate:E, overrun:O, window:N. E.g. --policy fcfs+easy --policy sjf=sjf+easy "
+               "--policy 'c=cmd:examples/c-sjf/build/sjf_agent {addr} --join'.")
+
+
+@click.command("compare")
+@click.option("--policy", "policies", multiple=True, metavar="NAME=SPEC", help=POLICY_HELP)
+@click.option("--baseline", metavar="NAME", help="Policy the others are compared with (default: the first).")
+@click.option("--trace", type=click.Path(path_type=Path, dir_okay=False),
+              help="SWF or SWF.gz trace (default: a generated Lublin workload).")
+@click.option("--procs", type=click.IntRange(min=1), help="Cluster size (default: the SWF header).")
+@click.option("--strict", is_flag=True, help="Fail on a job larger than the cluster instead of dropping it.")
+@click.option("--skip-malformed", is_flag=True, help="Skip malformed SWF lines.")
+@click.option("--samples", type=click.IntRange(min=1), help="Number of job sequences (default 10 with --jobs, else 1).")
+@click.option("--jobs", "n_jobs", type=click.IntRange(min=1),
+              help="Jobs per sequence: random windows of this length (absent: the whole trace is one sequence).")
+@click.option("--sampled-jobset", is_flag=True, help="Draw random jobs with Poisson arrivals instead of windows (DRAS).")
+@click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="Split the trace chronologically; draw from one part (--part).")
+@click.option("--part", type=click.Choice(["train", "test"]), default="test", show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Sample i uses seed SEED+i (its window and its episode); also seeds the bootstrap.")
+@click.option("--estimate", default=None, help="Run-time estimate for all policies: requested, actual, noisy:E.")
+@click.option("--overrun", type=click.Choice(OVERRUN_MODES), default=None, help="Overrun rule for all policies.")
+@click.option("--metric", type=click.Choice([k for k, _, _ in METRICS]), default="mean_bsld", show_default=True,
+              help="The main metric of the table.")
+@click.option("--bootstrap", "resamples", type=click.IntRange(min=100), default=10_000, show_default=True,
+              help="Bootstrap resamples for the confidence intervals.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("compare-out"), show_default=True,
+              help="Output folder.")
+@click.option("--resume", is_flag=True, help="Continue the comparison in --out, skipping finished units.")
+@click.option("--force", is_flag=True, help="Start over in an --out folder that holds a comparison.")
+@click.option("--inproc", is_flag=True,
+              help="Run agents in the worker process instead of as separate processes over the protocol "
+                   "(cmd: agents still use the protocol).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Parallel units (default: the number of CPUs).")
+@click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
+              help="local worker processes, or Ray tasks (pip install 'hpcgym[ray]').")
+@click.option("--address", help="Ray cluster address (with --executor ray; default: a local Ray instance).")
+@click.option("--decision-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Seconds an agent may take for one decision before its unit fails.")
+@click.option("--no-plots", is_flag=True, help="Skip the plots.")
+@click.pass_context
+def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, samples, n_jobs, sampled_jobset,
+            train_fraction, part, seed, estimate, overrun, metric, resamples, out, resume, force, inproc, workers,
+            executor, address, decision_timeout, no_plots) -> None:
+    """Compare scheduling policies on the same job sequences: summary table, paired differences to
+    a baseline with bootstrap confidence intervals, per-job CSVs, plots (see docs/compare.md).
+
+    Exit status: 0 all policies finished, 1 some policy failed (it is in the table with its error),
+    2 a bad option."""
+    from .plan import SequenceSpec
+    from .runner import Comparison, from_saved, load_saved, run_comparison
+
+    if address and executor != "ray":
+        raise ConfigError("--address is for --executor ray")
+    if resume and force:
+        raise ConfigError("use --resume or --force, not both")
+    mode = "inproc" if inproc else "protocol"
+    argv = command_line(ctx)
+    workers = workers or os.cpu_count() or 1
+    if resume and not policies:
+        saved = load_saved(out)
+        if saved is None:
+            raise ConfigError(f"nothing to resume in {out} (no run.json); give the policies to start a comparison")
+        comparison = from_saved(saved, out, baseline=baseline, mode=mode, executor=executor, address=address,
+                                workers=workers, decision_timeout=decision_timeout, plots=not no_plots,
+                                argv=argv)
+        if metric != "mean_bsld":
+            comparison.metric = metric
+    else:
+        options = {}
+        if estimate is not None:
+            try:
+                options["estimate"] = str(EstimateSpec.parse(estimate))
+            except HpcgymError as exc:
+                raise click.BadParameter(str(exc), param_hint="--estimate") from None
+        if overrun is not None:
+            options["overrun"] = overrun
+        if trace is not None:
+            if not trace.is_file():
+                raise ConfigError(f"trace {trace} not found")
+            trace = trace.resolve()
+        spec = SequenceSpec(trace=str(trace) if trace else None, procs=procs, strict=strict,
+                            skip_malformed=skip_malformed, samples=samples or (10 if n_jobs else 1), jobs=n_jobs,
+                            sampled_jobset=sampled_jobset, train_fraction=train_fraction, part=part, seed=seed)
+        comparison = Comparison(policies=[parse_policy(p) for p in policies], sequences=spec, out=out,
+                                baseline=baseline, options=options, metric=metric, resamples=resamples, mode=mode,
+                                executor=executor, address=address, workers=workers,
+                                decision_timeout=decision_timeout, plots=not no_plots, argv=argv)
+    outcome = run_comparison(comparison, resume=resume, force=force)
+    click.echo(outcome.table.split("\n## All metrics")[0].rstrip() + "\n")
+    errors = outcome.table.split("\n## Errors\n")
+    if len(errors) > 1:
+        click.echo("Errors:\n" + errors[1].strip() + "\n")
+    click.echo(outcome.latency)
+    if outcome.reused:
+        click.echo(f"resumed: {len(outcome.reused)} unit(s) were already done, {len(outcome.ran)} run now", err=True)
+    click.echo(f"results in {out}/ (summary.md, summary.csv, latency.csv, jobs/, plots/, run.json)", err=True)
+    if outcome.failed:
+        sys.exit(1)
+
+
+def command_line(ctx: click.Context) -> list[str]:
+    """The command as a canonical argument list (every option that differs from its default)."""
+    argv = ["hpcgym", ctx.info_name or "compare"]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if not isinstance(param, click.Option) or value is None or value == ():
+            continue
+        flag = param.opts[0]
+        if param.is_flag:
+            if value is True:
+                argv.append(flag)
+            continue
+        source = ctx.get_parameter_source(param.name)
+        if source is not None and source.name == "DEFAULT":
+            continue
+        for item in value if param.multiple else (value,):
+            argv += [flag, str(item)]
+    return argv

@@ -1,0 +1,136 @@
+"""The plan of a comparison: the job sequences, the policies, and the units of work between them.
+
+Every sequence is cut from the source once, written to `sequences/seq-NNN.swf` in the output
+folder and hashed; each unit of work (one policy on one sequence) replays that exact file, so
+every policy sees exactly the same jobs, whichever process or machine runs the unit.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...environment import sequences as seqs
+from ...environment.errors import ConfigError
+from ...environment.spec import load_workload
+from ...environment.swf import read_swf, write_swf
+from ...environment.workload import COLUMNS, Workload
+from .policy import PolicySpec
+
+
+@dataclass(frozen=True)
+class SequenceSpec:
+    """How the job sequences are drawn from the source."""
+
+    trace: str | None          # SWF path; None: the generated Lublin workload
+    procs: int | None = None
+    strict: bool = False
+    skip_malformed: bool = False
+    samples: int = 1
+    jobs: int | None = None    # None: the whole trace (or its train/test part)
+    sampled_jobset: bool = False
+    train_fraction: float | None = None
+    part: str = "test"
+    seed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SequenceSpec:
+        return cls(**data)
+
+    def check(self) -> None:
+        if self.samples < 1:
+            raise ConfigError("--samples must be at least 1")
+        if self.jobs is None and self.samples > 1:
+            raise ConfigError("several samples need a sample length (--jobs M); without it the whole trace "
+                              "is one sequence")
+        if self.sampled_jobset and self.jobs is None:
+            raise ConfigError("--sampled-jobset needs --jobs M")
+        if self.seed < 0:
+            raise ConfigError("--seed must be non-negative")
+
+
+def sample_seeds(spec: SequenceSpec) -> list[int]:
+    """Seed of sample i: seed + i (also the episode seed for noisy estimates and random policies)."""
+    return [spec.seed + i for i in range(spec.samples)]
+
+
+def build_sequences(spec: SequenceSpec, folder: Path) -> list[dict[str, Any]]:
+    """Cut the sequences, write them to `folder`, and describe each (file, seed, window, sha256)."""
+    spec.check()
+    source = load_workload({"trace": spec.trace, "procs": spec.procs, "strict": spec.strict,
+                            "skip_malformed": spec.skip_malformed, "train_fraction": spec.train_fraction,
+                            "part": spec.part if spec.train_fraction is not None else None}, spec.seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for index, seed in enumerate(sample_seeds(spec)):
+        if spec.jobs is None:
+            workload, start = source, None
+        elif spec.sampled_jobset:
+            workload, start = seqs.sampled_jobset(source, spec.jobs, seed), None
+        else:
+            workload = seqs.random_window(source, spec.jobs, seed)
+            found = re.search(r"-w(\d+)-\d+$", workload.name)
+            start = int(found.group(1)) if found else None
+        path = folder / f"seq-{index:03d}.swf"
+        write_swf(path, workload, comments=[f"hpcgym compare: sequence {index} of {source.name}, seed {seed}"
+                                            + (f", jobs {start}..{start + len(workload) - 1}" if start is not None
+                                               else "")])
+        _check_round_trip(path, workload)
+        out.append({"index": index, "seed": seed, "start": start, "jobs": len(workload), "procs": workload.procs,
+                    "file": f"{folder.name}/{path.name}", "sha256": sha256_file(path),
+                    "first_job": int(workload.job_id[0]) if len(workload) else None})
+    return out
+
+
+def _check_round_trip(path: Path, workload: Workload) -> None:
+    back = read_swf(path)
+    same = back.procs == workload.procs and all(np.array_equal(getattr(back, c), getattr(workload, c)) for c in COLUMNS)
+    if not same:
+        raise ConfigError(f"internal error: sequence {path} does not read back as written; please report this trace")
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def trace_checksums(path: str | Path) -> dict[str, Any]:
+    """sha256 of the trace file, and of its uncompressed text for a .gz (as the trace MANIFEST lists)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"trace {path} not found")
+    info: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+    if path.name.lower().endswith(".gz"):
+        h = hashlib.sha256()
+        with gzip.open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        info["sha256_uncompressed"] = h.hexdigest()
+    return info
+
+
+def unit_id(policy: PolicySpec, index: int) -> str:
+    return f"{policy.slug}/seq-{index:03d}"
+
+
+def fingerprint(policies: list[PolicySpec], trace_sha256: str | None, spec: SequenceSpec,
+                options: dict[str, Any]) -> str:
+    """What makes two comparisons the same: the policies, the source's contents, how sequences are
+    drawn from it, and the common options (not the trace's path, so a moved trace still resumes)."""
+    drawn = {k: v for k, v in spec.to_json().items() if k != "trace"}
+    data = {"policies": [p.to_json() for p in policies], "trace_sha256": trace_sha256, "sequences": drawn,
+            "generated": spec.trace is None, "options": options}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

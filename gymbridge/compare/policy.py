@@ -1,0 +1,233 @@
+"""Policy specifications for `hpcgym compare`: what decides each decision kind in one policy.
+
+    --policy NAME=SPEC        SPEC: items separated by `,` or `+`
+
+Items:
+
+- a priority policy name (`fcfs`, `sjf`, `wfp3`, ...): the env's built-in priority order, which
+  orders the queue and decides `select` when no agent takes it (default `fcfs`);
+  `priority:NAME` says the same explicitly;
+- a backfill mode (`easy`, `conservative`, `none`), or `backfill:MODE` (default `easy`);
+- `estimate:E`, `overrun:O`, `window:N`, `max_interval:N`, `max_rejections:N`: simulation options;
+- `KIND:AGENT` (KIND one of select, inspect, backfill, kill; several joined by `/`): an agent
+  process that takes those kinds. AGENT is a built-in agent name (a priority name: a `select`
+  agent that applies it to the visible window), `module:Class`, or `cmd:COMMAND LINE`, an
+  external program started with `{addr}` replaced by the env's address;
+- `agent:module:Class` or a bare `module:Class`: a Python agent taking the kinds its class declares;
+- a bare `cmd:COMMAND LINE`: an external program taking `select`.
+
+A separator splits only where the text after it starts a new item (a known word, `KEY:` or
+`module:Class`), so a comma inside a command line stays part of it.
+
+Examples: `fcfs+easy`, `sjf,backfill:none`, `select:sjf,easy`, `select:sjf,inspect:my.mod:Inspector`,
+`c-sjf=cmd:examples/c-sjf/build/sjf_agent {addr} --join`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...agents.heuristics import POLICIES
+from ...environment.config import BACKFILL_MODES, SimConfig
+from ...environment.decisions import BACKFILL, INSPECT, KINDS, SELECT
+from ...environment.errors import ConfigError
+
+#: Simulation options a policy may set, besides the priority policy.
+OPTION_KEYS = ("backfill", "estimate", "overrun", "window", "max_interval", "max_rejections")
+INT_OPTIONS = ("window", "max_interval", "max_rejections")
+ITEM_KEYS = ("priority", "agent", "cmd") + tuple(k for k in OPTION_KEYS if k != "backfill") + KINDS
+
+_NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.\-]*)=(.+)$", re.S)
+_MODULE_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_KINDS_PREFIX = re.compile(r"^((?:%s)(?:/(?:%s))*):" % ("|".join(KINDS), "|".join(KINDS)))
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One agent process of a policy: the kinds it takes and what it is."""
+
+    kinds: tuple[str, ...]   # empty: the kinds its class declares (Python agents only)
+    source: str              # "builtin" (a priority name), "python" (module:Class) or "cmd"
+    target: str              # the priority name, module:Class, or the command line
+
+    @property
+    def label(self) -> str:
+        what = {"builtin": self.target, "python": self.target, "cmd": f"cmd:{self.target}"}[self.source]
+        return f"{'/'.join(self.kinds)}:{what}" if self.kinds else what
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kinds": list(self.kinds), "source": self.source, "target": self.target}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AgentSpec:
+        return cls(tuple(data["kinds"]), data["source"], data["target"])
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A named policy: the env's priority and options, and the agents that take decision kinds."""
+
+    name: str
+    text: str
+    priority: str = "fcfs"
+    options: dict[str, Any] = field(default_factory=dict)
+    agents: tuple[AgentSpec, ...] = ()
+
+    @property
+    def external(self) -> bool:
+        """Whether an agent is an outside program (which can only run over the protocol)."""
+        return any(a.source == "cmd" for a in self.agents)
+
+    @property
+    def slug(self) -> str:
+        """The name made safe for a folder name."""
+        return re.sub(r"[^A-Za-z0-9_.\-+]+", "-", self.name).strip("-.") or "policy"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "spec": self.text, "priority": self.priority, "options": dict(self.options),
+                "agents": [a.to_json() for a in self.agents]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PolicySpec:
+        return cls(data["name"], data["spec"], data["priority"], dict(data["options"]),
+                   tuple(AgentSpec.from_json(a) for a in data["agents"]))
+
+
+def parse_policy(text: str) -> PolicySpec:
+    """Parse `NAME=SPEC` or `SPEC` (then the name is the spec itself)."""
+    text = text.strip()
+    match = _NAME.match(text)
+    name, spec = (match.group(1), match.group(2).strip()) if match else (text, text)
+    if not spec:
+        raise ConfigError(f"policy {text!r} is empty; e.g. --policy fcfs+easy or --policy mine=select:my.mod:Agent")
+    priority: str | None = None
+    options: dict[str, Any] = {}
+    agents: list[AgentSpec] = []
+    for item in split_items(spec):
+        kind_match = _KINDS_PREFIX.match(item)
+        lowered = item.lower()
+        if lowered in POLICIES:
+            priority = _set_once("priority", priority, lowered, text)
+        elif lowered in BACKFILL_MODES:
+            _set_option(options, "backfill", lowered, text)
+        elif lowered.startswith("priority:"):
+            value = item.split(":", 1)[1].strip().lower()
+            if value not in POLICIES:
+                raise ConfigError(f"policy {text!r}: unknown priority {value!r}; use one of {', '.join(POLICIES)}")
+            priority = _set_once("priority", priority, value, text)
+        elif lowered.startswith("backfill:") and item.split(":", 1)[1].strip().lower() in BACKFILL_MODES:
+            _set_option(options, "backfill", item.split(":", 1)[1].strip().lower(), text)
+        elif lowered.split(":", 1)[0] in OPTION_KEYS and ":" in item:
+            key, value = item.split(":", 1)
+            _set_option(options, key.lower(), value.strip(), text)
+        elif kind_match:
+            kinds = tuple(kind_match.group(1).split("/"))
+            agents.append(_agent(kinds, item[kind_match.end():].strip(), text))
+        elif lowered.startswith("agent:"):
+            agents.append(_agent((), item.split(":", 1)[1].strip(), text))
+        elif lowered.startswith("cmd:"):
+            agents.append(_agent((SELECT,), item, text))
+        elif _MODULE_CLASS.match(item):
+            agents.append(_agent((), item, text))
+        else:
+            raise ConfigError(f"policy {text!r}: cannot read {item!r}; items are a priority ({', '.join(POLICIES)}), "
+                              f"a backfill mode ({', '.join(BACKFILL_MODES)}), KIND:AGENT (KIND among "
+                              f"{', '.join(KINDS)}), agent:module:Class, cmd:COMMAND or OPTION:VALUE")
+    policy = PolicySpec(name, spec, priority or "fcfs", options, tuple(agents))
+    _check(policy)
+    return policy
+
+
+def split_items(spec: str) -> list[str]:
+    """Split at each `,` or `+` that is followed by the start of a new item."""
+    items, current = [], []
+    i = 0
+    while i < len(spec):
+        ch = spec[i]
+        if ch in ",+" and current and _starts_item(spec[i + 1:]):
+            items.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    items.append("".join(current).strip())
+    if any(not item for item in items):
+        raise ConfigError(f"policy spec {spec!r} has an empty item (two separators in a row?)")
+    return items
+
+
+def _starts_item(rest: str) -> bool:
+    rest = rest.lstrip()
+    word = re.match(r"^([A-Za-z0-9_.\-]+)(?=[,+]|$)", rest)
+    if word and word.group(1).lower() in set(POLICIES) | set(BACKFILL_MODES):
+        return True
+    if _KINDS_PREFIX.match(rest):
+        return True
+    key = re.match(r"^([A-Za-z_]+):", rest)
+    if key and key.group(1).lower() in ITEM_KEYS:
+        return True
+    module_class = re.match(r"^([A-Za-z_][\w.]*:[A-Za-z_]\w*)(?=[,+]|$)", rest)
+    return module_class is not None
+
+
+def _agent(kinds: tuple[str, ...], what: str, text: str) -> AgentSpec:
+    if len(set(kinds)) != len(kinds):
+        raise ConfigError(f"policy {text!r}: kind named twice in {'/'.join(kinds)}")
+    if what.lower().startswith("cmd:"):
+        command = what[4:].strip()
+        if not command:
+            raise ConfigError(f"policy {text!r}: cmd: needs a command line, e.g. cmd:./my_agent {{addr}} --join")
+        if "{addr}" not in command:
+            raise ConfigError(f"policy {text!r}: the command {command!r} has no {{addr}} placeholder; the "
+                              "env's address is passed there")
+        if not kinds:
+            kinds = (SELECT,)
+        return AgentSpec(kinds, "cmd", command)
+    if what.lower() in POLICIES:
+        if kinds != (SELECT,):
+            raise ConfigError(f"policy {text!r}: the built-in agent {what!r} takes select only; write select:{what}")
+        return AgentSpec(kinds, "builtin", what.lower())
+    if _MODULE_CLASS.match(what):
+        return AgentSpec(kinds, "python", what)
+    raise ConfigError(f"policy {text!r}: agent {what!r} is not a built-in name ({', '.join(POLICIES)}), "
+                      "module:Class or cmd:COMMAND")
+
+
+def _set_once(what: str, old: str | None, new: str, text: str) -> str:
+    if old is not None and old != new:
+        raise ConfigError(f"policy {text!r} names two {what} policies: {old} and {new}")
+    return new
+
+
+def _set_option(options: dict[str, Any], key: str, value: str, text: str) -> None:
+    if key in options:
+        raise ConfigError(f"policy {text!r} sets {key} twice")
+    if key in INT_OPTIONS:
+        try:
+            options[key] = int(value)
+        except ValueError:
+            raise ConfigError(f"policy {text!r}: {key} wants an integer, got {value!r}") from None
+    else:
+        options[key] = value
+
+
+def _check(policy: PolicySpec) -> None:
+    taken: dict[str, str] = {}
+    for agent in policy.agents:
+        for kind in agent.kinds:
+            if kind in taken:
+                raise ConfigError(f"policy {policy.text!r}: kind {kind} is taken by two agents "
+                                  f"({taken[kind]} and {agent.label})")
+            taken[kind] = agent.label
+    try:
+        config = SimConfig(**policy.options)
+    except (ConfigError, TypeError) as exc:
+        raise ConfigError(f"policy {policy.text!r}: {exc}") from None
+    if config.backfill == "conservative" and set(taken) & {SELECT, INSPECT, BACKFILL}:
+        raise ConfigError(f"policy {policy.text!r}: conservative backfilling places every job by the built-in "
+                          "priority; agents for select, inspect or backfill need easy or none")
+    if len([a for a in policy.agents if not a.kinds]) > 0 and len(policy.agents) > 1:
+        raise ConfigError(f"policy {policy.text!r}: with several agents, name the kinds of each "
+                          "(e.g. select:my.mod:Picker,inspect:my.mod:Inspector)")

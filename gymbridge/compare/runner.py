@@ -1,0 +1,373 @@
+"""Run a comparison: plan, execute the units not done yet, write every output.
+
+Output folder:
+
+    run.json                     command line, versions, seeds, checksums, plan, unit counts
+    sequences/seq-NNN.swf        the job sequences every policy replays
+    units/POLICY/seq-NNN.json    one finished unit: summary metrics, latencies (the resume marker)
+    units/POLICY/seq-NNN.error.json  a failed unit (retried by --resume)
+    jobs/POLICY/seq-NNN.csv      per-job records of that unit
+    summary.md, summary.csv      the table
+    latency.md, latency.csv      decision latency per agent
+    plots/bsld.png, plots/wait.png, plots/radar.png
+
+A unit's files are written atomically (a temporary file, then a rename) as soon as it finishes,
+its JSON last, so an interrupted comparison resumes from exactly the units that finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...environment.errors import ConfigError
+from ...environment.metrics import JOB_COLUMNS
+from . import report
+from .executors import run_local, run_ray
+from .plan import SequenceSpec, build_sequences, fingerprint, sha256_file, trace_checksums, unit_id
+from .policy import PolicySpec
+from .stats import METRICS, latency_stats, summarize_policies
+from .unit import kinds_key
+
+MODES = ("protocol", "inproc")
+
+
+@dataclass
+class Comparison:
+    """Everything `hpcgym compare` was asked for."""
+
+    policies: list[PolicySpec]
+    sequences: SequenceSpec
+    out: Path
+    baseline: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)   # sim options common to all policies
+    metric: str = "mean_bsld"
+    resamples: int = 10_000
+    mode: str = "protocol"
+    executor: str = "local"
+    address: str | None = None
+    workers: int = 1
+    decision_timeout: float = 30.0
+    plots: bool = True
+    progress: bool | None = None   # None: a progress bar on a terminal
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+
+
+@dataclass
+class Outcome:
+    out: Path
+    table: str            # the summary Markdown
+    latency: str          # the latency Markdown
+    failed: list[str]     # names of failed policies
+    ran: list[str]        # unit ids run now
+    reused: list[str]     # unit ids found finished
+
+
+def check(c: Comparison) -> None:
+    if not c.policies:
+        raise ConfigError("name at least one policy (--policy NAME=SPEC)")
+    names = [p.name for p in c.policies]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ConfigError(f"policy name(s) used twice: {', '.join(dup)}; name them with NAME=SPEC")
+    slugs = [p.slug for p in c.policies]
+    if len(set(slugs)) != len(slugs):
+        raise ConfigError("two policy names map to the same folder name; give them distinct NAME=SPEC names")
+    if c.baseline is not None and c.baseline not in names:
+        raise ConfigError(f"baseline {c.baseline!r} is not one of the policies: {', '.join(names)}")
+    if c.metric not in dict((k, 1) for k, _, _ in METRICS):
+        raise ConfigError(f"unknown metric {c.metric!r}; use one of {', '.join(k for k, _, _ in METRICS)}")
+    if c.mode not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)}")
+    if c.resamples < 100:
+        raise ConfigError("--bootstrap wants at least 100 resamples")
+    c.sequences.check()
+
+
+def plan_of(c: Comparison, trace: dict[str, Any] | None) -> dict[str, Any]:
+    """The parts of run.json that define the comparison (what --resume must find unchanged)."""
+    return {"policies": [p.to_json() for p in c.policies], "sequence_spec": c.sequences.to_json(),
+            "options": dict(c.options), "trace": trace,
+            "fingerprint": fingerprint(c.policies, trace["sha256"] if trace else None, c.sequences, c.options)}
+
+
+def load_saved(out: Path) -> dict[str, Any] | None:
+    path = out / "run.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+
+
+def from_saved(saved: dict[str, Any], out: Path, **overrides: Any) -> Comparison:
+    """A Comparison rebuilt from a folder's run.json (for --resume without the original options)."""
+    c = Comparison(policies=[PolicySpec.from_json(p) for p in saved["policies"]],
+                   sequences=SequenceSpec.from_json(saved["sequence_spec"]), out=out,
+                   baseline=saved.get("baseline"), options=dict(saved.get("options", {})),
+                   metric=saved.get("metric", "mean_bsld"),
+                   resamples=saved.get("bootstrap", {}).get("resamples", 10_000))
+    for key, value in overrides.items():
+        if value is not None:
+            setattr(c, key, value)
+    return c
+
+
+def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) -> Outcome:
+    check(c)
+    out = c.out
+    saved = load_saved(out)
+    if saved is not None and not resume and not force:
+        raise ConfigError(f"{out} already holds a comparison: --resume continues it, --force starts it over")
+    resuming = saved is not None and resume
+    if resuming:
+        trace = saved.get("trace")  # the sequences are cut already: the trace itself is not needed again
+    else:
+        trace = trace_checksums(c.sequences.trace) if c.sequences.trace else None
+    plan = plan_of(c, trace)
+    if resuming and saved.get("fingerprint") != plan["fingerprint"]:
+        raise ConfigError(f"{out} holds a different comparison (other policies, sequences or options); "
+                          "resume it with the same options (or none), or use another --out")
+    baseline = c.baseline or c.policies[0].name
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    if resuming:
+        sequences = saved["sequences"]
+        for s in sequences:
+            path = out / s["file"]
+            if not path.is_file() or sha256_file(path) != s["sha256"]:
+                raise ConfigError(f"{path} is missing or changed since the comparison started; it cannot be resumed")
+        history = saved.get("history", [])
+    else:
+        if force:
+            _clear(out)
+        sequences = build_sequences(c.sequences, out / "sequences")
+        history = []
+    # run.json's command is the one that started the comparison; every start and resume is in history
+    first = history[0]["command"] if history else c.argv
+    entry = {"started": started, "finished": None, "command": c.argv, "mode": c.mode, "executor": c.executor,
+             "workers": c.workers}
+    history = history + [entry]
+    meta = {"hpcgym_compare": 1, "command": first, "command_line": shlex.join(first),
+            "process_argv": list(sys.argv), "cwd": os.getcwd(), "versions": versions(c.executor),
+            **plan, "baseline": baseline, "metric": c.metric, "seed": c.sequences.seed,
+            "sample_seeds": [s["seed"] for s in sequences],
+            "bootstrap": {"resamples": c.resamples, "seed": c.sequences.seed, "method": "percentile, paired, 95%"},
+            "mode": c.mode, "executor": c.executor, "workers": c.workers, "decision_timeout_s": c.decision_timeout,
+            "sequences": sequences, "history": history, "status": "running", "started": history[0]["started"]}
+    _write_json(out / "run.json", meta)
+
+    units = [(p, s) for p in c.policies for s in sequences]
+    reused = [unit_id(p, s["index"]) for p, s in units if (out / "units" / f"{unit_id(p, s['index'])}.json").is_file()]
+    todo = [(p, s) for p, s in units if unit_id(p, s["index"]) not in set(reused)]
+    texts = {s["index"]: (out / s["file"]).read_text() for s in sequences}
+    jobs = [(unit_id(p, s["index"]),
+             {"policy": p.to_json(), "seed": s["seed"], "sequence": s["index"], "procs": s["procs"],
+              "options": dict(c.options), "mode": c.mode, "cwd": os.getcwd(), "decision_timeout": c.decision_timeout},
+             s["index"], texts[s["index"]]) for p, s in todo]
+    ran: list[str] = []
+
+    bar = _progress(len(units), len(reused), c.progress)
+
+    def on_done(uid: str, result: dict[str, Any]) -> None:
+        _save_unit(out, uid, result)
+        ran.append(uid)
+        bar.update(1)
+        if result.get("status") != "ok":
+            bar.write(f"{uid}: {result.get('error')}", file=sys.stderr)
+
+    try:
+        if c.executor == "ray":
+            run_ray(jobs, c.workers, c.address, on_done)
+        elif c.executor == "local":
+            run_local(jobs, c.workers, on_done)
+        else:
+            raise ConfigError(f"unknown executor {c.executor!r}: use local or ray")
+    finally:
+        bar.close()
+
+    outcome = write_outputs(c, out, sequences, baseline)
+    outcome.ran, outcome.reused = sorted(ran), sorted(reused)
+    meta.update(status="complete" if not outcome.failed else "complete with failed policies",
+                finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), failed_policies=outcome.failed,
+                units={"total": len(units), "reused": len(reused), "run": len(ran),
+                       "failed": sum(1 for p, s in units if not (out / "units" / f"{unit_id(p, s['index'])}.json").is_file())},
+                ran=outcome.ran)
+    entry.update(finished=meta["finished"], ran=len(ran), reused=len(reused))
+    _write_json(out / "run.json", meta)
+    return outcome
+
+
+def write_outputs(c: Comparison, out: Path, sequences: list[dict[str, Any]], baseline: str) -> Outcome:
+    """Read every unit's result back from the folder and write the tables and plots."""
+    rows, values, latency = [], {}, []
+    for p in c.policies:
+        results, errors = [], []
+        for s in sequences:
+            uid = unit_id(p, s["index"])
+            done = out / "units" / f"{uid}.json"
+            if done.is_file():
+                results.append(json.loads(done.read_text()))
+            else:
+                err = out / "units" / f"{uid}.error.json"
+                errors.append(json.loads(err.read_text())["error"] if err.is_file() else "not run")
+        ok = not errors
+        error = None if ok else (f"{errors[0]}" + (f" ({len(errors)} of {len(sequences)} sequences failed)"
+                                                   if len(sequences) > 1 else ""))
+        rows.append({"name": p.name, "spec": p.text, "status": "ok" if ok else "failed", "error": error,
+                     "samples": len(sequences), "samples_ok": len(results)})
+        if ok:
+            values[p.name] = {key: [r["summary"][key] for r in results] for key, _, _ in METRICS}
+        latency.extend(_latency_rows(p, results))
+    stats = summarize_policies([p.name for p in c.policies], baseline, {p.name: values.get(p.name) for p in c.policies},
+                               c.resamples, c.sequences.seed)
+    title, notes = _title(c, sequences, baseline)
+    table = report.summary_markdown(title, notes, rows, stats, c.metric)
+    _write_text(out / "summary.md", table)
+    _write_text(out / "summary.csv", report.summary_csv(rows, stats))
+    latency_md, latency_csv = report.latency_rows(latency)
+    _write_text(out / "latency.md", latency_md)
+    _write_text(out / "latency.csv", latency_csv)
+    if c.plots:
+        try:
+            report.write_plots(out / "plots", [p.name for p in c.policies], values, c.metric)
+        except ImportError:
+            print("warning: matplotlib is not installed, no plots (pip install 'hpcgym[compare]')", file=sys.stderr)
+    return Outcome(out, table, latency_md, [r["name"] for r in rows if r["status"] != "ok"], [], [])
+
+
+def _latency_rows(p: PolicySpec, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    labels = {kinds_key(a.kinds): a.label for a in p.agents if a.kinds}
+    untyped = [a.label for a in p.agents if not a.kinds]
+    merged: dict[str, list[float]] = {}
+    modes = sorted({r.get("mode", "?") for r in results})
+    for r in results:
+        for key, samples in r.get("latency", {}).items():
+            merged.setdefault(key, []).extend(samples)
+    rows = []
+    for key, samples in merged.items():
+        agent = labels.get(key) or (untyped[0] if untyped else key)
+        rows.append({"policy": p.name, "agent": agent, "kinds": key, "mode": "/".join(modes),
+                     **latency_stats(samples)})
+    return rows
+
+
+def _title(c: Comparison, sequences: list[dict[str, Any]], baseline: str) -> tuple[str, list[str]]:
+    s = c.sequences
+    source = Path(s.trace).name if s.trace else "generated Lublin workload"
+    if s.train_fraction is not None:
+        source += f" ({s.part} part, train fraction {s.train_fraction:g})"
+    if s.jobs is None:
+        what = f"the whole trace ({sequences[0]['jobs']} jobs)"
+    else:
+        what = f"{len(sequences)} {'sampled jobsets' if s.sampled_jobset else 'windows'} of {s.jobs} jobs"
+    title = f"hpcgym compare: {source}, {what}"
+    seeds = (f"Sample seeds {sequences[0]['seed']}..{sequences[-1]['seed']}" if len(sequences) > 1
+             else f"Sample seed {sequences[0]['seed']}")
+    notes = [f"{seeds}; baseline **{baseline}**; "
+             f"differences are policy minus baseline, averaged over the paired samples, with a percentile "
+             f"bootstrap 95% CI ({c.resamples} resamples, seed {s.seed}); win rate on the same metric "
+             f"(ties count one half).",
+             ""]
+    if c.options:
+        notes.insert(1, "Common options: " + ", ".join(f"{k}={v}" for k, v in sorted(c.options.items())) + ".")
+    return title, notes
+
+
+def _save_unit(out: Path, uid: str, result: dict[str, Any]) -> None:
+    done = out / "units" / f"{uid}.json"
+    failed = out / "units" / f"{uid}.error.json"
+    done.parent.mkdir(parents=True, exist_ok=True)
+    if result.get("status") != "ok":
+        _write_json(failed, {"unit": uid, **{k: v for k, v in result.items() if k != "jobs"}})
+        return
+    csv_path = out / "jobs" / f"{uid}.csv"
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    _write_text(csv_path, jobs_csv(result["jobs"]))
+    record = {"unit": uid, **{k: v for k, v in result.items() if k != "jobs"},
+              "jobs_csv": str(csv_path.relative_to(out)), "jobs_csv_sha256": sha256_file(csv_path)}
+    _write_json(done, record)
+    failed.unlink(missing_ok=True)
+
+
+def jobs_csv(jobs: dict[str, list]) -> str:
+    """Per-job CSV as `RunResult.write_jobs_csv` writes it (floats in round-trip repr)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(JOB_COLUMNS)
+    writer.writerows(zip(*[jobs[name] for name in JOB_COLUMNS]))
+    return buf.getvalue()
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", newline="") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    _write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def _clear(out: Path) -> None:
+    import shutil
+
+    for name in ("units", "jobs", "sequences", "plots"):
+        shutil.rmtree(out / name, ignore_errors=True)
+    for name in ("run.json", "summary.md", "summary.csv", "latency.md", "latency.csv"):
+        (out / name).unlink(missing_ok=True)
+
+
+def _progress(total: int, done: int, enabled: bool | None):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, unit="unit", desc="compare", file=sys.stderr,
+                disable=None if enabled is None else not enabled, leave=False)
+
+
+def versions(executor: str) -> dict[str, Any]:
+    from importlib import metadata
+
+    out: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform()}
+    for package in ("hpcgym", "numpy", "pyzmq", "msgpack", "click", "matplotlib") + (("ray",) if executor == "ray" else ()):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out[package] = None
+    try:
+        import zmq
+
+        out["libzmq"] = zmq.zmq_version()
+    except ImportError:
+        pass
+    out["hpcgym_git"] = _git_state()
+    return out
+
+
+def _git_state() -> str | None:
+    """The commit of the hpcgym source in use (with -dirty for local changes), if it is a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None

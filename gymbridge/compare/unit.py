@@ -1,0 +1,338 @@
+"""One unit of work: one policy on one job sequence, run to the end in this process.
+
+Over the protocol (the default) the unit starts an env server on an ipc:// path in a thread,
+starts each of the policy's agents as a separate process that joins, and acts as the controlling
+driver itself: an agent with no kinds that resets with `require` (the policy's kinds) and
+`records: true`, and receives the per-job records with `episode_end`. In process (`inproc`), the
+simulation calls the agents directly. Both give the same per-job records.
+
+Decision latency is measured env-side over the protocol: from the moment the env hands a
+decision to its agent until it receives the `act` (socket round trip plus the agent's thinking).
+In process it is the time of the agent's `act` call. Built-in env policies have no latency.
+
+`run_unit` never raises: a failure comes back as {"status": "error", "error": "..."}.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ...environment.decisions import KINDS
+from ...environment.errors import HpcgymError
+from ...environment.metrics import JOB_COLUMNS, summarize
+from ...environment.service import EnvService
+from .policy import AgentSpec, PolicySpec
+
+DRIVER_NAME = "hpcgym-compare-driver"
+#: How often the env answers a waiting request with `pending`; the driver checks its agents then.
+HEARTBEAT_S = 0.1
+
+
+class TimedEnvService(EnvService):
+    """An EnvService that records, per agent (by its kinds), the time from handing out a decision
+    to receiving the act that answers it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.latency: dict[str, list[float]] = {}
+
+    def _on_act(self, peer_id: bytes, peer: Any, msg: dict[str, Any]) -> None:
+        now = self.clock()
+        ep = peer.session.episode if peer is not None else None
+        sent, pending_id = (ep.sent_at, ep.decision_id) if ep is not None else (None, None)
+        super()._on_act(peer_id, peer, msg)  # raises (and records nothing) for a stale or invalid act
+        if sent is not None and msg["decision"] == pending_id:
+            self.latency.setdefault(kinds_key(peer.kinds), []).append(now - sent)
+
+
+def kinds_key(kinds) -> str:
+    return "/".join(k for k in KINDS if k in set(kinds))
+
+
+def run_unit(task: dict[str, Any], swf_text: str) -> dict[str, Any]:
+    """Run one unit. `task`: policy (PolicySpec JSON), seed, options (common sim options), mode
+    ("protocol" or "inproc"), cwd (for agent processes and module imports), decision_timeout."""
+    started = time.perf_counter()
+    policy = PolicySpec.from_json(task["policy"])
+    tmp = Path(tempfile.mkdtemp(prefix="hpcgym-cmp-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    try:
+        trace = tmp / "seq.swf"
+        trace.write_text(swf_text)
+        mode = "protocol" if task["mode"] == "protocol" or policy.external else "inproc"
+        if mode == "protocol":
+            result = _run_protocol(policy, task, trace, tmp)
+        else:
+            result = _run_inproc(policy, task, trace)
+        result.update(status="ok", mode=mode)
+    except UnitFailed as exc:
+        result = {"status": "error", "error": str(exc), "mode": task["mode"]}
+    except HpcgymError as exc:
+        result = {"status": "error", "error": str(exc), "mode": task["mode"]}
+    except Exception as exc:  # a bug, or an agent's exception outside act: report, never raise
+        result = {"status": "error", "error": _describe(exc), "mode": task["mode"]}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result["wall_s"] = time.perf_counter() - started
+    return result
+
+
+class UnitFailed(Exception):
+    """The unit could not finish (an agent died, the env refused, the episode did not complete)."""
+
+
+def _sim_options(policy: PolicySpec, task: dict[str, Any]) -> dict[str, Any]:
+    return {**task.get("options", {}), **policy.options}
+
+
+def _records(jobs: dict[str, Any], procs: int) -> dict[str, Any]:
+    import numpy as np
+
+    columns = {name: list(jobs[name]) for name in JOB_COLUMNS}
+    arrays = {name: np.asarray(values, dtype=np.float64 if name in ("slowdown", "bsld") else np.int64)
+              for name, values in columns.items()}
+    return {"jobs": columns, "procs": procs, "summary": summarize(arrays, procs)}
+
+
+# --------------------------------------------------------------------------- in process
+class _TimedAgent:
+    def __init__(self, agent: Any, label: str, samples: list[float]) -> None:
+        self.agent, self.label, self.samples = agent, label, samples
+
+    def act(self, decision: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            action = self.agent.act(decision)
+        except Exception as exc:
+            raise UnitFailed(f"agent {self.label} raised {_describe(exc)}") from exc
+        self.samples.append(time.perf_counter() - t0)
+        return action
+
+
+def _describe(exc: BaseException) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+    where = f" (at {Path(last.filename).name}:{last.lineno})" if last else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _run_inproc(policy: PolicySpec, task: dict[str, Any], trace: Path) -> dict[str, Any]:
+    from ...environment.config import SimConfig
+    from ...environment.simulator import simulate
+    from ...environment.swf import read_swf
+
+    _with_cwd_on_path(task.get("cwd"))
+    workload = read_swf(trace)
+    latency: dict[str, list[float]] = {}
+    agents: dict[str, Any] = {}
+    instances = []
+    for spec in policy.agents:
+        try:
+            agent = _make_agent(spec)
+        except (UnitFailed, HpcgymError):
+            raise
+        except Exception as exc:
+            raise UnitFailed(f"agent {spec.label} could not start: {_describe(exc)}") from exc
+        instances.append(agent)
+        samples = latency.setdefault(kinds_key(agent.kinds), [])
+        for kind in agent.kinds:
+            agents[kind] = _TimedAgent(agent, spec.label, samples)
+    config = SimConfig(seed=task["seed"], **_sim_options(policy, task))
+    result = simulate(workload, config, policy=policy.priority, agents=agents)
+    for agent in instances:
+        agent.on_episode_end(dict(result.summary))
+    out = _records({k: v.tolist() for k, v in result.jobs.items()}, result.procs)
+    latency = {key: [round(v, 7) for v in values] for key, values in latency.items()}
+    out.update(latency=latency, decisions=sum(len(v) for v in latency.values()))
+    return out
+
+
+def _make_agent(spec: AgentSpec) -> Any:
+    from ...agents.runtime import load_agent
+
+    agent = load_agent(spec.target)
+    declared = tuple(getattr(agent, "kinds", ()))
+    if spec.kinds:
+        if not set(spec.kinds) <= set(declared):
+            raise UnitFailed(f"agent {spec.target} takes {', '.join(declared) or 'no kinds'}, "
+                             f"not {', '.join(spec.kinds)}")
+        agent.kinds = tuple(spec.kinds)
+    elif not declared:
+        raise UnitFailed(f"agent {spec.target} declares no decision kinds (its class's `kinds`)")
+    return agent
+
+
+def _with_cwd_on_path(cwd: str | None) -> None:
+    if cwd and os.path.isdir(cwd) and cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+# --------------------------------------------------------------------------- over the protocol
+def _agent_kinds(spec: AgentSpec, cwd: str | None) -> tuple[str, ...]:
+    """The kinds an agent takes; for `module:Class` without explicit kinds, its class attribute."""
+    if spec.kinds:
+        return spec.kinds
+    import importlib
+
+    _with_cwd_on_path(cwd)
+    module, _, name = spec.target.partition(":")
+    try:
+        kinds = tuple(getattr(getattr(importlib.import_module(module), name), "kinds", ()))
+    except (ImportError, AttributeError) as exc:
+        raise UnitFailed(f"cannot load agent {spec.target!r}: {exc}") from None
+    if not kinds:
+        raise UnitFailed(f"agent {spec.target} declares no decision kinds (its class's `kinds`)")
+    return kinds
+
+
+def _agent_command(spec: AgentSpec, kinds: tuple[str, ...], address: str, timeout: float) -> list[str]:
+    if spec.source == "cmd":
+        return shlex.split(spec.target.replace("{addr}", address))
+    return [sys.executable, "-m", "hpcgym.gymbridge.compare.agent_process", spec.target, "--connect", address,
+            "--kinds", ",".join(kinds), "--timeout", f"{timeout:g}"]
+
+
+class _Agents:
+    """The policy's agent processes, with their output kept for error messages."""
+
+    def __init__(self) -> None:
+        self.procs: list[tuple[AgentSpec, subprocess.Popen, Path]] = []
+
+    def start(self, spec: AgentSpec, argv: list[str], cwd: str | None, log: Path) -> None:
+        env = dict(os.environ)
+        if cwd:
+            env["PYTHONPATH"] = os.pathsep.join([cwd] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        out = open(log, "wb")
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd if cwd and os.path.isdir(cwd) else None, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT, env=env)
+        except OSError as exc:
+            raise UnitFailed(f"cannot start agent {spec.label}: {exc}") from None
+        finally:
+            out.close()
+        self.procs.append((spec, proc, log))
+
+    def exited(self) -> list[tuple[AgentSpec, int, Path]]:
+        return [(spec, proc.returncode, log) for spec, proc, log in self.procs if proc.poll() is not None]
+
+    def describe(self, spec: AgentSpec, code: int, log: Path) -> str:
+        tail = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+        why = f": {tail[-1]}" if tail else ""
+        return f"agent {spec.label} exited with status {code} before the episode ended{why}"
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for _, proc, _ in self.procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+
+    def stop(self) -> None:
+        for _, proc, _ in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for _, proc, _ in self.procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Path) -> dict[str, Any]:
+    from ...agents.runtime import Connection
+    from ...environment.server import serve
+    from ...protocol.messages import PROTOCOL_VERSION
+
+    cwd = task.get("cwd")
+    timeout = float(task.get("decision_timeout", 30.0))
+    address = f"ipc://{tmp}/env.ipc"
+    service = TimedEnvService({"workload": {}, "options": {}}, decision_timeout=timeout, heartbeat=HEARTBEAT_S,
+                              on_agent_lost="end")
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def server() -> None:
+        try:
+            serve(service, address, ready=ready)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failure.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=server, name="hpcgym-compare-env", daemon=True)
+    thread.start()
+    agents = _Agents()
+    conn = None
+    try:
+        if not ready.wait(30) or failure:
+            raise UnitFailed(f"the env could not start on {address}: {failure[0] if failure else 'timeout'}")
+        kinds: list[str] = []
+        for k, spec in enumerate(policy.agents):
+            taken = _agent_kinds(spec, cwd)
+            kinds.extend(taken)
+            agents.start(spec, _agent_command(spec, taken, address, timeout + 10), cwd, tmp / f"agent-{k}.log")
+        conn = Connection(address, timeout=timeout + 10)
+        reply = conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": DRIVER_NAME, "kinds": []})
+        _expect(reply, "welcome")
+        reset: dict[str, Any] = {"type": "reset", "seed": task["seed"], "workload": {"trace": str(trace)},
+                                 "options": {**_sim_options(policy, task), "policy": policy.priority},
+                                 "records": True}
+        if kinds:
+            reset["require"] = sorted(set(kinds), key=KINDS.index)
+        reply = conn.request(reset)
+        checked_dead = False
+        while reply["type"] == "pending":
+            dead = agents.exited()
+            if dead and checked_dead:
+                raise UnitFailed(agents.describe(*dead[0]))
+            checked_dead = bool(dead)  # one more poll: the episode may have ended just before it exited
+            reply = conn.request({"type": "poll"})
+        _expect(reply, "episode_end")
+        if reply["reason"] != "completed":
+            dead = agents.exited()
+            raise UnitFailed(agents.describe(*dead[0]) if dead and dead[0][1] != 0
+                             else f"the episode ended: {reply['reason']}")
+        if not reply.get("jobs"):
+            raise UnitFailed("the env sent no per-job records")
+        procs = int(task.get("procs") or _read_procs(trace))
+        out = _records(reply["jobs"], procs)
+        try:
+            conn.request({"type": "bye"})
+        except HpcgymError:
+            pass
+        agents.wait(10)
+        failed = [(spec, code, log) for spec, code, log in agents.exited() if code != 0]
+        if failed:
+            spec, code, log = failed[0]
+            raise UnitFailed(agents.describe(spec, code, log).replace("before the episode ended", "after the episode"))
+        latency = {key: [round(v, 7) for v in values] for key, values in service.latency.items()}
+        out.update(latency=latency, decisions=sum(len(v) for v in latency.values()))
+        return out
+    finally:
+        if conn is not None:
+            conn.close()
+        agents.stop()
+        service.stop = True
+        thread.join(10)
+
+
+def _expect(reply: dict[str, Any], kind: str) -> None:
+    if reply["type"] == "error":
+        raise UnitFailed(f"the env refused: {reply['code']}: {reply['message']}")
+    if reply["type"] != kind:
+        raise UnitFailed(f"unexpected reply {reply['type']!r} from the env; expected {kind}")
+
+
+def _read_procs(trace: Path) -> int:
+    from ...environment.swf import read_swf
+
+    return read_swf(trace).procs
