@@ -313,3 +313,13 @@ def test_bad_input_is_one_line_and_status_2(workdir, base):
     assert r.exit_code == 2 and "--resume" in r.output and "Traceback" not in r.output
     r = run_cli(workdir, ["compare", "--resume", "--out", str(workdir / "nothing-here")])
     assert r.exit_code == 2 and "nothing to resume" in r.output
+
+
+@pytest.mark.parametrize("name", ["knapsack", "knapsack-capacity", "binpacking", "random-packing", "tetris",
+                                  "tetris-star", "sjf"])
+def test_every_built_in_agent_name_is_a_select_agent_in_a_policy(name):
+    from hpcgym.gymbridge.compare.policy import parse_policy
+
+    policy = parse_policy(f"p=select:{name},none")
+    assert [(a.kinds, a.source, a.target) for a in policy.agents] == [(("select",), "builtin", name)]
+    assert policy.options == {"backfill": "none"}

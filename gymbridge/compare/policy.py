@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...agents.heuristics import POLICIES
+from ...agents.runtime import BUILTIN_AGENTS
 from ...environment.config import BACKFILL_MODES, SimConfig
 from ...environment.decisions import BACKFILL, INSPECT, KINDS, SELECT
 from ...environment.errors import ConfigError
@@ -49,7 +50,7 @@ class AgentSpec:
     """One agent process of a policy: the kinds it takes and what it is."""
 
     kinds: tuple[str, ...]   # empty: the kinds its class declares (Python agents only)
-    source: str              # "builtin" (a priority name), "python" (module:Class) or "cmd"
+    source: str              # "builtin" (a built-in agent name), "python" (module:Class) or "cmd"
     target: str              # the priority name, module:Class, or the command line
 
     @property
@@ -185,13 +186,14 @@ def _agent(kinds: tuple[str, ...], what: str, text: str) -> AgentSpec:
         if not kinds:
             kinds = (SELECT,)
         return AgentSpec(kinds, "cmd", command)
-    if what.lower() in POLICIES:
+    if what.lower() in POLICIES or what.lower() in BUILTIN_AGENTS:
         if kinds != (SELECT,):
             raise ConfigError(f"policy {text!r}: the built-in agent {what!r} takes select only; write select:{what}")
         return AgentSpec(kinds, "builtin", what.lower())
     if _MODULE_CLASS.match(what):
         return AgentSpec(kinds, "python", what)
-    raise ConfigError(f"policy {text!r}: agent {what!r} is not a built-in name ({', '.join(POLICIES)}), "
+    raise ConfigError(f"policy {text!r}: agent {what!r} is not a built-in name "
+                      f"({', '.join([*POLICIES, *BUILTIN_AGENTS])}), "
                       "module:Class or cmd:COMMAND")
 
 
