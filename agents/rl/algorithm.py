@@ -1,0 +1,221 @@
+"""What every algorithm shares: a config dataclass, a network built from a seed, acting with a
+mask, one training epoch at a time, and a state that a checkpoint saves and restores exactly.
+
+The update rules themselves live one per file (pg.py, a2c.py, ppo.py, dql.py), each readable
+on its own; this module only holds the plumbing around them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from .runner import Runner
+
+#: name -> Algorithm subclass, filled by `register`
+ALGORITHMS: dict[str, type[Algorithm]] = {}
+
+
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    ALGORITHMS[cls.name] = cls
+    return cls
+
+
+def get_algorithm(name: str) -> type[Algorithm]:
+    from . import a2c, dql, pg, ppo  # noqa: F401  (each registers itself)
+
+    try:
+        return ALGORITHMS[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {name!r}; use one of {', '.join(sorted(ALGORITHMS))}") from None
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """`auto`: CUDA when present, else CPU; anything else as torch reads it."""
+    if device is None or str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def config_from_dict(cls: type, values: dict[str, Any] | None) -> Any:
+    """A config dataclass from a map; unknown keys are an error, lists become tuples."""
+    values = dict(values or {})
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} option(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(config).items()}
+
+
+class Algorithm:
+    """Base class. Subclasses set `name`, `Config`, and implement `build` and `train_epoch`."""
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type] = object
+
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, config: Any = None,
+                 device: str | torch.device = "cpu", seed: int = 0) -> None:
+        self.obs_shape = tuple(int(d) for d in obs_shape)
+        self.n_actions = int(n_actions)
+        if config is None or isinstance(config, dict):
+            config = config_from_dict(self.Config, config)
+        self.config = config
+        self.device = resolve_device(device)
+        self.seed = int(seed)
+        self.rng = np.random.default_rng(seed)     # every random choice after initialisation
+        self.updates = 0                           # gradient steps taken
+        with torch.random.fork_rng(devices=[]):    # seeded weights, global torch RNG untouched
+            torch.manual_seed(seed)
+            self.build()
+
+    # ---------------------------------------------------------------- to implement
+    def build(self) -> None:
+        """Create the networks (on self.device) and the optimizer."""
+        raise NotImplementedError
+
+    def acting_network(self) -> nn.Module:
+        """The module whose `scores(obs, mask)` chooses actions (greedy: its argmax)."""
+        raise NotImplementedError
+
+    def train_epoch(self, runner: Runner, episodes: int) -> dict[str, float]:
+        """Collect `episodes` episodes with `runner`, update, and return statistics."""
+        raise NotImplementedError
+
+    def extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        pass
+
+    # ---------------------------------------------------------------- acting
+    def tensor(self, array: np.ndarray, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(array), device=self.device).to(dtype)
+
+    @torch.no_grad()
+    def scores(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Masked action scores (logits or Q-values; -inf where invalid) for a batch."""
+        net = self.acting_network()
+        return net.scores(self.tensor(obs), self.tensor(mask, torch.bool)).float().cpu().numpy()
+
+    def act(self, obs: np.ndarray, mask: np.ndarray, greedy: bool = True,
+            rng: np.random.Generator | None = None) -> np.ndarray:
+        """Actions for a batch of observations: the best valid one, or a sample (see `choose`)."""
+        from .policy import choose
+
+        return choose(self.scores(obs, mask), mask, None if greedy else (rng or self.rng))
+
+    # ---------------------------------------------------------------- state
+    def modules(self) -> dict[str, nn.Module]:
+        return {k: v for k, v in vars(self).items() if isinstance(v, nn.Module)}
+
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {k: v for k, v in vars(self).items() if isinstance(v, torch.optim.Optimizer)}
+
+    def weights(self) -> dict[str, dict[str, torch.Tensor]]:
+        return {k: {n: t.detach().cpu() for n, t in m.state_dict().items()} for k, m in self.modules().items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"weights": self.weights(),
+                "optimizers": {k: o.state_dict() for k, o in self.optimizers().items()},
+                "rng": self.rng.bit_generator.state, "updates": self.updates, "extra": self.extra_state()}
+
+    def load_weights(self, weights: dict[str, dict[str, torch.Tensor]]) -> None:
+        for k, m in self.modules().items():
+            m.load_state_dict(weights[k])
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.load_weights(state["weights"])
+        for k, o in self.optimizers().items():
+            o.load_state_dict(state["optimizers"][k])
+        self.rng.bit_generator.state = state["rng"]
+        self.updates = int(state["updates"])
+        self.load_extra_state(state.get("extra", {}))
+
+
+def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
+    var = target.var(unbiased=False)
+    return float("nan") if var == 0 else float(1 - (target - pred).var(unbiased=False) / var)
+
+
+class ActorCriticAlgorithm(Algorithm):
+    """Shared by PG, A2C and PPO: an `ActorCritic` model, one Adam optimizer, and sampling
+    that records each step's log-probability and value for the update."""
+
+    def build(self) -> None:
+        from .policy import ActorCritic
+
+        c = self.config
+        self.model = ActorCritic(self.obs_shape, self.n_actions, c.net, c.hidden, c.activation, c.table)
+        self.model.to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.lr, eps=1e-5)
+
+    def acting_network(self) -> nn.Module:
+        return self.model
+
+    @torch.no_grad()
+    def sample(self, obs: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """A runner policy: sampled actions, with their log-probabilities and the values."""
+        from .policy import choose
+
+        obs_t, mask_t = self.tensor(obs), self.tensor(mask, torch.bool)
+        logits = self.model.scores(obs_t, mask_t)
+        actions = choose(logits.float().cpu().numpy(), mask, self.rng)
+        logp = torch.log_softmax(logits, -1).gather(-1, self.tensor(actions, torch.long).unsqueeze(-1))
+        return actions, {"logp": logp.squeeze(-1).cpu().numpy(), "value": self.model.value(obs_t).cpu().numpy()}
+
+    @torch.no_grad()
+    def values(self, obs: np.ndarray) -> np.ndarray:
+        return self.model.value(self.tensor(obs)).cpu().numpy()
+
+    def store(self, storage: Any, t: Any) -> None:
+        """Add one runner transition to a RolloutStorage. A truncated episode (cut by a time
+        limit, not ended) gets gamma * V(last state) added to its last reward, so it is
+        bootstrapped like an unfinished rollout."""
+        reward = t.reward
+        if t.truncated and not t.terminated:
+            reward += self.config.gamma * float(self.values(t.next_obs[None])[0])
+        storage.add(t.env, t.obs, t.mask, t.action, t.extras["logp"], t.extras["value"], reward, t.done)
+
+    def collect(self, runner: Runner, episodes: int) -> tuple[Any, list]:
+        """`episodes` whole episodes into a fresh RolloutStorage."""
+        from .storage import RolloutStorage
+
+        storage = RolloutStorage(len(runner.envs))
+        ended = runner.run_epoch(episodes, self.sample, lambda t: self.store(storage, t))
+        return storage, ended
+
+    def clip_and_step(self, loss: torch.Tensor) -> float:
+        """Backward, clip the gradient norm (config.max_grad_norm, if set), step; the norm."""
+        self.optimizer.zero_grad()
+        loss.backward()
+        norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm or float("inf"))
+        self.optimizer.step()
+        self.updates += 1
+        return float(norm)
+
+
+#: Episode-end metrics (an hpcgym env's `info["metrics"]`) averaged into the learning curve.
+CURVE_METRICS = ("mean_bsld", "mean_wait", "utilization")
+
+
+def episode_stats(ended: list) -> dict[str, float]:
+    """Mean return and length of the episodes an epoch collected, and the means of their
+    scheduling metrics when the env reports them."""
+    if not ended:
+        return {"episodes": 0}
+    stats = {"episodes": len(ended), "return": float(np.mean([e.ret for e in ended])),
+             "length": float(np.mean([e.length for e in ended]))}
+    for key in CURVE_METRICS:
+        values = [e.info["metrics"][key] for e in ended if key in e.info.get("metrics", {})]
+        if values:
+            stats[key] = float(np.mean(values))
+    return stats

@@ -1,0 +1,123 @@
+"""Deep Q-learning (DQN): epsilon-greedy acting, a replay buffer and a target network.
+
+Every step goes into the replay buffer. Every `train_freq` steps (once `learning_starts` have
+been taken) one minibatch step on the Huber loss between Q(s, a) and the target
+
+    y = r + gamma * (1 - done) * max_{a' valid in s'} Q_target(s', a')
+
+where the max runs over the next state's valid actions only (masked max: invalid actions are
+-inf). The target network is a copy of the Q network, refreshed every `target_update` steps.
+Epsilon falls linearly from eps_start to eps_end over `eps_decay_steps` steps; a random action is
+uniform over the valid ones.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .algorithm import Algorithm, episode_stats, register
+from .policy import QNetwork, choose, masked_logits
+from .storage import ReplayBuffer
+
+
+@dataclass
+class DQLConfig:
+    net: str = "mlp"
+    hidden: tuple[int, ...] = (64, 64)
+    activation: str = "relu"
+    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table
+    lr: float = 5e-4
+    gamma: float = 1.0
+    buffer_size: int = 20_000
+    batch_size: int = 64
+    learning_starts: int = 200
+    train_freq: int = 1
+    target_update: int = 250
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_decay_steps: int = 5_000
+    double: bool = False            # Double DQN: pick a' with the online net, value it with the target
+    max_grad_norm: float = 10.0
+
+
+def epsilon(config: DQLConfig, step: int) -> float:
+    frac = min(1.0, step / max(1, config.eps_decay_steps))
+    return config.eps_start + frac * (config.eps_end - config.eps_start)
+
+
+def dql_update(q: nn.Module, target: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, torch.Tensor],
+               config: DQLConfig) -> dict[str, float]:
+    """One minibatch step on the masked-max TD target."""
+    with torch.no_grad():
+        next_mask = batch["next_mask"]
+        if config.double:
+            best = masked_logits(q(batch["next_obs"]), next_mask).argmax(1, keepdim=True)
+            next_q = target(batch["next_obs"]).gather(1, best).squeeze(1)
+        else:
+            next_q = masked_logits(target(batch["next_obs"]), next_mask).max(1).values
+        # A terminal state (or one with no valid action) is worth 0: never read its -inf/garbage max.
+        next_q = torch.where(batch["done"] | ~next_mask.any(1), torch.zeros_like(next_q), next_q)
+        y = batch["reward"] + config.gamma * next_q
+    q_taken = q(batch["obs"]).gather(1, batch["action"].unsqueeze(1)).squeeze(1)
+    loss = nn.functional.smooth_l1_loss(q_taken, y)
+    optimizer.zero_grad()
+    loss.backward()
+    grad_norm = float(nn.utils.clip_grad_norm_(q.parameters(), config.max_grad_norm))
+    optimizer.step()
+    return {"loss": loss.item(), "q": q_taken.mean().item(), "grad_norm": grad_norm}
+
+
+@register
+class DQL(Algorithm):
+    name = "dql"
+    Config = DQLConfig
+
+    def build(self) -> None:
+        c = self.config
+        self.q = QNetwork(self.obs_shape, self.n_actions, c.net, c.hidden, c.activation, c.table).to(self.device)
+        self.target = copy.deepcopy(self.q)
+        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=c.lr)
+        self.buffer = ReplayBuffer(c.buffer_size, self.obs_shape, self.n_actions)
+        self.env_steps = 0
+
+    def acting_network(self) -> nn.Module:
+        return self.q
+
+    def epsilon_greedy(self, obs: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        greedy = choose(self.scores(obs, mask), mask, None)
+        uniform = choose(np.zeros(mask.shape), mask, self.rng)   # uniform over the valid actions
+        explore = self.rng.random(len(obs)) < epsilon(self.config, self.env_steps)
+        return np.where(explore, uniform, greedy), {}
+
+    def train_epoch(self, runner, episodes: int) -> dict[str, float]:
+        c = self.config
+        losses: list[dict[str, float]] = []
+
+        def on_step(t) -> None:
+            # a truncated episode is not terminal: its next state keeps its value
+            self.buffer.add(t.obs, t.mask, t.action, t.reward, t.next_obs, t.next_mask, t.terminated)
+            self.env_steps += 1
+            if self.env_steps >= c.learning_starts and self.env_steps % c.train_freq == 0:
+                losses.append(dql_update(self.q, self.target, self.optimizer,
+                                         self.buffer.sample(c.batch_size, self.rng, self.device), c))
+                self.updates += 1
+                if self.updates % c.target_update == 0:
+                    self.target.load_state_dict(self.q.state_dict())
+
+        ended = runner.run_epoch(episodes, self.epsilon_greedy, on_step)
+        mean = {k: float(np.mean([x[k] for x in losses])) for k in losses[0]} if losses else {}
+        return {**episode_stats(ended), **mean, "epsilon": epsilon(c, self.env_steps), "updates": len(losses)}
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"env_steps": self.env_steps, "buffer": self.buffer.state_dict()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.env_steps = int(state.get("env_steps", 0))
+        if "buffer" in state:
+            self.buffer.load_state_dict(state["buffer"])

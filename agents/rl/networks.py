@@ -1,0 +1,114 @@
+"""Networks: a plain MLP, and a small convolution over the window's slots.
+
+Both map an observation batch of shape (B, *obs_shape) to (B, out). `build_network` picks one
+by name, so a checkpoint can rebuild its network from the name and sizes it stores.
+
+- `mlp`: flattens the observation; fully connected layers. Works for any observation shape.
+- `conv`: for a job table of (slots, features), e.g. the `jobs` encoder's. A 1-D convolution
+  along the slots with kernel size 1 applies the same small network to every job (the "kernel"
+  policy of the RL scheduling papers): a per-slot score, so the policy does not depend on where
+  a job sits in the window. Features outside the table (e.g. the `nodes` encoder's) reach every
+  slot. Outputs beyond the slots (e.g. the wait action), and the value (`per_slot=False`), come
+  from the features averaged over the slots.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+NETWORKS = ("mlp", "conv")
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def _init(layer: nn.Module, gain: float) -> nn.Module:
+    """Orthogonal weights, zero biases: the usual initialisation for policy-gradient methods."""
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class MLP(nn.Module):
+    """Flatten, then `hidden` fully connected layers, then a linear output of size `out`."""
+
+    def __init__(self, obs_shape: Sequence[int], out: int, hidden: Sequence[int] = (64, 64),
+                 activation: str = "tanh", out_gain: float = 1.0) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = math.prod(obs_shape)
+        for h in hidden:
+            layers += [_init(nn.Linear(width, h), math.sqrt(2)), ACTIVATIONS[activation]()]
+            width = h
+        layers.append(_init(nn.Linear(width, out), out_gain))
+        self.body = nn.Sequential(*layers)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.body(obs)
+
+
+class SlotConv(nn.Module):
+    """Kernel-size-1 convolutions over a table of (slots, features) inside the observation.
+
+    `table` = (offset, slots, features) locates the table in the flattened observation (default:
+    a 2-D observation is the table). Every other feature (e.g. the cluster's free processors) is
+    given to each slot as extra input channels. `per_slot=True`: output k < slots is slot k's
+    score, outputs past the slots come from the slot-averaged features; `per_slot=False`: every
+    output comes from the averaged features (a value head).
+    """
+
+    def __init__(self, obs_shape: Sequence[int], out: int, hidden: Sequence[int] = (32, 16),
+                 activation: str = "tanh", out_gain: float = 1.0, per_slot: bool = True,
+                 table: Sequence[int] | None = None) -> None:
+        super().__init__()
+        size = math.prod(obs_shape)
+        if table is None:
+            if len(obs_shape) != 2:
+                raise ValueError("the conv network needs (slots, features) observations or a table layout "
+                                 f"(offset, slots, features); got shape {tuple(obs_shape)}")
+            table = (0, obs_shape[0], obs_shape[1])
+        self.offset, self.slots, self.features = (int(v) for v in table)
+        features = self.features
+        if self.offset < 0 or self.offset + self.slots * features > size:
+            raise ValueError(f"table {tuple(table)} does not fit in an observation of {size} features")
+        self.n_globals = size - self.slots * features
+        self.per_slot = per_slot
+        layers: list[nn.Module] = []
+        width = features + self.n_globals
+        for h in hidden:
+            layers += [_init(nn.Conv1d(width, h, kernel_size=1), math.sqrt(2)), ACTIVATIONS[activation]()]
+            width = h
+        self.body = nn.Sequential(*layers)
+        self.extra = out - self.slots if per_slot else out
+        if per_slot and self.extra < 0:
+            raise ValueError(f"a per-slot conv network needs at least {self.slots} outputs, got {out}")
+        self.score = _init(nn.Conv1d(width, 1, kernel_size=1), out_gain) if per_slot else None
+        self.pooled = _init(nn.Linear(width, self.extra), out_gain) if self.extra else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        flat = obs.reshape(obs.shape[0], -1)
+        end = self.offset + self.slots * self.features
+        rows = flat[:, self.offset:end].reshape(flat.shape[0], self.slots, -1)   # (B, slots, features)
+        if self.n_globals:
+            glob = torch.cat([flat[:, :self.offset], flat[:, end:]], dim=1)      # (B, globals)
+            rows = torch.cat([rows, glob.unsqueeze(1).expand(-1, self.slots, -1)], dim=2)
+        h = self.body(rows.transpose(1, 2))          # (B, hidden, slots)
+        parts = []
+        if self.score is not None:
+            parts.append(self.score(h).squeeze(1))   # (B, slots)
+        if self.pooled is not None:
+            parts.append(self.pooled(h.mean(dim=2)))  # (B, extra)
+        return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+
+
+def build_network(name: str, obs_shape: Sequence[int], out: int, hidden: Sequence[int],
+                  activation: str = "tanh", out_gain: float = 1.0, per_slot: bool = True,
+                  table: Sequence[int] | None = None) -> nn.Module:
+    """A network by name: `mlp` or `conv` (`per_slot` and `table` only matter for conv)."""
+    if name == "mlp":
+        return MLP(obs_shape, out, hidden, activation, out_gain)
+    if name == "conv":
+        return SlotConv(obs_shape, out, hidden, activation, out_gain, per_slot, table)
+    raise ValueError(f"unknown network {name!r}; use one of {', '.join(NETWORKS)}")

@@ -1,0 +1,65 @@
+"""Policy gradient with a baseline (REINFORCE with a learned value baseline).
+
+Per epoch: collect whole episodes with the current policy, compute each step's discounted
+return G_t, and take gradient steps on
+
+    loss = -mean(log pi(a_t | s_t) * (G_t - V(s_t)))  +  vf_coef * mean((V(s_t) - G_t)^2)
+
+The baseline V only lowers the variance: the advantage G_t - V(s_t) is computed once, before
+the update, and treated as a constant in the policy term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance, register
+
+
+@dataclass
+class PGConfig:
+    net: str = "mlp"                 # mlp or conv
+    hidden: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table
+    lr: float = 1e-3
+    gamma: float = 1.0               # episodes are finite; the papers use undiscounted returns
+    vf_coef: float = 0.5
+    value_iters: int = 1             # extra baseline-only steps after the policy step
+    normalize_advantages: bool = True
+    max_grad_norm: float = 0.5
+
+
+def pg_update(model, optimizer_step, batch: dict[str, torch.Tensor], returns: torch.Tensor,
+              config: PGConfig) -> dict[str, float]:
+    """One REINFORCE-with-baseline step on a batch of whole episodes; then baseline fitting."""
+    with torch.no_grad():
+        advantages = returns - model.value(batch["obs"])
+        if config.normalize_advantages and len(advantages) > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    dist = model.distribution(batch["obs"], batch["mask"])
+    policy_loss = -(dist.log_prob(batch["action"]) * advantages).mean()
+    value_loss = ((model.value(batch["obs"]) - returns) ** 2).mean()
+    grad_norm = optimizer_step(policy_loss + config.vf_coef * value_loss)
+    for _ in range(config.value_iters - 1):
+        optimizer_step(config.vf_coef * ((model.value(batch["obs"]) - returns) ** 2).mean())
+    return {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
+            "entropy": dist.entropy().mean().item(), "grad_norm": grad_norm}
+
+
+@register
+class PG(ActorCriticAlgorithm):
+    name = "pg"
+    Config = PGConfig
+
+    def train_epoch(self, runner, episodes: int) -> dict[str, float]:
+        storage, ended = self.collect(runner, episodes)
+        batch = storage.batch(self.device)
+        returns = torch.as_tensor(storage.monte_carlo_returns(self.config.gamma), device=self.device,
+                                  dtype=torch.float32)
+        stats = pg_update(self.model, self.clip_and_step, batch, returns, self.config)
+        with torch.no_grad():
+            stats["explained_variance"] = explained_variance(self.model.value(batch["obs"]), returns)
+        return {**episode_stats(ended), **stats}

@@ -1,0 +1,92 @@
+"""Masked policies: invalid actions get a logit of -inf, so they have probability exactly 0.
+
+An action mask is a boolean array over the actions (True: valid), the `action_mask` every
+hpcgym env puts in `info`. Sampling uses the Gumbel-max trick with a numpy Generator, so the
+random stream is a plain, saveable numpy state (checkpoints resume it exactly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .networks import build_network
+
+
+def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`logits` with -inf where `mask` is False. A row with no valid action is left as it is
+    (such rows only appear past an episode's end, and are never acted on)."""
+    mask = mask.bool()
+    empty = ~mask.any(dim=-1, keepdim=True)
+    return logits.masked_fill(~(mask | empty), float("-inf"))
+
+
+class MaskedCategorical:
+    """A categorical distribution over the valid actions only."""
+
+    def __init__(self, logits: torch.Tensor, mask: torch.Tensor) -> None:
+        self.logits = masked_logits(logits, mask)
+        self.log_probs = torch.log_softmax(self.logits, dim=-1)
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return self.log_probs.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> torch.Tensor:
+        # p * log p is 0 * -inf = nan at masked actions (and so would its gradient be, even behind
+        # a torch.where): use log p = 0 there before multiplying
+        p = self.log_probs.exp()
+        log_p = torch.where(p > 0, self.log_probs, torch.zeros_like(self.log_probs))
+        return -(p * log_p).sum(-1)
+
+    def greedy(self) -> torch.Tensor:
+        return self.logits.argmax(-1)
+
+
+def choose(scores: np.ndarray, masks: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
+    """Actions for a batch: the best valid one (`rng` None), or one sampled from softmax(scores)
+    over the valid ones (Gumbel-max: argmax of scores + Gumbel noise)."""
+    scores = np.where(masks.astype(bool), scores.astype(np.float64), -np.inf)
+    if rng is not None:
+        scores = scores + rng.gumbel(size=scores.shape)
+    return scores.argmax(-1)
+
+
+class ActorCritic(nn.Module):
+    """Separate policy and value networks of the same kind (as in the RL scheduling papers)."""
+
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, net: str = "mlp",
+                 hidden: Sequence[int] = (64, 64), activation: str = "tanh",
+                 table: Sequence[int] | None = None) -> None:
+        super().__init__()
+        self.actor = build_network(net, obs_shape, n_actions, hidden, activation, out_gain=0.01, table=table)
+        self.critic = build_network(net, obs_shape, 1, hidden, activation, out_gain=1.0, per_slot=False,
+                                    table=table)
+
+    def scores(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Masked logits: what greedy or sampled acting reads."""
+        return masked_logits(self.actor(obs), mask)
+
+    def distribution(self, obs: torch.Tensor, mask: torch.Tensor) -> MaskedCategorical:
+        return MaskedCategorical(self.actor(obs), mask)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
+
+
+class QNetwork(nn.Module):
+    """Action values Q(s, .) with invalid actions at -inf, so max and argmax skip them."""
+
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, net: str = "mlp",
+                 hidden: Sequence[int] = (64, 64), activation: str = "relu",
+                 table: Sequence[int] | None = None) -> None:
+        super().__init__()
+        self.q = build_network(net, obs_shape, n_actions, hidden, activation, out_gain=1.0, table=table)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.q(obs)
+
+    def scores(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return masked_logits(self.q(obs), mask)

@@ -1,0 +1,95 @@
+"""Proximal policy optimisation (PPO, clipped objective), as the RL scheduling papers train.
+
+Per epoch: collect whole episodes, compute GAE advantages A and return targets R = A + V_old,
+then several passes of minibatch gradient steps on
+
+    ratio = pi(a|s) / pi_old(a|s)
+    loss  = -mean(min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A))
+            + vf_coef * mean((V(s) - R)^2)  -  ent_coef * mean(H(pi(.|s)))
+
+The passes stop early once the approximate KL divergence from the collecting policy,
+mean((ratio - 1) - log ratio), exceeds target_kl (checked after every minibatch): the clip
+bounds each step, the KL stop bounds the whole update.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance, register
+
+
+@dataclass
+class PPOConfig:
+    net: str = "mlp"
+    hidden: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table
+    lr: float = 3e-4
+    gamma: float = 1.0
+    gae_lambda: float = 0.97
+    clip: float = 0.2
+    update_epochs: int = 8          # passes over the collected batch
+    minibatch_size: int = 1024
+    vf_coef: float = 0.5
+    ent_coef: float = 0.0
+    target_kl: float | None = 0.02  # None: never stop early
+    normalize_advantages: bool = True
+    max_grad_norm: float = 0.5
+
+
+def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages: torch.Tensor,
+               returns: torch.Tensor, config: PPOConfig, rng: np.random.Generator) -> dict[str, float]:
+    """The clipped-objective passes over one batch; returns the last minibatch's statistics."""
+    n = len(advantages)
+    stats: dict[str, float] = {}
+    stopped = False
+    for _ in range(config.update_epochs):
+        order = rng.permutation(n)
+        for start in range(0, n, config.minibatch_size):
+            idx = torch.as_tensor(order[start:start + config.minibatch_size], device=advantages.device)
+            adv = advantages[idx]
+            if config.normalize_advantages and len(idx) > 1:
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            dist = model.distribution(batch["obs"][idx], batch["mask"][idx])
+            log_ratio = dist.log_prob(batch["action"][idx]) - batch["logp"][idx]
+            ratio = log_ratio.exp()
+            policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - config.clip, 1 + config.clip) * adv).mean()
+            value_loss = ((model.value(batch["obs"][idx]) - returns[idx]) ** 2).mean()
+            entropy = dist.entropy().mean()
+            loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+            with torch.no_grad():
+                approx_kl = float(((ratio - 1) - log_ratio).mean())
+                clip_fraction = float(((ratio - 1).abs() > config.clip).float().mean())
+            if config.target_kl is not None and approx_kl > config.target_kl:
+                stopped = True  # this minibatch already moved too far: do not step on it
+                break
+            grad_norm = optimizer_step(loss)
+            stats = {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
+                     "entropy": entropy.item(), "approx_kl": approx_kl, "clip_fraction": clip_fraction,
+                     "grad_norm": grad_norm}
+        if stopped:
+            break
+    stats["kl_stop"] = float(stopped)
+    return stats
+
+
+@register
+class PPO(ActorCriticAlgorithm):
+    name = "ppo"
+    Config = PPOConfig
+
+    def train_epoch(self, runner, episodes: int) -> dict[str, float]:
+        c = self.config
+        storage, ended = self.collect(runner, episodes)
+        batch = storage.batch(self.device)
+        adv, ret = (torch.as_tensor(x, device=self.device, dtype=torch.float32)
+                    for x in storage.advantages(c.gamma, c.gae_lambda))
+        before = self.updates
+        stats = ppo_update(self.model, self.clip_and_step, batch, adv, ret, c, self.rng)
+        with torch.no_grad():
+            stats["explained_variance"] = explained_variance(self.model.value(batch["obs"]), ret)
+        return {**episode_stats(ended), **stats, "updates": self.updates - before}

@@ -1,0 +1,141 @@
+"""Rollout storage with generalised advantage estimation (GAE), and a replay buffer for DQL.
+
+Conventions: `dones[t]` is True when the episode ended right after step t (so nothing is
+bootstrapped across it); `last_value` is the value of the state after the last stored step,
+used only when that step did not end the episode (a rollout cut in the middle of an episode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+
+def gae(rewards: Sequence[float], values: Sequence[float], dones: Sequence[bool], last_value: float,
+        gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """Advantages and returns (advantages + values) of one env's consecutive steps.
+
+        delta_t = r_t + gamma * V(s_{t+1}) * (1 - done_t) - V(s_t)
+        A_t     = delta_t + gamma * lam * (1 - done_t) * A_{t+1}
+
+    lam = 1 gives the Monte Carlo return minus the baseline; lam = 0 the one-step TD error.
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    dones = np.asarray(dones, dtype=bool)
+    advantages = np.zeros(len(rewards))
+    next_value, next_advantage = float(last_value), 0.0
+    for t in reversed(range(len(rewards))):
+        live = 0.0 if dones[t] else 1.0
+        delta = rewards[t] + gamma * next_value * live - values[t]
+        next_advantage = delta + gamma * lam * live * next_advantage
+        advantages[t] = next_advantage
+        next_value = values[t]
+    return advantages, advantages + values
+
+
+def discounted_returns(rewards: Sequence[float], dones: Sequence[bool], last_value: float,
+                       gamma: float) -> np.ndarray:
+    """G_t = r_t + gamma * G_{t+1}, restarting after each done (the REINFORCE target)."""
+    returns = np.zeros(len(rewards))
+    running = float(last_value)
+    for t in reversed(range(len(rewards))):
+        running = rewards[t] + gamma * running * (0.0 if dones[t] else 1.0)
+        returns[t] = running
+    return returns
+
+
+class RolloutStorage:
+    """What on-policy methods collect: per env, its steps in order; flattened by `batch`."""
+
+    FIELDS = ("obs", "mask", "action", "logp", "value", "reward", "done")
+
+    def __init__(self, n_envs: int) -> None:
+        self.n_envs = n_envs
+        self.steps: list[dict[str, list]] = [{f: [] for f in self.FIELDS} for _ in range(n_envs)]
+        self.last_values = [0.0] * n_envs
+
+    def add(self, env: int, obs: np.ndarray, mask: np.ndarray, action: int, logp: float, value: float,
+            reward: float, done: bool) -> None:
+        s = self.steps[env]
+        for name, v in zip(self.FIELDS, (obs, mask, action, logp, value, reward, done)):
+            s[name].append(v)
+
+    def set_last_value(self, env: int, value: float) -> None:
+        """V of the state after env's last stored step (bootstrap when that step did not end it)."""
+        self.last_values[env] = float(value)
+
+    def __len__(self) -> int:
+        return sum(len(s["action"]) for s in self.steps)
+
+    def advantages(self, gamma: float, lam: float) -> tuple[np.ndarray, np.ndarray]:
+        """GAE advantages and returns of every stored step, in `batch` order."""
+        adv, ret = [], []
+        for env, s in enumerate(self.steps):
+            if s["action"]:
+                a, r = gae(s["reward"], s["value"], s["done"], self.last_values[env], gamma, lam)
+                adv.append(a)
+                ret.append(r)
+        return (np.concatenate(adv), np.concatenate(ret)) if adv else (np.zeros(0), np.zeros(0))
+
+    def monte_carlo_returns(self, gamma: float) -> np.ndarray:
+        out = [discounted_returns(s["reward"], s["done"], self.last_values[env], gamma)
+               for env, s in enumerate(self.steps) if s["action"]]
+        return np.concatenate(out) if out else np.zeros(0)
+
+    def batch(self, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+        """Every stored step as tensors: obs, mask, action, logp, value, reward, done."""
+        steps = [s for s in self.steps if s["action"]]
+        out = {}
+        for name in self.FIELDS:
+            values = [v for s in steps for v in s[name]]
+            if name in ("obs", "mask"):
+                array = np.stack(values)
+            else:
+                array = np.asarray(values)
+            dtype = {"mask": torch.bool, "action": torch.long, "done": torch.bool}.get(name, torch.float32)
+            out[name] = torch.as_tensor(array, device=device).to(dtype)
+        return out
+
+
+class ReplayBuffer:
+    """A ring buffer of transitions (s, mask, a, r, s', mask', done) for off-policy learning."""
+
+    def __init__(self, capacity: int, obs_shape: Sequence[int], n_actions: int) -> None:
+        self.capacity = capacity
+        self.obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
+        self.next_obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
+        self.mask = np.zeros((capacity, n_actions), dtype=bool)
+        self.next_mask = np.zeros((capacity, n_actions), dtype=bool)
+        self.action = np.zeros(capacity, dtype=np.int64)
+        self.reward = np.zeros(capacity, dtype=np.float32)
+        self.done = np.zeros(capacity, dtype=bool)
+        self.size = 0
+        self.pos = 0
+
+    def add(self, obs, mask, action, reward, next_obs, next_mask, done) -> None:
+        i = self.pos
+        self.obs[i], self.mask[i], self.action[i], self.reward[i] = obs, mask, action, reward
+        self.next_obs[i], self.next_mask[i], self.done[i] = next_obs, next_mask, done
+        self.pos = (i + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+
+    def sample(self, batch_size: int, rng: np.random.Generator,
+               device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+        idx = rng.integers(0, self.size, size=batch_size)
+        return {name: torch.as_tensor(getattr(self, name)[idx], device=device)
+                for name in ("obs", "mask", "action", "reward", "next_obs", "next_mask", "done")}
+
+    def state_dict(self) -> dict:
+        n = self.size
+        return {"size": n, "pos": self.pos,
+                **{name: torch.from_numpy(getattr(self, name)[:n].copy())
+                   for name in ("obs", "mask", "action", "reward", "next_obs", "next_mask", "done")}}
+
+    def load_state_dict(self, state: dict) -> None:
+        n = self.size = int(state["size"])
+        self.pos = int(state["pos"])
+        for name in ("obs", "mask", "action", "reward", "next_obs", "next_mask", "done"):
+            getattr(self, name)[:n] = state[name].numpy()

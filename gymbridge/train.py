@@ -1,0 +1,178 @@
+"""`hpcgym train ALGO`: train a policy gradient, A2C, PPO or DQL agent on an hpcgym env.
+
+    hpcgym train ppo --kind select --trace SDSC-SP2.swf.gz --jobs 256 --epochs 50 --seed 0 --out runs/ppo
+    hpcgym train ppo --out runs/ppo --epochs 80 --resume      # go on where it stopped
+    hpcgym agent --model runs/ppo/model.pt --connect tcp://127.0.0.1:5555
+
+Each epoch collects `--trajectories` episodes, each a window of `--jobs` jobs drawn at random
+from the trace (or from a generated Lublin workload) with the episode's seed, then updates the
+policy. The output folder gets the learning curve (curve.csv), checkpoints and, at the end, a
+greedy evaluation on held-out sequences (seeds never trained on) next to FCFS and SJF.
+Options of the algorithms' configs not covered by a flag are set with `--set KEY=VALUE`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..environment.config import BACKFILL_MODES
+from ..environment.decisions import KINDS
+from ..environment.errors import ConfigError, HpcgymError
+
+ALGORITHMS = ("pg", "a2c", "ppo", "dql")
+
+
+def _parse_value(text: str):
+    """A --set value: JSON when it parses (numbers, true/false, null, lists), else the string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: float | None,
+                      gamma: float | None, sets: tuple[str, ...]) -> dict:
+    from ..agents.rl.algorithm import get_algorithm
+
+    config = {}
+    if net is not None:
+        config["net"] = net
+    if hidden is not None:
+        try:
+            config["hidden"] = [int(h) for h in hidden.split(",") if h.strip()]
+        except ValueError:
+            raise ConfigError(f"--hidden takes layer widths like 64,64; got {hidden!r}") from None
+    if lr is not None:
+        config["lr"] = lr
+    if gamma is not None:
+        config["gamma"] = gamma
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set takes KEY=VALUE, got {item!r}")
+        config[key.strip()] = _parse_value(value.strip())
+    fields = get_algorithm(algorithm).Config.__dataclass_fields__
+    unknown = sorted(set(config) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown {algorithm} option(s) {', '.join(unknown)}; known: {', '.join(fields)}")
+    return config
+
+
+@click.command("train")
+@click.argument("algorithm", type=click.Choice(ALGORITHMS, case_sensitive=False))
+@click.option("--kind", type=click.Choice(KINDS), default="select", show_default=True,
+              help="The decision kind the agent takes (the others use the built-in defaults).")
+@click.option("--trace", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              help="SWF trace to draw job sequences from (default: a generated Lublin workload).")
+@click.option("--procs", type=click.IntRange(min=1), help="Cluster size (default: the trace header, or 256).")
+@click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Jobs per episode (a window of the workload).")
+@click.option("--start", type=click.IntRange(min=0),
+              help="Train on the one window starting here instead of a random window per episode.")
+@click.option("--sampled-jobset", is_flag=True, help="Episodes are DRAS-style sampled jobsets, not windows.")
+@click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="Train on the first fraction of the trace, evaluate on the rest.")
+@click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
+@click.option("--policy", default="fcfs", show_default=True, help="Priority policy ordering the queue window.")
+@click.option("--window", type=click.IntRange(min=1), default=128, show_default=True,
+              help="Queue jobs the agent sees and chooses from.")
+@click.option("--wait/--no-wait", "allow_wait", default=True, show_default=True,
+              help="select: may the agent wait (the env's last action) while a job could start? "
+                   "--no-wait picks a job at every decision, as the RL scheduling papers do.")
+@click.option("--reward", default="bsld", show_default=True, help="Reward spec (bsld, wait, utilization, queue_wait).")
+@click.option("--encoder", help="Observation encoder (default: the env's, jobs+nodes for select).")
+@click.option("--net", type=click.Choice(["mlp", "conv"]), help="Network (default mlp).")
+@click.option("--hidden", help="Hidden layer widths, e.g. 64,64.")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), help="Learning rate.")
+@click.option("--gamma", type=click.FloatRange(0, 1), help="Discount factor (default 1: whole episodes).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Any other option of the algorithm's config (e.g. --set clip=0.1 --set target_kl=null).")
+@click.option("--max-steps", type=click.IntRange(min=1),
+              help="Cut an episode after this many decisions (e.g. for kill agents that may never finish).")
+@click.option("--epochs", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Train until this many epochs are done (with --resume: in all).")
+@click.option("--trajectories", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Episodes per epoch.")
+@click.option("--envs", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Envs stepped together (one batched network call per round).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Folder for the learning curve, checkpoints and evaluation.")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --out (same settings).")
+@click.option("--eval-episodes", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Held-out sequences evaluated greedily at the end (0: none).")
+@click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="CPU threads for torch (small networks run best on one).")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+def train(algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fraction, backfill, policy, window,
+          allow_wait, reward, encoder, net, hidden, lr, gamma, sets, max_steps, epochs, trajectories, envs, seed, out,
+          checkpoint_every, resume, eval_episodes, device, threads, progress) -> None:
+    """Train ALGORITHM (pg, a2c, ppo or dql) and write curve.csv, checkpoints and eval.json to OUT."""
+    try:
+        import gymnasium  # noqa: F401
+        import torch
+    except ImportError as exc:
+        raise HpcgymError(f"training needs the rl extra (torch, gymnasium): {exc}") from None
+    from ..agents.rl.algorithm import resolve_device
+    from ..agents.rl.checkpoint import latest_checkpoint, load_checkpoint
+    from ..agents.rl.trainer import Trainer, TrainSettings
+
+    algorithm = algorithm.lower()
+    torch.set_num_threads(threads)
+    try:
+        dev = resolve_device(device)
+        torch.empty(0, device=dev)
+    except (RuntimeError, AssertionError) as exc:
+        raise ConfigError(f"device {device!r} is not usable here: {exc}") from None
+    if resume:
+        last = latest_checkpoint(out)
+        if last is None:
+            raise HpcgymError(f"nothing to resume: no epoch_*.pt checkpoint in {out}")
+        saved = load_checkpoint(last).trainer.get("settings")
+        if not saved:
+            raise HpcgymError(f"{last} has no training settings to resume with")
+        settings = TrainSettings.from_json(saved, epochs=epochs)
+        if settings.algorithm != algorithm:
+            raise HpcgymError(f"{out} holds a {settings.algorithm} run, not {algorithm}")
+    else:
+        if latest_checkpoint(out) is not None:
+            raise HpcgymError(f"{out} already holds checkpoints: use --resume to go on, or another --out")
+        if sampled_jobset and start is not None:
+            raise ConfigError("--start (one fixed window) and --sampled-jobset exclude each other")
+        workload = {"trace": str(trace) if trace else None, "procs": procs, "jobs": n_jobs,
+                    "start": start, "sample": None if start is not None else True,
+                    "sampled_jobset": sampled_jobset or None}
+        eval_workload = None
+        if train_fraction is not None:
+            workload["train_fraction"] = train_fraction
+            eval_workload = {k: v for k, v in {**workload, "part": "test"}.items() if v is not None}
+            workload["part"] = "train"
+        workload = {k: v for k, v in workload.items() if v is not None}
+        settings = TrainSettings(
+            algorithm=algorithm, kind=kind, workload=workload, eval_workload=eval_workload,
+            options={"backfill": backfill, "window": window, "policy": policy}, reward=reward, encoder=encoder,
+            config=_algorithm_config(algorithm, net, hidden, lr, gamma, sets), epochs=epochs,
+            trajectories=trajectories, envs=envs, seed=seed, checkpoint_every=checkpoint_every,
+            eval_episodes=eval_episodes, no_wait=not allow_wait, max_steps=max_steps)
+    settings.eval_episodes = eval_episodes
+    trainer = Trainer(settings, out, device=str(dev), progress=progress, log=lambda m: click.echo(m, err=True))
+    try:
+        history = trainer.train(resume=resume)
+    except ValueError as exc:  # bad algorithm options surface as ValueError from the config dataclasses
+        raise ConfigError(str(exc)) from None
+    last = history[-1] if history else {}
+    click.echo(f"{algorithm} on {settings.kind}: {trainer.epoch} epochs, {trainer.runner.next_episode} episodes"
+               + (f", last epoch mean return {last['return']:.3f}" if "return" in last else "")
+               + f" ({dev}); checkpoints in {out}")
+    if settings.eval_episodes:
+        result = trainer.evaluate()
+        cut = f" ({result['cut']} more cut at --max-steps, left out)" if result["cut"] else ""
+        click.echo(f"held-out evaluation, {result['episodes']} sequences (greedy){cut}:")
+        click.echo(f"  {'policy':<10}{'mean bsld':>12}{'mean wait (s)':>16}{'utilization':>14}")
+        for name, m in result["summary"].items():
+            click.echo(f"  {name:<10}{m['mean_bsld']:>12.2f}{m['mean_wait']:>16.1f}{m['utilization']:>14.4f}")

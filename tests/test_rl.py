@@ -1,0 +1,493 @@
+"""The RL toolkit (agents/rl): GAE by hand, masking, each algorithm learning a problem with a
+known optimum, seeded determinism and exact resuming, checkpoints served over the protocol, and
+the Gymnasium bridge under Gymnasium's own checker.
+
+Everything runs on one CPU thread with tiny networks, so the whole file takes seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+gym = pytest.importorskip("gymnasium")
+torch.set_num_threads(1)
+
+from click.testing import CliRunner  # noqa: E402
+
+from hpcgym.agents.rl.algorithm import get_algorithm  # noqa: E402
+from hpcgym.agents.rl.checkpoint import (CheckpointError, load_checkpoint, make_checkpoint,  # noqa: E402
+                                         save_checkpoint)
+from hpcgym.agents.rl.dql import DQLConfig, dql_update  # noqa: E402
+from hpcgym.agents.rl.policy import ActorCritic, MaskedCategorical, QNetwork, choose  # noqa: E402
+from hpcgym.agents.rl.runner import Runner  # noqa: E402
+from hpcgym.agents.rl.serve import RLAgent  # noqa: E402
+from hpcgym.agents.rl.storage import RolloutStorage, discounted_returns, gae  # noqa: E402
+from hpcgym.agents.rl.trainer import Trainer, TrainSettings  # noqa: E402
+
+from .agents_for_tests import write_trace  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+_local = Path(sys.executable).parent / "hpcgym"
+HPCGYM = str(_local) if _local.exists() else (shutil.which("hpcgym") or "hpcgym")
+ALGORITHMS = ("pg", "a2c", "ppo", "dql")
+
+
+# ------------------------------------------------------------------------------------------ a tiny env
+class TwoSlots(gym.Env):
+    """Two jobs on show at every step; one is good (+1), the other not (0); 4 steps an episode.
+
+    Observation (2 slots x 3 features): [slot valid, slot is the good one, time step / length].
+    With `mask_prob`, the bad slot is sometimes masked out; taking a masked action raises. With
+    `delayed`, all reward comes at the end (the number of good picks), as the hpcgym `bsld`
+    reward does. The optimum: always the good slot (return 4).
+    """
+
+    LENGTH = 4
+
+    def __init__(self, mask_prob: float = 0.25, delayed: bool = False) -> None:
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (2, 3), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.mask_prob, self.delayed = mask_prob, delayed
+
+    def _observe(self) -> np.ndarray:
+        self.good = int(self.np_random.integers(2))
+        self.mask = np.ones(2, np.int8)
+        if self.np_random.random() < self.mask_prob:
+            self.mask[1 - self.good] = 0
+        obs = np.zeros((2, 3), np.float32)
+        obs[:, 0] = self.mask
+        obs[self.good, 1] = 1.0
+        obs[:, 2] = self.t / self.LENGTH
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.score = 0, 0
+        return self._observe(), {"action_mask": self.mask}
+
+    def step(self, action):
+        if not self.mask[action]:
+            raise AssertionError(f"masked action {action} taken")
+        self.score += int(action == self.good)
+        self.t += 1
+        done = self.t == self.LENGTH
+        reward = (self.score if done else 0) if self.delayed else int(action == self.good)
+        if done:
+            return np.zeros((2, 3), np.float32), float(reward), True, False, {"action_mask": np.zeros(2, np.int8)}
+        return self._observe(), float(reward), False, False, {"action_mask": self.mask}
+
+
+#: Small, fast settings with which each algorithm solves TwoSlots within a few epochs.
+TINY = {
+    "pg": {"hidden": [16], "lr": 0.01},
+    "a2c": {"hidden": [16], "lr": 0.01, "n_steps": 8},
+    "ppo": {"hidden": [16], "lr": 0.01, "minibatch_size": 64, "update_epochs": 4},
+    "dql": {"hidden": [32], "lr": 0.005, "learning_starts": 50, "eps_decay_steps": 400, "target_update": 50},
+}
+
+
+def random_states(n: int, seed: int = 123) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """n random TwoSlots states (any step, either slot good, some masked): obs, masks, optimum."""
+    rng = np.random.default_rng(seed)
+    good = rng.integers(0, 2, n)
+    mask = np.ones((n, 2), bool)
+    masked = rng.random(n) < 0.3
+    mask[masked, 1 - good[masked]] = False
+    obs = np.zeros((n, 2, 3), np.float32)
+    obs[:, :, 0] = mask
+    obs[np.arange(n), good, 1] = 1.0
+    obs[:, :, 2] = rng.integers(0, TwoSlots.LENGTH, n)[:, None] / TwoSlots.LENGTH
+    return obs, mask, good
+
+
+def tiny_trainer(algorithm: str, out: Path, epochs: int, seed: int = 0, delayed: bool = False,
+                 net: str = "mlp") -> Trainer:
+    settings = TrainSettings(algorithm=algorithm, config={**TINY[algorithm], "net": net}, epochs=epochs,
+                             trajectories=16, envs=4, seed=seed, eval_episodes=0)
+    return Trainer(settings, out, device="cpu", env_fn=lambda i: TwoSlots(delayed=delayed), progress=False,
+                   log=lambda m: None)
+
+
+# ------------------------------------------------------------------------------------------ GAE
+def test_gae_by_hand():
+    """rewards (1, 0, 2), values (0.5, 1.0, 1.5), gamma 0.9, lambda 0.8 (gamma * lambda = 0.72).
+
+    Rollout cut after step 2, bootstrap V = 2.0:
+        delta_2 = 2 + 0.9 * 2.0 - 1.5 = 2.3     A_2 = 2.3
+        delta_1 = 0 + 0.9 * 1.5 - 1.0 = 0.35    A_1 = 0.35 + 0.72 * 2.3   = 2.006
+        delta_0 = 1 + 0.9 * 1.0 - 0.5 = 1.4     A_0 = 1.4  + 0.72 * 2.006 = 2.84432
+        returns = A + V = (3.34432, 3.006, 3.8)
+
+    The episode ends after step 1 (a new one starts at step 2), same bootstrap:
+        A_2 = 2.3;  delta_1 = 0 - 1.0 = -1.0, A_1 = -1.0 (nothing carried over the end);
+        A_0 = 1.4 + 0.72 * -1.0 = 0.68
+
+    With lambda = 1 the advantage is the discounted return minus the value:
+        G = (1 + 0.9 * 0 + 0.81 * (2 + 0.9 * 2), 0 + 0.9 * 3.8, 3.8) = (4.078, 3.42, 3.8)
+    """
+    r, v = [1.0, 0.0, 2.0], [0.5, 1.0, 1.5]
+    adv, ret = gae(r, v, [False, False, False], 2.0, 0.9, 0.8)
+    np.testing.assert_allclose(adv, [2.84432, 2.006, 2.3], rtol=1e-12)
+    np.testing.assert_allclose(ret, [3.34432, 3.006, 3.8], rtol=1e-12)
+    adv, _ = gae(r, v, [False, True, False], 2.0, 0.9, 0.8)
+    np.testing.assert_allclose(adv, [0.68, -1.0, 2.3], rtol=1e-12)
+    adv, ret = gae(r, v, [False, False, False], 2.0, 0.9, 1.0)
+    np.testing.assert_allclose(ret, [4.078, 3.42, 3.8], rtol=1e-12)
+    np.testing.assert_allclose(discounted_returns(r, [False] * 3, 2.0, 0.9), [4.078, 3.42, 3.8], rtol=1e-12)
+    # the storage gives each env its own sequence, flattened env by env
+    storage = RolloutStorage(2)
+    for t in range(3):
+        storage.add(1, np.zeros(2), np.ones(2, bool), 0, 0.0, v[t], r[t], t == 1)
+        storage.add(0, np.zeros(2), np.ones(2, bool), 0, 0.0, v[t], r[t], False)
+    storage.set_last_value(0, 2.0)
+    storage.set_last_value(1, 2.0)
+    adv, _ = storage.advantages(0.9, 0.8)
+    np.testing.assert_allclose(adv, [2.84432, 2.006, 2.3, 0.68, -1.0, 2.3], rtol=1e-6)
+
+
+def test_runner_seeds_episodes_and_cuts_long_ones():
+    """Episode j is reset with seed_of(j) whatever env runs it; max_steps truncates, and the
+    truncated step is bootstrapped (gamma * V(last state) added to its reward)."""
+    seen = []
+
+    class Recording(TwoSlots):
+        def reset(self, *, seed=None, options=None):
+            seen.append(seed)
+            return super().reset(seed=seed)
+
+    runner = Runner([Recording(), Recording()], lambda j: 100 + j, max_steps=3)
+    algo = get_algorithm("ppo")((2, 3), 2, {"hidden": [4], "gamma": 0.5}, seed=0)
+    storage, transitions = RolloutStorage(2), []
+
+    def on_step(t):
+        transitions.append(t)
+        algo.store(storage, t)
+
+    ended = runner.run_epoch(5, algo.sample, on_step)
+    assert sorted(seen) == [100, 101, 102, 103, 104] and runner.next_episode == 5
+    assert [e.length for e in ended] == [3] * 5 and all(e.info["truncated"] for e in ended)
+    cut = [t for t in transitions if t.truncated]
+    assert len(cut) == 5 and not any(t.terminated for t in transitions)
+    stored = storage.batch()
+    expected = [t.reward + 0.5 * float(algo.values(t.next_obs[None])[0]) for t in cut]
+    got = [float(r) for r, d in zip(stored["reward"], stored["done"]) if d]
+    assert sorted(got) == pytest.approx(sorted(expected)) and sorted(got) != pytest.approx(sorted(t.reward for t in cut))
+
+
+# ------------------------------------------------------------------------------------------ masking
+@pytest.mark.parametrize("net", ["mlp", "conv"])
+def test_masked_actions_are_never_chosen_even_with_the_largest_logit(net):
+    torch.manual_seed(0)
+    model = ActorCritic((4, 3), 5, net=net, hidden=(8,))
+    obs = torch.rand(64, 4, 3)
+    mask = torch.ones(64, 5, dtype=torch.bool)
+    mask[:, 2] = False             # action 2: masked everywhere ...
+    mask[::2, 4] = False
+    with torch.no_grad():          # ... and given by far the largest logit
+        if net == "mlp":
+            head = model.actor.body[-1]
+            head.weight.zero_()
+            head.bias.zero_()
+            head.bias[2] = 1e4
+        else:                      # only slot 2 has feature 0 set; the one channel sees only it
+            obs[:, :, 0] = 0.0
+            obs[:, 2, 0] = 1.0
+            conv = model.actor.body[0]
+            conv.weight.zero_()
+            conv.bias.zero_()
+            conv.weight[:, 0, 0] = 1.0
+            model.actor.score.weight.fill_(1e4)
+            model.actor.score.bias.zero_()
+    assert int(model.actor(obs).argmax(-1)[0]) == 2
+    dist = model.distribution(obs, mask)
+    assert torch.all(dist.log_probs[:, 2] == float("-inf"))
+    assert torch.all(dist.greedy() != 2)
+    scores = model.scores(obs, mask).detach().numpy()
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        picks = choose(scores, mask.numpy(), rng)
+        assert mask.numpy()[np.arange(64), picks].all()
+    # log-probabilities, entropy and their gradients stay finite with -inf logits around
+    loss = -dist.log_prob(torch.as_tensor(choose(scores, mask.numpy(), None))).mean() - dist.entropy().mean()
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    # a row with nothing valid (after an episode's end) gives a finite distribution, not nan
+    empty = MaskedCategorical(torch.zeros(1, 3), torch.zeros(1, 3, dtype=torch.bool))
+    assert torch.isfinite(empty.entropy()).all()
+
+
+def test_dql_target_takes_the_max_over_valid_actions_only():
+    """Q(s, .) = (7.5, 0, 0) and Q_target(s', .) = (5, 100, 7) everywhere; two transitions
+    taking action 0 with reward 1: one into s' with action 1 masked, one into a terminal s'.
+
+    Targets: 1 + max(5, 7) = 8 (not 1 + 100) and 1. Huber (beta 1) gradients on Q(s, 0), batch
+    mean: (7.5 - 8) / 2 = -0.25 and clip(7.5 - 1, -1, 1) / 2 = +0.5; one SGD step (lr 1) on the
+    output bias: 7.5 - 0.25 = 7.25. (With the masked 100 counted: -0.5 + 0.5 = 0, no change.)
+    """
+    q = QNetwork((2,), 3, hidden=(4,))
+    target = QNetwork((2,), 3, hidden=(4,))
+    with torch.no_grad():
+        for net, bias in ((q, [7.5, 0.0, 0.0]), (target, [5.0, 100.0, 7.0])):
+            net.q.body[-1].weight.zero_()
+            net.q.body[-1].bias.copy_(torch.tensor(bias))
+    batch = {"obs": torch.zeros(2, 2), "action": torch.tensor([0, 0]), "reward": torch.tensor([1.0, 1.0]),
+             "next_obs": torch.zeros(2, 2), "next_mask": torch.tensor([[True, False, True], [False, False, False]]),
+             "done": torch.tensor([False, True]), "mask": torch.ones(2, 3, dtype=torch.bool)}
+    dql_update(q, target, torch.optim.SGD(q.parameters(), lr=1.0), batch, DQLConfig(gamma=1.0, max_grad_norm=1e9))
+    assert q.q.body[-1].bias[0].item() == pytest.approx(7.25)
+
+
+# ------------------------------------------------------------------------------------------ learning
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_each_algorithm_learns_the_optimum(algorithm, tmp_path):
+    """A few epochs on TwoSlots (a quarter of the states with the bad slot masked: a masked
+    action would raise in the env): the greedy policy then picks the good slot from random states."""
+    obs, mask, good = random_states(200)
+    trainer = tiny_trainer(algorithm, tmp_path, epochs=20 if algorithm != "dql" else 12)
+    t0 = time.perf_counter()
+    history = trainer.train()
+    assert time.perf_counter() - t0 < 30
+    assert (trainer.algo.act(obs, mask) == good).all()
+    assert history[-1]["return"] > 3.0  # of 4 (random: 2.5); sampling or epsilon still explores
+
+
+def test_ppo_learns_from_a_delayed_reward_with_the_conv_network(tmp_path):
+    """All reward at the episode's end (like the bsld reward), and the per-slot conv network."""
+    obs, mask, good = random_states(200)
+    trainer = tiny_trainer("ppo", tmp_path, epochs=25, delayed=True, net="conv")
+    trainer.train()
+    assert (trainer.algo.act(obs, mask) == good).all()
+
+
+def two_job_trace(path: Path) -> Path:
+    """Ten processors, two jobs of ten processors submitted together: job 1 runs 1000 s, job 2
+    runs 10 s. The queue shows [1, 2]; the optimum starts job 2 (slot 1) first:
+    bsld (1 + 1010/1000) / 2 = 1.005, against (1 + 1010/10) / 2 = 51 the other way."""
+    path.write_text("; MaxProcs: 10\n"
+                    "1 0 -1 1000 10 -1 -1 10 1000 -1 1 1 1 1 1 1 -1 -1\n"
+                    "2 0 -1 10 10 -1 -1 10 10 -1 1 1 1 1 1 1 -1 -1\n")
+    return path
+
+
+def test_ppo_on_the_real_env_finds_the_short_job_first(tmp_path):
+    from hpcgym.gymbridge import make
+
+    trace = two_job_trace(tmp_path / "two.swf")
+    settings = TrainSettings(algorithm="ppo", workload={"trace": str(trace)}, options={"window": 4}, encoder="jobs",
+                             config={"hidden": [16], "lr": 0.01, "minibatch_size": 32, "update_epochs": 4},
+                             epochs=8, trajectories=8, envs=2, seed=1, eval_episodes=0)
+    trainer = Trainer(settings, tmp_path / "run", device="cpu", progress=False, log=lambda m: None)
+    trainer.train()
+    env = make("select", workload={"trace": str(trace)}, options={"window": 4}, encoder="jobs")
+    obs, info = env.reset(seed=5)
+    assert info["action_mask"].tolist() == [1, 1, 0, 0, 0]  # two jobs, cannot wait (nothing runs)
+    done = False
+    first = int(trainer.algo.act(obs[None], info["action_mask"][None])[0])
+    assert first == 1
+    while not done:
+        obs, _, done, _, info = env.step(int(trainer.algo.act(obs[None], info["action_mask"][None])[0]))
+    assert info["metrics"]["mean_bsld"] == pytest.approx(1.005)
+
+
+# ------------------------------------------------------------------------------------------ determinism
+def _curve(path: Path) -> list[dict[str, str]]:
+    with open(path / "curve.csv", newline="") as f:
+        return [{k: v for k, v in row.items() if k != "seconds"} for row in csv.DictReader(f)]
+
+
+def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    return {f"{m}.{n}": t for m, sd in trainer.algo.weights().items() for n, t in sd.items()}
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "dql"])
+def test_same_seed_same_weights_and_curve_and_resume_is_exact(algorithm, tmp_path):
+    runs = {}
+    for name, seed in (("a", 7), ("b", 7), ("c", 8)):
+        trainer = tiny_trainer(algorithm, tmp_path / name, epochs=4, seed=seed)
+        trainer.train()
+        runs[name] = trainer
+    wa, wb, wc = (_weights(runs[k]) for k in "abc")
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert _curve(tmp_path / "a") == _curve(tmp_path / "b")
+    assert not all(torch.equal(wa[k], wc[k]) for k in wa)     # another seed, another run
+    # 2 epochs, stop, resume to 4: the same as 4 straight (weights, optimizer, RNG, episodes)
+    tiny_trainer(algorithm, tmp_path / "r", epochs=2, seed=7).train()
+    resumed = tiny_trainer(algorithm, tmp_path / "r", epochs=4, seed=7)
+    resumed.train(resume=True)
+    wr = _weights(resumed)
+    assert all(torch.equal(wa[k], wr[k]) for k in wa)
+    assert _curve(tmp_path / "r") == _curve(tmp_path / "a")
+    files = ["epoch_000001.pt", "epoch_000002.pt", "epoch_000003.pt", "epoch_000004.pt", "model.pt"]
+    if algorithm == "dql":  # the replay buffer is kept beside the newest checkpoint only
+        files.insert(4, "epoch_000004.replay.pt")
+    assert sorted(p.name for p in (tmp_path / "r").glob("*.pt")) == files
+
+
+def test_checkpoint_round_trip_keeps_everything(tmp_path):
+    algo = get_algorithm("a2c")((2, 3), 2, {"hidden": [8], "net": "conv"}, seed=3)
+    algo.rng.random(5)
+    path = save_checkpoint(tmp_path / "c.pt", make_checkpoint(algo, encoder="jobs", window=2, epoch=4,
+                                                              env={"workload": {"trace": tmp_path}}))
+    ckpt = load_checkpoint(path)
+    assert (ckpt.algorithm, ckpt.kind, ckpt.encoder, ckpt.window, ckpt.epoch) == ("a2c", "select", "jobs", 2, 4)
+    assert ckpt.config["net"] == "conv" and ckpt.config["hidden"] == [8]
+    back = ckpt.build()
+    obs, mask, _ = random_states(20)
+    np.testing.assert_array_equal(back.scores(obs, mask), algo.scores(obs, mask))
+    assert back.rng.random() == algo.rng.random()
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="not an hpcgym checkpoint"):
+        load_checkpoint(tmp_path / "junk.pt")
+
+
+# ------------------------------------------------------------------------------------------ the bridge
+def test_gymnasium_check_env_and_a_random_masked_rollout(tmp_path):
+    from gymnasium.utils.env_checker import check_env
+
+    from hpcgym.gymbridge import make
+
+    trace = write_trace(tmp_path / "t.swf", jobs=40, procs=32, seed=2)
+    env = make("select", workload={"trace": str(trace), "jobs": 30, "sample": True}, encoder="jobs", seed=3)
+    check_env(env, skip_render_check=True)
+    obs, info = env.reset(seed=11)
+    done, steps, total = False, 0, 0.0
+    while not done:
+        assert env.observation_space.contains(obs)
+        action = env.action_space.sample(mask=info["action_mask"])
+        obs, reward, done, truncated, info = env.step(action)
+        total += reward
+        steps += 1
+        assert not truncated
+    assert steps >= 15 and total == pytest.approx(-info["metrics"]["mean_bsld"])
+
+
+# ------------------------------------------------------------------------------------------ command line
+@pytest.fixture
+def ipc_dir(tmp_path):
+    if len(str(tmp_path / "env.ipc")) < 90:
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(prefix="hpcgym-rl-", dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_train_command_then_serve_the_checkpoint_over_the_protocol(tmp_path, ipc_dir):
+    """`hpcgym train` (in process), `--resume`, then `hpcgym env` + `hpcgym agent --model` as
+    subprocesses: the served policy schedules exactly as the in-process one (greedy, and sampling
+    with a seed)."""
+    from hpcgym.environment.simulator import simulate
+    from hpcgym.environment.spec import load_workload, sim_config
+    from hpcgym.gymbridge import make
+    from hpcgym.gymbridge.cli import main
+
+    trace = write_trace(tmp_path / "t.swf", jobs=80, procs=32, seed=4)
+    out = tmp_path / "run"
+    common = ["train", "ppo", "--trace", str(trace), "--jobs", "40", "--window", "16", "--trajectories", "4",
+              "--envs", "2", "--hidden", "16", "--set", "minibatch_size=64", "--out", str(out), "--seed", "3",
+              "--eval-episodes", "2", "--device", "cpu", "--no-progress"]
+    result = CliRunner().invoke(main, [*common, "--epochs", "1"])
+    assert result.exit_code == 0, result.output
+    assert "held-out evaluation" in result.output and "sjf" in result.output
+    result = CliRunner().invoke(main, [*common, "--epochs", "2", "--resume"])
+    assert result.exit_code == 0, result.output
+    assert [r["epoch"] for r in _curve(out)] == ["1", "2"]
+    evaluation = json.loads((out / "eval.json").read_text())
+    assert set(evaluation["summary"]) == {"ppo", "fcfs", "sjf"} and evaluation["episodes"] == 2
+    # a run folder is not overwritten by accident
+    again = CliRunner().invoke(main, [*common, "--epochs", "1"])
+    assert again.exit_code == 2 and "--resume" in again.output
+
+    model = out / "model.pt"
+    ckpt = load_checkpoint(model)
+    assert (ckpt.algorithm, ckpt.kind, ckpt.window, ckpt.encoder) == ("ppo", "select", 16, "jobs+nodes")
+
+    # the in-process reference: the policy in HpcEnv (as trained), and as an Agent in simulate()
+    seed = 21
+    env = make("select", workload={"trace": str(trace), "jobs": 40, "sample": True}, options={"window": 16})
+    algo = ckpt.build()
+    obs, info = env.reset(seed=seed)
+    done = False
+    while not done:
+        obs, _, done, _, info = env.step(int(algo.act(obs[None], info["action_mask"][None])[0]))
+    reference = info["metrics"]
+    workload = load_workload({"trace": str(trace), "jobs": 40, "sample": seed}, seed)
+    assert simulate(workload, sim_config({}, seed), agents={"select": RLAgent(model)}).summary == reference
+    assert reference != simulate(workload, sim_config({}, seed)).summary  # it is not just FCFS
+    sampled = simulate(workload, sim_config({}, seed), agents={"select": RLAgent(model, greedy=False, seed=5)}).summary
+
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    procs = []
+    try:
+        with open(tmp_path / "env.err", "wb") as err:
+            procs.append(subprocess.Popen([HPCGYM, "env", "--bind", bind, "--trace", str(trace)], cwd=ROOT,
+                                          stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL))
+        served = {}
+        for name, extra in (("greedy", []), ("sampling", ["--sampling", "--sampling-seed", "5"])):
+            agent = subprocess.run([HPCGYM, "agent", "--model", str(model), "--connect", bind, "--seed", str(seed),
+                                    "--jobs", "40", "--sample", str(seed), "--json", "--timeout", "30", *extra],
+                                   cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert agent.returncode == 0, agent.stderr + (tmp_path / "env.err").read_text()
+            line = json.loads(agent.stdout.strip().splitlines()[-1])
+            assert line["reason"] == "completed"
+            served[name] = {k: v for k, v in line.items() if k not in ("episode", "reason")}
+        assert served["greedy"] == reference
+        assert served["sampling"] == sampled
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=10)
+
+
+def test_no_wait_policy_acts_the_same_in_the_env_and_as_an_agent(tmp_path):
+    """`no_wait` (the papers' select: pick a job whenever one can be picked): the wrapped env's
+    greedy episode and the checkpoint served through simulate() schedule alike, and never wait
+    while a job could be picked."""
+    from hpcgym.agents.rl.serve import drop_wait
+    from hpcgym.agents.rl.trainer import NoWait
+    from hpcgym.environment.simulator import simulate
+    from hpcgym.environment.spec import load_workload, sim_config
+    from hpcgym.gymbridge import make
+
+    assert drop_wait(np.array([1, 0, 1], np.int8)).tolist() == [1, 0, 0]
+    assert drop_wait(np.array([0, 0, 1], np.int8)).tolist() == [0, 0, 1]  # nothing else: waiting stays
+    trace = write_trace(tmp_path / "t.swf", jobs=50, procs=32, seed=6)
+    env = NoWait(make("select", workload={"trace": str(trace)}, options={"window": 8}, encoder="jobs+nodes"))
+    algo = get_algorithm("ppo")(env.observation_space.shape, env.action_space.n, {"hidden": [8]}, seed=2)
+    obs, info = env.reset(seed=4)
+    done, waits = False, 0
+    while not done:
+        action = int(algo.act(obs[None], info["action_mask"][None])[0])
+        waits += action == 8
+        obs, _, done, _, info = env.step(action)
+    ckpt = make_checkpoint(algo, encoder="jobs+nodes", window=8, env={"no_wait": True})
+    served = simulate(load_workload({"trace": str(trace)}, 4), sim_config({}, 4),
+                      agents={"select": RLAgent(ckpt)}).summary
+    assert served == info["metrics"]
+    assert waits == 0
+
+
+def test_agent_command_needs_an_agent_or_a_model(tmp_path):
+    from hpcgym.gymbridge.cli import main
+
+    result = CliRunner().invoke(main, ["agent", "--connect", "ipc:///nonexistent"])
+    assert result.exit_code == 2 and "--model" in result.output
+    (tmp_path / "junk.pt").write_bytes(b"junk")
+    result = CliRunner().invoke(main, ["agent", "--model", str(tmp_path / "junk.pt")])
+    assert result.exit_code == 2 and "not an hpcgym checkpoint" in result.output
