@@ -6,8 +6,10 @@
 
 Each epoch collects `--trajectories` episodes, each a window of `--jobs` jobs drawn at random
 from the trace (or from a generated Lublin workload) with the episode's seed, then updates the
-policy. The output folder gets the learning curve (curve.csv), checkpoints and, at the end, a
-greedy evaluation on held-out sequences (seeds never trained on) next to FCFS and SJF.
+policy. The output folder gets the learning curve (curve.csv), checkpoints and, at the end, an
+evaluation on held-out sequences (seeds never trained on) through the same path as `hpcgym
+compare`: the model (`model:OUT/model.pt`, greedy) next to FCFS and SJF with the training's
+simulation options, the comparison's folder in OUT/eval/ and its main metrics in OUT/eval.json.
 Options of the algorithms' configs not covered by a flag are set with `--set KEY=VALUE`.
 """
 
@@ -104,7 +106,8 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --out (same settings).")
 @click.option("--eval-episodes", type=click.IntRange(min=0), default=10, show_default=True,
-              help="Held-out sequences evaluated greedily at the end (0: none).")
+              help="Held-out sequences the model is compared on at the end, as by hpcgym compare "
+                   "(OUT/eval/, eval.json; 0: none).")
 @click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="CPU threads for torch (small networks run best on one).")
@@ -171,8 +174,10 @@ def train(algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fr
                + f" ({dev}); checkpoints in {out}")
     if settings.eval_episodes:
         result = trainer.evaluate()
-        cut = f" ({result['cut']} more cut at --max-steps, left out)" if result["cut"] else ""
-        click.echo(f"held-out evaluation, {result['episodes']} sequences (greedy){cut}:")
+        click.echo(f"held-out evaluation, {result['episodes']} sequences (greedy):")
         click.echo(f"  {'policy':<10}{'mean bsld':>12}{'mean wait (s)':>16}{'utilization':>14}")
         for name, m in result["summary"].items():
             click.echo(f"  {name:<10}{m['mean_bsld']:>12.2f}{m['mean_wait']:>16.1f}{m['utilization']:>14.4f}")
+        for name, error in result["failed"].items():
+            click.echo(f"  {name:<10}failed: {error}")
+        click.echo(f"  (paired differences with 95% CIs in {out / result['compare'] / 'summary.md'})")

@@ -164,9 +164,18 @@ def test_policy_syntax():
     assert p.agents[0].kinds == ("select",) and p.agents[0].source == "cmd"
     assert p.agents[0].target == "./agent {addr} --join --list 1,2,3" and p.options == {"backfill": "easy"}
     assert parse_policy("wfp3,estimate:noisy:0.2").options == {"estimate": "noisy:0.2"}
+    p = parse_policy("ppo=select:model:runs/ppo+a/model.pt,sjf")  # a trained checkpoint
+    assert [(a.kinds, a.source, a.target, a.label) for a in p.agents] == [
+        (("select",), "model", "runs/ppo+a/model.pt", "select:model:runs/ppo+a/model.pt")]
+    assert p.priority == "sjf"
+    for text in ("model:m.pt,window:64", "agent:model:m.pt,window:64"):  # the checkpoint's own kind
+        p = parse_policy(text)
+        assert [(a.kinds, a.source, a.target) for a in p.agents] == [((), "model", "m.pt")]
+        assert p.options == {"window": 64}
     for bad, why in [("nonsense", "cannot read"), ("sjf,fcfs", "two priority"), ("cmd:./a", "{addr}"),
                      ("select:sjf,select:fcfs", "taken by two"), ("inspect:sjf", "select only"),
-                     ("select:sjf,conservative", "conservative"), ("window:x", "integer")]:
+                     ("select:sjf,conservative", "conservative"), ("window:x", "integer"),
+                     ("select:model:", "checkpoint path"), ("model:a.pt,select:sjf", "name the kinds of each")]:
         with pytest.raises(Exception, match=None) as info:
             parse_policy(bad)
         assert why in str(info.value), (bad, str(info.value))
@@ -323,3 +332,75 @@ def test_every_built_in_agent_name_is_a_select_agent_in_a_policy(name):
     policy = parse_policy(f"p=select:{name},none")
     assert [(a.kinds, a.source, a.target) for a in policy.agents] == [(("select",), "builtin", name)]
     assert policy.options == {"backfill": "none"}
+
+
+# --------------------------------------------------------------------------- trained models
+def test_load_agent_model_errors_are_one_clear_line(tmp_path, monkeypatch):
+    """model:PATH: a missing file, and a missing torch (heuristic agents never import it)."""
+    import sys
+
+    import hpcgym.agents
+    from hpcgym.agents.runtime import load_agent
+    from hpcgym.environment.errors import HpcgymError
+
+    with pytest.raises(HpcgymError, match="no checkpoint at"):
+        load_agent(f"model:{tmp_path / 'missing.pt'}")
+    (tmp_path / "m.pt").write_bytes(b"whatever")
+    for name in [m for m in sys.modules if m.startswith("hpcgym.agents.rl")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(hpcgym.agents, "rl", None, raising=False)  # restored (or removed) afterwards
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now fails
+    with pytest.raises(HpcgymError, match="rl extra"):
+        load_agent(f"model:{tmp_path / 'm.pt'}")
+    assert load_agent("sjf").kinds == ("select",)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(workdir) -> Path:
+    """A PPO select checkpoint trained for one short epoch on windows of the test trace."""
+    pytest.importorskip("gymnasium")
+    torch = pytest.importorskip("torch")
+    from hpcgym.agents.rl.trainer import Trainer, TrainSettings
+
+    torch.set_num_threads(1)
+    settings = TrainSettings(algorithm="ppo", workload={"trace": str(workdir / "trace.swf"), "jobs": JOBS, "sample": True},
+                             options={"window": 16}, config={"hidden": [16], "minibatch_size": 64}, epochs=1,
+                             trajectories=2, envs=1, seed=5, eval_episodes=0)
+    Trainer(settings, workdir / "tiny-model", device="cpu", progress=False, log=lambda m: None).train()
+    return workdir / "tiny-model" / "model.pt"
+
+
+def test_model_policy_schedules_as_the_checkpoint_served_in_process_and_over_the_protocol(workdir, tiny_model):
+    """`model:PATH` (with its kind named, or bare, a path relative to the working directory) in
+    `compare --inproc`, the same policy over the protocol (an agent process), and the checkpoint as
+    an in-process greedy agent in simulate(): job for job the same schedule."""
+    from hpcgym.agents.rl.serve import RLAgent
+    from hpcgym.environment.config import SimConfig
+    from hpcgym.environment.simulator import simulate
+    from hpcgym.environment.swf import read_swf
+
+    rel = tiny_model.relative_to(workdir)
+    common = ["compare", "--trace", str(workdir / "trace.swf"), "--samples", "2", "--jobs", str(JOBS),
+              "--seed", str(SEED), "--bootstrap", "100", "--no-plots"]
+    result = run_cli(workdir, [*common, "--inproc", "--workers", "1", "--out", str(workdir / "model-inproc"),
+                               "--policy", "fcfs", "--policy", f"m=select:model:{rel}", "--policy", f"bare=model:{rel}"])
+    assert result.exit_code == 0, result.output
+    result = run_cli(workdir, [*common, "--workers", "2", "--out", str(workdir / "model-protocol"),
+                               "--policy", f"m=model:{tiny_model}"])
+    assert result.exit_code == 0, result.output
+    inproc, protocol = workdir / "model-inproc", workdir / "model-protocol"
+    assert json.loads((protocol / "units" / "m" / "seq-000.json").read_text())["mode"] == "protocol"
+    differs = False
+    for seq in json.loads((inproc / "run.json").read_text())["sequences"]:
+        name = f"seq-{seq['index']:03d}.csv"
+        jobs = (inproc / "jobs" / "m" / name).read_bytes()
+        assert jobs == (inproc / "jobs" / "bare" / name).read_bytes() == (protocol / "jobs" / "m" / name).read_bytes()
+        reference = simulate(read_swf(inproc / seq["file"]), SimConfig(seed=seq["seed"]),
+                             agents={"select": RLAgent(tiny_model)}).jobs
+        rows = read_csv(inproc / "jobs" / "m" / name)
+        assert [int(r["job_id"]) for r in rows] == reference["job_id"].tolist()
+        assert [int(r["start"]) for r in rows] == reference["start"].tolist()
+        differs |= jobs != (inproc / "jobs" / "fcfs" / name).read_bytes()
+    assert differs  # the model does not just schedule as FCFS
+    latency = {row["policy"]: row for row in read_csv(inproc / "latency.csv")}
+    assert latency["bare"]["kinds"] == "select" and int(latency["bare"]["decisions"]) > 0

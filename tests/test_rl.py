@@ -34,7 +34,7 @@ from hpcgym.agents.rl.policy import ActorCritic, MaskedCategorical, QNetwork, ch
 from hpcgym.agents.rl.runner import Runner  # noqa: E402
 from hpcgym.agents.rl.serve import RLAgent  # noqa: E402
 from hpcgym.agents.rl.storage import RolloutStorage, discounted_returns, gae  # noqa: E402
-from hpcgym.agents.rl.trainer import Trainer, TrainSettings  # noqa: E402
+from hpcgym.agents.rl.trainer import Trainer, TrainSettings, eval_seed  # noqa: E402
 
 from .agents_for_tests import write_trace  # noqa: E402
 
@@ -391,7 +391,8 @@ def ipc_dir(tmp_path):
 def test_train_command_then_serve_the_checkpoint_over_the_protocol(tmp_path, ipc_dir):
     """`hpcgym train` (in process), `--resume`, then `hpcgym env` + `hpcgym agent --model` as
     subprocesses: the served policy schedules exactly as the in-process one (greedy, and sampling
-    with a seed)."""
+    with a seed). The held-out evaluation is a comparison of `hpcgym compare`'s harness whose
+    numbers are the greedy policy's in the env it was trained in, on the held-out seeds."""
     from hpcgym.environment.simulator import simulate
     from hpcgym.environment.spec import load_workload, sim_config
     from hpcgym.gymbridge import make
@@ -419,14 +420,34 @@ def test_train_command_then_serve_the_checkpoint_over_the_protocol(tmp_path, ipc
     assert (ckpt.algorithm, ckpt.kind, ckpt.window, ckpt.encoder) == ("ppo", "select", 16, "jobs+nodes")
 
     # the in-process reference: the policy in HpcEnv (as trained), and as an Agent in simulate()
-    seed = 21
     env = make("select", workload={"trace": str(trace), "jobs": 40, "sample": True}, options={"window": 16})
     algo = ckpt.build()
-    obs, info = env.reset(seed=seed)
-    done = False
-    while not done:
-        obs, _, done, _, info = env.step(int(algo.act(obs[None], info["action_mask"][None])[0]))
-    reference = info["metrics"]
+
+    def greedy_episode(seed: int) -> dict:
+        obs, info = env.reset(seed=seed)
+        done = False
+        while not done:
+            obs, _, done, _, info = env.step(int(algo.act(obs[None], info["action_mask"][None])[0]))
+        return info["metrics"]
+
+    # the evaluation: the harness of `hpcgym compare` (in process, one worker), started over after
+    # --resume, on the held-out seeds, with the model and the baselines under the training options
+    run = json.loads((out / "eval" / "run.json").read_text())
+    assert (run["mode"], run["workers"], run["baseline"], len(run["history"])) == ("inproc", 1, "fcfs", 1)
+    assert run["policies"][0]["agents"] == [{"kinds": ["select"], "source": "model", "target": str(model.resolve())}]
+    assert run["options"] == {"backfill": "easy", "window": 16}
+    seeds = evaluation["per_episode"]["seed"]
+    assert seeds == run["sample_seeds"] == [eval_seed(3), eval_seed(3) + 1] and min(seeds) >= 2 ** 30
+    for k, seed in enumerate(seeds):
+        assert evaluation["per_episode"]["ppo"][k] == greedy_episode(seed)
+        workload = load_workload({"trace": str(trace), "jobs": 40, "sample": seed}, seed)
+        assert evaluation["per_episode"]["sjf"][k] == dict(
+            simulate(workload, sim_config({"backfill": "easy", "window": 16}, seed), policy="sjf").summary)
+    assert evaluation["summary"]["ppo"]["mean_bsld"] == pytest.approx(
+        np.mean([m["mean_bsld"] for m in evaluation["per_episode"]["ppo"]]))
+
+    seed = 21
+    reference = greedy_episode(seed)
     workload = load_workload({"trace": str(trace), "jobs": 40, "sample": seed}, seed)
     assert simulate(workload, sim_config({}, seed), agents={"select": RLAgent(model)}).summary == reference
     assert reference != simulate(workload, sim_config({}, seed)).summary  # it is not just FCFS

@@ -1,5 +1,5 @@
 """The training loop around any algorithm: epochs, a learning curve, checkpoints, resuming,
-and a greedy evaluation on held-out sequences.
+and an evaluation on held-out sequences through the harness of `hpcgym compare`.
 
 Everything random follows from one seed: the network's initial weights and the algorithm's
 numpy generator come from it, and training episode j is reset with `train_seed(seed, j)` (the
@@ -13,7 +13,9 @@ Files in the output folder:
     epoch_NNNNNN.pt      checkpoints (every `checkpoint_every` epochs and the last one); DQL's
                          replay buffer beside the newest one (epoch_NNNNNN.replay.pt)
     model.pt             the final policy (the last checkpoint), for `hpcgym agent --model`
-    eval.json            the held-out evaluation
+    eval/                the held-out evaluation: the output folder of `hpcgym compare` (model.pt,
+                         greedy, beside the FCFS and SJF baselines, with the training options)
+    eval.json            its main metrics per policy (and per sequence)
 """
 
 from __future__ import annotations
@@ -25,16 +27,19 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
-import numpy as np
 
+from ...environment.errors import ConfigError
 from .algorithm import Algorithm, config_from_dict, get_algorithm
 from .checkpoint import (Checkpoint, CheckpointError, latest_checkpoint, load_checkpoint, make_checkpoint,
                          save_checkpoint)
 from .runner import Runner
 from .serve import drop_wait
+
+if TYPE_CHECKING:
+    from ...gymbridge.compare.plan import SequenceSpec
 
 SEED_SPACE = 2 ** 30
 
@@ -44,9 +49,10 @@ def train_seed(seed: int, episode: int) -> int:
     return (seed * 1_000_003 + episode) % SEED_SPACE
 
 
-def eval_seed(seed: int, k: int) -> int:
-    """Episode seed of held-out episode k: in [2^30, 2^31), never a training seed."""
-    return SEED_SPACE + (seed * 1_009 + k) % SEED_SPACE
+def eval_seed(seed: int) -> int:
+    """Sample seed of the first held-out sequence (sequence k has eval_seed(seed) + k): at least
+    2^30, so never a training seed."""
+    return SEED_SPACE + (seed * 1_009) % SEED_SPACE
 
 
 @dataclass
@@ -242,43 +248,68 @@ class Trainer:
 
     # ---------------------------------------------------------------- evaluation
     def evaluate(self, episodes: int | None = None) -> dict[str, Any]:
-        """The greedy policy on held-out episode seeds, next to the baselines on the same sequences."""
+        """The trained model (model.pt, served greedily) on held-out sequences next to the baselines,
+        through the harness of `hpcgym compare` (in process, one worker): its output folder is
+        eval/ (redone from scratch each time), and eval.json sums up the main metrics."""
+        from ...gymbridge.compare.plan import unit_id
+        from ...gymbridge.compare.policy import AgentSpec, PolicySpec, parse_policy
+        from ...gymbridge.compare.runner import Comparison, run_comparison
+
         s = self.settings
-        n = s.eval_episodes if episodes is None else episodes
-        seeds = [eval_seed(s.seed, k) for k in range(n)]
-        result = evaluate_policy(self.algo, s, seeds)
+        model = (self.out / "model.pt").resolve()
+        if not model.is_file():
+            raise CheckpointError(f"no trained model at {model}: train first")
+        workload = s.eval_workload or s.workload
+        priority = s.options.get("policy", "fcfs")
+        trained = PolicySpec(s.algorithm, f"{s.kind}:model:{model},{priority}", priority,
+                             agents=(AgentSpec((s.kind,), "model", str(model)),))
+        comparison = Comparison(
+            [trained, *(parse_policy(name) for name in s.baselines)],
+            eval_sequences(workload, s.eval_episodes if episodes is None else episodes, s.seed),
+            self.out / "eval", baseline=s.baselines[0] if s.baselines else None,
+            options={k: v for k, v in s.options.items() if k != "policy"}, mode="inproc", workers=1,
+            progress=self.progress)
+        folder = run_comparison(comparison, force=True).out
+        run = json.loads((folder / "run.json").read_text())
+        with open(folder / "summary.csv", newline="") as f:
+            rows = {row["policy"]: row for row in csv.DictReader(f)}
+        summary, failed, per_episode = {}, {}, {"seed": run["sample_seeds"]}
+        for policy in comparison.policies:
+            row = rows[policy.name]
+            if row["status"] != "ok":
+                failed[policy.name] = row["error"]
+                continue
+            summary[policy.name] = {k: float(row[f"{k}_mean"]) for k in EVAL_METRICS}
+            per_episode[policy.name] = [
+                json.loads((folder / "units" / f"{unit_id(policy, seq['index'])}.json").read_text())["summary"]
+                for seq in run["sequences"]]
+        result = {"episodes": len(run["sequences"]), "workload": workload, "compare": folder.name,
+                  "baseline": run["baseline"], "summary": summary, "failed": failed, "per_episode": per_episode}
         (self.out / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
         return result
 
 
-def evaluate_policy(algo: Algorithm, settings: TrainSettings, seeds: Sequence[int]) -> dict[str, Any]:
-    """Greedy episodes of `algo` in an hpcgym env, one per seed; the baselines' metrics on the same
-    job sequences through `simulate`."""
-    from ...environment.simulator import simulate
-    from ...environment.spec import load_workload, sim_config
+#: The metrics eval.json sums up (all of them are in eval/summary.csv).
+EVAL_METRICS = ("mean_bsld", "mean_wait", "utilization", "max_bsld")
 
-    workload = settings.eval_workload or settings.workload
-    env = make_env(settings, workload)
-    runner_seeds = list(seeds)
-    runner = Runner([env], lambda k: runner_seeds[k], max_steps=settings.max_steps)
-    ended = runner.run_epoch(len(runner_seeds), lambda obs, mask: (algo.act(obs, mask, greedy=True), {}))
-    ended = sorted((e for e in ended if "metrics" in e.info), key=lambda e: e.index)  # cut ones have none
-    seeds = [runner_seeds[e.index] for e in ended]
-    per_episode = {"seed": seeds, settings.algorithm: [e.info["metrics"] for e in ended]}
-    options = {k: v for k, v in settings.options.items() if k != "policy"}
-    for name in settings.baselines:
-        per_episode[name] = []
-        for seed in seeds:
-            spec = dict(workload)
-            if spec.get("sample") is not None:
-                spec["sample"] = seed
-            per_episode[name].append(dict(simulate(load_workload(spec, seed), sim_config(options, seed),
-                                                   policy=name).summary))
-    summary = {}
-    for name in (settings.algorithm, *settings.baselines) if seeds else ():
-        runs = per_episode[name]
-        summary[name] = {k: float(np.mean([r[k] for r in runs])) for k in ("mean_bsld", "mean_wait", "utilization",
-                                                                              "max_bsld")}
-    env.close()
-    return {"episodes": len(seeds), "cut": len(runner_seeds) - len(seeds), "workload": workload,
-            "summary": summary, "per_episode": per_episode}
+
+def eval_sequences(workload: dict[str, Any], episodes: int, seed: int) -> SequenceSpec:
+    """The held-out sequences of a training run, as `hpcgym compare` draws them from its evaluation
+    workload: `episodes` random windows (or sampled jobsets) of the episodes' length, sequence k
+    with sample seed eval_seed(seed) + k, cut from the trace (or its part), or from one Lublin
+    workload generated with seed eval_seed(seed). A fixed training window (`start`) gives way to
+    random windows of its length; a workload without a length is one sequence, the whole of it."""
+    from ...gymbridge.compare.plan import SequenceSpec
+
+    unknown = sorted(set(workload) - {"trace", "procs", "strict", "skip_malformed", "train_fraction", "part",
+                                      "jobs", "start", "sample", "sampled_jobset"})
+    if unknown:
+        raise ConfigError(f"the held-out evaluation cannot draw sequences with workload key(s) "
+                          f"{', '.join(unknown)}; use eval_episodes=0 and evaluate with hpcgym compare")
+    jobs = workload.get("jobs")
+    return SequenceSpec(trace=workload.get("trace"), procs=workload.get("procs"),
+                        strict=bool(workload.get("strict")), skip_malformed=bool(workload.get("skip_malformed")),
+                        samples=episodes if jobs is not None else 1, jobs=jobs,
+                        sampled_jobset=bool(workload.get("sampled_jobset")),
+                        train_fraction=workload.get("train_fraction"), part=workload.get("part", "test"),
+                        seed=eval_seed(seed))

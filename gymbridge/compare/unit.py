@@ -136,7 +136,7 @@ def _run_inproc(policy: PolicySpec, task: dict[str, Any], trace: Path) -> dict[s
     instances = []
     for spec in policy.agents:
         try:
-            agent = _make_agent(spec)
+            agent = _make_agent(spec, task.get("cwd"))
         except (UnitFailed, HpcgymError):
             raise
         except Exception as exc:
@@ -155,19 +155,27 @@ def _run_inproc(policy: PolicySpec, task: dict[str, Any], trace: Path) -> dict[s
     return out
 
 
-def _make_agent(spec: AgentSpec) -> Any:
+def _make_agent(spec: AgentSpec, cwd: str | None) -> Any:
     from ...agents.runtime import load_agent
 
-    agent = load_agent(spec.target)
+    agent = load_agent(_load_spec(spec, cwd))
     declared = tuple(getattr(agent, "kinds", ()))
     if spec.kinds:
         if not set(spec.kinds) <= set(declared):
-            raise UnitFailed(f"agent {spec.target} takes {', '.join(declared) or 'no kinds'}, "
+            raise UnitFailed(f"agent {spec.agent} takes {', '.join(declared) or 'no kinds'}, "
                              f"not {', '.join(spec.kinds)}")
         agent.kinds = tuple(spec.kinds)
     elif not declared:
-        raise UnitFailed(f"agent {spec.target} declares no decision kinds (its class's `kinds`)")
+        raise UnitFailed(f"agent {spec.agent} declares no decision kinds (its class's `kinds`)")
     return agent
+
+
+def _load_spec(spec: AgentSpec, cwd: str | None) -> str:
+    """What `load_agent` takes; a relative checkpoint path is taken from the working directory of
+    the comparison (as agent processes run there)."""
+    if spec.source == "model" and cwd and os.path.isdir(cwd):
+        return f"model:{os.path.join(cwd, spec.target)}"  # an absolute target stays as it is
+    return spec.agent
 
 
 def _with_cwd_on_path(cwd: str | None) -> None:
@@ -177,9 +185,12 @@ def _with_cwd_on_path(cwd: str | None) -> None:
 
 # --------------------------------------------------------------------------- over the protocol
 def _agent_kinds(spec: AgentSpec, cwd: str | None) -> tuple[str, ...]:
-    """The kinds an agent takes; for `module:Class` without explicit kinds, its class attribute."""
+    """The kinds an agent takes; without explicit kinds, its class attribute for `module:Class`,
+    the checkpoint's kind for `model:PATH`."""
     if spec.kinds:
         return spec.kinds
+    if spec.source == "model":
+        return tuple(_make_agent(spec, cwd).kinds)
     import importlib
 
     _with_cwd_on_path(cwd)
@@ -196,7 +207,7 @@ def _agent_kinds(spec: AgentSpec, cwd: str | None) -> tuple[str, ...]:
 def _agent_command(spec: AgentSpec, kinds: tuple[str, ...], address: str, timeout: float) -> list[str]:
     if spec.source == "cmd":
         return shlex.split(spec.target.replace("{addr}", address))
-    return [sys.executable, "-m", "hpcgym.gymbridge.compare.agent_process", spec.target, "--connect", address,
+    return [sys.executable, "-m", "hpcgym.gymbridge.compare.agent_process", spec.agent, "--connect", address,
             "--kinds", ",".join(kinds), "--timeout", f"{timeout:g}"]
 
 
