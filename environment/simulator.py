@@ -185,13 +185,18 @@ class Simulation:
                 return
             self.queue_area += len(queue) * (t - self.now)
             self.now = t
+            happened = self._wakeup == t
             while finishes and finishes[0][0] == t:
                 _, i = heapq.heappop(finishes)
                 if state[i] == RUNNING and self._end[i] == t:
                     self._complete(i)
+                    happened = True
             while self._next_submit < n and submit[self._next_submit] == t:
                 self._enqueue(self._next_submit)
                 self._next_submit += 1
+                happened = True
+            if not happened:
+                continue  # only the finish of a run that was killed: not a scheduling instance
             self._wakeup = NEVER
             if queue:
                 yield from self._schedule(t)

@@ -177,3 +177,19 @@ def test_select_cannot_wait_when_nothing_would_ever_happen():
     assert not decision.can_wait
     with pytest.raises(InvalidAction, match="cannot wait"):
         sim.step(None)
+
+
+def test_an_agent_that_always_kills_cannot_stall_the_simulation():
+    """Kill decisions come only at real scheduling instances (a finish, a submit, a wake-up), never
+    at the leftover finish time of a killed run, so even an agent that kills at every chance is
+    asked at most about twice per job and every job still completes (FCFS restarts the oldest job
+    first, so a killed job can lose its place to an earlier one)."""
+    jobs = [(t, 2 + t % 3, 50 + 7 * t, 60 + 7 * t) for t in range(0, 40, 2)]
+    sim = Simulation(make(6, jobs), SimConfig(backfill="easy"), external={KILL})
+    decision, asked = sim.reset(), 0
+    while decision is not None:
+        asked += 1
+        assert asked < 4 * len(jobs), "the kill agent is asked again and again"
+        decision = sim.step(decision.candidates[-1])
+    result = sim.result()
+    assert result.summary["kills"] > 0 and (result.jobs["end"] > 0).all()
