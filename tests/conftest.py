@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,3 +29,16 @@ def traces_dir() -> Path:
         pytest.skip("real SWF traces not found: set HPCGYM_TRACES or put them in "
                     "../shared/traces relative to the repository root")
     return folder
+
+
+@pytest.fixture
+def ipc_dir(tmp_path):
+    """A folder for ipc:// files short enough for the ~107-byte socket path limit."""
+    if len(str(tmp_path / "env.ipc")) < 90:
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(prefix="hpcgym-", dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

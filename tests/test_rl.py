@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -376,16 +374,6 @@ def test_gymnasium_check_env_and_a_random_masked_rollout(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ command line
-@pytest.fixture
-def ipc_dir(tmp_path):
-    if len(str(tmp_path / "env.ipc")) < 90:
-        yield tmp_path
-        return
-    folder = Path(tempfile.mkdtemp(prefix="hpcgym-rl-", dir="/tmp"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_train_command_then_serve_the_checkpoint_over_the_protocol(tmp_path, ipc_dir):

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -82,19 +81,6 @@ def children(tmp_path):
         yield kids
     finally:
         kids.kill_all()
-
-
-@pytest.fixture
-def ipc_dir(tmp_path):
-    """A folder for ipc:// files short enough for the ~107-byte socket path limit."""
-    if len(str(tmp_path / "env.ipc")) < 90:
-        yield tmp_path
-        return
-    folder = Path(tempfile.mkdtemp(prefix="hpcgym-s-", dir="/tmp"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
