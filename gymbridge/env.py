@@ -397,7 +397,7 @@ class HpcEnv(gym.Env):
     def _reply(self, reply: dict[str, Any], *types: str) -> str:
         t = reply["type"]
         if t == "error":
-            hint = (f"; a decision kept longer than the env's --decision-timeout is lost"
+            hint = ("; a decision kept longer than the env's --decision-timeout is lost"
                     if reply["code"] == "stale_decision" else "")
             raise RemoteEnvError(f"the env at {self.remote} refused: {reply['code']}: {reply['message']}{hint}")
         if t not in types:
