@@ -264,6 +264,8 @@ def get_encoder(name: str, window: int, procs: int | None = None, **options: Any
     "jobs+nodes") for a queue window of `window` jobs on `procs` processors (None: read each
     observation's `procs`). `options` reach the parts that take them (`max_rejections`)."""
     names = [part.strip() for part in str(name).split("+")]
+    if "dras" in names and "dras" not in ENCODERS:
+        from . import dras  # noqa: F401  (the DRAS encoder registers itself; it needs torch)
     unknown = [part for part in names if part not in ENCODERS]
     if unknown or not names:
         raise ValueError(f"unknown encoder {name!r}; use one of {', '.join([*ENCODERS, *COMBINED])} "

@@ -3,8 +3,9 @@
 A spec makes one `Reward` per episode. Its `step` is called whenever a new decision arises
 (any kind, any agent) and returns what was earned since the previous one; the env adds it to
 every participant's account, and each agent receives its account with its own next decision.
-`end` is added once, at the episode's end. More specs (DRAS's capability and capacity,
-RLSchert's slowdown) join this table with their agents.
+`end` is added once, at the episode's end. `dras_capability` and `dras_capacity` are DRAS's
+equations (1) and (2), earned for the jobs started between two decisions; more specs (RLSchert's
+slowdown) join this table with their agents.
 """
 
 from __future__ import annotations
@@ -54,6 +55,95 @@ class QueueWait(Reward):
         return self.step(sim)
 
 
+class DRASReward(Reward):
+    """Base of DRAS's per-decision rewards (Fan et al., "DRAS: Deep reinforcement learning for
+    cluster scheduling in high performance computing", IEEE TPDS 2022, section 3.1, eqs. 1, 2).
+
+    A DRAS reward scores the jobs *selected* at a decision. Here: at each `step` (a new decision
+    arises) the selected jobs S are all jobs started since the previous `step`
+    (`Simulation.started_since`): the agent's picks, and also jobs a built-in default started in
+    between (e.g. EASY backfilling when only select is external). A restart after a kill counts
+    as a new start. Nothing started: the reward is 0 (both equations are about selected jobs).
+    `end` adds the starts since the last decision.
+
+    The state the equations read is the one right after the last start in S (time t_s):
+    t_j = t_s - submit_j is a wait (for j in S its start - submit), the queue at the decision is
+    S plus the jobs still queued now that had been submitted by t_s (jobs submitted later were
+    not there), and N_used the processors busy right after that start (finishes after t_s are not
+    seen). In the usual case (the agent picks at t_s and the next decision is at t_s too) this is
+    exactly the queue and the cluster of the decision. The whole queue counts, not only the window
+    the agent sees. The cluster is a processor count, so N is the processors. Cost: O(|S|) per
+    decision, plus O(queue) when something started.
+    """
+
+    def __init__(self) -> None:
+        self.mark = 0
+
+    def step(self, sim: Any) -> float:
+        starts = sim.started_since(self.mark)
+        self.mark = sim.started_count
+        if not starts:
+            return 0.0
+        at = starts[-1][1]
+        return self.score(sim, starts, sim.queue_waits(at))
+
+    def end(self, sim: Any, summary: dict[str, Any]) -> float:
+        return self.step(sim)
+
+    def score(self, sim: Any, starts: list[tuple[int, int, int, int, int]], waiting: list[int]) -> float:
+        raise NotImplementedError
+
+
+class DRASCapability(DRASReward):
+    """DRAS eq. (1), capability computing:
+
+        w1 * mean_{j in S} t_j / t_max  +  w2 * mean_{j in S} n_j / N  +  w3 * N_used / N
+
+    t_j: the wait of job j (start - submit); t_max: the largest wait in the queue at the decision
+    (S and the jobs left waiting, see `DRASReward`); n_j: job j's processors; N: the cluster's
+    processors; N_used: processors busy right after the picks started. t_max = 0 (every wait 0)
+    makes the wait term 0. Weights default to w1 = w2 = w3 = 1/3 (DRAS section 5.3, Theta).
+    The same objective as `agents.knapsack.best_capability`, so the Optimization baseline
+    maximizes exactly this reward at each instance.
+    """
+
+    def __init__(self, weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)) -> None:
+        super().__init__()
+        self.w1, self.w2, self.w3 = (float(w) for w in weights)
+
+    def score(self, sim, starts, waiting) -> float:
+        k, procs = len(starts), sim.procs
+        waits = [s[2] for s in starts]
+        t_max = max(max(waits), max(waiting, default=0))
+        wait_term = self.w1 * (sum(waits) / k) / t_max if t_max > 0 else 0.0
+        size_term = self.w2 * (sum(s[3] for s in starts) / k) / procs
+        return wait_term + size_term + self.w3 * starts[-1][4] / procs
+
+
+class DRASCapacity(DRASReward):
+    """DRAS eq. (2), capacity computing:
+
+        (sum_{j in J} -1 / t_j) / c
+
+    Read as `agents.knapsack` reads it by default (`capacity_count="decision"`, see
+    docs/agents.md), for consistency with the Optimization baseline: J is the set of jobs still
+    waiting once S started (the queue at the decision less S) and c the number of jobs waiting
+    at the decision, |J| + |S|. t_j is job j's wait at the decision, counted as at least
+    `min_wait` (1 s: a job submitted at this instant has t = 0). An empty J scores 0. The value
+    is never positive, and 0 when nothing started (see `DRASReward`).
+    """
+
+    def __init__(self, min_wait: float = 1.0) -> None:
+        super().__init__()
+        self.min_wait = float(min_wait)
+
+    def score(self, sim, starts, waiting) -> float:
+        if not waiting:
+            return 0.0
+        m = self.min_wait
+        return -sum(1.0 / max(t, m) for t in waiting) / (len(waiting) + len(starts))
+
+
 @dataclass(frozen=True)
 class RewardSpec:
     name: str
@@ -72,6 +162,13 @@ REWARDS: dict[str, RewardSpec] = {
         RewardSpec("utilization", "at the end, the utilization", lambda: EndReward(lambda s: float(s["utilization"]))),
         RewardSpec("queue_wait", "at every decision, minus the job-hours waited in the queue since the previous "
                                  "decision", QueueWait),
+        RewardSpec("dras_capability", "at every decision, DRAS eq. (1) for the jobs started since the previous "
+                                      "decision: (mean wait / max queued wait + mean size / N + busy / N) / 3; "
+                                      "0 if none started", DRASCapability),
+        RewardSpec("dras_capacity", "at every decision, DRAS eq. (2) for the jobs started since the previous "
+                                    "decision: minus the sum of 1/wait (s, at least 1) over the jobs left waiting, "
+                                    "divided by the jobs waiting before the picks; 0 if none started",
+                   DRASCapacity),
     )
 }
 

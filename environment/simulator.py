@@ -104,6 +104,9 @@ class Simulation:
         self._next_submit = 0
         self._wakeup = NEVER
         self.queue_area = 0  # job-seconds spent waiting in the queue so far
+        # (index, start time, busy after) of every start, flat: tuples kept alive by the million
+        # would make the garbage collector rescan them over and over
+        self._start_log: list[int] = []
         self._steps = 0
         self._completed = 0
         self.done = False
@@ -265,6 +268,7 @@ class Simulation:
         end = now + self._run[i]
         self._end[i] = end
         self.free -= self._size[i]
+        self._start_log += (i, now, self.procs - self.free)
         insort(self._running, (now + self._est[i], i))
         heapq.heappush(self._finishes, (end, i))
 
@@ -420,6 +424,26 @@ class Simulation:
             },
             "context": dict(decision.context),
         }
+
+    # ----------------------------------------------------------------- job starts (per-decision rewards)
+    @property
+    def started_count(self) -> int:
+        """How many job starts this episode has had so far (a restart after a kill counts again).
+        Keep it as a mark for `started_since`."""
+        return len(self._start_log) // 3
+
+    def started_since(self, mark: int) -> list[tuple[int, int, int, int, int]]:
+        """The starts after the first `mark` ones, in start order, as (job index, start time,
+        wait (start - submit), size, processors busy right after this start)."""
+        submit, size, log = self._submit, self._size, self._start_log
+        return [(log[k], log[k + 1], log[k + 1] - submit[log[k]], size[log[k]], log[k + 2])
+                for k in range(3 * mark, len(log), 3)]
+
+    def queue_waits(self, at: int) -> list[int]:
+        """The waits at time `at` (at - submit) of the jobs queued now that were submitted by
+        `at`, in queue order. O(queue length)."""
+        submit = self._submit
+        return [at - submit[i] for i in self._queue if submit[i] <= at]
 
     def total_size(self, job_ids: Iterable[int]) -> int:
         return sum(self._size[self._index[j]] for j in job_ids)
