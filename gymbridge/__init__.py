@@ -12,9 +12,10 @@ from typing import Any
 __all__ = ["make", "HpcEnv"]
 
 
-def make(kind: str = "select", **kwargs: Any):
-    """An `HpcEnv` for decision kind `kind`; keyword arguments as `HpcEnv` takes them
-    (workload, options, reward, encoder, seed, remote, others, ...)."""
+def make(kind: str | tuple[str, ...] = "select", **kwargs: Any):
+    """An `HpcEnv` for decision kind `kind` (or `("select", "backfill")`: both in one env, with
+    the kind in `info["kind"]` and a one-hot flag ending the observation); keyword arguments as
+    `HpcEnv` takes them (workload, options, reward, encoder, seed, remote, others, ...)."""
     from .env import HpcEnv
 
     return HpcEnv(kind, **kwargs)

@@ -1,4 +1,4 @@
-"""`HpcEnv`: one decision kind of an hpcgym episode as a Gymnasium environment.
+"""`HpcEnv`: one decision kind (or select + backfill) of an hpcgym episode as a Gymnasium environment.
 
 The env owns one decision kind (`select`, `inspect`, `backfill` or `kill`); the others are
 decided by the simulation's built-in defaults (priority policy, accept, EASY, no kill) or by
@@ -36,6 +36,19 @@ between this env's decisions, and returned by the `step` that led to it; the spe
 is added on the terminating step. Reward arising before the first decision belongs to no
 action: it is in reset's `info["initial_reward"]`.
 
+Two kinds in one env (DRAS: level 1 picks the job to start or reserve, level 2 picks backfill
+jobs one at a time until none are left): `kind=("select", "backfill")` (in any order; the only
+combination offered: others raise a `ConfigError`). Both kinds keep their Discrete(W + 1) action
+and mask as above (slot W: wait at a select decision, stop at a backfill one), so the env's action
+space is Discrete(W + 1). The pending decision's kind is `info["kind"]` and is in the
+observation: the encoder's vector followed by a one-hot kind flag, [1, 0] for select and
+[0, 1] for backfill (the final observation: [0, 0]), so the observation space is the encoder's
+size + 2 (a network that reshapes the encoder's part, like DRAS's, splits the last 2 off). The
+mask-free `action_space.sample()` gives the current kind's safe action (first candidate / stop);
+in a vector env, whose action space copy does not follow the decisions, sample with the mask.
+Reward accumulates between this env's decisions whatever their kind. A single kind string keeps
+the observation without a flag; `info["kind"]` is given by every env (None once terminated).
+
 Episodes: `terminated` is True when the job sequence has been run to the end; the final
 observation is all zeros, `info["metrics"]` holds the summary metrics, and the mask then allows
 the no-mask sample actions (so a vector env's masked sampling never sees an empty mask). If
@@ -49,11 +62,11 @@ workload spec has a `sample` key (any value, e.g. `True`) the sample seed too, s
 draws another window (`{"jobs": 256, "sample": True}`) or sampled jobset. A trace without
 `sample` gives the same job sequence every episode.
 
-Info: `action_mask`, `decision` (a `DecisionSnapshot`: the `Decision` with its `kind`, `time`,
+Info: `action_mask`, `kind` (the pending decision's kind), `decision` (a `DecisionSnapshot`: the `Decision` with its `kind`, `time`,
 `step`, `candidates`, `context`, `can_wait`, raw `observation`; None once terminated), at the
 end `metrics`, at reset `initial_reward` and `episode_seed`.
 
-Remote: the connection says hello with this kind (and the `others`' kinds, answered here) in a
+Remote: the connection says hello with this env's kind(s) (and the `others`' kinds, answered here) in a
 session of its own, and sends reset with the same workload spec, seed, reward and the complete
 simulation options (defaults filled in, so the server's `--backfill`/`--policy` defaults do not
 apply). Workload keys left out do take the server's defaults (`hpcgym env --trace/--procs`).
@@ -143,12 +156,12 @@ class HpcEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, kind: str = SELECT, workload: Mapping[str, Any] | None = None,
+    def __init__(self, kind: str | tuple[str, ...] = SELECT, workload: Mapping[str, Any] | None = None,
                  options: Mapping[str, Any] | None = None, reward: str = "bsld", encoder: str | Encoder | None = None,
                  seed: int = 0, remote: str | None = None, *, others: Mapping[str, Any] | None = None,
                  seed_stride: int = 1, remote_timeout: float = 10.0, decision_info: bool = True) -> None:
         """
-        kind: the decision kind this env takes. workload: a workload spec (`load_workload` keys;
+        kind: the decision kind this env takes, or ("select", "backfill") for both. workload: a workload spec (`load_workload` keys;
         default `{}`, the generated Lublin workload). options: `SimConfig` keys (`backfill`,
         `estimate`, `overrun`, `window`, `max_interval`, `max_rejections`) plus `policy` (the
         queue's priority policy, default fcfs). reward: reward spec name. encoder: encoder name
@@ -158,11 +171,23 @@ class HpcEnv(gym.Env):
         decision_info: put `info["decision"]` in infos (a vector env pickles it every step).
         """
         super().__init__()
-        if kind not in KINDS:
-            raise ConfigError(f"unknown decision kind {kind!r}; use one of {', '.join(KINDS)}")
-        self.kind = kind
+        kinds = (kind,) if isinstance(kind, str) else tuple(kind)
+        for k in kinds:
+            if not isinstance(k, str) or k not in KINDS:
+                raise ConfigError(f"unknown decision kind {k!r}; use one of {', '.join(KINDS)}")
+        if len(kinds) > 1:
+            if len(set(kinds)) != len(kinds) or set(kinds) != {SELECT, BACKFILL}:
+                raise ConfigError(f"an env takes one decision kind or both select and backfill, not {list(kinds)}")
+            kinds = (SELECT, BACKFILL)
+        if not kinds:
+            raise ConfigError("an env needs a decision kind")
+        #: The kinds this env decides; `kind` is the one kind, or this tuple for a two-kind env.
+        self.kinds = kinds
+        self.kind = kinds[0] if len(kinds) == 1 else kinds
+        self._multi = len(kinds) > 1
+        self._current = kinds[0]  # the pending decision's kind
         self.others = dict(others or {})
-        bad = [k for k in self.others if k not in KINDS or k == kind]
+        bad = [k for k in self.others if k not in KINDS or k in kinds]
         if bad:
             raise ConfigError(f"others: kinds {bad} are unknown or the env's own kind {kind!r}")
         self.workload_spec = dict(workload or {})
@@ -172,9 +197,9 @@ class HpcEnv(gym.Env):
             raise ConfigError(f"unknown policy {self.policy!r}; use one of {', '.join(POLICIES)}")
         self.options = options
         self.config = sim_config(options, _check_seed(seed))  # validates the option names and values
-        if self.config.backfill == "conservative" and ({kind, *self.others} & {SELECT, INSPECT, BACKFILL}):
+        if self.config.backfill == "conservative" and ({*kinds, *self.others} & {SELECT, INSPECT, BACKFILL}):
             raise ConfigError("conservative backfilling places every queued job by the built-in priority policy; "
-                              f"a {kind} env needs backfill easy or none")
+                              f"a {'+'.join(kinds)} env needs backfill easy or none")
         self.reward_spec = get_reward(reward)
         self.reward_name = reward
         self.window = self.config.window
@@ -193,19 +218,17 @@ class HpcEnv(gym.Env):
         if isinstance(encoder, Encoder):
             self.encoder = encoder
         else:
-            self.encoder = get_encoder(encoder or DEFAULT_ENCODERS[kind], self.window, procs,
+            self.encoder = get_encoder(encoder or DEFAULT_ENCODERS[kinds[0]], self.window, procs,
                                        max_rejections=self.config.max_rejections)
         self.observation_space = self.encoder.observation_space()
+        if self._multi:
+            self.observation_space = gym.spaces.Box(0.0, 1.0, (self.encoder.size + len(kinds),), np.float32)
         w = self.window
-        if kind == INSPECT:
-            self.action_space = MaskableDiscrete(2, (0, 1))
-        elif kind == SELECT:
-            self.action_space = MaskableDiscrete(w + 1, (0,))
-        elif kind == BACKFILL:
-            self.action_space = MaskableDiscrete(w + 1, (w,))
-        else:
-            self.action_space = MaskableDiscrete(w + 1, (0,))
-        self._safe_mask = self.action_space._safe_mask
+        safe = {INSPECT: (0, 1), SELECT: (0,), BACKFILL: (w,), KILL: (0,)}
+        self.action_space = MaskableDiscrete(2 if kinds[0] == INSPECT else w + 1,
+                                             tuple(sorted({a for k in kinds for a in safe[k]})))
+        self._safe_mask = self.action_space._safe_mask  # every kind's safe actions (terminal mask)
+        self._kind_safe = {k: MaskableDiscrete(self.action_space.n, safe[k])._safe_mask for k in kinds}
 
         self._sim: Simulation | None = None
         self._reward = None
@@ -235,7 +258,7 @@ class HpcEnv(gym.Env):
         self._done = False
         if self.remote is None:
             self._sim = Simulation(self._load_workload(ep_seed), replace(self.config, seed=ep_seed),
-                                   policy=self.policy, external={self.kind, *self.others})
+                                   policy=self.policy, external={*self.kinds, *self.others})
             self._reward = self.reward_spec.make()
             decision, earned = self._advance(self._sim.reset())
         else:
@@ -247,10 +270,12 @@ class HpcEnv(gym.Env):
             info["initial_reward"] = 0.0
             self._pending_reward = earned
             self._mask = self._safe_mask.copy()
+            self.action_space._safe_mask = self._safe_mask
             info["action_mask"] = self._mask.copy()
+            info["kind"] = None
             if self.decision_info:
                 info["decision"] = None
-            return self.encoder.zeros(), info
+            return self._zeros(), info
         info["initial_reward"] = earned
         obs = self._present(decision, info)
         return obs, info
@@ -298,11 +323,11 @@ class HpcEnv(gym.Env):
     def _advance(self, decision: Decision | None) -> tuple[Decision | None, float]:
         """Run until this env's next decision, summing the reward spec's step rewards over every
         decision that arises (the service's accounting); the end reward at the end."""
-        sim, reward, kind, others = self._sim, self._reward, self.kind, self.others
+        sim, reward, kinds, others = self._sim, self._reward, self.kinds, self.others
         earned = 0.0
         while decision is not None:
             earned += reward.step(sim)
-            if decision.kind == kind:
+            if decision.kind in kinds:
                 return decision, earned
             decision = sim.step(others[decision.kind].act(decision))
         metrics = dict(sim.result().summary)
@@ -349,8 +374,8 @@ class HpcEnv(gym.Env):
         conn = Connection(self.remote, self.remote_timeout)
         session = f"gym-{os.getpid()}-{next(_session_numbers)}-{os.urandom(4).hex()}"
         try:
-            self._reply(conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": f"gym-{self.kind}",
-                                      "kinds": [self.kind, *self.others], "session": session}), "welcome")
+            self._reply(conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": f"gym-{'+'.join(self.kinds)}",
+                                      "kinds": [*self.kinds, *self.others], "session": session}), "welcome")
         except BaseException:
             conn.close()
             raise
@@ -371,7 +396,7 @@ class HpcEnv(gym.Env):
                                                         "action": action}))
 
     def _remote_advance(self, reply: dict[str, Any]) -> tuple[Decision | None, float]:
-        conn, kind = self._conn, self.kind
+        conn, kinds = self._conn, self.kinds
         earned = 0.0
         while True:
             t = self._reply(reply, "decision", "pending", "episode_end")
@@ -381,7 +406,7 @@ class HpcEnv(gym.Env):
                 earned += reply["reward"]
                 decision = DecisionSnapshot.from_message(reply)
                 decision.step = reply["step"]  # from_message puts the session's decision id there
-                if decision.kind == kind:
+                if decision.kind in kinds:
                     self._decision_id = reply["decision"]
                     return decision, earned
                 reply = conn.request({"type": "act", "decision": reply["decision"],
@@ -408,7 +433,8 @@ class HpcEnv(gym.Env):
     def _present(self, decision: Decision, info: dict[str, Any]) -> np.ndarray:
         """Encode the decision, build its mask, fill `info`."""
         obs_raw = decision.observation
-        kind, w = self.kind, self.window
+        kind, w = decision.kind, self.window
+        self._current = kind
         if kind == SELECT:
             self._ids = ids = decision.candidates
             mask = np.zeros(w + 1, np.int8)
@@ -428,24 +454,35 @@ class HpcEnv(gym.Env):
             mask = np.ones(2, np.int8)
         self._decision = decision
         self._mask = mask
+        if self._multi:
+            self.action_space._safe_mask = self._kind_safe[kind]
         info["action_mask"] = mask.copy()
+        info["kind"] = kind
         if self.decision_info:
             info["decision"] = (decision if isinstance(decision, DecisionSnapshot)
                                 else DecisionSnapshot.of(decision, obs_raw))
-        return self.encoder.encode(obs_raw)
+        if not self._multi:
+            return self.encoder.encode(obs_raw)
+        obs = np.zeros(self.observation_space.shape[0], np.float32)
+        self.encoder.fill(obs_raw, obs[:self.encoder.size])
+        obs[self.encoder.size + self.kinds.index(kind)] = 1.0
+        return obs
+
+    def _zeros(self) -> np.ndarray:
+        return np.zeros(self.observation_space.shape[0], np.float32) if self._multi else self.encoder.zeros()
 
     def _check_action(self, action: Any) -> int:
         try:
             a = operator.index(action.item() if isinstance(action, np.ndarray) and action.ndim == 0 else action)
         except TypeError:
-            raise MaskedActionError(f"{self.kind} actions are integers in 0..{self.action_space.n - 1}, "
+            raise MaskedActionError(f"{self._current} actions are integers in 0..{self.action_space.n - 1}, "
                                     f"got {action!r}") from None
         mask = self._mask
         if not 0 <= a < len(mask) or not mask[a]:
             allowed = np.flatnonzero(mask).tolist()
             shown = ", ".join(map(str, allowed[:16])) + (" ..." if len(allowed) > 16 else "")
             where = f" at t={self._decision.time}" if self._decision is not None else ""
-            raise MaskedActionError(f"action {a} is not allowed for this {self.kind} decision{where}"
+            raise MaskedActionError(f"action {a} is not allowed for this {self._current} decision{where}"
                                     f"{self._meaning(a)}; allowed: {shown} (see info['action_mask'])")
         return a
 
@@ -453,18 +490,18 @@ class HpcEnv(gym.Env):
         w = self.window
         if self._decision is None or not 0 <= a < self.action_space.n:
             return ""
-        if self.kind == SELECT:
+        if self._current == SELECT:
             return (" (wait: something must start now)" if a == w
                     else f" (slot {a} is empty: {len(self._ids)} candidates)")
-        if self.kind == BACKFILL and a < w:
+        if self._current == BACKFILL and a < w:
             return (f" (slot {a} is empty)" if a >= len(self._ids)
                     else f" (job {self._ids[a]} is not a backfill candidate)")
-        if self.kind == KILL and a >= 1:
+        if self._current == KILL and a >= 1:
             return f" (slot {a} is empty: {len(self._ids)} running jobs)"
         return ""
 
     def _to_sim_action(self, a: int) -> Any:
-        kind = self.kind
+        kind = self._current
         if kind == SELECT or kind == BACKFILL:
             return None if a == self.window else self._ids[a]
         if kind == KILL:
@@ -475,10 +512,11 @@ class HpcEnv(gym.Env):
         self._done = True
         self._decision = None
         self._mask = self._safe_mask.copy()
-        info: dict[str, Any] = {"action_mask": self._mask.copy(), "metrics": dict(self._final[1])}
+        self.action_space._safe_mask = self._safe_mask
+        info: dict[str, Any] = {"action_mask": self._mask.copy(), "kind": None, "metrics": dict(self._final[1])}
         if self.decision_info:
             info["decision"] = None
-        return self.encoder.zeros(), earned, True, False, info
+        return self._zeros(), earned, True, False, info
 
 
 def _check_seed(seed: Any) -> int:

@@ -496,3 +496,94 @@ def test_snapshots_pickle_and_compare():
     d = info["decision"]
     back = pickle.loads(pickle.dumps(d))
     assert back == d and back.observation == d.observation
+
+
+# ------------------------------------------------------------------------------------------ select + backfill
+TWO = ("select", "backfill")
+
+
+def test_two_kind_env_passes_check_env_and_flags_the_kind():
+    env = small_env(TWO)
+    check_env(env, skip_render_check=True)
+    single = small_env("select")
+    assert env.action_space.n == WINDOW + 1 and env.kinds == TWO and env.kind == TWO
+    assert env.observation_space.shape == (single.observation_space.shape[0] + 2,)
+    assert small_env(("backfill", "select")).kinds == TWO
+    with pytest.raises(ConfigError, match="select and backfill"):
+        make(("select", "inspect"), workload=SMALL)
+    with pytest.raises(ConfigError, match="select and backfill"):
+        make(("select", "select"), workload=SMALL)
+    with pytest.raises(ConfigError, match="others"):
+        make(TWO, workload=SMALL, others={"backfill": PriorityAgent()})
+    obs, info = env.reset(seed=3)
+    env.action_space.seed(0)
+    seen = set()
+    for _ in range(400):
+        kind = info["kind"]
+        seen.add(kind)
+        assert obs[-2:].tolist() == ([1.0, 0.0] if kind == "select" else [0.0, 1.0])
+        assert info["decision"].kind == kind
+        a = env.action_space.sample()  # mask-free: the current kind's safe action
+        assert info["action_mask"][a]
+        assert a == (0 if kind == "select" else WINDOW)
+        if kind == "select":  # the select part matches a select-only env's encoding
+            assert np.array_equal(obs[:-2], single.encoder.encode(info["decision"].observation))
+        obs, r, term, _, info = env.step(a)
+        if term:
+            assert info["kind"] is None and not obs.any()
+            break
+    assert seen == set(TWO)
+    env.close()
+    single.close()
+
+
+def test_two_kind_remote_trajectories_equal_in_process(env_server):
+    kwargs = {"workload": SMALL, "options": {"window": WINDOW}, "reward": "bsld"}
+    local, remote = make(TWO, **kwargs), make(TWO, remote=env_server, **kwargs)
+    try:
+        a = rollout(local, 7, np.random.default_rng(1))
+        assert {d.kind for *_, d in a[0] if d is not None} == set(TWO)
+        b_steps, _, b_metrics = _replay(remote, 7, a[1])
+        same_steps(a[0], b_steps)
+        assert a[2] == b_metrics
+    finally:
+        remote.close()
+        local.close()
+
+
+def test_two_kind_backfill_never_delays_the_reservation():
+    """Exact estimates, random masked actions (select keeps to a pending reservation): every
+    backfill slot the mask allows fits now and ends by the shadow time or fits in the extra
+    processors, and the reserved job starts by the shadow time recorded at each backfill decision."""
+    env = make(TWO, workload={"jobs": 80, "sample": True, "generate_jobs": 800},
+               options={"window": WINDOW, "estimate": "actual"})
+    rng = np.random.default_rng(0)
+    deadlines: dict[int, int] = {}  # reserved job -> earliest shadow time recorded for it
+    backfills = 0
+    obs, info = env.reset(seed=2)
+    while True:
+        d, mask = info["decision"], info["action_mask"]
+        raw = d.observation
+        q = raw["queue"]
+        if info["kind"] == "backfill":
+            ctx = raw["context"]
+            reserved, shadow, extra = ctx["reserved"], ctx["shadow_time"], ctx["extra"]
+            deadlines[reserved] = min(shadow, deadlines.get(reserved, shadow))
+            assert mask[WINDOW] == 1
+            for k in np.flatnonzero(mask[:WINDOW]):
+                assert q["id"][k] != reserved and q["size"][k] <= raw["free"]
+                assert raw["time"] + q["estimate"][k] <= shadow or q["size"][k] <= extra
+            backfills += int(mask[:WINDOW].sum() > 0)
+            a = int(rng.choice(np.flatnonzero(mask)))
+        else:
+            pending = [j for j in deadlines if j in q["id"]]
+            a = q["id"].index(pending[0]) if pending else int(rng.choice(np.flatnonzero(mask)))
+        obs, r, term, _, info = env.step(a)
+        if term:
+            break
+    assert info["metrics"]["jobs"] == 80 and backfills > 0 and deadlines
+    jobs = env._sim.result().jobs
+    start = dict(zip(jobs["job_id"].tolist(), jobs["start"].tolist()))
+    for job, shadow in deadlines.items():
+        assert start[job] <= shadow, (job, start[job], shadow)
+    env.close()
