@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 
 from .errors import ConfigError
 
 BACKFILL_MODES = ("easy", "conservative", "none")
 OVERRUN_MODES = ("run", "kill")
 ESTIMATE_KINDS = ("requested", "actual", "noisy")
+
+
+def check_int(value: object, what: str, minimum: int) -> int:
+    """`value` as an int >= minimum, or a ConfigError naming the option (bools are refused)."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ConfigError(f"{what} must be an integer, got {value!r}")
+    if int(value) < minimum:
+        raise ConfigError(f"{what} must be at least {minimum}, got {value}")
+    return int(value)
 
 
 @dataclass(frozen=True)

@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
-from numbers import Integral
 
 import numpy as np
 
-from hpcgym.environment.errors import ConfigError
-from hpcgym.environment.workload import Workload
+from .config import check_int
+from .errors import ConfigError
+from .workload import Workload
 
 __all__ = ["WorkloadModel", "fit_workload_model", "generate_from_model", "hour_of_week",
            "HOURS_PER_WEEK"]
@@ -182,13 +182,6 @@ def fit_workload_model(workload: Workload) -> WorkloadModel:
                          source=workload.name)
 
 
-def _as_int(value: object, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ConfigError(f"{what} must be an integer, got {value!r}")
-    if int(value) < minimum:
-        raise ConfigError(f"{what} must be at least {minimum}, got {value}")
-    return int(value)
-
 
 def generate_from_model(model: WorkloadModel, n_jobs: int, seed: int) -> Workload:
     """`n_jobs` jobs with Poisson arrivals at the fitted hourly rates and resampled job rows.
@@ -199,8 +192,8 @@ def generate_from_model(model: WorkloadModel, n_jobs: int, seed: int) -> Workloa
     if not isinstance(model, WorkloadModel):
         raise ConfigError(f"generate_from_model needs a WorkloadModel, got "
                           f"{type(model).__name__}")
-    n_jobs = _as_int(n_jobs, "n_jobs", 1)
-    seed = _as_int(seed, "seed", 0)
+    n_jobs = check_int(n_jobs, "n_jobs", 1)
+    seed = check_int(seed, "seed", 0)
     rates = model.rates.reshape(-1)
     if not np.all(np.isfinite(rates)) or np.any(rates < 0):
         raise ConfigError("workload model rates must be finite and non-negative")

@@ -93,6 +93,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
+from .config import check_int
 from .errors import ConfigError
 from .workload import Workload
 
@@ -296,13 +297,6 @@ def _submit_times(rng: np.random.Generator, n: int, p: LublinParams) -> np.ndarr
     return submit - (submit[0] // 86400) * 86400
 
 
-def _check_int(value: object, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ConfigError(f"{what} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{what} must be >= {minimum}, got {value}")
-    return int(value)
-
 
 def generate_lublin(n_jobs: int, procs: int, seed: int = 0, *, name: str | None = None,
                     params: LublinParams | None = None) -> Workload:
@@ -321,9 +315,9 @@ def generate_lublin(n_jobs: int, procs: int, seed: int = 0, *, name: str | None 
     Raises ConfigError if ``n_jobs`` or ``procs`` is not a positive integer, ``seed`` is not a
     non-negative integer, or ``params`` is not a LublinParams.
     """
-    n = _check_int(n_jobs, "Lublin workload n_jobs (number of jobs)", 1)
-    procs = _check_int(procs, "Lublin workload procs (cluster size)", 1)
-    seed = _check_int(seed, "Lublin workload seed", 0)
+    n = check_int(n_jobs, "Lublin workload n_jobs (number of jobs)", 1)
+    procs = check_int(procs, "Lublin workload procs (cluster size)", 1)
+    seed = check_int(seed, "Lublin workload seed", 0)
     if params is None:
         params = LublinParams()
     elif not isinstance(params, LublinParams):

@@ -9,28 +9,21 @@ lets a reader find the jobs in the source trace.
 from __future__ import annotations
 
 import math
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 
-from hpcgym.environment.errors import ConfigError, WorkloadError
-from hpcgym.environment.workload import COLUMNS, Workload
+from .config import check_int
+from .errors import ConfigError, WorkloadError
+from .workload import COLUMNS, Workload
 
 __all__ = ["split", "window", "random_window", "sampled_jobset"]
 
 
-def _as_int(value: object, what: str, minimum: int) -> int:
-    """`value` as an int >= minimum, or a ConfigError naming the option."""
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ConfigError(f"{what} must be an integer, got {value!r}")
-    if int(value) < minimum:
-        raise ConfigError(f"{what} must be at least {minimum}, got {value}")
-    return int(value)
-
 
 def _check_seed(seed: object) -> int:
     """Seeds must be explicit non-negative ints, so that every sequence can be reproduced."""
-    return _as_int(seed, "seed", 0)
+    return check_int(seed, "seed", 0)
 
 
 def _check_length(workload: Workload, n_jobs: int) -> None:
@@ -61,8 +54,8 @@ def split(workload: Workload, train: float) -> tuple[Workload, Workload]:
 
 def window(workload: Workload, n_jobs: int, start: int) -> Workload:
     """The contiguous jobs [start, start + n_jobs), with their original submit times."""
-    n_jobs = _as_int(n_jobs, "n_jobs", 1)
-    start = _as_int(start, "start", 0)
+    n_jobs = check_int(n_jobs, "n_jobs", 1)
+    start = check_int(start, "start", 0)
     if start + n_jobs > len(workload):
         raise ConfigError(f"window [{start}, {start + n_jobs}) runs past the end of workload "
                           f"{workload.name!r} ({len(workload)} jobs); use a smaller start or "
@@ -77,7 +70,7 @@ def random_window(workload: Workload, n_jobs: int, seed: int) -> Workload:
     The RL scheduling papers draw sequences the same way, though with their own generator and
     start range, so a seed here never reproduces their exact windows (docs/fidelity.md).
     """
-    n_jobs = _as_int(n_jobs, "n_jobs", 1)
+    n_jobs = check_int(n_jobs, "n_jobs", 1)
     rng = np.random.default_rng(_check_seed(seed))
     _check_length(workload, n_jobs)
     start = int(rng.integers(0, len(workload) - n_jobs + 1))
@@ -93,7 +86,7 @@ def sampled_jobset(workload: Workload, n_jobs: int, seed: int) -> Workload:
     first submit at 0, rounded to whole seconds. Jobs are renumbered 1..n_jobs since a job can
     appear twice when drawn with replacement.
     """
-    n_jobs = _as_int(n_jobs, "n_jobs", 1)
+    n_jobs = check_int(n_jobs, "n_jobs", 1)
     rng = np.random.default_rng(_check_seed(seed))
     n = len(workload)
     if n < 2:
