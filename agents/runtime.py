@@ -64,7 +64,7 @@ class Connection:
                                  "is `hpcgym env` running there (and are the CURVE keys right)?")
         frames = self._sock.recv_multipart()
         try:
-            return validate(_known_fields(decode(frames[-1])), REPLIES)
+            return validate(decode(frames[-1]), REPLIES, ignore_unknown=True)
         except ProtocolError as exc:  # an HpcgymError, so the CLI prints one line, not a traceback
             raise EnvRefused(f"the env at {self.address} sent a malformed reply: {exc.message}") from None
 
@@ -114,15 +114,6 @@ def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str =
     finally:
         conn.close()
     return run
-
-
-def _known_fields(reply: Any) -> Any:
-    """Drop reply fields this version does not know: PROTOCOL.md section 8 says a reader MUST
-    ignore them (a 1.x env may add some), while `validate` refuses unknown fields."""
-    if isinstance(reply, dict) and reply.get("type") in REPLIES:
-        known = {f.name for f in REPLIES[reply["type"]]} | {"type"}
-        return {k: v for k, v in reply.items() if k in known}
-    return reply
 
 
 def _expect(reply: dict[str, Any], *types: str) -> str:

@@ -69,11 +69,8 @@ class Check:
 
 def validate_reply(message: Any, strict: bool = True) -> dict[str, Any]:
     """`messages.validate` against REPLIES. With `strict` false, reply fields the table does not
-    know are ignored first, as section 8 asks of readers talking to a newer minor version."""
-    if not strict and isinstance(message, dict) and message.get("type") in REPLIES:
-        known = {f.name for f in REPLIES[message["type"]]} | {"type"}
-        message = {k: v for k, v in message.items() if k in known}
-    return validate(message, REPLIES)
+    know are ignored, as section 8 asks of readers talking to a newer minor version."""
+    return validate(message, REPLIES, ignore_unknown=not strict)
 
 
 def _short(value: Any, limit: int = 160) -> str:

@@ -87,8 +87,13 @@ REPLIES: dict[str, tuple[Field, ...]] = {
 }
 
 
-def validate(message: Any, table: dict[str, tuple[Field, ...]] = REQUESTS) -> dict[str, Any]:
-    """Check a decoded message against `table`; return it, or raise ProtocolError."""
+def validate(message: Any, table: dict[str, tuple[Field, ...]] = REQUESTS, *,
+             ignore_unknown: bool = False) -> dict[str, Any]:
+    """Check a decoded message against `table`; return it, or raise ProtocolError.
+
+    With `ignore_unknown` fields the table does not list are dropped instead of refused: what
+    PROTOCOL.md section 8 asks of a reader facing a newer minor version.
+    """
     if not isinstance(message, dict):
         raise ProtocolError(BAD_MESSAGE, f"a message must be a map, got {type(message).__name__}")
     kind = message.get("type")
@@ -112,6 +117,8 @@ def validate(message: Any, table: dict[str, tuple[Field, ...]] = REQUESTS) -> di
             raise ProtocolError(BAD_FIELD, f"{kind}: field {f.name!r} must be {wanted}, got {_describe(value)}")
     known = {f.name for f in fields} | {"type"}
     extra = sorted(str(k) for k in message if k not in known)
+    if extra and ignore_unknown:
+        return {k: v for k, v in message.items() if k in known}
     if extra:
         raise ProtocolError(BAD_FIELD, f"{kind}: unknown field(s) {', '.join(extra)}")
     return message
