@@ -73,7 +73,7 @@ class EnvService:
 
     def __init__(self, defaults: dict[str, Any] | None = None, *, decision_timeout: float = 30.0,
                  heartbeat: float = 1.0, on_agent_lost: str = "fallback",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, record_latency: bool = False) -> None:
         if on_agent_lost not in AGENT_LOST_MODES:
             raise HpcgymError(f"on_agent_lost must be one of {', '.join(AGENT_LOST_MODES)}")
         self.defaults = {"workload": {}, "options": {}, "policy": "fcfs", "seed": 0, "reward": "none",
@@ -87,6 +87,9 @@ class EnvService:
         # Peers forgotten because they were lost (timed out, or left mid-episode), with why: a late
         # `act` from one of them is a stale decision (PROTOCOL.md section 7), not an unknown peer.
         self.lost: dict[bytes, str] = {}
+        # With record_latency: per agent (its kinds joined by "/"), the seconds from handing out
+        # each decision to receiving the act that answered it (opt-in: it grows with every act).
+        self.latency: dict[str, list[float]] | None = {} if record_latency else None
         self._out: list[Reply] = []
 
     # ---------------------------------------------------------------- entry points
@@ -216,10 +219,13 @@ class EnvService:
                 or msg["decision"] != ep.decision_id:
             raise m.ProtocolError(m.STALE_DECISION, f"decision {msg['decision']} is not pending for this agent"
                                   + (f"; the pending one is {ep.decision_id}" if self._pending_for(peer) else ""))
+        answered_after = self.clock() - ep.sent_at
         try:
             ep.sim.step(msg["action"])
         except InvalidAction as exc:
             raise m.ProtocolError(m.INVALID_ACTION, str(exc)) from None
+        if self.latency is not None:
+            self.latency.setdefault(kinds_key(peer.kinds), []).append(answered_after)
         ep.sent_at = None
         self._dispatch(session)
 
@@ -403,6 +409,11 @@ class EnvService:
                 "limits": {"max_message_bytes": MAX_MESSAGE_BYTES, "heartbeat_s": self.heartbeat,
                            "decision_timeout_s": self.decision_timeout},
                 "on_agent_lost": self.on_agent_lost}
+
+
+def kinds_key(kinds: Any) -> str:
+    """An agent's kinds as one label, in protocol order: "select/inspect"."""
+    return "/".join(k for k in KINDS if k in set(kinds))
 
 
 def _plain(value: Any) -> Any:

@@ -35,7 +35,7 @@ from .executors import run_local, run_ray
 from .plan import SequenceSpec, build_sequences, fingerprint, sha256_file, trace_checksums, unit_id
 from .policy import PolicySpec
 from .stats import METRICS, latency_stats, summarize_policies
-from .unit import kinds_key
+from ...environment.service import kinds_key
 
 MODES = ("protocol", "inproc")
 

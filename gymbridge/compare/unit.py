@@ -30,33 +30,12 @@ from typing import Any
 from ...environment.decisions import KINDS
 from ...environment.errors import HpcgymError
 from ...environment.metrics import JOB_COLUMNS, summarize
-from ...environment.service import EnvService
+from ...environment.service import EnvService, kinds_key
 from .policy import AgentSpec, PolicySpec
 
 DRIVER_NAME = "hpcgym-compare-driver"
 #: How often the env answers a waiting request with `pending`; the driver checks its agents then.
 HEARTBEAT_S = 0.1
-
-
-class TimedEnvService(EnvService):
-    """An EnvService that records, per agent (by its kinds), the time from handing out a decision
-    to receiving the act that answers it."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.latency: dict[str, list[float]] = {}
-
-    def _on_act(self, peer_id: bytes, peer: Any, msg: dict[str, Any]) -> None:
-        now = self.clock()
-        ep = peer.session.episode if peer is not None else None
-        sent, pending_id = (ep.sent_at, ep.decision_id) if ep is not None else (None, None)
-        super()._on_act(peer_id, peer, msg)  # raises (and records nothing) for a stale or invalid act
-        if sent is not None and msg["decision"] == pending_id:
-            self.latency.setdefault(kinds_key(peer.kinds), []).append(now - sent)
-
-
-def kinds_key(kinds) -> str:
-    return "/".join(k for k in KINDS if k in set(kinds))
 
 
 def run_unit(task: dict[str, Any], swf_text: str) -> dict[str, Any]:
@@ -267,8 +246,8 @@ def _run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pa
     cwd = task.get("cwd")
     timeout = float(task.get("decision_timeout", 30.0))
     address = f"ipc://{tmp}/env.ipc"
-    service = TimedEnvService({"workload": {}, "options": {}}, decision_timeout=timeout, heartbeat=HEARTBEAT_S,
-                              on_agent_lost="end")
+    service = EnvService({"workload": {}, "options": {}}, decision_timeout=timeout, heartbeat=HEARTBEAT_S,
+                         on_agent_lost="end", record_latency=True)
     ready = threading.Event()
     failure: list[BaseException] = []
 
