@@ -405,7 +405,6 @@ class HpcEnv(gym.Env):
             elif t == "decision":
                 earned += reply["reward"]
                 decision = DecisionSnapshot.from_message(reply)
-                decision.step = reply["step"]  # from_message puts the session's decision id there
                 if decision.kind in kinds:
                     self._decision_id = reply["decision"]
                     return decision, earned
