@@ -88,6 +88,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..agents.encoders import Encoder, get_encoder
+from ..agents.slots import slot_action, slot_mask
 from ..agents.heuristics import POLICIES
 from ..environment import sequences
 from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, Decision
@@ -432,25 +433,11 @@ class HpcEnv(gym.Env):
     def _present(self, decision: Decision, info: dict[str, Any]) -> np.ndarray:
         """Encode the decision, build its mask, fill `info`."""
         obs_raw = decision.observation
-        kind, w = decision.kind, self.window
+        kind = decision.kind
         self._current = kind
-        if kind == SELECT:
-            self._ids = ids = decision.candidates
-            mask = np.zeros(w + 1, np.int8)
-            mask[:len(ids)] = 1
-            mask[w] = decision.can_wait
-        elif kind == BACKFILL:
-            self._ids = ids = obs_raw["queue"]["id"]
-            cands = set(decision.candidates)
-            mask = np.zeros(w + 1, np.int8)
-            mask[:len(ids)] = [j in cands for j in ids]
-            mask[w] = 1
-        elif kind == KILL:
-            self._ids = ids = decision.candidates[:w]
-            mask = np.zeros(w + 1, np.int8)
-            mask[:len(ids) + 1] = 1
-        else:
-            mask = np.ones(2, np.int8)
+        mask, ids = slot_mask(decision, self.window)
+        if kind != INSPECT:
+            self._ids = ids
         self._decision = decision
         self._mask = mask
         if self._multi:
@@ -500,12 +487,7 @@ class HpcEnv(gym.Env):
         return ""
 
     def _to_sim_action(self, a: int) -> Any:
-        kind = self._current
-        if kind == SELECT or kind == BACKFILL:
-            return None if a == self.window else self._ids[a]
-        if kind == KILL:
-            return None if a == 0 else self._ids[a - 1]
-        return a == 0
+        return slot_action(self._current, a, self._ids, self.window)
 
     def _terminate(self, earned: float):
         self._done = True

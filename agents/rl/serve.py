@@ -3,17 +3,8 @@ the protocol (`hpcgym agent --model ckpt.pt --connect ADDR`).
 
 The agent encodes the decision's raw observation with the checkpoint's encoder and window,
 builds the action mask, asks the network for the best valid slot (or samples one with a seeded
-generator), and maps the slot back to what the simulation expects, following the slot table of
-`gymbridge/env.py`:
-
-| kind     | slot k < W                         | slot W (or 0 for kill)     |
-|----------|------------------------------------|----------------------------|
-| select   | the k-th candidate (queue window)  | wait (if the decision can) |
-| backfill | the k-th queue-window job, if it is a backfill candidate | stop |
-| kill     | slot k >= 1: the (k-1)-th running job | slot 0: kill nothing    |
-| inspect  | 0: accept, 1: reject               |                            |
-
-so a policy acts here exactly as it acted in `HpcEnv` during training. A checkpoint trained
+generator), and maps the slot back to what the simulation expects, through the slot table of
+`agents/slots.py` that `HpcEnv` uses too, so a policy acts here exactly as it acted in training. A checkpoint trained
 with `no_wait` (select without waiting while a job can be picked) gets the same rule here.
 """
 
@@ -24,33 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from ...environment.decisions import BACKFILL, INSPECT, KILL, SELECT, Action, Decision
+from ...environment.decisions import SELECT, Action, Decision
 from ...environment.errors import HpcgymError
 from ..base import Agent
+from ..slots import slot_action, slot_mask
 from .checkpoint import Checkpoint, load_checkpoint
-
-
-def slot_mask(decision: Decision, window: int) -> tuple[np.ndarray, list[int]]:
-    """The action mask of `decision` for a policy over `window` slots, and the job id of each slot."""
-    kind, w = decision.kind, window
-    if kind == INSPECT:
-        return np.ones(2, dtype=bool), []
-    mask = np.zeros(w + 1, dtype=bool)
-    if kind == SELECT:
-        ids = list(decision.candidates[:w])
-        mask[:len(ids)] = True
-        mask[w] = decision.can_wait
-    elif kind == BACKFILL:
-        ids = list(decision.observation["queue"]["id"][:w])
-        candidates = set(decision.candidates)
-        mask[:len(ids)] = [j in candidates for j in ids]
-        mask[w] = True
-    elif kind == KILL:
-        ids = list(decision.candidates[:w])
-        mask[:len(ids) + 1] = True
-    else:
-        raise HpcgymError(f"unknown decision kind {kind!r}")
-    return mask, ids
 
 
 def drop_wait(mask: np.ndarray) -> np.ndarray:
@@ -59,15 +28,6 @@ def drop_wait(mask: np.ndarray) -> np.ndarray:
         mask = mask.copy()
         mask[-1] = 0
     return mask
-
-
-def slot_action(kind: str, slot: int, ids: list[int], window: int) -> Action:
-    """What the simulation takes for `slot` (see the module's table)."""
-    if kind == INSPECT:
-        return slot == 0
-    if kind == KILL:
-        return None if slot == 0 else ids[slot - 1]
-    return None if slot == window else ids[slot]
 
 
 class RLAgent(Agent):

@@ -1,0 +1,53 @@
+"""The slot table: how a fixed-size discrete action maps onto a decision.
+
+Shared by the Gymnasium bridge (`gymbridge/env.py`) and the served checkpoints
+(`agents/rl/serve.py`), so a policy acts in service exactly as it acted in training.
+W is the window (number of job slots):
+
+| kind     | slot k < W                                               | slot W (or 0 for kill)     |
+|----------|----------------------------------------------------------|----------------------------|
+| select   | the k-th candidate (queue window)                        | wait (if the decision can) |
+| backfill | the k-th queue-window job, if it is a backfill candidate | stop                       |
+| kill     | slot k >= 1: the (k-1)-th running job                    | slot 0: kill nothing       |
+| inspect  | 0: accept, 1: reject (two slots only)                    |                            |
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..environment.decisions import BACKFILL, INSPECT, KILL, SELECT, Action, Decision
+from ..environment.errors import HpcgymError
+
+
+def slot_mask(decision: Decision, window: int) -> tuple[np.ndarray, list[int]]:
+    """The int8 action mask of `decision` over `window` slots (1 = allowed), and the job id of
+    each job slot."""
+    kind, w = decision.kind, window
+    if kind == INSPECT:
+        return np.ones(2, np.int8), []
+    mask = np.zeros(w + 1, np.int8)
+    if kind == SELECT:
+        ids = list(decision.candidates[:w])
+        mask[:len(ids)] = 1
+        mask[w] = decision.can_wait
+    elif kind == BACKFILL:
+        ids = list(decision.observation["queue"]["id"][:w])
+        candidates = set(decision.candidates)
+        mask[:len(ids)] = [j in candidates for j in ids]
+        mask[w] = 1
+    elif kind == KILL:
+        ids = list(decision.candidates[:w])
+        mask[:len(ids) + 1] = 1
+    else:
+        raise HpcgymError(f"unknown decision kind {kind!r}")
+    return mask, ids
+
+
+def slot_action(kind: str, slot: int, ids: list[int], window: int) -> Action:
+    """What the simulation takes for `slot` of a decision of `kind` (see the table)."""
+    if kind == INSPECT:
+        return slot == 0
+    if kind == KILL:
+        return None if slot == 0 else ids[slot - 1]
+    return None if slot == window else ids[slot]
