@@ -87,14 +87,21 @@ def load_workload(spec: dict[str, Any], seed: int = 0) -> Workload:
         if part not in ("train", "test"):
             raise ConfigError(f"part must be train or test, got {part!r}")
         workload = sequences.split(workload, spec["train_fraction"])[0 if part == "train" else 1]
-    if jobs is not None:
-        if sample is None:
-            workload = sequences.window(workload, jobs, start or 0)
-        elif spec.get("sampled_jobset"):
-            workload = sequences.sampled_jobset(workload, jobs, sample)
-        else:
-            workload = sequences.random_window(workload, jobs, sample)
-    return workload
+    return cut_sequence(workload, spec)
+
+
+def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
+    """The part of a loaded (and split) workload the spec's window keys select: `jobs` from
+    `start`, a random window (`sample`), a sampled jobset, or all of it. `load_workload` ends
+    with this; callers that cache the loaded trace call it per episode."""
+    jobs, sample = spec.get("jobs"), spec.get("sample")
+    if jobs is None:
+        return workload
+    if sample is None:
+        return sequences.window(workload, jobs, spec.get("start") or 0)
+    if spec.get("sampled_jobset"):
+        return sequences.sampled_jobset(workload, jobs, sample)
+    return sequences.random_window(workload, jobs, sample)
 
 
 def sim_config(options: dict[str, Any], seed: int = 0) -> SimConfig:

@@ -90,12 +90,11 @@ import numpy as np
 from ..agents.encoders import Encoder, get_encoder
 from ..agents.slots import slot_action, slot_mask
 from ..agents.heuristics import POLICIES
-from ..environment import sequences
 from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, Decision
 from ..environment.errors import ConfigError, HpcgymError, InvalidAction
 from ..environment.rewards import get_reward
 from ..environment.simulator import Simulation
-from ..environment.spec import CONFIG_KEYS, load_workload, sim_config
+from ..environment.spec import CONFIG_KEYS, cut_sequence, load_workload, sim_config
 
 #: Encoders used when none is named.
 DEFAULT_ENCODERS = {SELECT: "jobs+nodes", BACKFILL: "jobs+nodes", INSPECT: "jobs+nodes", KILL: "running+nodes"}
@@ -352,14 +351,7 @@ class HpcEnv(gym.Env):
             base = self._workloads[key] = load_workload(base_spec, ep_seed)
             while len(self._workloads) > 2:
                 self._workloads.popitem(last=False)
-        jobs, sample = spec.get("jobs"), spec.get("sample")
-        if jobs is None:
-            return base
-        if sample is None:
-            return sequences.window(base, jobs, spec.get("start") or 0)
-        if spec.get("sampled_jobset"):
-            return sequences.sampled_jobset(base, jobs, sample)
-        return sequences.random_window(base, jobs, sample)
+        return cut_sequence(base, spec)
 
     def _episode_spec(self, ep_seed: int) -> dict[str, Any]:
         spec = dict(self.workload_spec)
