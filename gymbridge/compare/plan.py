@@ -17,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ...environment import sequences as seqs
 from ...environment.errors import ConfigError
-from ...environment.spec import load_workload
+from ...environment.spec import cut_sequence, load_workload
 from ...environment.swf import read_swf, write_swf
 from ...environment.workload import COLUMNS, Workload
 from .policy import PolicySpec
@@ -73,14 +72,9 @@ def build_sequences(spec: SequenceSpec, folder: Path) -> list[dict[str, Any]]:
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     for index, seed in enumerate(sample_seeds(spec)):
-        if spec.jobs is None:
-            workload, start = source, None
-        elif spec.sampled_jobset:
-            workload, start = seqs.sampled_jobset(source, spec.jobs, seed), None
-        else:
-            workload = seqs.random_window(source, spec.jobs, seed)
-            found = re.search(r"-w(\d+)-\d+$", workload.name)
-            start = int(found.group(1)) if found else None
+        workload = cut_sequence(source, {"jobs": spec.jobs, "sample": seed, "sampled_jobset": spec.sampled_jobset})
+        found = re.search(r"-w(\d+)-\d+$", workload.name) if workload is not source else None
+        start = int(found.group(1)) if found else None
         path = folder / f"seq-{index:03d}.swf"
         write_swf(path, workload, comments=[f"hpcgym compare: sequence {index} of {source.name}, seed {seed}"
                                             + (f", jobs {start}..{start + len(workload) - 1}" if start is not None
