@@ -24,7 +24,7 @@ from .decisions import KINDS, Decision
 from .errors import HpcgymError, InvalidAction
 from .rewards import REWARDS, Reward, get_reward
 from .simulator import Simulation
-from .spec import load_workload, sim_config
+from .spec import WorkloadCache, sim_config
 
 Reply = tuple[bytes, dict[str, Any]]
 AGENT_LOST_MODES = ("fallback", "end")
@@ -90,6 +90,7 @@ class EnvService:
         # With record_latency: per agent (its kinds joined by "/"), the seconds from handing out
         # each decision to receiving the act that answered it (opt-in: it grows with every act).
         self.latency: dict[str, list[float]] | None = {} if record_latency else None
+        self._workloads = WorkloadCache()  # a trace is read once, not at every reset
         self._out: list[Reply] = []
 
     # ---------------------------------------------------------------- entry points
@@ -261,7 +262,7 @@ class EnvService:
         try:
             if not isinstance(policy, str) or policy not in POLICIES:  # a list here was an `internal` TypeError
                 raise HpcgymError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
-            workload = load_workload({**d["workload"], **msg.get("workload", {})}, seed)
+            workload = self._workloads.load({**d["workload"], **msg.get("workload", {})}, seed)
             participants = [p for p in session.peers.values() if p.kinds or p is controller]
             owners = {kind: p for p in participants for kind in p.kinds}
             sim = Simulation(workload, sim_config(options, seed), policy=policy, external=owners)

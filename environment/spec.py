@@ -7,6 +7,8 @@ same keys and refuse bad ones with the same messages.
 
 from __future__ import annotations
 
+import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,12 @@ def _check_keys(spec: dict[str, Any], allowed, what: str) -> None:
 
 def load_workload(spec: dict[str, Any], seed: int = 0) -> Workload:
     """Build the job sequence a spec describes (the trace is read on this machine)."""
+    check_workload_spec(spec)
+    return cut_sequence(load_source(spec, seed), spec)
+
+
+def check_workload_spec(spec: dict[str, Any]) -> None:
+    """Refuse unknown keys, wrong types and contradictory window keys, naming the problem."""
     _check_keys(spec, WORKLOAD_KEYS, "workload")
     for key, value in spec.items():
         wanted = WORKLOAD_TYPES[key]
@@ -72,6 +80,11 @@ def load_workload(spec: dict[str, Any], seed: int = 0) -> Workload:
         raise ConfigError("use either a window start or a sample seed, not both")
     if spec.get("sampled_jobset") and sample is None:
         raise ConfigError("a sampled jobset needs a sample seed (--sample SEED)")
+
+
+def load_source(spec: dict[str, Any], seed: int = 0) -> Workload:
+    """The whole (split) workload a checked spec draws its sequences from: the trace, or the
+    generated workload for `seed`. Window keys are ignored here (see `cut_sequence`)."""
     if spec.get("trace") is None:
         model = spec.get("model", DEFAULT_MODEL)
         if model not in LUBLIN_MODELS:
@@ -87,7 +100,7 @@ def load_workload(spec: dict[str, Any], seed: int = 0) -> Workload:
         if part not in ("train", "test"):
             raise ConfigError(f"part must be train or test, got {part!r}")
         workload = sequences.split(workload, spec["train_fraction"])[0 if part == "train" else 1]
-    return cut_sequence(workload, spec)
+    return workload
 
 
 def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
@@ -102,6 +115,31 @@ def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
     if spec.get("sampled_jobset"):
         return sequences.sampled_jobset(workload, jobs, sample)
     return sequences.random_window(workload, jobs, sample)
+
+
+WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset")
+
+
+class WorkloadCache:
+    """`load_workload` that keeps the last few loaded sources, so a trace is read once and each
+    episode only cuts its window (a trace file is re-read if it changes on disk)."""
+
+    def __init__(self, size: int = 2) -> None:
+        self.size = size
+        self._sources: OrderedDict[Any, Workload] = OrderedDict()
+
+    def load(self, spec: dict[str, Any], seed: int = 0) -> Workload:
+        check_workload_spec(spec)
+        trace = spec.get("trace")
+        base = sorted((k, str(v)) for k, v in spec.items() if k not in WINDOW_KEYS)
+        stamp = os.stat(trace).st_mtime_ns if trace is not None and os.path.exists(trace) else None
+        key = (tuple(base), stamp, seed if trace is None else None)
+        source = self._sources.get(key)
+        if source is None:
+            source = self._sources[key] = load_source(spec, seed)
+            while len(self._sources) > self.size:
+                self._sources.popitem(last=False)
+        return cut_sequence(source, spec)
 
 
 def sim_config(options: dict[str, Any], seed: int = 0) -> SimConfig:

@@ -79,7 +79,6 @@ from __future__ import annotations
 import itertools
 import operator
 import os
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -94,11 +93,10 @@ from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, Deci
 from ..environment.errors import ConfigError, HpcgymError, InvalidAction
 from ..environment.rewards import get_reward
 from ..environment.simulator import Simulation
-from ..environment.spec import CONFIG_KEYS, cut_sequence, load_workload, sim_config
+from ..environment.spec import CONFIG_KEYS, WorkloadCache, sim_config
 
 #: Encoders used when none is named.
 DEFAULT_ENCODERS = {SELECT: "jobs+nodes", BACKFILL: "jobs+nodes", INSPECT: "jobs+nodes", KILL: "running+nodes"}
-_WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset")
 _session_numbers = itertools.count(1)
 
 
@@ -209,8 +207,7 @@ class HpcEnv(gym.Env):
         self._base_seed = int(seed)
         self._seed_stride = int(seed_stride)
         self._episode_seed: int | None = None
-        self._workloads: OrderedDict[Any, Any] = OrderedDict()
-        self._spec_checked = False
+        self._workloads = WorkloadCache()
 
         procs = None
         if remote is None:
@@ -336,22 +333,8 @@ class HpcEnv(gym.Env):
         return None, earned
 
     def _load_workload(self, ep_seed: int):
-        """`load_workload(this episode's spec, ep_seed)`, with the part before windowing cached
-        (a trace is read once, not every episode). The first call goes through `load_workload`
-        itself, which checks the whole spec."""
-        spec = self._episode_spec(ep_seed)
-        if not self._spec_checked:
-            self._spec_checked = True
-            return load_workload(spec, ep_seed)
-        base_spec = {k: v for k, v in spec.items() if k not in _WINDOW_KEYS}
-        generated = spec.get("trace") is None
-        key = (repr(sorted(base_spec.items(), key=lambda kv: kv[0])), ep_seed if generated else None)
-        base = self._workloads.get(key)
-        if base is None:
-            base = self._workloads[key] = load_workload(base_spec, ep_seed)
-            while len(self._workloads) > 2:
-                self._workloads.popitem(last=False)
-        return cut_sequence(base, spec)
+        """`load_workload(this episode's spec, ep_seed)`; the trace is read once, not every episode."""
+        return self._workloads.load(self._episode_spec(ep_seed), ep_seed)
 
     def _episode_spec(self, ep_seed: int) -> dict[str, Any]:
         spec = dict(self.workload_spec)

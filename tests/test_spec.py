@@ -42,3 +42,21 @@ def test_a_bad_reset_is_a_bad_request_not_an_internal_error():
 def test_generated_default_respects_procs_and_jobs():
     w = load_workload({"generate_jobs": 120, "procs": 32}, seed=4)
     assert len(w) == 120 and w.procs == 32
+
+
+def test_workload_cache_cuts_the_same_sequences_and_rereads_a_changed_trace(tmp_path):
+    from hpcgym.environment.spec import WorkloadCache
+    from hpcgym.environment.swf import write_swf
+
+    path = tmp_path / "t.swf"
+    write_swf(path, load_workload({"generate_jobs": 200, "procs": 16}, seed=1))
+    cache = WorkloadCache()
+    for sample in (0, 1, 2):
+        spec = {"trace": str(path), "jobs": 50, "sample": sample}
+        assert cache.load(spec).submit.tolist() == load_workload(spec).submit.tolist()
+    import os
+    write_swf(path, load_workload({"generate_jobs": 120, "procs": 16}, seed=2))
+    os.utime(path, ns=(10**18, 10**18))  # a new modification time, whatever the clock's resolution
+    assert len(cache.load({"trace": str(path)})) == 120
+    with pytest.raises(ConfigError, match="either"):
+        cache.load({"trace": str(path), "jobs": 5, "start": 0, "sample": 1})
