@@ -143,7 +143,9 @@ class DRASNetwork(nn.Module):
         self.critic = nn.Linear(h2, 1) if value_head else None
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.reshape(obs.shape[0], 1, self.rows, 2)
+        # features past the table (a two-kind env's kind flag) are not DRAS's input: the level is
+        # implicit in the mask, as in the paper, where both levels share one network
+        x = obs.reshape(obs.shape[0], -1)[:, :2 * self.rows].reshape(obs.shape[0], 1, self.rows, 2)
         return self.body(self.conv(x).reshape(obs.shape[0], self.rows))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -166,6 +168,81 @@ class DRASNetwork(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
+class DRASQNetwork(nn.Module):
+    """DRAS-DQL's network: one job at a time. For window slot k the input is the [2 + N, 2] table of
+    that job's [2, 2] block followed by the N node rows (Table 3: [4362, 2] on Theta), and the
+    output is one Q value; the same network scores every slot. Actions past the window (an env's
+    wait / stop action) get a learned constant each.
+
+    The 1x2 convolution and the first fully connected layer are linear, so the nodes' share of the
+    first layer is the same for every slot of a state: it is computed once per state and added to
+    each job's share. That is the paper's per-job network exactly, at 2 instead of 2 + N inputs per
+    job. `forward(obs)` takes (B, 2W + N, 2) or flattened observations (features past the table
+    are ignored, as in `DRASNetwork`) and returns Q values (B, n_actions).
+    """
+
+    def __init__(self, window: int, nodes: int, n_actions: int | None = None,
+                 hidden: Sequence[int] | None = None, negative_slope: float = 0.01) -> None:
+        super().__init__()
+        self.window, self.nodes = int(window), int(nodes)
+        self.rows = 2 * self.window + self.nodes
+        self.n_actions = self.window if n_actions is None else int(n_actions)
+        if self.n_actions < self.window:
+            raise ValueError(f"need at least the {self.window} window slots as actions, got {self.n_actions}")
+        h1, h2 = tuple(hidden) if hidden is not None else dras_hidden(self.window, self.nodes)
+        self.hidden = (int(h1), int(h2))
+        self.conv = nn.Conv2d(1, 1, kernel_size=(1, 2))
+        self.fc1 = nn.Linear(2 + self.nodes, h1)
+        self.rest = nn.Sequential(nn.LeakyReLU(negative_slope), nn.Linear(h1, h2), nn.LeakyReLU(negative_slope),
+                                  nn.Linear(h2, 1))
+        self.extra = nn.Parameter(torch.zeros(self.n_actions - self.window))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        b, w = obs.shape[0], self.window
+        x = obs.reshape(b, -1)[:, :2 * self.rows].reshape(b, 1, self.rows, 2)
+        rows = self.conv(x).reshape(b, self.rows)                     # one value per row
+        jobs = rows[:, :2 * w].reshape(b, w, 2)                        # each job's two rows
+        weight = self.fc1.weight
+        node_part = rows[:, 2 * w:] @ weight[:, 2:].T                  # (B, h1), once per state
+        h = jobs @ weight[:, :2].T + self.fc1.bias + node_part.unsqueeze(1)   # (B, W, h1)
+        q = self.rest(h).squeeze(-1)                                   # (B, W)
+        return torch.cat([q, self.extra.expand(b, -1)], dim=1)
+
+    def scores(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return masked_logits(self(obs), mask)
+
+
+def dras_network(obs_shape: Sequence[int], n_actions: int, layout: Sequence[int] | None,
+                 hidden: Sequence[int] | None, q_values: bool = False) -> nn.Module:
+    """The DRAS network an RL algorithm's config asks for (`net="dras"`): `layout` is (W, N), the
+    window and the nodes of the `dras` encoder (the trainer fills it in from the env). An
+    actor-critic network (policy and value heads over one body) or, with `q_values`, DRAS-DQL's
+    per-job network."""
+    if layout is None or len(layout) != 2:
+        raise ValueError("net 'dras' needs table = (window, nodes) of the dras encoder; "
+                         "train with --encoder dras (the trainer fills it in)")
+    window, nodes = (int(v) for v in layout)
+    size = math.prod(obs_shape)
+    if size < 2 * (2 * window + nodes):
+        raise ValueError(f"observations of {size} features are smaller than the dras table of "
+                         f"W={window}, N={nodes} ({2 * (2 * window + nodes)} features)")
+    hidden = tuple(hidden) if hidden else None
+    if q_values:
+        return DRASQNetwork(window, nodes, n_actions, hidden)
+    return DRASNetwork(window, nodes, n_actions, hidden)
+
+
+#: What `hpcgym train dras-ALGO` sets unless a flag says otherwise: DRAS's two levels in one env
+#: (no wait at level 1, backfilling until no candidate is left at level 2), its state, network and
+#: window, the capacity reward (eq. 2), the learning rate of section 5.3, DRAS-DQL's epsilon
+#: decay, and, with a trace, the three-phase curriculum in the paper's order.
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "kind": "select+backfill", "encoder": "dras", "window": 50, "no_wait": True, "reward": "dras_capacity",
+    "config": {"net": "dras", "lr": 1e-3}, "dql_config": {"eps_decay": 0.995},
+    "curriculum": "sampled,real,synthetic",
+}
+
+
 def window_mask(n_jobs: int, window: int, extra: int = 0) -> np.ndarray:
     """The valid actions when `n_jobs` jobs wait: the first min(n_jobs, W) slots (and `extra`
     further actions, valid)."""
@@ -175,4 +252,4 @@ def window_mask(n_jobs: int, window: int, extra: int = 0) -> np.ndarray:
     return mask
 
 
-__all__ = ["DRASEncoder", "DRASNetwork", "dras_hidden", "window_mask"]
+__all__ = ["DRASEncoder", "DRASNetwork", "DRASQNetwork", "dras_hidden", "dras_network", "window_mask"]

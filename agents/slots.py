@@ -14,6 +14,9 @@ W is the window (number of job slots):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from ..environment.decisions import BACKFILL, INSPECT, KILL, SELECT, Action, Decision
@@ -42,6 +45,27 @@ def slot_mask(decision: Decision, window: int) -> tuple[np.ndarray, list[int]]:
     else:
         raise HpcgymError(f"unknown decision kind {kind!r}")
     return mask, ids
+
+
+def slot_observation(encoder: Any, observation: dict[str, Any], kind: str, kinds: Sequence[str]) -> np.ndarray:
+    """A decision's network input: the encoder's vector, followed by a one-hot flag of the
+    decision's kind when the policy takes several kinds (DRAS: select and backfill)."""
+    if len(kinds) == 1:
+        return encoder.encode(observation)
+    obs = np.zeros(encoder.size + len(kinds), np.float32)
+    encoder.fill(observation, obs[:encoder.size])
+    obs[encoder.size + list(kinds).index(kind)] = 1.0
+    return obs
+
+
+def drop_last_slot(mask: np.ndarray) -> np.ndarray:
+    """A select or backfill mask without its last slot (wait / stop) whenever a job slot is
+    allowed: the RL scheduling papers' agents always pick a job, and DRAS's level 2 backfills
+    until no candidate is left."""
+    if mask[:-1].any() and mask[-1]:
+        mask = mask.copy()
+        mask[-1] = 0
+    return mask
 
 
 def slot_action(kind: str, slot: int, ids: list[int], window: int) -> Action:

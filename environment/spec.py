@@ -15,6 +15,7 @@ from typing import Any
 from . import sequences
 from .config import SimConfig
 from .errors import ConfigError
+from .fitted import fit_workload_model, generate_from_model
 from .lublin import LublinParams, generate_lublin
 from .swf import read_swf
 from .workload import Workload
@@ -40,12 +41,13 @@ WORKLOAD_KEYS = {
     "start": "window start",
     "sample": "seed of a random window",
     "sampled_jobset": "with sample: random jobs with Poisson arrivals (DRAS)",
+    "synthetic": "with sample: jobs generated from a model fitted to the trace (part) (DRAS)",
 }
 CONFIG_KEYS = ("backfill", "estimate", "overrun", "window", "max_interval", "max_rejections")
 #: Value types of the workload keys (None is always allowed: it means "the default").
 WORKLOAD_TYPES = {"trace": (str, Path), "procs": int, "strict": bool, "skip_malformed": bool, "model": str,
                   "generate_jobs": int, "train_fraction": (float, int), "part": str, "jobs": int, "start": int,
-                  "sample": int, "sampled_jobset": bool}
+                  "sample": int, "sampled_jobset": bool, "synthetic": bool}
 #: The largest generated workload; larger ones would stall an env serving others.
 MAX_GENERATED_JOBS = 10_000_000
 
@@ -78,8 +80,11 @@ def check_workload_spec(spec: dict[str, Any]) -> None:
         raise ConfigError("a window start or sample seed needs a job count ('jobs', --jobs N)")
     if start is not None and sample is not None:
         raise ConfigError("use either a window start or a sample seed, not both")
-    if spec.get("sampled_jobset") and sample is None:
-        raise ConfigError("a sampled jobset needs a sample seed (--sample SEED)")
+    for key in ("sampled_jobset", "synthetic"):
+        if spec.get(key) and sample is None:
+            raise ConfigError(f"a {key.replace('_', ' ')} workload needs a sample seed (--sample SEED)")
+    if spec.get("sampled_jobset") and spec.get("synthetic"):
+        raise ConfigError("sampled_jobset and synthetic exclude each other: pick one kind of episode")
 
 
 def load_source(spec: dict[str, Any], seed: int = 0) -> Workload:
@@ -105,7 +110,8 @@ def load_source(spec: dict[str, Any], seed: int = 0) -> Workload:
 
 def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
     """The part of a loaded (and split) workload the spec's window keys select: `jobs` from
-    `start`, a random window (`sample`), a sampled jobset, or all of it. `load_workload` ends
+    `start`, a random window (`sample`), a sampled jobset, a synthetic sequence from a workload
+    model fitted to the loaded workload (`environment.fitted`), or all of it. `load_workload` ends
     with this; callers that cache the loaded trace call it per episode."""
     jobs, sample = spec.get("jobs"), spec.get("sample")
     if jobs is None:
@@ -114,10 +120,12 @@ def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
         return sequences.window(workload, jobs, spec.get("start") or 0)
     if spec.get("sampled_jobset"):
         return sequences.sampled_jobset(workload, jobs, sample)
+    if spec.get("synthetic"):
+        return generate_from_model(fit_workload_model(workload), jobs, sample)
     return sequences.random_window(workload, jobs, sample)
 
 
-WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset")
+WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset", "synthetic")
 
 
 class WorkloadCache:

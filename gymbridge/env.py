@@ -87,7 +87,7 @@ import gymnasium as gym
 import numpy as np
 
 from ..agents.encoders import Encoder, get_encoder
-from ..agents.slots import slot_action, slot_mask
+from ..agents.slots import slot_action, slot_mask, slot_observation
 from ..agents.heuristics import POLICIES
 from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, Decision
 from ..environment.errors import ConfigError, HpcgymError, InvalidAction
@@ -422,12 +422,7 @@ class HpcEnv(gym.Env):
         if self.decision_info:
             info["decision"] = (decision if isinstance(decision, DecisionSnapshot)
                                 else DecisionSnapshot.of(decision, obs_raw))
-        if not self._multi:
-            return self.encoder.encode(obs_raw)
-        obs = np.zeros(self.observation_space.shape[0], np.float32)
-        self.encoder.fill(obs_raw, obs[:self.encoder.size])
-        obs[self.encoder.size + self.kinds.index(kind)] = 1.0
-        return obs
+        return slot_observation(self.encoder, obs_raw, kind, self.kinds)
 
     def _zeros(self) -> np.ndarray:
         return np.zeros(self.observation_space.shape[0], np.float32) if self._multi else self.encoder.zeros()

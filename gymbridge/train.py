@@ -24,7 +24,10 @@ from ..environment.config import BACKFILL_MODES
 from ..environment.decisions import KINDS
 from ..environment.errors import ConfigError, HpcgymError
 
-ALGORITHMS = ("pg", "a2c", "ppo", "dql")
+BASE_ALGORITHMS = ("pg", "a2c", "ppo", "dql")
+#: dras-ALGO: ALGO with DRAS's defaults (`agents.dras.TRAINING_DEFAULTS`); flags still win.
+ALGORITHMS = (*BASE_ALGORITHMS, *(f"dras-{a}" for a in BASE_ALGORITHMS))
+KIND_CHOICES = (*KINDS, "select+backfill")
 
 
 def _parse_value(text: str):
@@ -65,8 +68,9 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
 
 @click.command("train")
 @click.argument("algorithm", type=click.Choice(ALGORITHMS, case_sensitive=False))
-@click.option("--kind", type=click.Choice(KINDS), default="select", show_default=True,
-              help="The decision kind the agent takes (the others use the built-in defaults).")
+@click.option("--kind", type=click.Choice(KIND_CHOICES), default="select", show_default=True,
+              help="The decision kind the agent takes (the others use the built-in defaults); "
+                   "select+backfill: both, as DRAS's two levels (the default of dras-ALGO).")
 @click.option("--trace", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="SWF trace to draw job sequences from (default: a generated Lublin workload).")
 @click.option("--procs", type=click.IntRange(min=1), help="Cluster size (default: the trace header, or 256).")
@@ -77,6 +81,10 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
 @click.option("--sampled-jobset", is_flag=True, help="Episodes are DRAS-style sampled jobsets, not windows.")
 @click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="Train on the first fraction of the trace, evaluate on the rest.")
+@click.option("--curriculum", help="Phases of training episodes, in order: sampled (random jobs, Poisson "
+              "arrivals), real (windows of the trace), synthetic (from a model fitted to the training part), "
+              "e.g. sampled,real,synthetic (even split) or sampled:9,real:9,synthetic:82 (episodes each; "
+              "dras-ALGO with a trace: sampled,real,synthetic; 'none': off).")
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
 @click.option("--policy", default="fcfs", show_default=True, help="Priority policy ordering the queue window.")
 @click.option("--window", type=click.IntRange(min=1), default=128, show_default=True,
@@ -86,7 +94,8 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
                    "--no-wait picks a job at every decision, as the RL scheduling papers do.")
 @click.option("--reward", default="bsld", show_default=True, help="Reward spec (bsld, wait, utilization, queue_wait).")
 @click.option("--encoder", help="Observation encoder (default: the env's, jobs+nodes for select).")
-@click.option("--net", type=click.Choice(["mlp", "conv"]), help="Network (default mlp).")
+@click.option("--net", type=click.Choice(["mlp", "conv", "dras"]),
+              help="Network (default mlp; dras: DRAS's network, needs --encoder dras).")
 @click.option("--hidden", help="Hidden layer widths, e.g. 64,64.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), help="Learning rate.")
 @click.option("--gamma", type=click.FloatRange(0, 1), help="Discount factor (default 1: whole episodes).")
@@ -108,14 +117,19 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
 @click.option("--eval-episodes", type=click.IntRange(min=0), default=10, show_default=True,
               help="Held-out sequences the model is compared on at the end, as by hpcgym compare "
                    "(OUT/eval/, eval.json; 0: none).")
+@click.option("--baselines", default="fcfs,sjf", show_default=True,
+              help="Policies of the held-out evaluation besides the model, as hpcgym compare names them "
+                   "(comma-separated; the first is the baseline of the paired differences).")
 @click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="CPU threads for torch (small networks run best on one).")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
-def train(algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fraction, backfill, policy, window,
-          allow_wait, reward, encoder, net, hidden, lr, gamma, sets, max_steps, epochs, trajectories, envs, seed, out,
-          checkpoint_every, resume, eval_episodes, device, threads, progress) -> None:
-    """Train ALGORITHM (pg, a2c, ppo or dql) and write curve.csv, checkpoints and eval.json to OUT."""
+@click.pass_context
+def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fraction, curriculum, backfill,
+          policy, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets, max_steps, epochs, trajectories,
+          envs, seed, out, checkpoint_every, resume, eval_episodes, baselines, device, threads, progress) -> None:
+    """Train ALGORITHM (pg, a2c, ppo or dql; dras-pg, dras-a2c, dras-ppo or dras-dql: the same with
+    DRAS's defaults) and write curve.csv, checkpoints and eval.json to OUT."""
     try:
         import gymnasium  # noqa: F401
         import torch
@@ -123,9 +137,29 @@ def train(algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fr
         raise HpcgymError(f"training needs the rl extra (torch, gymnasium): {exc}") from None
     from ..agents.rl.algorithm import resolve_device
     from ..agents.rl.checkpoint import latest_checkpoint, load_checkpoint
-    from ..agents.rl.trainer import Trainer, TrainSettings
+    from ..agents.rl.trainer import Trainer, TrainSettings, parse_curriculum
 
     algorithm = algorithm.lower()
+    dras = algorithm.startswith("dras-")
+    if dras:  # DRAS's defaults for every flag the command line leaves at its default
+        from ..agents.dras import TRAINING_DEFAULTS as D
+
+        algorithm = algorithm[len("dras-"):]
+
+        def unset(name: str) -> bool:
+            return ctx.get_parameter_source(name) == click.core.ParameterSource.DEFAULT
+
+        kind = D["kind"] if unset("kind") else kind
+        encoder = encoder or D["encoder"]
+        window = D["window"] if unset("window") else window
+        allow_wait = not D["no_wait"] if unset("allow_wait") else allow_wait
+        reward = D["reward"] if unset("reward") else reward
+        net = net or D["config"]["net"]
+        lr = lr if lr is not None else D["config"]["lr"]
+        if algorithm == "dql":
+            sets = (*(f"{k}={v}" for k, v in D["dql_config"].items()), *sets)
+        if curriculum is None and trace is not None and start is None and not sampled_jobset:
+            curriculum = D["curriculum"]
     torch.set_num_threads(threads)
     try:
         dev = resolve_device(device)
@@ -156,12 +190,20 @@ def train(algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fr
             eval_workload = {k: v for k, v in {**workload, "part": "test"}.items() if v is not None}
             workload["part"] = "train"
         workload = {k: v for k, v in workload.items() if v is not None}
+        phases = None
+        if curriculum is not None and curriculum.strip().lower() != "none":
+            if trace is None:
+                raise ConfigError("--curriculum draws its phases from a trace: give --trace (and --train-fraction)")
+            if sampled_jobset or start is not None:
+                raise ConfigError("--curriculum sets each phase's episodes itself: drop --sampled-jobset / --start")
+            phases = parse_curriculum(curriculum, epochs * trajectories)
         settings = TrainSettings(
             algorithm=algorithm, kind=kind, workload=workload, eval_workload=eval_workload,
             options={"backfill": backfill, "window": window, "policy": policy}, reward=reward, encoder=encoder,
             config=_algorithm_config(algorithm, net, hidden, lr, gamma, sets), epochs=epochs,
             trajectories=trajectories, envs=envs, seed=seed, checkpoint_every=checkpoint_every,
-            eval_episodes=eval_episodes, no_wait=not allow_wait, max_steps=max_steps)
+            eval_episodes=eval_episodes, no_wait=not allow_wait, max_steps=max_steps, curriculum=phases,
+            baselines=tuple(b.strip() for b in baselines.split(",") if b.strip()))
     settings.eval_episodes = eval_episodes
     trainer = Trainer(settings, out, device=str(dev), progress=progress, log=lambda m: click.echo(m, err=True))
     try:

@@ -468,7 +468,7 @@ def test_no_wait_policy_acts_the_same_in_the_env_and_as_an_agent(tmp_path):
     """`no_wait` (the papers' select: pick a job whenever one can be picked): the wrapped env's
     greedy episode and the checkpoint served through simulate() schedule alike, and never wait
     while a job could be picked."""
-    from hpcgym.agents.rl.serve import drop_wait
+    from hpcgym.agents.slots import drop_last_slot as drop_wait
     from hpcgym.agents.rl.trainer import NoWait
     from hpcgym.environment.simulator import simulate
     from hpcgym.environment.spec import load_workload, sim_config

@@ -23,10 +23,10 @@ from .storage import RolloutStorage
 
 @dataclass
 class A2CConfig:
-    net: str = "mlp"
+    net: str = "mlp"                 # mlp, conv or dras (agents/dras.py)
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
-    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table
+    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
     lr: float = 7e-4
     gamma: float = 1.0
     gae_lambda: float = 1.0

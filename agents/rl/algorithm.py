@@ -154,7 +154,12 @@ class ActorCriticAlgorithm(Algorithm):
         from .policy import ActorCritic
 
         c = self.config
-        self.model = ActorCritic(self.obs_shape, self.n_actions, c.net, c.hidden, c.activation, c.table)
+        if c.net == "dras":  # DRAS's one-body network with policy and value heads
+            from ..dras import dras_network
+
+            self.model = dras_network(self.obs_shape, self.n_actions, c.table, c.hidden)
+        else:
+            self.model = ActorCritic(self.obs_shape, self.n_actions, c.net, c.hidden, c.activation, c.table)
         self.model.to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.lr, eps=1e-5)
 

@@ -7,8 +7,8 @@ been taken) one minibatch step on the Huber loss between Q(s, a) and the target
 
 where the max runs over the next state's valid actions only (masked max: invalid actions are
 -inf). The target network is a copy of the Q network, refreshed every `target_update` steps.
-Epsilon falls linearly from eps_start to eps_end over `eps_decay_steps` steps; a random action is
-uniform over the valid ones.
+Epsilon falls linearly from eps_start to eps_end over `eps_decay_steps` steps, or geometrically by
+`eps_decay` per gradient update (DRAS-DQL); a random action is uniform over the valid ones.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from .storage import ReplayBuffer
 
 @dataclass
 class DQLConfig:
-    net: str = "mlp"
+    net: str = "mlp"                 # mlp, conv or dras (agents/dras.py)
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "relu"
-    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table
+    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
     lr: float = 5e-4
     gamma: float = 1.0
     buffer_size: int = 20_000
@@ -42,11 +42,16 @@ class DQLConfig:
     eps_start: float = 1.0
     eps_end: float = 0.05
     eps_decay_steps: int = 5_000
+    eps_decay: float | None = None  # set: epsilon *= eps_decay per gradient update, down to eps_end (DRAS: 0.995)
     double: bool = False            # Double DQN: pick a' with the online net, value it with the target
     max_grad_norm: float = 10.0
 
 
-def epsilon(config: DQLConfig, step: int) -> float:
+def epsilon(config: DQLConfig, step: int, updates: int = 0) -> float:
+    """Linear from eps_start to eps_end over eps_decay_steps env steps, or with `eps_decay`
+    geometric per gradient update (as DRAS-DQL: 1.0, decaying by 0.995)."""
+    if config.eps_decay is not None:
+        return max(config.eps_end, config.eps_start * config.eps_decay ** updates)
     frac = min(1.0, step / max(1, config.eps_decay_steps))
     return config.eps_start + frac * (config.eps_end - config.eps_start)
 
@@ -80,7 +85,12 @@ class DQL(Algorithm):
 
     def build(self) -> None:
         c = self.config
-        self.q = QNetwork(self.obs_shape, self.n_actions, c.net, c.hidden, c.activation, c.table).to(self.device)
+        if c.net == "dras":  # DRAS-DQL: the per-job Q network
+            from ..dras import dras_network
+
+            self.q = dras_network(self.obs_shape, self.n_actions, c.table, c.hidden, q_values=True).to(self.device)
+        else:
+            self.q = QNetwork(self.obs_shape, self.n_actions, c.net, c.hidden, c.activation, c.table).to(self.device)
         self.target = copy.deepcopy(self.q)
         self.optimizer = torch.optim.Adam(self.q.parameters(), lr=c.lr)
         self.buffer = ReplayBuffer(c.buffer_size, self.obs_shape, self.n_actions)
@@ -92,7 +102,7 @@ class DQL(Algorithm):
     def epsilon_greedy(self, obs: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         greedy = choose(self.scores(obs, mask), mask, None)
         uniform = choose(np.zeros(mask.shape), mask, self.rng)   # uniform over the valid actions
-        explore = self.rng.random(len(obs)) < epsilon(self.config, self.env_steps)
+        explore = self.rng.random(len(obs)) < epsilon(self.config, self.env_steps, self.updates)
         return np.where(explore, uniform, greedy), {}
 
     def train_epoch(self, runner, episodes: int) -> dict[str, float]:
@@ -112,7 +122,7 @@ class DQL(Algorithm):
 
         ended = runner.run_epoch(episodes, self.epsilon_greedy, on_step)
         mean = {k: float(np.mean([x[k] for x in losses])) for k in losses[0]} if losses else {}
-        return {**episode_stats(ended), **mean, "epsilon": epsilon(c, self.env_steps), "updates": len(losses)}
+        return {**episode_stats(ended), **mean, "epsilon": epsilon(c, self.env_steps, self.updates), "updates": len(losses)}
 
     def extra_state(self) -> dict[str, Any]:
         return {"env_steps": self.env_steps, "buffer": self.buffer.state_dict()}

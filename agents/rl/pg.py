@@ -20,10 +20,10 @@ from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance, 
 
 @dataclass
 class PGConfig:
-    net: str = "mlp"                 # mlp or conv
+    net: str = "mlp"                 # mlp, conv or dras (agents/dras.py)
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
-    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table
+    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
     lr: float = 1e-3
     gamma: float = 1.0               # episodes are finite; the papers use undiscounted returns
     vf_coef: float = 0.5

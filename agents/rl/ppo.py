@@ -24,10 +24,10 @@ from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance, 
 
 @dataclass
 class PPOConfig:
-    net: str = "mlp"
+    net: str = "mlp"                 # mlp, conv or dras (agents/dras.py)
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
-    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table
+    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
     lr: float = 3e-4
     gamma: float = 1.0
     gae_lambda: float = 0.97

@@ -2,7 +2,7 @@
 
 Each env is a plain `gymnasium.Env` whose `info` holds `action_mask` (True or 1: valid). The
 runner owns the episode bookkeeping every algorithm needs: episode j (counted over the whole
-training run) is reset with `seed_of(j)`, so which sequences are trained on depends only on the
+training run) is reset with `seed_of(j)` (and `options_of(j)`, e.g. a curriculum's phase), so which sequences are trained on depends only on the
 seed, not on timing, and a resumed run goes on with the very next episodes.
 
 An epoch asks for a number of episodes: envs start new episodes until that many have started,
@@ -61,8 +61,10 @@ class Runner:
     """Envs stepped together; `round` advances every running episode by one step."""
 
     def __init__(self, envs: Sequence[Any], seed_of: Callable[[int], int], next_episode: int = 0,
-                 max_steps: int | None = None) -> None:
+                 max_steps: int | None = None,
+                 options_of: Callable[[int], dict[str, Any] | None] | None = None) -> None:
         self.envs = list(envs)
+        self.options_of = options_of
         self.max_steps = max_steps
         self.n_actions = int(self.envs[0].action_space.n)
         self.seed_of = seed_of
@@ -90,7 +92,8 @@ class Runner:
         episode = Episode(self.next_episode, int(self.seed_of(self.next_episode)))
         self.next_episode += 1
         self.to_start -= 1
-        obs, info = self.envs[i].reset(seed=episode.seed)
+        options = self.options_of(episode.index) if self.options_of is not None else None
+        obs, info = self.envs[i].reset(seed=episode.seed, **({"options": options} if options else {}))
         self.obs[i] = np.asarray(obs, dtype=np.float32)
         self.mask[i] = action_mask(info, self.n_actions)
         self.current[i] = episode

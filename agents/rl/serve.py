@@ -1,11 +1,12 @@
 """Serve a trained checkpoint as an `Agent`: in process (`simulate(..., agents=...)`) or over
 the protocol (`hpcgym agent --model ckpt.pt --connect ADDR`).
 
-The agent encodes the decision's raw observation with the checkpoint's encoder and window,
-builds the action mask, asks the network for the best valid slot (or samples one with a seeded
-generator), and maps the slot back to what the simulation expects, through the slot table of
-`agents/slots.py` that `HpcEnv` uses too, so a policy acts here exactly as it acted in training. A checkpoint trained
-with `no_wait` (select without waiting while a job can be picked) gets the same rule here.
+The agent encodes the decision's raw observation with the checkpoint's encoder and window (and
+the kind flag, for a policy of two kinds such as DRAS's select + backfill), builds the action
+mask, asks the network for the best valid slot (or samples one with a seeded generator), and
+maps the slot back to what the simulation expects, through the slot table of `agents/slots.py`
+that `HpcEnv` uses too, so a policy acts here exactly as it acted in training. A checkpoint
+trained with `no_wait` (never wait / stop while a job can be picked) gets the same rule here.
 """
 
 from __future__ import annotations
@@ -15,23 +16,20 @@ from typing import Any
 
 import numpy as np
 
-from ...environment.decisions import SELECT, Action, Decision
+from ...environment.decisions import BACKFILL, SELECT, Action, Decision
 from ...environment.errors import HpcgymError
 from ..base import Agent
-from ..slots import slot_action, slot_mask
+from ..slots import drop_last_slot, slot_action, slot_mask, slot_observation
 from .checkpoint import Checkpoint, load_checkpoint
 
 
-def drop_wait(mask: np.ndarray) -> np.ndarray:
-    """A select mask without its wait slot (the last) whenever some job slot is allowed."""
-    if mask[:-1].any() and mask[-1]:
-        mask = mask.copy()
-        mask[-1] = 0
-    return mask
+def checkpoint_kinds(kind: str) -> tuple[str, ...]:
+    """The kinds a checkpoint's `kind` names: one kind, or several joined by "+"."""
+    return tuple(kind.split("+"))
 
 
 class RLAgent(Agent):
-    """A checkpoint's policy as an agent for the checkpoint's decision kind."""
+    """A checkpoint's policy as an agent for the checkpoint's decision kind(s)."""
 
     def __init__(self, model: str | Path | Checkpoint, greedy: bool = True, seed: int = 0,
                  device: str = "cpu") -> None:
@@ -41,22 +39,30 @@ class RLAgent(Agent):
         ckpt = self.checkpoint
         if not ckpt.encoder or not ckpt.window:
             raise HpcgymError("this checkpoint names no encoder or window; it was not trained on an hpcgym env")
-        self.kinds = (ckpt.kind,)
+        self.kinds = checkpoint_kinds(ckpt.kind)
         self.window = int(ckpt.window)
         self.algorithm = ckpt.build(device)
-        self.encoder = get_encoder(ckpt.encoder, self.window, None, **ckpt.env.get("encoder_options", {}))
-        if self.encoder.size != int(np.prod(ckpt.obs_shape)):
-            raise HpcgymError(f"encoder {ckpt.encoder!r} gives {self.encoder.size} features but the network "
+        procs = ckpt.env.get("procs")
+        self.encoder = get_encoder(ckpt.encoder, self.window, procs, **ckpt.env.get("encoder_options", {}))
+        size = self.encoder.size + (len(self.kinds) if len(self.kinds) > 1 else 0)
+        if size != int(np.prod(ckpt.obs_shape)):
+            raise HpcgymError(f"encoder {ckpt.encoder!r} gives {size} features but the network "
                               f"takes {int(np.prod(ckpt.obs_shape))}")
-        self.no_wait = bool(ckpt.env.get("no_wait")) and ckpt.kind == SELECT
+        self.no_wait = bool(ckpt.env.get("no_wait"))
         self.greedy = greedy
         self.rng = None if greedy else np.random.default_rng(seed)
 
-    def act(self, decision: Decision) -> Action:
-        obs = self.encoder.encode(decision.observation).reshape(self.checkpoint.obs_shape)
+    def observe(self, decision: Decision) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """The network input, the action mask and the job id of each slot, as the env gave them
+        in training."""
+        obs = slot_observation(self.encoder, decision.observation, decision.kind, self.kinds)
         mask, ids = slot_mask(decision, self.window)
-        if self.no_wait:
-            mask = drop_wait(mask)
+        if self.no_wait and decision.kind in (SELECT, BACKFILL):
+            mask = drop_last_slot(mask)
+        return obs.reshape(self.checkpoint.obs_shape), mask, ids
+
+    def act(self, decision: Decision) -> Action:
+        obs, mask, ids = self.observe(decision)
         slot = int(self.algorithm.act(obs[None], mask[None], greedy=self.greedy, rng=self.rng)[0])
         return slot_action(decision.kind, slot, ids, self.window)
 

@@ -35,8 +35,10 @@ from ...environment.errors import ConfigError
 from .algorithm import Algorithm, config_from_dict, get_algorithm
 from .checkpoint import (Checkpoint, CheckpointError, latest_checkpoint, load_checkpoint, make_checkpoint,
                          save_checkpoint)
+from ...environment.decisions import BACKFILL, SELECT
+from ..slots import drop_last_slot
 from .runner import Runner
-from .serve import drop_wait
+from .serve import checkpoint_kinds
 
 if TYPE_CHECKING:
     from ...gymbridge.compare.plan import SequenceSpec
@@ -60,7 +62,7 @@ class TrainSettings:
     """What a training run is: the env (as `gymbridge.make` keywords), the algorithm and the loop."""
 
     algorithm: str = "ppo"
-    kind: str = "select"
+    kind: str = "select"          # a decision kind, or "select+backfill" (DRAS's two levels)
     workload: dict[str, Any] = field(default_factory=lambda: {"jobs": 256, "sample": True})
     eval_workload: dict[str, Any] | None = None   # default: `workload` (other seeds)
     options: dict[str, Any] = field(default_factory=dict)
@@ -74,8 +76,9 @@ class TrainSettings:
     checkpoint_every: int = 1
     eval_episodes: int = 10
     baselines: Sequence[str] = ("fcfs", "sjf")
-    no_wait: bool = False         # select: never wait while a job can be picked (as the RL papers)
+    no_wait: bool = False         # select/backfill: never wait / stop while a job can be picked (as the papers)
     max_steps: int | None = None  # cut an episode after this many decisions (None: never)
+    curriculum: list[list[Any]] | None = None   # [[phase, episodes], ...] (see `curriculum_phase`)
 
     def to_json(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self), default=str))
@@ -87,17 +90,26 @@ class TrainSettings:
 
 
 def make_env(settings: TrainSettings, workload: dict[str, Any] | None = None, remote: str | None = None):
+    """The training env; with a curriculum, one env per phase behind a `PhasedEnv`."""
     from ...gymbridge import make
 
-    env = make(settings.kind, workload=dict(workload or settings.workload), options=dict(settings.options),
-               reward=settings.reward, encoder=settings.encoder, seed=settings.seed, remote=remote,
-               decision_info=False)
-    return NoWait(env) if settings.no_wait and settings.kind == "select" else env
+    kinds = checkpoint_kinds(settings.kind)
+
+    def one(spec: dict[str, Any]):
+        env = make(kinds[0] if len(kinds) == 1 else kinds, workload=dict(spec), options=dict(settings.options),
+                   reward=settings.reward, encoder=settings.encoder, seed=settings.seed, remote=remote,
+                   decision_info=False)
+        return NoWait(env) if settings.no_wait and {SELECT, BACKFILL} & set(kinds) else env
+
+    if settings.curriculum and workload is None:
+        return PhasedEnv({name: one(phase_workload(settings.workload, name)) for name, _ in settings.curriculum})
+    return one(workload or settings.workload)
 
 
 class NoWait(gym.Wrapper):
-    """The select env without its wait action whenever a job can be picked (the RL scheduling
-    papers' setting); `RLAgent` applies the same rule when a checkpoint says `no_wait`."""
+    """The select / backfill env without its last action (wait / stop) whenever a job can be
+    picked (the RL scheduling papers' setting); `RLAgent` applies the same rule when a checkpoint
+    says `no_wait`."""
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
@@ -110,8 +122,113 @@ class NoWait(gym.Wrapper):
     @staticmethod
     def _fix(info: dict[str, Any]) -> dict[str, Any]:
         if "action_mask" in info:
-            info["action_mask"] = drop_wait(info["action_mask"])
+            info["action_mask"] = drop_last_slot(info["action_mask"])
         return info
+
+
+#: DRAS's three kinds of training jobsets (section 3.3), in the paper's order.
+PHASES = ("sampled", "real", "synthetic")
+
+
+def phase_workload(workload: dict[str, Any], phase: str) -> dict[str, Any]:
+    """The workload spec of a curriculum phase, from the training workload (a trace or its
+    training part, and the episode length): `sampled` jobsets (random jobs, Poisson arrivals at
+    the trace's mean rate), `real` periods (random windows of consecutive jobs), `synthetic`
+    sequences from a workload model fitted to the training part (`environment/fitted.py`)."""
+    if phase not in PHASES:
+        raise ConfigError(f"unknown curriculum phase {phase!r}; use {', '.join(PHASES)}")
+    if workload.get("jobs") is None or workload.get("start") is not None:
+        raise ConfigError("a curriculum needs episodes of --jobs N drawn at random, not one fixed --start window")
+    spec = {k: v for k, v in workload.items() if k not in ("sampled_jobset", "synthetic")}
+    spec["sample"] = True
+    if phase == "sampled":
+        spec["sampled_jobset"] = True
+    elif phase == "synthetic":
+        spec["synthetic"] = True
+    return spec
+
+
+def parse_curriculum(text: str, total_episodes: int) -> list[list[Any]]:
+    """`sampled,real,synthetic` (the order; the episodes split evenly, the remainder to the last
+    phase) or with counts, `sampled:9,real:9,synthetic:82` (episodes per phase; DRAS's Theta
+    split). Episodes past the last phase's end stay in the last phase."""
+    phases: list[list[Any]] = []
+    for item in (part.strip() for part in text.split(",")):
+        name, sep, count = item.partition(":")
+        name = name.strip().lower()
+        if name not in PHASES:
+            raise ConfigError(f"--curriculum: unknown phase {name!r}; use {', '.join(PHASES)} "
+                              "(e.g. sampled,real,synthetic or sampled:9,real:9,synthetic:82)")
+        if any(name == p for p, _ in phases):
+            raise ConfigError(f"--curriculum: phase {name!r} named twice")
+        try:
+            episodes = int(count) if sep else None
+        except ValueError:
+            raise ConfigError(f"--curriculum: {item!r}: the count after ':' must be an integer") from None
+        if episodes is not None and episodes < 1:
+            raise ConfigError(f"--curriculum: {item!r}: a phase needs at least one episode")
+        phases.append([name, episodes])
+    counted = [e is not None for _, e in phases]
+    if any(counted) and not all(counted):
+        raise ConfigError("--curriculum: give episode counts for every phase or for none")
+    if not all(counted):
+        share, rest = divmod(total_episodes, len(phases))
+        for i, phase in enumerate(phases):
+            phase[1] = max(1, share + (rest if i == len(phases) - 1 else 0))
+    return phases
+
+
+def curriculum_phase(curriculum: Sequence[Sequence[Any]], episode: int) -> str:
+    """The phase training episode `episode` (counted from 0 over the whole run) belongs to."""
+    end = 0
+    for name, episodes in curriculum:
+        end += int(episodes)
+        if episode < end:
+            return name
+    return curriculum[-1][0]
+
+
+class PhasedEnv(gym.Env):
+    """One env per curriculum phase, behind one env: `reset(options={"phase": name})` picks
+    the phase of the episode (the trainer passes it), and the episode runs on that env."""
+
+    def __init__(self, envs: dict[str, gym.Env]) -> None:
+        self.envs = envs
+        first = next(iter(envs.values()))
+        for name, env in envs.items():
+            if env.observation_space != first.observation_space or env.action_space.n != first.action_space.n:
+                raise ConfigError(f"curriculum phase {name!r} has other observations or actions than the first "
+                                  "(different cluster sizes?)")
+        self.observation_space, self.action_space = first.observation_space, first.action_space
+        self.current = first
+
+    @property
+    def unwrapped(self):
+        return self.current.unwrapped
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self.current = self.envs[(options or {}).get("phase", next(iter(self.envs)))]
+        return self.current.reset(seed=seed)
+
+    def step(self, action):
+        return self.current.step(action)
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            env.close()
+
+
+def dras_layout(env, config: dict[str, Any]) -> dict[str, Any]:
+    """`table` = (W, N) of the env's dras encoder, and DRAS's hidden sizes unless given."""
+    encoder = getattr(env.unwrapped, "encoder", None)
+    if getattr(encoder, "name", None) != "dras":
+        raise ConfigError("net dras needs the dras encoder (--encoder dras)")
+    from ..dras import dras_hidden
+
+    layout = {"table": [encoder.window, encoder.procs]}
+    if not config.get("hidden"):
+        layout["hidden"] = list(dras_hidden(encoder.window, encoder.procs))
+    return layout
 
 
 def table_layout(env) -> list[int] | None:
@@ -167,10 +284,13 @@ class Trainer:
             flat = len(envs[0].observation_space.shape) == 1
             if config.get("net") == "conv" and config.get("table") is None and flat:
                 config["table"] = table_layout(envs[0])
+            if config.get("net") == "dras":
+                config.update(dras_layout(envs[0], config))
             self.algo = cls(envs[0].observation_space.shape, envs[0].action_space.n,
                             config_from_dict(cls.Config, config), device=self.device, seed=s.seed)
             next_episode = 0
-        self.runner = Runner(envs, lambda j: train_seed(s.seed, j), next_episode, s.max_steps)
+        options_of = (lambda j: {"phase": curriculum_phase(s.curriculum, j)}) if s.curriculum else None
+        self.runner = Runner(envs, lambda j: train_seed(s.seed, j), next_episode, s.max_steps, options_of)
 
     # ---------------------------------------------------------------- the loop
     def train(self, resume: bool = False) -> list[dict[str, Any]]:
@@ -203,6 +323,7 @@ class Trainer:
         s = self.settings
         env = self.envs[0].unwrapped
         env_info = {"workload": s.workload, "options": s.options, "reward": s.reward, "no_wait": s.no_wait,
+                    "procs": getattr(getattr(env, "encoder", None), "procs", None),
                     "encoder_options": {"max_rejections": env.config.max_rejections}
                     if hasattr(env, "config") else {}}
         return make_checkpoint(self.algo, kind=s.kind, encoder=getattr(getattr(env, "encoder", None), "name", None),
@@ -261,8 +382,9 @@ class Trainer:
             raise CheckpointError(f"no trained model at {model}: train first")
         workload = s.eval_workload or s.workload
         priority = s.options.get("policy", "fcfs")
-        trained = PolicySpec(s.algorithm, f"{s.kind}:model:{model},{priority}", priority,
-                             agents=(AgentSpec((s.kind,), "model", str(model)),))
+        kinds = checkpoint_kinds(s.kind)
+        trained = PolicySpec(s.algorithm, f"{'/'.join(kinds)}:model:{model},{priority}", priority,
+                             agents=(AgentSpec(kinds, "model", str(model)),))
         comparison = Comparison(
             [trained, *(parse_policy(name) for name in s.baselines)],
             eval_sequences(workload, s.eval_episodes if episodes is None else episodes, s.seed),
