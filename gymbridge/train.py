@@ -117,9 +117,9 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
 @click.option("--eval-episodes", type=click.IntRange(min=0), default=10, show_default=True,
               help="Held-out sequences the model is compared on at the end, as by hpcgym compare "
                    "(OUT/eval/, eval.json; 0: none).")
-@click.option("--baselines", default="fcfs,sjf", show_default=True,
-              help="Policies of the held-out evaluation besides the model, as hpcgym compare names them "
-                   "(comma-separated; the first is the baseline of the paired differences).")
+@click.option("--baseline", "baselines", multiple=True, metavar="POLICY",
+              help="A policy of the held-out evaluation besides the model, in hpcgym compare's syntax "
+                   "(repeat it; the first is the baseline of the paired differences; default fcfs and sjf).")
 @click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="CPU threads for torch (small networks run best on one).")
@@ -156,6 +156,7 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         reward = D["reward"] if unset("reward") else reward
         net = net or D["config"]["net"]
         lr = lr if lr is not None else D["config"]["lr"]
+        gamma = gamma if gamma is not None else D["config"]["gamma"]
         if algorithm == "dql":
             sets = (*(f"{k}={v}" for k, v in D["dql_config"].items()), *sets)
         if curriculum is None and trace is not None and start is None and not sampled_jobset:
@@ -203,7 +204,7 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
             config=_algorithm_config(algorithm, net, hidden, lr, gamma, sets), epochs=epochs,
             trajectories=trajectories, envs=envs, seed=seed, checkpoint_every=checkpoint_every,
             eval_episodes=eval_episodes, no_wait=not allow_wait, max_steps=max_steps, curriculum=phases,
-            baselines=tuple(b.strip() for b in baselines.split(",") if b.strip()))
+            baselines=tuple(baselines) or ("fcfs", "sjf"))
     settings.eval_episodes = eval_episodes
     trainer = Trainer(settings, out, device=str(dev), progress=progress, log=lambda m: click.echo(m, err=True))
     try:
