@@ -1,0 +1,185 @@
+"""DRAS evaluation (docs/dras.md): train DRAS-PG/A2C/PPO/DQL on a trace's training part with the
+three-phase curriculum, once per objective (eq. 1 capability, eq. 2 capacity), then compare them
+with `hpcgym compare` against FCFS+EASY, the knapsack optimizer, BinPacking and Random on windows
+of the test part, and sum up what the paper reports: the usual metrics, the share of jobs (and
+of processor-seconds) started ready / reserved / backfilled (Table 4), and the largest wait per
+job size class (Fig. 8, starvation).
+
+    python benchmarks/dras_eval.py --out runs/dras-eval               # SDSC-SP2, both objectives
+    python benchmarks/dras_eval.py --out runs/dras-eval --skip-training   # re-run the comparison
+
+Every step is an `hpcgym` command (printed before it runs), so each can be repeated by hand.
+Outputs in OUT: OBJECTIVE/ALGO/ (training runs: curve.csv, model.pt), OBJECTIVE/compare/,
+curves-OBJECTIVE.png (learning curves), results.json and results.md (the tables of docs/dras.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+_local = Path(sys.executable).parent / "hpcgym"
+HPCGYM = str(_local) if _local.exists() else "hpcgym"
+DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "SDSC-SP2-1998-4.2-cln.swf.gz"
+START_KINDS = ("ready", "reserved", "backfilled")
+#: a job is "large" from this share of the machine's processors up (our threshold; the paper
+#: compares small and large jobs on Theta without a number in its text)
+LARGE_SHARE = 0.2
+
+
+def run(cmd: list[str]) -> float:
+    """Run an hpcgym command, echoing it; its wall-clock seconds."""
+    print("$", " ".join(cmd), flush=True)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    return time.perf_counter() - t0
+
+
+def train(args, objective: str, algorithm: str, out: Path) -> float:
+    cmd = [HPCGYM, "train", f"dras-{algorithm}", "--trace", str(args.trace), "--train-fraction", str(args.train_fraction),
+           "--jobs", str(args.jobs), "--epochs", str(args.epochs), "--trajectories", str(args.trajectories),
+           "--envs", str(args.envs), "--reward", f"dras_{objective}", "--curriculum", args.curriculum,
+           "--seed", str(args.seed), "--out", str(out), "--eval-episodes", "0", "--no-progress"]
+    return run(cmd)
+
+
+def policies(objective: str, folder: Path, algorithms: list[str]) -> list[str]:
+    """FCFS+EASY (FCFS/B) first, the baseline, the optimizer with the same objective, the packers, then
+    the DRAS agents taking both levels; everyone sees DRAS's window of 50 jobs."""
+    knapsack = "knapsack" if objective == "capability" else "knapsack-capacity"
+    specs = ["fcfs-easy=fcfs,easy,window:50", f"optimization=select:{knapsack},backfill:none,window:50",
+             "binpacking=select:binpacking,backfill:none,window:50",
+             "random=select:random-packing,backfill:none,window:50"]
+    specs += [f"dras-{a}=select/backfill:model:{folder / a / 'model.pt'},easy,window:50" for a in algorithms]
+    return specs
+
+
+def read_jobs(path: Path) -> dict[str, np.ndarray]:
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+
+
+def job_tables(compare: Path, procs: int) -> dict[str, dict[str, float]]:
+    """Per policy, over all its sequences: start-kind shares of jobs and of processor-seconds,
+    and the largest wait (hours) of small and of large jobs."""
+    out = {}
+    for folder in sorted((compare / "jobs").iterdir()):
+        jobs = [read_jobs(p) for p in sorted(folder.glob("seq-*.csv"))]
+        cols = {k: np.concatenate([j[k] for j in jobs]) for k in jobs[0]}
+        work = cols["run"] * cols["size"]
+        row = {}
+        for code, name in enumerate(START_KINDS):
+            hit = cols["start_kind"] == code
+            row[f"{name}_jobs"] = float(hit.mean())
+            row[f"{name}_work"] = float(work[hit].sum() / work.sum())
+        large = cols["size"] >= LARGE_SHARE * procs
+        row["max_wait_small_h"] = float(cols["wait"][~large].max() / 3600) if (~large).any() else float("nan")
+        row["max_wait_large_h"] = float(cols["wait"][large].max() / 3600) if large.any() else float("nan")
+        out[folder.name] = row
+    return out
+
+
+def plot_curves(folder: Path, algorithms: list[str], objective: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for a in algorithms:
+        with open(folder / a / "curve.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        episodes = [int(r["episodes_total"]) for r in rows]
+        ax.plot(episodes, [float(r["return"]) for r in rows], label=f"DRAS-{a.upper()}")
+    ax.set_xlabel("training episodes")
+    ax.set_ylabel(f"mean episode return (eq. {1 if objective == 'capability' else 2})")
+    ax.set_title(f"DRAS learning curves, {objective} reward")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    p.add_argument("--procs", type=int, default=128, help="the trace's processors (size classes)")
+    p.add_argument("--train-fraction", type=float, default=0.8)
+    p.add_argument("--jobs", type=int, default=512, help="jobs per training episode and per test sequence")
+    p.add_argument("--epochs", type=int, default=12)
+    p.add_argument("--trajectories", type=int, default=8, help="episodes per epoch")
+    p.add_argument("--envs", type=int, default=4)
+    p.add_argument("--curriculum", default="sampled,real,synthetic")
+    p.add_argument("--samples", type=int, default=10, help="test sequences")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--objectives", default="capacity,capability")
+    p.add_argument("--algorithms", default="ppo,a2c,pg,dql")
+    p.add_argument("--parallel", type=int, default=1, help="training runs at once")
+    p.add_argument("--workers", type=int, default=2, help="hpcgym compare workers")
+    p.add_argument("--skip-training", action="store_true")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    algorithms = args.algorithms.split(",")
+    results: dict = {"settings": {k: str(v) for k, v in vars(args).items()}, "objectives": {}}
+    for objective in args.objectives.split(","):
+        folder = args.out / objective
+        seconds = {}
+        if not args.skip_training:
+            for a in algorithms:
+                shutil.rmtree(folder / a, ignore_errors=True)
+            with ThreadPoolExecutor(args.parallel) as pool:
+                times = pool.map(lambda a: train(args, objective, a, folder / a), algorithms)
+                seconds = dict(zip(algorithms, times))
+        plot_curves(folder, algorithms, objective, args.out / f"curves-{objective}.png")
+        compare = folder / "compare"
+        cmd = [HPCGYM, "compare", "--trace", str(args.trace), "--train-fraction", str(args.train_fraction),
+               "--part", "test", "--jobs", str(args.jobs), "--samples", str(args.samples), "--seed", "7",
+               "--workers", str(args.workers), "--out", str(compare), "--force"]
+        for spec in policies(objective, folder, algorithms):
+            cmd += ["--policy", spec]
+        run(cmd)
+        with open(compare / "summary.csv", newline="") as f:
+            summary = {r["policy"]: r for r in csv.DictReader(f)}
+        results["objectives"][objective] = {"train_seconds": seconds, "summary": summary,
+                                            "jobs": job_tables(compare, args.procs)}
+    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out / "results.md").write_text(markdown(results))
+    print((args.out / "results.md").read_text())
+
+
+def markdown(results: dict) -> str:
+    lines = []
+    for objective, r in results["objectives"].items():
+        lines += [f"### {objective} objective", ""]
+        if r["train_seconds"]:
+            lines += ["training seconds: " + ", ".join(f"DRAS-{a.upper()} {s:.0f}" for a, s in r["train_seconds"].items()),
+                      ""]
+        lines += ["| policy | mean wait (h) | max wait (h) | mean bsld | utilization | ready / reserved / backfilled "
+                  "(% jobs) | reserved (% proc-s) | max wait small / large (h) |", "|---|---|---|---|---|---|---|---|"]
+        for name, s in r["summary"].items():
+            if s["status"] != "ok":
+                lines.append(f"| {name} | failed: {s['error']} |")
+                continue
+            j = r["jobs"].get(name, {})
+            shares = " / ".join(f"{100 * j.get(f'{k}_jobs', float('nan')):.1f}" for k in START_KINDS)
+            lines.append(f"| {name} | {float(s['mean_wait_mean']) / 3600:.2f} | {float(s['max_wait_mean']) / 3600:.1f} | "
+                         f"{float(s['mean_bsld_mean']):.1f} | {float(s['utilization_mean']):.3f} | {shares} | "
+                         f"{100 * j.get('reserved_work', float('nan')):.1f} | "
+                         f"{j.get('max_wait_small_h', float('nan')):.1f} / {j.get('max_wait_large_h', float('nan')):.1f} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
