@@ -125,6 +125,16 @@ def test_each_phase_draws_its_own_kind_of_episode(tmp_path):
         assert consecutive == (phase == "real"), phase
 
 
+def test_synthetic_workload_key_needs_a_sample_and_excludes_sampled_jobsets(tmp_path):
+    trace = str(write_trace(tmp_path / "t.swf", jobs=100, procs=32, seed=2))
+    with pytest.raises(ConfigError, match="needs a sample seed"):
+        load_workload({"trace": trace, "jobs": 10, "synthetic": True})
+    with pytest.raises(ConfigError, match="exclude each other"):
+        load_workload({"trace": trace, "jobs": 10, "sample": 1, "synthetic": True, "sampled_jobset": True})
+    a, b = (load_workload({"trace": trace, "jobs": 30, "sample": s, "synthetic": True}) for s in (1, 2))
+    assert len(a) == 30 and a.procs == 32 and not np.array_equal(a.submit, b.submit)
+
+
 # ------------------------------------------------------------------------------------------ learning
 def _sampled_returns(algo, settings: TrainSettings, seeds) -> np.ndarray:
     """The policy's episode return on each held-out seed, acting by sampling (seeded per episode)."""
