@@ -126,18 +126,23 @@ def _expect(reply: dict[str, Any], *types: str) -> str:
 
 def load_agent(spec: str, **kwargs: Any) -> Agent:
     """An agent by built-in name (a priority policy such as `sjf`, or one of `BUILTIN_AGENTS`
-    such as `knapsack`), as `module:Class`, or as `model:PATH`: a trained checkpoint (`hpcgym
-    train`), served greedily unless `greedy=False` is passed, taking the checkpoint's kind."""
+    such as `knapsack`), as `module:Class`, as `model:PATH`: a trained checkpoint (`hpcgym
+    train`), served greedily unless `greedy=False` is passed, taking the checkpoint's kind, or as
+    `online:PATH`: the same checkpoint adapting online (`OnlineRLAgent`, keyword arguments pass
+    on), scoring its episodes from their end metrics (`reward="metrics"`), since in process and
+    in `hpcgym compare` no env reward reaches it."""
     if spec.lower() in POLICIES:
         return PriorityAgent(spec.lower(), **kwargs)
     if spec.lower() in BUILTIN_AGENTS:
         return BUILTIN_AGENTS[spec.lower()](**kwargs)
     if spec[:6].lower() == "model:":
         return load_model(spec[6:].strip(), **kwargs)
+    if spec[:7].lower() == "online:":
+        return load_model(spec[7:].strip(), online=True, **{"reward": "metrics", **kwargs})
     module_name, _, class_name = spec.partition(":")
     if not class_name:
         raise HpcgymError(f"unknown agent {spec!r}: use a built-in name "
-                          f"({', '.join([*POLICIES, *BUILTIN_AGENTS])}), module:Class or model:PATH")
+                          f"({', '.join([*POLICIES, *BUILTIN_AGENTS])}), module:Class, model:PATH or online:PATH")
     # `hpcgym agent mymodule:MyAgent` runs from a console script, whose sys.path holds the
     # script's folder, not the working directory: look there too, as `python -m` would.
     if "" not in sys.path and os.getcwd() not in sys.path:
@@ -149,18 +154,21 @@ def load_agent(spec: str, **kwargs: Any) -> Agent:
     return cls(**kwargs)
 
 
-def load_model(path: str | os.PathLike, **kwargs: Any) -> Agent:
-    """A checkpoint's policy as an agent (`RLAgent`). torch is imported only here, so agents
-    without a model need neither torch nor the rl extra."""
+def load_model(path: str | os.PathLike, online: bool = False, **kwargs: Any) -> Agent:
+    """A checkpoint's policy as an agent (`RLAgent`; with `online`, `OnlineRLAgent`, which keeps
+    updating it while it serves). torch is imported only here, so agents without a model need
+    neither torch nor the rl extra."""
+    prefix = "online" if online else "model"
     if not str(path):
-        raise HpcgymError("model: needs a checkpoint path, e.g. model:runs/ppo/model.pt")
+        raise HpcgymError(f"{prefix}: needs a checkpoint path, e.g. {prefix}:runs/ppo/model.pt")
     if not os.path.isfile(path):
-        raise HpcgymError(f"no checkpoint at {path} (model:PATH takes a file written by `hpcgym train`)")
+        raise HpcgymError(f"no checkpoint at {path} ({prefix}:PATH takes a file written by `hpcgym train`)")
     try:
+        from .rl.online import OnlineRLAgent
         from .rl.serve import RLAgent
     except ImportError as exc:
         raise HpcgymError(f"serving the model {path} needs the rl extra (pip install 'hpcgym[rl]'): {exc}") from None
-    return RLAgent(path, **kwargs)
+    return OnlineRLAgent(path, **kwargs) if online else RLAgent(path, **kwargs)
 
 
 def agent_name(spec: str) -> str:

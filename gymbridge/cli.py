@@ -203,7 +203,19 @@ def env_command(bind, trace, procs, policy, backfill, reward, decision_timeout, 
               help="Serve a trained checkpoint (from `hpcgym train`) instead of AGENT.")
 @click.option("--greedy/--sampling", default=True, show_default=True,
               help="With --model: take the best action, or sample from the policy.")
-@click.option("--sampling-seed", type=int, default=0, show_default=True, help="Seed of --sampling.")
+@click.option("--sampling-seed", type=int, default=0, show_default=True, help="Seed of --sampling (and of --online).")
+@click.option("--online", is_flag=True,
+              help="With --model: keep updating the policy while it serves (DRAS's dynamic mode; on-policy "
+                   "checkpoints: pg, a2c, ppo). It samples its actions (on-policy data).")
+@click.option("--online-every", type=click.IntRange(min=1),
+              help="With --online: decisions per update [default: 1000].")
+@click.option("--online-lr", type=click.FloatRange(min=0, min_open=True),
+              help="With --online: learning rate of the updates [default: the checkpoint's / 10].")
+@click.option("--online-save", type=click.Path(path_type=Path, dir_okay=False),
+              help="With --online: write the adapted checkpoint here after each update and episode.")
+@click.option("--online-reward", type=click.Choice(["auto", "env", "metrics"]), default="auto", show_default=True,
+              help="With --online: the rewards the env reports (env), the checkpoint's end reward scored from "
+                   "the episode's metrics (metrics), or metrics for an end-reward checkpoint, else env (auto).")
 @click.option("--connect", default="tcp://127.0.0.1:5555", show_default=True, help="Address of the env.")
 @click.option("--reset/--join", "controls", default=True, show_default=True,
               help="Start the episodes (reset) or join the ones another agent starts.")
@@ -218,20 +230,39 @@ def env_command(bind, trace, procs, policy, backfill, reward, decision_timeout, 
 @click.option("--curve-server", type=click.Path(path_type=Path, dir_okay=False), help="The env's public key file.")
 @click.option("--curve-secret", type=click.Path(path_type=Path, dir_okay=False), help="This agent's secret key file.")
 @click.option("--json", "as_json", is_flag=True, help="Print each episode's metrics as one JSON line.")
-def agent_command(agent, model, greedy, sampling_seed, connect, controls, episodes, session, seed, n_jobs, sample,
-                  require, timeout, curve_server, curve_secret, as_json) -> None:
-    """Serve AGENT (a built-in name such as sjf, or module:Class), or a checkpoint (--model), to an env."""
+def agent_command(agent, model, greedy, sampling_seed, online, online_every, online_lr, online_save, online_reward,
+                  connect, controls, episodes, session, seed, n_jobs, sample, require, timeout, curve_server,
+                  curve_secret, as_json) -> None:
+    """Serve AGENT (a built-in name such as sjf, or module:Class), or a checkpoint (--model), to an env;
+    with --online the checkpoint keeps learning while it serves."""
     from ..agents.runtime import agent_name, load_agent, run_agent
 
     if (agent is None) == (model is None):
         raise click.UsageError("name an AGENT or give --model CHECKPOINT (one of the two)")
+    ctx = click.get_current_context()
+    if not online:
+        given = [f"--{n.replace('_', '-')}" for n in ("online_every", "online_lr", "online_save", "online_reward")
+                 if ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} only apply with --online")
+    elif model is None:
+        raise click.UsageError("--online adapts a trained checkpoint: give --model CHECKPOINT")
+    elif greedy and ctx.get_parameter_source("greedy") == click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("--online samples its actions (on-policy data for its updates): drop --greedy")
     if model is not None:
         import torch
 
-        from ..agents.rl.serve import RLAgent
-
         torch.set_num_threads(1)  # one decision at a time: a small network gains nothing from more
-        policy, name = RLAgent(model, greedy=greedy, seed=sampling_seed), agent_name(f"rl-{model.stem}")
+        if online:
+            from ..agents.rl.online import DEFAULT_EVERY, OnlineRLAgent
+
+            policy = OnlineRLAgent(model, every=online_every or DEFAULT_EVERY, lr=online_lr, save=online_save,
+                                   seed=sampling_seed, reward=online_reward)
+            name = agent_name(f"rl-online-{model.stem}")
+        else:
+            from ..agents.rl.serve import RLAgent
+
+            policy, name = RLAgent(model, greedy=greedy, seed=sampling_seed), agent_name(f"rl-{model.stem}")
     else:
         policy, name = load_agent(agent), agent_name(agent)
 
@@ -242,6 +273,11 @@ def agent_command(agent, model, greedy, sampling_seed, connect, controls, episod
                  if v is not None}
     run = run_agent(policy, connect, name=name, session=session, reset=reset,
                     episodes=episodes, timeout=timeout, curve=_client_curve(curve_server, curve_secret))
+    if online:
+        info = policy.describe()["online"]
+        click.echo(f"online: {info['updates']} update(s) over {info['decisions']} decisions "
+                   f"(every {info['every']}, lr {info['lr']:g}, reward from {info['reward']})"
+                   + (f"; adapted checkpoint in {online_save}" if online_save else ""), err=True)
     for end in run.episodes:
         if as_json:
             click.echo(json.dumps({"episode": end["episode"], "reason": end["reason"], **end["metrics"]}))

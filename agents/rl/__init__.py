@@ -16,6 +16,7 @@ One module per concern, each readable on its own (CleanRL's one-file-per-algorit
 | `dql`           | deep Q-learning: epsilon decay, replay, target network, masked max (`dql_update`) |
 | `checkpoint`    | `save_checkpoint` / `load_checkpoint`: weights + config + encoder, window, kind   |
 | `serve`         | `RLAgent`: a checkpoint as an `Agent` (in process or `hpcgym agent --model`)       |
+| `online`        | `OnlineRLAgent`: a served checkpoint that keeps updating itself (`--online`)      |
 | `trainer`       | `Trainer`, `TrainSettings`: epochs, curve.csv, checkpoints, resume, evaluation    |
 
 Nothing is imported here, so `import hpcgym.agents.rl.storage` stays light; torch (and, for

@@ -70,12 +70,18 @@ class A2C(ActorCriticAlgorithm):
                 storage.set_last_value(i, float(self.values(runner.obs[i][None])[0]))
             if not len(storage):
                 continue
-            batch = storage.batch(self.device)
-            adv, ret = (torch.as_tensor(x, device=self.device, dtype=torch.float32)
-                        for x in storage.advantages(c.gamma, c.gae_lambda))
-            stats = a2c_update(self.model, self.clip_and_step, batch, adv, ret, c)
-            with torch.no_grad():
-                stats["explained_variance"] = explained_variance(self.model.value(batch["obs"]), ret)
-            updates.append(stats)
+            updates.append(self.update(storage))
         mean = {k: float(np.mean([u[k] for u in updates])) for k in updates[0]} if updates else {}
         return {**episode_stats(ended), **mean, "updates": len(updates)}
+
+    def update(self, storage: RolloutStorage) -> dict[str, float]:
+        """One actor-critic step on the steps in `storage` (one rollout segment): GAE advantages
+        and returns, bootstrapped from its last values, then `a2c_update`."""
+        c = self.config
+        batch = storage.batch(self.device)
+        adv, ret = (torch.as_tensor(x, device=self.device, dtype=torch.float32)
+                    for x in storage.advantages(c.gamma, c.gae_lambda))
+        stats = a2c_update(self.model, self.clip_and_step, batch, adv, ret, c)
+        with torch.no_grad():
+            stats["explained_variance"] = explained_variance(self.model.value(batch["obs"]), ret)
+        return stats

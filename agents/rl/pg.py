@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance, register
+from .storage import RolloutStorage
 
 
 @dataclass
@@ -56,10 +57,15 @@ class PG(ActorCriticAlgorithm):
 
     def train_epoch(self, runner, episodes: int) -> dict[str, float]:
         storage, ended = self.collect(runner, episodes)
+        return {**episode_stats(ended), **self.update(storage)}
+
+    def update(self, storage: RolloutStorage) -> dict[str, float]:
+        """One update on the steps in `storage`: Monte-Carlo returns (bootstrapped from its last
+        values where a sequence does not end), then `pg_update`."""
         batch = storage.batch(self.device)
         returns = torch.as_tensor(storage.monte_carlo_returns(self.config.gamma), device=self.device,
                                   dtype=torch.float32)
         stats = pg_update(self.model, self.clip_and_step, batch, returns, self.config)
         with torch.no_grad():
             stats["explained_variance"] = explained_variance(self.model.value(batch["obs"]), returns)
-        return {**episode_stats(ended), **stats}
+        return stats

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance, register
+from .storage import RolloutStorage
 
 
 @dataclass
@@ -83,8 +84,14 @@ class PPO(ActorCriticAlgorithm):
     Config = PPOConfig
 
     def train_epoch(self, runner, episodes: int) -> dict[str, float]:
-        c = self.config
         storage, ended = self.collect(runner, episodes)
+        return {**episode_stats(ended), **self.update(storage)}
+
+    def update(self, storage: RolloutStorage) -> dict[str, float]:
+        """The clipped passes over the steps in `storage`: GAE advantages and returns
+        (bootstrapped from its last values where a sequence does not end), then `ppo_update`;
+        `updates` is the number of gradient steps it took."""
+        c = self.config
         batch = storage.batch(self.device)
         adv, ret = (torch.as_tensor(x, device=self.device, dtype=torch.float32)
                     for x in storage.advantages(c.gamma, c.gae_lambda))
@@ -92,4 +99,4 @@ class PPO(ActorCriticAlgorithm):
         stats = ppo_update(self.model, self.clip_and_step, batch, adv, ret, c, self.rng)
         with torch.no_grad():
             stats["explained_variance"] = explained_variance(self.model.value(batch["obs"]), ret)
-        return {**episode_stats(ended), **stats, "updates": self.updates - before}
+        return {**stats, "updates": self.updates - before}

@@ -12,17 +12,19 @@ Items:
 - `KIND:AGENT` (KIND one of select, inspect, backfill, kill; several joined by `/`): an agent
   process that takes those kinds. AGENT is a built-in agent name (a priority name: a `select`
   agent that applies it to the visible window), `module:Class`, `model:PATH` (a checkpoint of
-  `hpcgym train`, served greedily), or `cmd:COMMAND LINE`, an external program started with
-  `{addr}` replaced by the env's address;
+  `hpcgym train`, served greedily), `online:PATH` (the same checkpoint adapting online while it
+  serves, `agents/rl/online.py`, with its defaults), or `cmd:COMMAND LINE`, an external program
+  started with `{addr}` replaced by the env's address;
 - `agent:module:Class` or a bare `module:Class`: a Python agent taking the kinds its class declares;
-- a bare `model:PATH`: a trained checkpoint taking the decision kind it was trained on;
+- a bare `model:PATH` or `online:PATH`: a trained checkpoint taking the decision kind it was trained on;
 - a bare `cmd:COMMAND LINE`: an external program taking `select`.
 
 A separator splits only where the text after it starts a new item (a known word, `KEY:` or
 `module:Class`), so a comma inside a command line stays part of it.
 
 Examples: `fcfs+easy`, `sjf,backfill:none`, `select:sjf,easy`, `select:sjf,inspect:my.mod:Inspector`,
-`ppo=select:model:runs/ppo/model.pt`, `c-sjf=cmd:examples/c-sjf/build/sjf_agent {addr} --join`.
+`ppo=select:model:runs/ppo/model.pt`, `ppo-online=online:runs/ppo/model.pt`,
+`c-sjf=cmd:examples/c-sjf/build/sjf_agent {addr} --join`.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ from ...environment.errors import ConfigError
 #: Simulation options a policy may set, besides the priority policy.
 OPTION_KEYS = ("backfill", "estimate", "overrun", "window", "max_interval", "max_rejections")
 INT_OPTIONS = ("window", "max_interval", "max_rejections")
-ITEM_KEYS = ("priority", "agent", "cmd", "model") + tuple(k for k in OPTION_KEYS if k != "backfill") + KINDS
+#: Agent sources that are a trained checkpoint: `model:PATH` (frozen) and `online:PATH` (adapting).
+CHECKPOINT_SOURCES = ("model", "online")
+ITEM_KEYS = ("priority", "agent", "cmd", *CHECKPOINT_SOURCES) + tuple(k for k in OPTION_KEYS if k != "backfill") + KINDS
 
 _NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.\-]*)=(.+)$", re.S)
 _MODULE_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -52,13 +56,13 @@ class AgentSpec:
     """One agent process of a policy: the kinds it takes and what it is."""
 
     kinds: tuple[str, ...]   # empty: the kinds its class (or checkpoint) declares (Python agents only)
-    source: str              # "builtin" (a built-in agent name), "python" (module:Class), "model" or "cmd"
+    source: str              # "builtin" (a built-in agent name), "python" (module:Class), "model", "online" or "cmd"
     target: str              # the priority name, module:Class, checkpoint path, or the command line
 
     @property
     def agent(self) -> str:
         """What `load_agent` takes (Python agents)."""
-        return f"model:{self.target}" if self.source == "model" else self.target
+        return f"{self.source}:{self.target}" if self.source in CHECKPOINT_SOURCES else self.target
 
     @property
     def label(self) -> str:
@@ -137,14 +141,15 @@ def parse_policy(text: str) -> PolicySpec:
             agents.append(_agent((), item.split(":", 1)[1].strip(), text))
         elif lowered.startswith("cmd:"):
             agents.append(_agent((SELECT,), item, text))
-        elif lowered.startswith("model:"):
+        elif lowered.startswith(("model:", "online:")):
             agents.append(_agent((), item, text))
         elif _MODULE_CLASS.match(item):
             agents.append(_agent((), item, text))
         else:
             raise ConfigError(f"policy {text!r}: cannot read {item!r}; items are a priority ({', '.join(POLICIES)}), "
                               f"a backfill mode ({', '.join(BACKFILL_MODES)}), KIND:AGENT (KIND among "
-                              f"{', '.join(KINDS)}), agent:module:Class, model:PATH, cmd:COMMAND or OPTION:VALUE")
+                              f"{', '.join(KINDS)}), agent:module:Class, model:PATH, online:PATH, cmd:COMMAND "
+                              "or OPTION:VALUE")
     policy = PolicySpec(name, spec, priority or "fcfs", options, tuple(agents))
     _check(policy)
     return policy
@@ -195,11 +200,12 @@ def _agent(kinds: tuple[str, ...], what: str, text: str) -> AgentSpec:
         if not kinds:
             kinds = (SELECT,)
         return AgentSpec(kinds, "cmd", command)
-    if what.lower().startswith("model:"):
-        path = what[6:].strip()
+    source = what.split(":", 1)[0].lower()
+    if source in CHECKPOINT_SOURCES and ":" in what:
+        path = what.split(":", 1)[1].strip()
         if not path:
-            raise ConfigError(f"policy {text!r}: model: needs a checkpoint path, e.g. model:runs/ppo/model.pt")
-        return AgentSpec(kinds, "model", path)
+            raise ConfigError(f"policy {text!r}: {source}: needs a checkpoint path, e.g. {source}:runs/ppo/model.pt")
+        return AgentSpec(kinds, source, path)
     if what.lower() in POLICIES or what.lower() in BUILTIN_AGENTS:
         if kinds != (SELECT,):
             raise ConfigError(f"policy {text!r}: the built-in agent {what!r} takes select only; write select:{what}")
@@ -208,7 +214,7 @@ def _agent(kinds: tuple[str, ...], what: str, text: str) -> AgentSpec:
         return AgentSpec(kinds, "python", what)
     raise ConfigError(f"policy {text!r}: agent {what!r} is not a built-in name "
                       f"({', '.join([*POLICIES, *BUILTIN_AGENTS])}), "
-                      "module:Class, model:PATH or cmd:COMMAND")
+                      "module:Class, model:PATH, online:PATH or cmd:COMMAND")
 
 
 def _set_once(what: str, old: str | None, new: str, text: str) -> str:

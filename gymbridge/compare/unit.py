@@ -31,7 +31,7 @@ from ...environment.decisions import KINDS
 from ...environment.errors import HpcgymError
 from ...environment.metrics import JOB_COLUMNS, summarize
 from ...environment.service import EnvService, kinds_key
-from .policy import AgentSpec, PolicySpec
+from .policy import CHECKPOINT_SOURCES, AgentSpec, PolicySpec
 
 DRIVER_NAME = "hpcgym-compare-driver"
 #: How often the env answers a waiting request with `pending`; the driver checks its agents then.
@@ -152,8 +152,8 @@ def _make_agent(spec: AgentSpec, cwd: str | None) -> Any:
 def _load_spec(spec: AgentSpec, cwd: str | None) -> str:
     """What `load_agent` takes; a relative checkpoint path is taken from the working directory of
     the comparison (as agent processes run there)."""
-    if spec.source == "model" and cwd and os.path.isdir(cwd):
-        return f"model:{os.path.join(cwd, spec.target)}"  # an absolute target stays as it is
+    if spec.source in CHECKPOINT_SOURCES and cwd and os.path.isdir(cwd):
+        return f"{spec.source}:{os.path.join(cwd, spec.target)}"  # an absolute target stays as it is
     return spec.agent
 
 
@@ -165,10 +165,10 @@ def _with_cwd_on_path(cwd: str | None) -> None:
 # --------------------------------------------------------------------------- over the protocol
 def _agent_kinds(spec: AgentSpec, cwd: str | None) -> tuple[str, ...]:
     """The kinds an agent takes; without explicit kinds, its class attribute for `module:Class`,
-    the checkpoint's kind for `model:PATH`."""
+    the checkpoint's kind for `model:PATH` and `online:PATH`."""
     if spec.kinds:
         return spec.kinds
-    if spec.source == "model":
+    if spec.source in CHECKPOINT_SOURCES:
         return tuple(_make_agent(spec, cwd).kinds)
     import importlib
 

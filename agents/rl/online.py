@@ -1,0 +1,227 @@
+"""Online adaptation of a served checkpoint: DRAS's "dynamic DRAS-PPO".
+
+DRAS (Fan et al., IEEE TPDS 2022, section 6, Fig. 10) keeps training its PPO network while it
+schedules in production, at a much lower update frequency than in training ("we need a stable
+model and only adjust models when workload dramatically changes"). `OnlineRLAgent` does that
+with an hpcgym checkpoint of an on-policy actor-critic algorithm (pg, a2c or ppo):
+
+- it acts by **sampling** from the policy with a seeded generator, never greedily: the updates
+  are on-policy, so the data must come from the policy being updated (its log-probabilities
+  are what PPO's ratio divides by);
+- it records each decision (network input, mask, action, log-probability, value) and credits
+  it with the reward reported after it: what `on_reward` reports before the next decision (the
+  env's account since this agent's previous decision), or at the episode's end;
+- once `every` decisions are complete (their reward is in), the next decision first bootstraps
+  the segment with V(its observation) and runs the algorithm's own update rule
+  (`algorithm.update(storage)`: the same code as an epoch of `hpcgym train`) at the learning
+  rate `lr`; then it acts with the updated policy;
+- at an episode's end the last decision is closed as terminal; the segment is updated if it
+  holds at least `every // 2` decisions (a much smaller batch would take as large a step on
+  noisier advantages), else its decisions, complete and terminal, stay for the next segment.
+  An episode that ends without metrics (cut short: reset by another agent, env lost) is not
+  learnt from: its decisions not yet in an update are dropped.
+
+Defaults, and why:
+
+- `every = 1000` decisions. DRAS updated every 10 scheduling instances in training; 1000 is a
+  hundred times rarer, and about one PPO minibatch (`minibatch_size` 1024), so each of the
+  update's passes is one full-batch step on advantages normalised over a large enough sample.
+  On the papers' systems (a few hundred to some thousands of jobs a day) that is one update
+  every few hours to few days.
+- `lr` = the checkpoint's learning rate / 10: the optimizer (Adam, with its moment estimates
+  from training) goes on, but each step moves the policy about a tenth as far as in training,
+  so a served policy drifts slowly and one unusual segment cannot undo what training learnt.
+- `reward = "auto"`: a checkpoint trained with an end reward (`bsld`, `wait`, `utilization`,
+  a function of the episode's metrics) scores its episodes itself from the metrics
+  `on_episode_end` gets ("metrics"), so it learns the reward it was trained for in process,
+  in `hpcgym compare` (whose env reports no rewards) and over the protocol alike; a checkpoint
+  trained with a per-decision reward (`queue_wait`, `dras_*`) takes the rewards the env reports
+  ("env"): start `hpcgym env --reward` with the checkpoint's reward.
+
+Deterministic: the same checkpoint, seed and decisions (and rewards) give the same actions and
+the same weights, bit for bit (on one CPU thread). With `save`, the adapted checkpoint is
+written atomically after each update and at each episode's end; it keeps the checkpoint's
+training learning rate in its optimizer state (so resuming training from it is not slowed) and
+notes the adaptation under `trainer["online"]`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...environment.decisions import Action, Decision
+from ...environment.errors import HpcgymError
+from ..slots import slot_action
+from .checkpoint import Checkpoint, make_checkpoint, save_checkpoint
+from .serve import RLAgent
+from .storage import RolloutStorage
+
+#: Algorithms whose checkpoints can adapt online (on-policy, with an `update(storage)`).
+ONLINE_ALGORITHMS = ("pg", "a2c", "ppo")
+#: Default decisions per update (see the module's docstring).
+DEFAULT_EVERY = 1000
+#: Default learning rate: the checkpoint's, divided by this.
+LR_DIVISOR = 10.0
+REWARD_SOURCES = ("auto", "env", "metrics")
+
+
+class OnlineRLAgent(RLAgent):
+    """A checkpoint's policy that keeps learning while it serves (see the module docstring).
+
+    It samples its actions (on-policy data) from a generator seeded with `seed`, which also
+    drives the update's own randomness (PPO's minibatch order)."""
+
+    def __init__(self, model: str | Path | Checkpoint, *, every: int = DEFAULT_EVERY, lr: float | None = None,
+                 save: str | Path | None = None, seed: int = 0, reward: str = "auto",
+                 device: str = "cpu") -> None:
+        super().__init__(model, greedy=False, seed=seed, device=device)
+        ckpt, algo = self.checkpoint, self.algorithm
+        if ckpt.algorithm not in ONLINE_ALGORITHMS or not callable(getattr(algo, "update", None)):
+            raise HpcgymError(f"online adaptation needs an on-policy checkpoint ({', '.join(ONLINE_ALGORITHMS)}); "
+                              f"this one is {ckpt.algorithm} (off-policy: serve it without --online)")
+        if int(every) < 1:
+            raise HpcgymError(f"online: every must be at least 1 decision, got {every}")
+        self.every = int(every)
+        self.final_min = max(1, self.every // 2)
+        self.train_lr = float(algo.config.lr)
+        self.lr = self.train_lr / LR_DIVISOR if lr is None else float(lr)
+        if not self.lr > 0:
+            raise HpcgymError(f"online: the learning rate must be positive, got {lr}")
+        for optimizer in algo.optimizers().values():
+            for group in optimizer.param_groups:
+                group["lr"] = self.lr
+        self.seed = int(seed)
+        algo.rng = self.rng                      # one seeded stream: sampling and the update's shuffles
+        self.trained_reward = ckpt.env.get("reward")
+        self.reward_source = self._reward_source(reward)
+        self.save_path = Path(save) if save is not None else None
+        self.storage = RolloutStorage(1)
+        self.pending: dict[str, Any] | None = None   # the last decision, its reward still coming in
+        self.episode_start = 0                        # where this episode's steps begin in `storage`
+        self.last_step: int | None = None
+        self.decisions = 0                            # decisions taken (all episodes)
+        self.updates = 0                              # updates done
+        self.episodes = 0
+        self.dropped = 0                              # decisions of cut episodes, not learnt from
+        self.last_update: dict[str, float] = {}
+        self._rewarded = False                        # a nonzero env reward came this episode
+
+    def _reward_source(self, reward: str) -> str:
+        if reward not in REWARD_SOURCES:
+            raise HpcgymError(f"online: unknown reward source {reward!r}; use one of {', '.join(REWARD_SOURCES)}")
+        end = self._end_reward_spec() is not None
+        if reward == "auto":
+            return "metrics" if end else "env"
+        if reward == "metrics" and not end:
+            raise HpcgymError(f"online: scoring episodes from their metrics needs a checkpoint trained with an end "
+                              f"reward (bsld, wait, utilization); this one was trained with "
+                              f"{self.trained_reward or 'no recorded reward'}, which only the env computes: serve "
+                              f"it with `hpcgym agent --model CHECKPOINT --online` against `hpcgym env --reward "
+                              f"{self.trained_reward or 'SPEC'}`")
+        return reward
+
+    def _end_reward_spec(self):
+        """The checkpoint's reward spec when it is a function of the episode's metrics only."""
+        from ...environment.rewards import REWARDS, EndReward
+
+        spec = REWARDS.get(str(self.trained_reward))
+        return spec if spec is not None and isinstance(spec.make(), EndReward) else None
+
+    # ---------------------------------------------------------------- the Agent hooks
+    def act(self, decision: Decision) -> Action:
+        obs, mask, ids = self.observe(decision)
+        obs = np.array(obs, dtype=np.float32)       # copies: the steps are kept until the update
+        mask = np.array(mask)
+        if self.last_step is not None and decision.step <= self.last_step:
+            self._drop_episode()                    # a new episode began with no on_episode_end
+        self.last_step = decision.step
+        if self.pending is not None:
+            self._close(done=False)
+        if len(self.storage) >= self.every:
+            self.storage.set_last_value(0, float(self.algorithm.values(obs[None])[0]))
+            self._update()
+        actions, extras = self.algorithm.sample(obs[None], mask[None])
+        slot = int(actions[0])
+        self.pending = {"obs": obs, "mask": mask, "action": slot, "logp": float(extras["logp"][0]),
+                        "value": float(extras["value"][0]), "reward": 0.0}
+        self.decisions += 1
+        return slot_action(decision.kind, slot, ids, self.window)
+
+    def on_reward(self, reward: float) -> None:
+        """The env's reward since this agent's previous decision: that decision's (in `env`
+        mode; a reward before the episode's first decision belongs to no decision of ours)."""
+        if reward:
+            self._rewarded = True
+        if self.reward_source == "env" and self.pending is not None:
+            self.pending["reward"] += float(reward)
+
+    def on_episode_end(self, metrics: dict[str, Any]) -> None:
+        self.episodes += 1
+        if not metrics:                              # cut short: nothing to learn from it
+            self._drop_episode()
+        elif self.pending is not None:
+            if self.reward_source == "metrics":
+                self.pending["reward"] += float(self._end_reward_spec().make().end(None, metrics))
+            elif not self._rewarded:
+                warnings.warn(f"online agent: the env reported no reward this episode; it learns from zero "
+                              f"rewards. Start `hpcgym env --reward {self.trained_reward or 'SPEC'}` (the "
+                              f"checkpoint's reward)", RuntimeWarning, stacklevel=2)
+            self._close(done=True)
+        self.last_step, self._rewarded = None, False
+        updated = False
+        if len(self.storage) >= self.final_min and self.storage.steps[0]["done"][-1]:
+            self.storage.set_last_value(0, 0.0)      # ends terminal: nothing is bootstrapped
+            self._update()
+            updated = True
+        if not updated:
+            self.save()
+
+    # ---------------------------------------------------------------- segments and updates
+    def _close(self, done: bool) -> None:
+        p = self.pending
+        self.storage.add(0, p["obs"], p["mask"], p["action"], p["logp"], p["value"], p["reward"], done)
+        self.pending = None
+        if done:
+            self.episode_start = len(self.storage)
+
+    def _drop_episode(self) -> None:
+        """Forget this episode's decisions that are in no update yet."""
+        steps = self.storage.steps[0]
+        self.dropped += len(steps["action"]) - self.episode_start + (self.pending is not None)
+        for name in steps:
+            del steps[name][self.episode_start:]
+        self.pending = None
+
+    def _update(self) -> None:
+        self.last_update = self.algorithm.update(self.storage)
+        self.updates += 1
+        self.storage = RolloutStorage(1)
+        self.episode_start = 0
+        self.save()
+
+    def save(self) -> Path | None:
+        """Write the adapted checkpoint to `save` (atomically), if one was asked for."""
+        if self.save_path is None:
+            return None
+        c = self.checkpoint
+        previous = dict(c.trainer.get("online", {}))
+        online = {"updates": int(previous.get("updates", 0)) + self.updates,
+                  "decisions": int(previous.get("decisions", 0)) + self.decisions,
+                  "every": self.every, "lr": self.lr, "reward": self.reward_source, "seed": self.seed}
+        ckpt = make_checkpoint(self.algorithm, kind=c.kind, encoder=c.encoder, window=c.window, epoch=c.epoch,
+                               env=c.env, trainer={**c.trainer, "online": online})
+        for state in ckpt.state["optimizers"].values():    # the training rate, for a later resume
+            for group in state["param_groups"]:
+                group["lr"] = self.train_lr
+        return save_checkpoint(self.save_path, ckpt)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "online": {
+            "every": self.every, "lr": self.lr, "reward": self.reward_source, "decisions": self.decisions,
+            "updates": self.updates, "pending": len(self.storage) + (self.pending is not None),
+            "episodes": self.episodes, "dropped": self.dropped, "save": str(self.save_path) if self.save_path else None,
+            "last_update": dict(self.last_update)}}
