@@ -10,7 +10,9 @@ job size class (Fig. 8, starvation).
 
 Every step is an `hpcgym` command (printed before it runs), so each can be repeated by hand.
 Outputs in OUT: OBJECTIVE/ALGO/ (training runs: curve.csv, model.pt), OBJECTIVE/compare/,
-curves-OBJECTIVE.png (learning curves), results.json and results.md (the tables of docs/dras.md).
+curves-OBJECTIVE.png (learning curves), results-OBJECTIVES.json and .md (the tables of docs/dras.md).
+With PPO among the algorithms, DRAS-PPO also schedules the whole test part as one episode over
+the protocol, static (greedy; sampling) and dynamic (sampling with online updates, `--online`).
 """
 
 from __future__ import annotations
@@ -37,20 +39,24 @@ START_KINDS = ("ready", "reserved", "backfilled")
 LARGE_SHARE = 0.2
 
 
-def run(cmd: list[str]) -> float:
-    """Run an hpcgym command, echoing it; its wall-clock seconds."""
+def run(cmd: list[str]) -> None:
+    """Run an hpcgym command, echoing it."""
     print("$", " ".join(cmd), flush=True)
-    t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT)
-    return time.perf_counter() - t0
 
 
-def train(args, objective: str, algorithm: str, out: Path) -> float:
+def training_seconds(folder: Path) -> float:
+    """The seconds a training run's epochs took (its curve.csv), setup and checkpoints aside."""
+    with open(folder / "curve.csv", newline="") as f:
+        return sum(float(r["seconds"]) for r in csv.DictReader(f))
+
+
+def train(args, objective: str, algorithm: str, out: Path) -> None:
     cmd = [HPCGYM, "train", f"dras-{algorithm}", "--trace", str(args.trace), "--train-fraction", str(args.train_fraction),
            "--jobs", str(args.jobs), "--epochs", str(args.epochs), "--trajectories", str(args.trajectories),
            "--envs", str(args.envs), "--reward", f"dras_{objective}", "--curriculum", args.curriculum,
            "--seed", str(args.seed), "--out", str(out), "--eval-episodes", "0", "--no-progress"]
-    return run(cmd)
+    run(cmd)
 
 
 def policies(objective: str, folder: Path, algorithms: list[str]) -> list[str]:
@@ -111,6 +117,39 @@ def plot_curves(folder: Path, algorithms: list[str], objective: str, path: Path)
     plt.close(fig)
 
 
+def dynamic(args, objective: str, folder: Path) -> dict[str, dict]:
+    """Static vs dynamic DRAS-PPO (the paper's Fig. 10) over the whole test part as one episode:
+    `hpcgym env` with the objective's reward, and `hpcgym agent --model` served greedily, by
+    sampling, and sampling with online updates (`--online`), each a fresh agent process."""
+    import tempfile
+
+    from hpcgym.environment.spec import load_workload
+    from hpcgym.environment.swf import write_swf
+
+    test = folder / "test-part.swf"
+    write_swf(test, load_workload({"trace": str(args.trace), "train_fraction": args.train_fraction, "part": "test"}))
+    model = folder / "ppo" / "model.pt"
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        bind = f"ipc://{tmp}/env.ipc"
+        env = subprocess.Popen([HPCGYM, "env", "--bind", bind, "--trace", str(test), "--reward", f"dras_{objective}",
+                                "--decision-timeout", "300"], cwd=ROOT, stderr=subprocess.DEVNULL)
+        try:
+            for name, extra in (("static, greedy", []), ("static, sampling", ["--sampling"]),
+                                ("dynamic", ["--online", "--online-save", str(folder / "ppo-online.pt")])):
+                cmd = [HPCGYM, "agent", "--model", str(model), "--connect", bind, "--seed", "0", "--json",
+                       "--timeout", "300", *extra]
+                print("$", " ".join(cmd), flush=True)
+                t0 = time.perf_counter()
+                done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
+                out[name] = {**json.loads(done.stdout.strip().splitlines()[-1]),
+                             "seconds": time.perf_counter() - t0, "log": done.stderr.strip().splitlines()[-1:]}
+        finally:
+            env.terminate()
+            env.wait(timeout=30)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
@@ -128,19 +167,19 @@ def main() -> None:
     p.add_argument("--parallel", type=int, default=1, help="training runs at once")
     p.add_argument("--workers", type=int, default=2, help="hpcgym compare workers")
     p.add_argument("--skip-training", action="store_true")
+    p.add_argument("--skip-dynamic", action="store_true", help="no static vs dynamic DRAS-PPO run")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     algorithms = args.algorithms.split(",")
     results: dict = {"settings": {k: str(v) for k, v in vars(args).items()}, "objectives": {}}
     for objective in args.objectives.split(","):
         folder = args.out / objective
-        seconds = {}
         if not args.skip_training:
             for a in algorithms:
                 shutil.rmtree(folder / a, ignore_errors=True)
             with ThreadPoolExecutor(args.parallel) as pool:
-                times = pool.map(lambda a: train(args, objective, a, folder / a), algorithms)
-                seconds = dict(zip(algorithms, times))
+                list(pool.map(lambda a: train(args, objective, a, folder / a), algorithms))
+        seconds = {a: training_seconds(folder / a) for a in algorithms}
         plot_curves(folder, algorithms, objective, args.out / f"curves-{objective}.png")
         compare = folder / "compare"
         cmd = [HPCGYM, "compare", "--trace", str(args.trace), "--train-fraction", str(args.train_fraction),
@@ -153,9 +192,12 @@ def main() -> None:
             summary = {r["policy"]: r for r in csv.DictReader(f)}
         results["objectives"][objective] = {"train_seconds": seconds, "summary": summary,
                                             "jobs": job_tables(compare, args.procs)}
-    (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "results.md").write_text(markdown(results))
-    print((args.out / "results.md").read_text())
+        if "ppo" in algorithms and not args.skip_dynamic:
+            results["objectives"][objective]["dynamic"] = dynamic(args, objective, folder)
+    name = "results-" + "-".join(results["objectives"])
+    (args.out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out / f"{name}.md").write_text(markdown(results))
+    print((args.out / f"{name}.md").read_text())
 
 
 def markdown(results: dict) -> str:
@@ -178,6 +220,13 @@ def markdown(results: dict) -> str:
                          f"{100 * j.get('reserved_work', float('nan')):.1f} | "
                          f"{j.get('max_wait_small_h', float('nan')):.1f} / {j.get('max_wait_large_h', float('nan')):.1f} |")
         lines.append("")
+        if r.get("dynamic"):
+            lines += ["| DRAS-PPO on the whole test part | mean wait (h) | max wait (h) | mean bsld | utilization | seconds |",
+                      "|---|---|---|---|---|---|"]
+            for name, m in r["dynamic"].items():
+                lines.append(f"| {name} | {m['mean_wait'] / 3600:.2f} | {m['max_wait'] / 3600:.1f} | {m['mean_bsld']:.1f} | "
+                             f"{m['utilization']:.3f} | {m['seconds']:.0f} |")
+            lines.append("")
     return "\n".join(lines) + "\n"
 
 
