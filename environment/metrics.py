@@ -3,6 +3,8 @@
 Bounded slowdown uses the interactive threshold of 10 s: max((wait + run) / max(run, 10), 1).
 Utilization is used processor-seconds (completed runs plus work lost to kills) over the
 processor-seconds available from the first submit to the last end.
+`start_kind` says how each job's (last) start came about, as in DRAS (Fan et al., TPDS 2022,
+section 3.2 and Table 4): a code into START_KINDS; docs/semantics.md section 11 has the rules.
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ BSLD_THRESHOLD = 10
 
 #: Per-job columns, in the order written to CSV.
 JOB_COLUMNS = ("job_id", "submit", "start", "end", "wait", "run", "size", "requested", "response",
-               "slowdown", "bsld", "kills", "rejections", "lost_work", "walltime_killed")
+               "slowdown", "bsld", "kills", "rejections", "lost_work", "walltime_killed", "start_kind")
+
+#: Names of the `start_kind` codes 0, 1, 2: started at once because it fit when selected; selected
+#: when it did not fit, held the reservation and started later; started ahead of a waiting job.
+START_KINDS = ("ready", "reserved", "backfilled")
 
 
 def summarize(jobs: dict[str, np.ndarray], procs: int) -> dict[str, Any]:
@@ -42,7 +48,18 @@ def summarize(jobs: dict[str, np.ndarray], procs: int) -> dict[str, Any]:
         "kills": int(jobs["kills"].sum()),
         "lost_work": int(jobs["lost_work"].sum()),
         "walltime_killed": int(jobs["walltime_killed"].sum()),
+        **_start_shares(jobs),
     }
+
+
+def _start_shares(jobs: dict[str, np.ndarray]) -> dict[str, float]:
+    """started_ready, started_reserved, started_backfilled: shares of the jobs (they sum to 1,
+    up to float rounding). Empty for columns without `start_kind` (CSV files written before it)."""
+    kinds = jobs.get("start_kind")
+    if kinds is None:
+        return {}
+    counts = np.bincount(np.asarray(kinds, dtype=np.int64), minlength=len(START_KINDS))
+    return {f"started_{name}": int(counts[k]) / len(kinds) for k, name in enumerate(START_KINDS)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,7 +85,7 @@ class RunResult:
             "slowdown": response / run,
             "bsld": np.maximum(response / np.maximum(run, BSLD_THRESHOLD), 1.0),
             "kills": c["kills"], "rejections": c["rejections"], "lost_work": c["lost_work"],
-            "walltime_killed": c["walltime_killed"],
+            "walltime_killed": c["walltime_killed"], "start_kind": c["start_kind"],
         }
         return cls(procs, jobs, summarize(jobs, procs))
 

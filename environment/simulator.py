@@ -32,6 +32,8 @@ from .workload import Workload
 
 NEVER = sys.maxsize
 PENDING, QUEUED, RUNNING, DONE = 0, 1, 2, 3
+# How a job started (the `start_kind` column; names in metrics.START_KINDS; docs/semantics.md 11)
+READY, RESERVED, BACKFILLED = 0, 1, 2
 
 
 class Simulation:
@@ -95,6 +97,8 @@ class Simulation:
         self._kills = [0] * n
         self._rejections = [0] * n
         self._lost = [0] * n
+        self._start_kind = [-1] * n  # how the job's latest start came about: READY, RESERVED, BACKFILLED
+        self._held = [READY] * n     # EASY/none: RESERVED once the job was the reserved job of a pass
         self._queue: list[int] = []
         self._running: list[tuple[int, int]] = []   # (estimated end, index), sorted
         self._finishes: list[tuple[int, int]] = []  # heap of (end, index)
@@ -168,7 +172,7 @@ class Simulation:
                 procs=self.procs, job_id=self.workload.job_id, submit=self.workload.submit,
                 start=self._start, end=self._end, run=self._run, size=self.workload.size,
                 requested=self.workload.requested, kills=self._kills, rejections=self._rejections,
-                lost_work=self._lost, walltime_killed=self._walltime_killed)
+                lost_work=self._lost, walltime_killed=self._walltime_killed, start_kind=self._start_kind)
         return self._result
 
     # ----------------------------------------------------------------- the loop
@@ -239,9 +243,11 @@ class Simulation:
                     self._wakeup = now + self.config.max_interval
                     return
             if len(picks) > 1 or size[picks[0]] <= self.free:
+                held = self._held
                 for i in picks:
-                    self._start_job(i, now)
+                    self._start_job(i, now, held[i])
                 continue
+            self._held[picks[0]] = RESERVED  # the reserved job: when select starts it later, it is RESERVED
             if self.config.backfill == "easy":
                 if BACKFILL in self.external:
                     yield from self._backfill_by_agent(picks[0], now)
@@ -257,7 +263,7 @@ class Simulation:
         else:
             insort(self._queue, i, key=self._rank.__getitem__)
 
-    def _start_job(self, i: int, now: int) -> None:
+    def _start_job(self, i: int, now: int, kind: int) -> None:
         queue = self._queue
         if queue[0] == i:
             del queue[0]
@@ -265,6 +271,7 @@ class Simulation:
             queue.remove(i)
         self._state[i] = RUNNING
         self._start[i] = now
+        self._start_kind[i] = kind
         end = now + self._run[i]
         self._end[i] = end
         self.free -= self._size[i]
@@ -291,6 +298,7 @@ class Simulation:
         self._lost[i] += (self.now - self._start[i]) * self._size[i]
         self._kills[i] += 1
         self._start[i] = self._end[i] = -1
+        self._held[i] = READY  # a new wait: only a reservation made after the requeue counts
         self._enqueue(i)
 
     def _resort(self, now: int) -> None:
@@ -343,7 +351,7 @@ class Simulation:
                 free -= s
                 extra -= s
         for i in chosen:
-            self._start_job(i, now)
+            self._start_job(i, now, BACKFILLED)
 
     def _backfill_candidates(self, head: int, now: int, shadow: int, extra: int) -> list[int]:
         free, size, est = self.free, self._size, self._est
@@ -363,7 +371,7 @@ class Simulation:
             i = self._index[job]
             if now + self._est[i] > shadow:
                 extra -= self._size[i]
-            self._start_job(i, now)
+            self._start_job(i, now, BACKFILLED)
 
     def _conservative_pass(self, now: int) -> None:
         """Conservative: every queued job holds a reservation, placed in queue order at the
@@ -378,15 +386,27 @@ class Simulation:
         rank = {i: r for r, i in enumerate(self._queue)}
         order = sorted(old, key=lambda i: (old[i], rank[i])) + [i for i in self._queue if i not in old]
         reservations: dict[int, int] = {}
+        started = []
         for i in order:
             size, est = self._size[i], self._est[i]
             start = profile.earliest(size, est)
             profile.occupy(start, start + est, size)
             if start == now and size <= self.free:
-                self._start_job(i, now)
+                self._start_job(i, now, READY)
+                started.append(i)
             else:
                 reservations[i] = start
         self._reservations = reservations
+        if started:
+            # a start behind a job that still waits (in queue order) is BACKFILLED; otherwise one
+            # that held a reservation from an earlier pass is RESERVED; the rest stay READY
+            first_waiting = min([rank[i] for i in reservations], default=NEVER)
+            kinds = self._start_kind
+            for i in started:
+                if rank[i] > first_waiting:
+                    kinds[i] = BACKFILLED
+                elif i in old:
+                    kinds[i] = RESERVED
 
     # ----------------------------------------------------------------- observations
     def _decision(self, kind: str, candidates: list[int], context: dict[str, Any],

@@ -43,6 +43,10 @@ METRICS_KEYS = ("jobs", "mean_wait", "max_wait", "mean_response", "mean_slowdown
                 "utilization", "makespan", "kills", "lost_work", "walltime_killed")
 JOB_COLUMNS = ("job_id", "submit", "start", "end", "wait", "run", "size", "requested", "response", "slowdown",
                "bsld", "kills", "rejections", "lost_work", "walltime_killed")
+# Added to the text of 1.0 later (PROTOCOL.md section 5, episode_end): checked where sent, never required.
+OPTIONAL_METRICS_KEYS = ("started_ready", "started_reserved", "started_backfilled")
+OPTIONAL_JOB_COLUMNS = ("start_kind",)
+START_KIND_CODES = (0, 1, 2)
 OBSERVATION_KEYS = ("time", "procs", "free", "queue_length", "queue", "running", "context")
 QUEUE_COLUMNS = ("id", "submit", "size", "requested", "estimate", "wait", "rejections", "user")
 RUNNING_COLUMNS = ("id", "start", "size", "requested", "estimated_end")
@@ -440,6 +444,19 @@ class _EnvChecker:
             self.check("records", ok, f"missing columns {missing}, lengths {sorted(lengths)}, jobs "
                                       f"{metrics.get('jobs')}" if not ok else f"{len(JOB_COLUMNS)} columns of "
                                       f"{metrics.get('jobs')} jobs")
+            if "start_kind" in jobs:
+                kinds = jobs["start_kind"]
+                bad = [k for k in kinds if type(k) is not int or k not in START_KIND_CODES] \
+                    if isinstance(kinds, list) else [kinds]
+                self.check("start_kind", not bad, f"values not in {list(START_KIND_CODES)}: {_short(bad)}" if bad
+                           else f"{len(kinds)} codes in {list(START_KIND_CODES)}")
+        shares = [metrics[k] for k in OPTIONAL_METRICS_KEYS if k in metrics]
+        if shares:
+            ok = (len(shares) == len(OPTIONAL_METRICS_KEYS)
+                  and all(isinstance(v, float) and 0.0 <= v <= 1.0 for v in shares)
+                  and abs(sum(shares) - 1.0) <= 1e-9)
+            self.check("start_shares", ok, f"{dict(zip(OPTIONAL_METRICS_KEYS, shares))}"
+                       + ("" if ok else f": expected all of {list(OPTIONAL_METRICS_KEYS)} as floats summing to 1"))
         reward = end.get("reward")
         if self.reward == "bsld" and isinstance(metrics.get("mean_bsld"), (int, float)):
             want = -float(metrics["mean_bsld"])

@@ -71,11 +71,12 @@ OBSERVATION_EMPTY = {
 }
 METRICS = {"jobs": 3, "mean_wait": 56.67, "max_wait": 90, "mean_response": 110.0, "mean_slowdown": 4.5,
            "mean_bsld": 4.27, "max_bsld": 10.0, "utilization": 0.61, "makespan": 150, "kills": 0,
-           "lost_work": 0, "walltime_killed": 0}
+           "lost_work": 0, "walltime_killed": 0, "started_ready": 0.3333333333333333,
+           "started_reserved": 0.6666666666666666, "started_backfilled": 0.0}
 JOBS = {"job_id": [1, 2, 3], "submit": [0, 10, 20], "start": [0, 100, 100], "end": [100, 150, 110],
         "wait": [0, 90, 80], "run": [100, 50, 10], "size": [4, 2, 2], "requested": [100, 60, 20],
         "response": [100, 140, 90], "slowdown": [1.0, 2.8, 9.0], "bsld": [1.0, 2.8, 9.0], "kills": [0, 0, 0],
-        "rejections": [0, 0, 0], "lost_work": [0, 0, 0], "walltime_killed": [0, 0, 0]}
+        "rejections": [0, 0, 0], "lost_work": [0, 0, 0], "walltime_killed": [0, 0, 0], "start_kind": [0, 1, 1]}
 WELCOME_ENV = {
     "kinds": ["select", "inspect", "backfill", "kill"],
     "policies": ["fcfs", "sjf"],
