@@ -44,6 +44,9 @@ from .base import Agent
 OBJECTIVES = ("capability", "capacity")
 #: What the capacity objective divides by: the jobs waiting at the decision, or after the picks.
 CAPACITY_COUNTS = ("decision", "remaining")
+#: What t_j of the capacity objective is: the job's wait, or its estimated run time (see
+#: `environment.rewards.DRASCapacityRuntime`).
+CAPACITY_TIMES = ("wait", "runtime")
 
 #: Objective values within this relative distance of the best count as ties.
 TIE_TOLERANCE = 1e-12
@@ -223,6 +226,8 @@ class KnapsackAgent(Agent):
     - `capacity_count`: "decision" (default: c = jobs waiting at the decision, so the capacity
       objective is the additive knapsack max sum 1/t_j) or "remaining" (c = jobs left waiting;
       see the module docstring for why that one may idle the cluster).
+    - `capacity_time`: t_j is the wait ("wait", default) or the estimated run time ("runtime",
+      the `dras_capacity_runtime` reward's reading; the knapsack then prefers short jobs).
     - One knapsack per scheduling instance (DRAS: "per scheduling instance"): when the
       simulation asks again at the same instant after this agent started jobs, it waits. With
       `once_per_instant=False` it solves again (capability then keeps adding jobs while any
@@ -237,17 +242,20 @@ class KnapsackAgent(Agent):
 
     def __init__(self, objective: str = "capability", weights: Sequence[float] = (1 / 3, 1 / 3, 1 / 3),
                  window: int = 50, once_per_instant: bool = True, capacity_count: str = "decision",
-                 min_wait: float = 1.0) -> None:
+                 min_wait: float = 1.0, capacity_time: str = "wait") -> None:
         if objective not in OBJECTIVES:
             raise ConfigError(f"unknown knapsack objective {objective!r}: use {' or '.join(OBJECTIVES)}")
         if len(weights) != 3:
             raise ConfigError(f"the capability objective takes three weights, got {weights!r}")
         if window < 1:
             raise ConfigError(f"window must be at least 1, got {window}")
+        if capacity_time not in CAPACITY_TIMES:
+            raise ConfigError(f"capacity_time must be one of {', '.join(CAPACITY_TIMES)}, got {capacity_time!r}")
         if capacity_count not in CAPACITY_COUNTS:
             raise ConfigError(f"capacity_count must be one of {', '.join(CAPACITY_COUNTS)}, got {capacity_count!r}")
         self.objective = objective
         self.capacity_count = capacity_count
+        self.capacity_time = capacity_time
         self.weights = tuple(float(w) for w in weights)
         self.window = int(window)
         self.once_per_instant = once_per_instant
@@ -270,7 +278,8 @@ class KnapsackAgent(Agent):
                 waits[:pickable], queue["size"][:pickable], t_max=float(max(waits, default=0)),
                 procs=int(obs["procs"]), free=int(obs["free"]), weights=self.weights, nonempty=must_start)
         else:
-            value, picks = best_capacity(queue["wait"], queue["size"], pickable, free=int(obs["free"]),
+            times = queue["wait"] if self.capacity_time == "wait" else queue["estimate"]
+            value, picks = best_capacity(times, queue["size"], pickable, free=int(obs["free"]),
                                          count=self.capacity_count, min_wait=self.min_wait, nonempty=must_start)
         self.last_value = value
         if not picks:

@@ -29,6 +29,7 @@ from .packing import BinPackingAgent, RandomPackingAgent, TetrisAgent, TetrisSta
 BUILTIN_AGENTS: dict[str, Callable[..., Agent]] = {
     "knapsack": lambda **kw: KnapsackAgent("capability", **kw),
     "knapsack-capacity": lambda **kw: KnapsackAgent("capacity", **kw),
+    "knapsack-capacity-runtime": lambda **kw: KnapsackAgent("capacity", capacity_time="runtime", **kw),
     "binpacking": BinPackingAgent,
     "random-packing": RandomPackingAgent,
     "tetris": TetrisAgent,

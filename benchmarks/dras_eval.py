@@ -34,6 +34,9 @@ _local = Path(sys.executable).parent / "hpcgym"
 HPCGYM = str(_local) if _local.exists() else "hpcgym"
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "SDSC-SP2-1998-4.2-cln.swf.gz"
 START_KINDS = ("ready", "reserved", "backfilled")
+#: objective -> the reward spec dras_OBJECTIVE and the knapsack optimizing the same objective
+KNAPSACKS = {"capability": "knapsack", "capacity": "knapsack-capacity",
+             "capacity_runtime": "knapsack-capacity-runtime"}
 #: a job is "large" from this share of the machine's processors up (our threshold; the paper
 #: compares small and large jobs on Theta without a number in its text)
 LARGE_SHARE = 0.2
@@ -62,7 +65,7 @@ def train(args, objective: str, algorithm: str, out: Path) -> None:
 def policies(objective: str, folder: Path, algorithms: list[str]) -> list[str]:
     """FCFS+EASY (FCFS/B) first, the baseline, the optimizer with the same objective, the packers, then
     the DRAS agents taking both levels; everyone sees DRAS's window of 50 jobs."""
-    knapsack = "knapsack" if objective == "capability" else "knapsack-capacity"
+    knapsack = KNAPSACKS[objective]
     specs = ["fcfs-easy=fcfs,easy,window:50", f"optimization=select:{knapsack},backfill:none,window:50",
              "binpacking=select:binpacking,backfill:none,window:50",
              "random=select:random-packing,backfill:none,window:50"]
@@ -109,7 +112,7 @@ def plot_curves(folder: Path, algorithms: list[str], objective: str, path: Path)
         episodes = [int(r["episodes_total"]) for r in rows]
         ax.plot(episodes, [float(r["return"]) for r in rows], label=f"DRAS-{a.upper()}")
     ax.set_xlabel("training episodes")
-    ax.set_ylabel(f"mean episode return (eq. {1 if objective == 'capability' else 2})")
+    ax.set_ylabel(f"mean episode return ({objective})")
     ax.set_title(f"DRAS learning curves, {objective} reward")
     ax.legend()
     fig.tight_layout()
@@ -162,7 +165,8 @@ def main() -> None:
     p.add_argument("--curriculum", default="sampled,real,synthetic")
     p.add_argument("--samples", type=int, default=10, help="test sequences")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--objectives", default="capacity,capability")
+    p.add_argument("--objectives", default="capacity,capability,capacity_runtime",
+                   help=f"among {', '.join(KNAPSACKS)} (eq. 2 read with waits / with run times)")
     p.add_argument("--algorithms", default="ppo,a2c,pg,dql")
     p.add_argument("--parallel", type=int, default=1, help="training runs at once")
     p.add_argument("--workers", type=int, default=2, help="hpcgym compare workers")

@@ -79,13 +79,16 @@ class DRASReward(Reward):
     def __init__(self) -> None:
         self.mark = 0
 
+    #: what the score reads of the jobs left waiting: their waits, or their estimated run times
+    queue_times = "queue_waits"
+
     def step(self, sim: Any) -> float:
         starts = sim.started_since(self.mark)
         self.mark = sim.started_count
         if not starts:
             return 0.0
         at = starts[-1][1]
-        return self.score(sim, starts, sim.queue_waits(at))
+        return self.score(sim, starts, getattr(sim, self.queue_times)(at))
 
     def end(self, sim: Any, summary: dict[str, Any]) -> float:
         return self.step(sim)
@@ -144,6 +147,19 @@ class DRASCapacity(DRASReward):
         return -sum(1.0 / max(t, m) for t in waiting) / (len(waiting) + len(starts))
 
 
+class DRASCapacityRuntime(DRASCapacity):
+    """DRAS eq. (2) with t_j the estimated run time of job j (at least 1 s) instead of its wait.
+
+    The paper does not define t_j. Read as a wait, the sum hardly counts jobs that have waited
+    long, so a policy maximizing it may starve them (docs/dras.md measures that). Read as the run
+    time, eq. (2) is DeepRM's slowdown reward (sum of -1/T_j over the jobs in the system, Mao et
+    al. 2016) restricted to the queue, which "aims to minimize the average job wait time" as the
+    paper says: leaving a short job waiting costs the most.
+    """
+
+    queue_times = "queue_estimates"
+
+
 @dataclass(frozen=True)
 class RewardSpec:
     name: str
@@ -169,6 +185,8 @@ REWARDS: dict[str, RewardSpec] = {
                                     "decision: minus the sum of 1/wait (s, at least 1) over the jobs left waiting, "
                                     "divided by the jobs waiting before the picks; 0 if none started",
                    DRASCapacity),
+        RewardSpec("dras_capacity_runtime", "as dras_capacity with 1/estimated run time (s, at least 1) in place "
+                                            "of 1/wait (DeepRM's slowdown reward over the queue)", DRASCapacityRuntime),
     )
 }
 

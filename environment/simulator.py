@@ -465,6 +465,11 @@ class Simulation:
         submit = self._submit
         return [at - submit[i] for i in self._queue if submit[i] <= at]
 
+    def queue_estimates(self, at: int) -> list[int]:
+        """The estimated run times of the jobs `queue_waits(at)` covers, in the same order."""
+        submit, est = self._submit, self._est
+        return [est[i] for i in self._queue if submit[i] <= at]
+
     def total_size(self, job_ids: Iterable[int]) -> int:
         return sum(self._size[self._index[j]] for j in job_ids)
 

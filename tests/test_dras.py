@@ -11,7 +11,7 @@ import torch
 from hpcgym.agents.dras import DRASEncoder, DRASNetwork, dras_hidden, window_mask
 from hpcgym.agents.encoders import get_encoder
 from hpcgym.agents.rl.policy import MaskedCategorical, choose
-from hpcgym.environment.rewards import REWARDS, DRASCapability, DRASCapacity, get_reward
+from hpcgym.environment.rewards import REWARDS, DRASCapability, DRASCapacity, DRASCapacityRuntime, get_reward
 from hpcgym.environment.simulator import Simulation
 from hpcgym.environment.workload import Workload
 
@@ -151,14 +151,15 @@ def test_dras_rewards_on_a_tiny_scenario():
     t=100: decision 6 (queue C). S = {B, D}: t_B = 90, t_D = 30, mean 60; C waited 60, so
       t_max = 90; mean size 5; N_used = 10:
       eq. 1 = (1/3)(60/90) + (1/3)(5/10) + (1/3)(10/10) = 2/9 + 1/6 + 1/3 = 13/18.
-      eq. 2: J = {C}, c = 3 waiting at the decision: -(1/60) / 3 = -1/180. Wait.
+      eq. 2: J = {C}, c = 3 waiting at the decision: -(1/60) / 3 = -1/180; read with run
+      times (dras_capacity_runtime; C's estimate is its request, 50 s): -(1/50) / 3 = -1/150. Wait.
     t=150: B, D end; decision 7 (queue C): 0. Start C (t_C = 110).
     End: S = {C}, t_max = 110: eq. 1 = (1/3)(110/110) + (1/3)(3/10) + (1/3)(3/10) = 8/15;
       eq. 2: J = {} -> 0.
     """
     sim = Simulation(_workload([[1, 0, 100, 10], [2, 10, 50, 4], [3, 40, 50, 3], [4, 70, 50, 6]]),
                      external=["select"])
-    capability, capacity = DRASCapability(), DRASCapacity()
+    capability, capacity, runtime = DRASCapability(), DRASCapacity(), DRASCapacityRuntime()
     plan = [[1], None, None, None, [2, 4], None, [3]]
     got = []
     d = sim.reset()
@@ -166,12 +167,13 @@ def test_dras_rewards_on_a_tiny_scenario():
     for action in plan:
         assert d is not None and d.kind == "select"
         times.append(d.time)
-        got.append((capability.step(sim), capacity.step(sim)))
+        got.append((capability.step(sim), capacity.step(sim), runtime.step(sim)))
         d = sim.step(action)
     assert d is None and times == [0, 10, 40, 70, 100, 100, 150]
     summary = sim.result().summary
-    got.append((capability.end(sim, summary), capacity.end(sim, summary)))
-    expected = [(0, 0), (2 / 3, 0), (0, 0), (0, 0), (0, 0), (13 / 18, -1 / 180), (0, 0), (8 / 15, 0)]
+    got.append((capability.end(sim, summary), capacity.end(sim, summary), runtime.end(sim, summary)))
+    expected = [(0, 0, 0), (2 / 3, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0), (13 / 18, -1 / 180, -1 / 150), (0, 0, 0),
+                (8 / 15, 0, 0)]
     assert np.allclose(got, expected, atol=1e-12)
     assert sim.started_count == 4
     assert [s[0] for s in sim.started_since(1)] == [1, 3, 2]   # indices of B, D, C
@@ -181,6 +183,7 @@ def test_capability_weights_and_the_table():
     assert DRASCapability((1, 0, 0)).w1 == 1.0
     assert isinstance(get_reward("dras_capability").make(), DRASCapability)
     assert isinstance(get_reward("dras_capacity").make(), DRASCapacity)
+    assert isinstance(get_reward("dras_capacity_runtime").make(), DRASCapacityRuntime)
 
 
 def test_env_service_offers_the_dras_rewards():

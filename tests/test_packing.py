@@ -224,6 +224,17 @@ def test_knapsack_capacity_by_hand():
     assert remaining.act(make_decision(queue, free=10, procs=12, can_wait=False)) == [2]
 
 
+def test_knapsack_capacity_with_run_times_by_hand():
+    """capacity_time="runtime": t_j is the estimate. Estimates 100, 2000, 400 (1/t = 0.01, 0.0005,
+    0.0025), sizes 6, 5, 4, 10 free: {1, 3} = 0.0125 beats {1} = 0.01, {2, 3} = 0.003 and {1, 2}
+    (11 > 10) -> jobs 1 and 3; by waits (100, 0 -> 1 s, 50) it would be {2, 3}."""
+    queue = [(1, 0, 6, 100), (2, 100, 5, 2000), (3, 50, 4, 400)]
+    assert KnapsackAgent("capacity", capacity_time="runtime").act(make_decision(queue, free=10, procs=12)) == [1, 3]
+    assert KnapsackAgent("capacity").act(make_decision(queue, free=10, procs=12)) == [2, 3]
+    with pytest.raises(HpcgymError, match="capacity_time"):
+        KnapsackAgent("capacity", capacity_time="queue")
+
+
 def test_knapsack_window_and_once_per_instant():
     """Only the first `window` jobs are picked; a second select at the same instant waits."""
     queue = [(1, 0, 8, 10), (2, 10, 1, 10), (3, 20, 1, 10)]
@@ -338,7 +349,8 @@ def test_builtin_names():
     assert type(load_agent("tetris")) is TetrisAgent
     assert type(load_agent("Tetris-Star")) is TetrisStarAgent
     assert isinstance(load_agent("sjf"), PriorityAgent) and isinstance(load_agent("random"), PriorityAgent)
-    assert set(BUILTIN_AGENTS) == {"knapsack", "knapsack-capacity", "binpacking", "random-packing",
-                                   "tetris", "tetris-star"}
+    assert load_agent("knapsack-capacity-runtime").capacity_time == "runtime"
+    assert set(BUILTIN_AGENTS) == {"knapsack", "knapsack-capacity", "knapsack-capacity-runtime", "binpacking",
+                                   "random-packing", "tetris", "tetris-star"}
     with pytest.raises(HpcgymError, match="knapsack"):
         load_agent("no-such-agent")
