@@ -99,24 +99,79 @@ def job_tables(compare: Path, procs: int) -> dict[str, dict[str, float]]:
     return out
 
 
-def plot_curves(folder: Path, algorithms: list[str], objective: str, path: Path) -> None:
+VALIDATION_SEEDS = [2 ** 30 + k for k in range(4)]
+
+
+def validation_curve(run_dir: Path, args) -> list[dict[str, float]]:
+    """Each epoch's checkpoint, greedy, on the same 4 windows of the training part (seeds no
+    training episode uses): mean return and mean wait per epoch, as the paper's convergence plots
+    validate each snapshot. Cached in run_dir/validation.csv."""
+    cache = run_dir / "validation.csv"
+    if cache.exists():
+        with open(cache, newline="") as f:
+            return [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    from hpcgym.agents.rl.checkpoint import load_checkpoint
+    from hpcgym.agents.rl.trainer import TrainSettings, make_env
+
+    rows = []
+    for path in sorted(p for p in run_dir.glob("epoch_*.pt") if p.stem[len("epoch_"):].isdigit()):
+        ckpt = load_checkpoint(path)
+        settings = TrainSettings.from_json(ckpt.trainer["settings"], curriculum=None)
+        workload = {"trace": str(args.trace), "train_fraction": args.train_fraction, "part": "train",
+                    "jobs": args.jobs, "sample": True}
+        env, algo = make_env(settings, workload), ckpt.build()
+        returns, waits = [], []
+        for seed in VALIDATION_SEEDS:
+            obs, info = env.reset(seed=seed)
+            total, done = 0.0, False
+            while not done:
+                action = int(algo.act(obs[None], np.asarray(info["action_mask"], bool)[None])[0])
+                obs, reward, done, _, info = env.step(action)
+                total += reward
+            returns.append(total)
+            waits.append(info["metrics"]["mean_wait"] / 3600)
+        rows.append({"epoch": ckpt.epoch, "episodes": int(ckpt.trainer["next_episode"]),
+                     "return": float(np.mean(returns)), "mean_wait_h": float(np.mean(waits))})
+    with open(cache, "w", newline="") as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows
+
+
+def plot_curves(folder: Path, algorithms: list[str], objective: str, path: Path, args) -> None:
+    """Training return (the sampling / epsilon-greedy policy, per phase: phases differ in load)
+    and the greedy validation return and mean wait per epoch; phase boundaries dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    from hpcgym.agents.rl.trainer import parse_curriculum
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
     for a in algorithms:
         with open(folder / a / "curve.csv", newline="") as f:
             rows = list(csv.DictReader(f))
-        episodes = [int(r["episodes_total"]) for r in rows]
-        ax.plot(episodes, [float(r["return"]) for r in rows], label=f"DRAS-{a.upper()}")
-    ax.set_xlabel("training episodes")
-    ax.set_ylabel(f"mean episode return ({objective})")
-    ax.set_title(f"DRAS learning curves, {objective} reward")
-    ax.legend()
+        label = f"DRAS-{a.upper()}"
+        axes[0].plot([int(r["episodes_total"]) for r in rows], [float(r["return"]) for r in rows], label=label)
+        valid = validation_curve(folder / a, args)
+        axes[1].plot([r["episodes"] for r in valid], [r["return"] for r in valid], label=label)
+        axes[2].plot([r["episodes"] for r in valid], [r["mean_wait_h"] for r in valid], label=label)
+    phases = parse_curriculum(args.curriculum, args.epochs * args.trajectories)
+    for ax, title in zip(axes, ("training return (behaviour policy)", "validation return (greedy)",
+                                "validation mean wait (h, greedy)")):
+        end = 0
+        for _, episodes in phases[:-1]:
+            end += episodes
+            ax.axvline(end, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_xlabel("training episodes")
+        ax.set_title(title, fontsize=10)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"DRAS on {args.trace.name.split('-')[0]}-{args.trace.name.split('-')[1]}, {objective} reward "
+                 f"(phases: {', '.join(p for p, _ in phases)})", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -184,7 +239,7 @@ def main() -> None:
             with ThreadPoolExecutor(args.parallel) as pool:
                 list(pool.map(lambda a: train(args, objective, a, folder / a), algorithms))
         seconds = {a: training_seconds(folder / a) for a in algorithms}
-        plot_curves(folder, algorithms, objective, args.out / f"curves-{objective}.png")
+        plot_curves(folder, algorithms, objective, args.out / f"curves-{objective}.png", args)
         compare = folder / "compare"
         cmd = [HPCGYM, "compare", "--trace", str(args.trace), "--train-fraction", str(args.train_fraction),
                "--part", "test", "--jobs", str(args.jobs), "--samples", str(args.samples), "--seed", "7",
