@@ -117,7 +117,31 @@ class DRASEncoder(Encoder):
 ENCODERS["dras"] = lambda window, procs, priority_size=None, **_: DRASEncoder(window, procs, priority_size)
 
 
-class DRASNetwork(nn.Module):
+class _DRASBase(nn.Module):
+    """What both DRAS networks share: the sizes (W, N, the 2W + N table rows, the actions, the
+    hidden widths) and the 1x2 convolution that turns each table row into one value."""
+
+    def __init__(self, window: int, nodes: int, n_actions: int | None, hidden: Sequence[int] | None) -> None:
+        super().__init__()
+        self.window, self.nodes = int(window), int(nodes)
+        self.rows = 2 * self.window + self.nodes
+        self.n_actions = self.window if n_actions is None else int(n_actions)
+        if self.n_actions < self.window:
+            raise ValueError(f"need at least the {self.window} window slots as actions, got {self.n_actions}")
+        h1, h2 = tuple(hidden) if hidden is not None else dras_hidden(self.window, self.nodes)
+        self.hidden = (int(h1), int(h2))
+        self.conv = nn.Conv2d(1, 1, kernel_size=(1, 2))
+
+    def row_values(self, obs: torch.Tensor) -> torch.Tensor:
+        """(B, 2W + N): the convolution over the table. Features past the table (a two-kind env's
+        kind flag) are not DRAS's input: the level is implicit in the mask, as in the paper, where
+        both levels share one network."""
+        b = obs.shape[0]
+        x = obs.reshape(b, -1)[:, :2 * self.rows].reshape(b, 1, self.rows, 2)
+        return self.conv(x).reshape(b, self.rows)
+
+
+class DRASNetwork(_DRASBase):
     """DRAS's network (see the module docstring): 1x2 convolution, two leaky-ReLU fully connected
     layers, `n_actions` logits (default W) and an optional value head.
 
@@ -129,15 +153,8 @@ class DRASNetwork(nn.Module):
     def __init__(self, window: int, nodes: int, n_actions: int | None = None,
                  hidden: Sequence[int] | None = None, value_head: bool = True,
                  negative_slope: float = 0.01) -> None:
-        super().__init__()
-        self.window, self.nodes = int(window), int(nodes)
-        self.rows = 2 * self.window + self.nodes
-        self.n_actions = self.window if n_actions is None else int(n_actions)
-        if self.n_actions < self.window:
-            raise ValueError(f"need at least the {self.window} window slots as actions, got {self.n_actions}")
-        h1, h2 = tuple(hidden) if hidden is not None else dras_hidden(self.window, self.nodes)
-        self.hidden = (int(h1), int(h2))
-        self.conv = nn.Conv2d(1, 1, kernel_size=(1, 2))
+        super().__init__(window, nodes, n_actions, hidden)
+        h1, h2 = self.hidden
         self.body = nn.Sequential(
             nn.Linear(self.rows, h1, bias=False), nn.LeakyReLU(negative_slope),
             nn.Linear(h1, h2, bias=False), nn.LeakyReLU(negative_slope))
@@ -145,10 +162,7 @@ class DRASNetwork(nn.Module):
         self.critic = nn.Linear(h2, 1) if value_head else None
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        # features past the table (a two-kind env's kind flag) are not DRAS's input: the level is
-        # implicit in the mask, as in the paper, where both levels share one network
-        x = obs.reshape(obs.shape[0], -1)[:, :2 * self.rows].reshape(obs.shape[0], 1, self.rows, 2)
-        return self.body(self.conv(x).reshape(obs.shape[0], self.rows))
+        return self.body(self.row_values(obs))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         h = self.features(obs)
@@ -170,7 +184,7 @@ class DRASNetwork(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
 
-class DRASQNetwork(nn.Module):
+class DRASQNetwork(_DRASBase):
     """DRAS-DQL's network: one job at a time. For window slot k the input is the [2 + N, 2] table of
     that job's [2, 2] block followed by the N node rows (Table 3: [4362, 2] on Theta), and the
     output is one Q value; the same network scores every slot. Actions past the window (an env's
@@ -185,15 +199,8 @@ class DRASQNetwork(nn.Module):
 
     def __init__(self, window: int, nodes: int, n_actions: int | None = None,
                  hidden: Sequence[int] | None = None, negative_slope: float = 0.01) -> None:
-        super().__init__()
-        self.window, self.nodes = int(window), int(nodes)
-        self.rows = 2 * self.window + self.nodes
-        self.n_actions = self.window if n_actions is None else int(n_actions)
-        if self.n_actions < self.window:
-            raise ValueError(f"need at least the {self.window} window slots as actions, got {self.n_actions}")
-        h1, h2 = tuple(hidden) if hidden is not None else dras_hidden(self.window, self.nodes)
-        self.hidden = (int(h1), int(h2))
-        self.conv = nn.Conv2d(1, 1, kernel_size=(1, 2))
+        super().__init__(window, nodes, n_actions, hidden)
+        h1, h2 = self.hidden
         self.fc1 = nn.Linear(2 + self.nodes, h1, bias=False)
         self.rest = nn.Sequential(nn.LeakyReLU(negative_slope), nn.Linear(h1, h2, bias=False),
                                   nn.LeakyReLU(negative_slope), nn.Linear(h2, 1))
@@ -201,8 +208,7 @@ class DRASQNetwork(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         b, w = obs.shape[0], self.window
-        x = obs.reshape(b, -1)[:, :2 * self.rows].reshape(b, 1, self.rows, 2)
-        rows = self.conv(x).reshape(b, self.rows)                     # one value per row
+        rows = self.row_values(obs)                                    # one value per row
         jobs = rows[:, :2 * w].reshape(b, w, 2)                        # each job's two rows
         weight = self.fc1.weight
         node_part = rows[:, 2 * w:] @ weight[:, 2:].T                  # (B, h1), once per state

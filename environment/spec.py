@@ -8,6 +8,7 @@ same keys and refuse bad ones with the same messages.
 from __future__ import annotations
 
 import os
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from . import sequences
 from .config import SimConfig
 from .errors import ConfigError
-from .fitted import fit_workload_model, generate_from_model
+from .fitted import WorkloadModel, fit_workload_model, generate_from_model
 from .lublin import LublinParams, generate_lublin
 from .swf import read_swf
 from .workload import Workload
@@ -121,8 +122,20 @@ def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
     if spec.get("sampled_jobset"):
         return sequences.sampled_jobset(workload, jobs, sample)
     if spec.get("synthetic"):
-        return generate_from_model(fit_workload_model(workload), jobs, sample)
+        return generate_from_model(_fitted(workload), jobs, sample)
     return sequences.random_window(workload, jobs, sample)
+
+
+#: Models fitted to loaded workloads: a synthetic episode is cut from a cached source each time,
+#: and refitting the same source for every episode would be wasted work.
+_MODELS: weakref.WeakKeyDictionary[Workload, WorkloadModel] = weakref.WeakKeyDictionary()
+
+
+def _fitted(workload: Workload) -> WorkloadModel:
+    model = _MODELS.get(workload)
+    if model is None:
+        model = _MODELS[workload] = fit_workload_model(workload)
+    return model
 
 
 WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset", "synthetic")

@@ -140,8 +140,7 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
     from ..agents.rl.trainer import Trainer, TrainSettings, parse_curriculum
 
     algorithm = algorithm.lower()
-    dras = algorithm.startswith("dras-")
-    if dras:  # DRAS's defaults for every flag the command line leaves at its default
+    if algorithm.startswith("dras-"):  # DRAS's defaults for every flag the command line leaves at its default
         from ..agents.dras import TRAINING_DEFAULTS as D
 
         algorithm = algorithm[len("dras-"):]

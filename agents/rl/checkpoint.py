@@ -57,6 +57,11 @@ class Checkpoint:
         return algo
 
 
+def checkpoint_kinds(kind: str) -> tuple[str, ...]:
+    """The kinds a checkpoint's (or training's) `kind` names: one kind, or several joined by "+"."""
+    return tuple(kind.split("+"))
+
+
 def _plain(value: Any) -> Any:
     """Only values the weights-only unpickler accepts (paths and other objects become str)."""
     if isinstance(value, dict):  # int keys stay: an optimizer's state is keyed by parameter index

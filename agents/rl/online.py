@@ -172,12 +172,10 @@ class OnlineRLAgent(RLAgent):
                               f"checkpoint's reward)", RuntimeWarning, stacklevel=2)
             self._close(done=True)
         self.last_step, self._rewarded = None, False
-        updated = False
         if len(self.storage) >= self.final_min and self.storage.steps[0]["done"][-1]:
             self.storage.set_last_value(0, 0.0)      # ends terminal: nothing is bootstrapped
-            self._update()
-            updated = True
-        if not updated:
+            self._update()                           # saves too
+        else:
             self.save()
 
     # ---------------------------------------------------------------- segments and updates

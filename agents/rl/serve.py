@@ -20,12 +20,7 @@ from ...environment.decisions import BACKFILL, SELECT, Action, Decision
 from ...environment.errors import HpcgymError
 from ..base import Agent
 from ..slots import drop_last_slot, slot_action, slot_mask, slot_observation
-from .checkpoint import Checkpoint, load_checkpoint
-
-
-def checkpoint_kinds(kind: str) -> tuple[str, ...]:
-    """The kinds a checkpoint's `kind` names: one kind, or several joined by "+"."""
-    return tuple(kind.split("+"))
+from .checkpoint import Checkpoint, checkpoint_kinds, load_checkpoint
 
 
 class RLAgent(Agent):

@@ -31,14 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from ...environment.errors import ConfigError
-from .algorithm import Algorithm, config_from_dict, get_algorithm
-from .checkpoint import (Checkpoint, CheckpointError, latest_checkpoint, load_checkpoint, make_checkpoint,
-                         save_checkpoint)
 from ...environment.decisions import BACKFILL, SELECT
+from ...environment.errors import ConfigError
 from ..slots import drop_last_slot
+from .algorithm import Algorithm, config_from_dict, get_algorithm
+from .checkpoint import (Checkpoint, CheckpointError, checkpoint_kinds, latest_checkpoint, load_checkpoint,
+                         make_checkpoint, save_checkpoint)
 from .runner import Runner
-from .serve import checkpoint_kinds
 
 if TYPE_CHECKING:
     from ...gymbridge.compare.plan import SequenceSpec
