@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..environment.decisions import SELECT, Action, Decision
-from .heuristics import PriorityPolicy, get_policy
+from ..environment.priorities import PriorityPolicy, get_policy
 
 
 class Agent:

@@ -14,6 +14,7 @@ Encoders (by name in `ENCODERS`; `get_encoder("a+b", ...)` concatenates any of t
   estimated end), padded to `window`. Row k is the job kill action k + 1 names.
 - `nodes`: `NodeAvailabilityEncoder`, the share of processors free now and at increasing
   horizons, assuming running jobs end at their estimated ends.
+- `dras`: `DRASEncoder`, DRAS's table of window jobs and one row per node.
 
 Tables are flattened row by row: `vector[:window * len(COLUMNS)].reshape(window, len(COLUMNS))`
 gives the table back (`Encoder.parts` lists each part's offset and shape for concatenations).
@@ -249,11 +250,83 @@ class ConcatEncoder(Encoder):
         return [(e.name or type(e).__name__, where.start, e.shape) for e, where in self._slices]
 
 
+class DRASEncoder(Encoder):
+    """DRAS's state (Fan et al., TPDS 2022, section 3.1). A table of 2W + N rows of 2 values, flattened row by row.
+    
+    - Rows 2k and 2k + 1 are window job k (k < W, queue order): row 2k = [size, estimated run time],
+      row 2k + 1 = [priority flag, queued time] (DRAS: each job is a [2, 2] block of these four
+      values, in this order). Missing jobs (queue shorter than W) are zero blocks; a real job has a
+      size > 0, so a padding block is never mistaken for a job.
+    - Rows 2W + p are the nodes, [available, time until its estimated release] (DRAS: 1 if free
+      and 0 time; else 0 and its estimated available time - now). The cluster here is a processor
+      count, so each processor is a node: the F free processors first ([1, 0] each), then each
+      running job's processors (its size many rows [0, remaining]), by estimated end. remaining is
+      estimated end - now, at least 0 (a job past its estimate is expected to end now). N rows in
+      all; any rows a cluster does not fill (e.g. an inconsistent observation) stay zero.
+    
+    Normalisation (every value in [0, 1], as all hpcgym encoders): sizes / N; times (estimate,
+    queued time, remaining) on the toolkit's log scale `log1p(s) / log1p(one week)` clipped to 1
+    (`agents.encoders`); the flags are 0/1. The estimated run time is the observation's `estimate`
+    (what the simulator's reservations and the node release times use; the user's request under the
+    default `--estimate requested`). The priority flag: the observation holds no priority, so it is
+    0, unless `priority_size` is given: then 1 for a job of at least `priority_size` processors
+    (e.g. a capability job on Theta, where large jobs have high priority).
+    """
+
+    def __init__(self, window: int, procs: int, priority_size: int | None = None) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        if not procs or procs < 1:
+            raise ValueError("the dras encoder needs the cluster's processors (one row per node)")
+        self.window = int(window)
+        self.procs = int(procs)
+        self.priority_size = priority_size
+        self.rows = 2 * self.window + self.procs
+        self.size = 2 * self.rows
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.rows, 2)
+
+    def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
+        if observation["procs"] != self.procs:
+            raise ValueError(f"the dras encoder was made for {self.procs} processors, "
+                             f"not {observation['procs']}")
+        table = out.reshape(self.rows, 2)
+        q = observation["queue"]
+        n = min(len(q["id"]), self.window)
+        if n:
+            size = np.asarray(q["size"][:n], np.float64)
+            times = np.array([q["estimate"][:n], q["wait"][:n]], np.float64)
+            _log_time(times)
+            jobs = table[:2 * n].reshape(n, 4)  # [size, estimate, priority, queued time]
+            jobs[:, 0] = np.minimum(size / self.procs, 1.0)
+            jobs[:, 1] = times[0]
+            if self.priority_size is not None:
+                jobs[:, 2] = size >= self.priority_size
+            jobs[:, 3] = times[1]
+        nodes = table[2 * self.window:]
+        free = min(int(observation["free"]), self.procs)
+        nodes[:free, 0] = 1.0
+        r = observation["running"]
+        if not r["id"]:
+            return
+        ends = np.asarray(r["estimated_end"], np.float64)
+        order = np.argsort(ends, kind="stable")
+        remaining = _log_time(ends[order] - observation["time"])
+        sizes = np.asarray(r["size"], np.int64)[order]
+        stop = np.minimum(free + np.cumsum(sizes), self.procs)
+        start = np.concatenate(([free], stop[:-1]))
+        nodes[free:stop[-1], 1] = np.repeat(remaining, stop - start)
+
+
+
 #: Base encoders by name: factory(window, procs, **options).
 ENCODERS: dict[str, Callable[..., Encoder]] = {
     "jobs": lambda window, procs, max_rejections=72, **_: JobTableEncoder(window, procs, max_rejections),
     "running": lambda window, procs, **_: RunningJobEncoder(window, procs),
     "nodes": lambda window, procs, **_: NodeAvailabilityEncoder(procs),
+    "dras": lambda window, procs, priority_size=None, **_: DRASEncoder(window, procs, priority_size),
 }
 #: Named concatenations (any "a+b" of base names also works).
 COMBINED = ("jobs+nodes", "running+nodes")
@@ -264,8 +337,6 @@ def get_encoder(name: str, window: int, procs: int | None = None, **options: Any
     "jobs+nodes") for a queue window of `window` jobs on `procs` processors (None: read each
     observation's `procs`). `options` reach the parts that take them (`max_rejections`)."""
     names = [part.strip() for part in str(name).split("+")]
-    if "dras" in names and "dras" not in ENCODERS:
-        from . import dras  # noqa: F401  (the DRAS encoder registers itself; it needs torch)
     unknown = [part for part in names if part not in ENCODERS]
     if unknown or not names:
         raise ValueError(f"unknown encoder {name!r}; use one of {', '.join([*ENCODERS, *COMBINED])} "

@@ -21,7 +21,7 @@ from ..environment.errors import HpcgymError
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
 from ..protocol.messages import PROTOCOL_VERSION, REPLIES, ProtocolError, validate
 from .base import Agent, PriorityAgent
-from .heuristics import POLICIES
+from ..environment.priorities import POLICIES
 from .knapsack import KnapsackAgent
 from .packing import BinPackingAgent, RandomPackingAgent, TetrisAgent, TetrisStarAgent
 

@@ -111,7 +111,7 @@ def validation_curve(run_dir: Path, args) -> list[dict[str, float]]:
         with open(cache, newline="") as f:
             return [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
     from hpcgym.agents.rl.checkpoint import load_checkpoint
-    from hpcgym.agents.rl.trainer import TrainSettings, make_env
+    from hpcgym.gymbridge.training.trainer import TrainSettings, make_env
 
     rows = []
     for path in sorted(p for p in run_dir.glob("epoch_*.pt") if p.stem[len("epoch_"):].isdigit()):
@@ -147,7 +147,7 @@ def plot_curves(folder: Path, algorithms: list[str], objective: str, path: Path,
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from hpcgym.agents.rl.trainer import parse_curriculum
+    from hpcgym.gymbridge.training.trainer import parse_curriculum
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
     for a in algorithms:

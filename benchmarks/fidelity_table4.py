@@ -57,7 +57,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from hpcgym.agents.heuristics import PriorityPolicy
+from hpcgym.environment.priorities import PriorityPolicy
 from hpcgym.environment.config import SimConfig
 from hpcgym.environment.sequences import random_window, window
 from hpcgym.environment.simulator import simulate

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from hpcgym.agents.rl.trainer import Trainer, TrainSettings
+from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
 
 
 def main() -> None:

@@ -18,12 +18,9 @@ Actions, in process (the protocol carries the same values):
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Protocol, Union
 
 from .errors import InvalidAction
-
-if TYPE_CHECKING:
-    from .simulator import Simulation
 
 SELECT, INSPECT, BACKFILL, KILL = "select", "inspect", "backfill", "kill"
 #: The decision kinds, in the order they are asked at one instant.
@@ -41,6 +38,17 @@ def check_kinds(kinds: Any) -> frozenset[str]:
     return kinds
 
 
+class DecisionSource(Protocol):
+    """What a decision reads from the simulation that asked it (its observation, free
+    processors), named here so this module does not depend on the simulator."""
+
+    free: int
+
+    def observe(self, decision: Decision) -> dict[str, Any]: ...
+
+    def total_size(self, ids: list[int]) -> int: ...
+
+
 class Decision:
     """One pending decision of a simulation.
 
@@ -52,7 +60,7 @@ class Decision:
 
     __slots__ = ("kind", "time", "step", "candidates", "context", "can_wait", "_sim", "_observation")
 
-    def __init__(self, sim: Simulation, kind: str, time: int, step: int, candidates: list[int],
+    def __init__(self, sim: DecisionSource, kind: str, time: int, step: int, candidates: list[int],
                  context: dict[str, Any], can_wait: bool = True) -> None:
         self.kind = kind
         self.time = time

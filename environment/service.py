@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agents.heuristics import POLICIES
+from .priorities import POLICIES
 from ..protocol import messages as m
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
 from .decisions import KINDS, Decision

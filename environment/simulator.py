@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..agents.heuristics import PriorityPolicy, get_policy
+from .priorities import PriorityPolicy, get_policy
 from .backfill import Profile
 from .config import SimConfig
 from .decisions import BACKFILL, INSPECT, KILL, SELECT, Action, Decision, check_kinds

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from ..agents.heuristics import POLICIES
+from ..environment.priorities import POLICIES
 from ..environment.config import BACKFILL_MODES, OVERRUN_MODES, EstimateSpec, SimConfig
 from ..environment.errors import HpcgymError
 from ..environment.lublin import generate_lublin
@@ -23,7 +23,7 @@ from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload
 from .compare import compare
 from .protocol_commands import protocol as protocol_group
-from .train import train
+from .training.command import train
 
 SUMMARY_LABELS = [
     ("jobs", "jobs", "{:d}"),

@@ -88,7 +88,7 @@ import numpy as np
 
 from ..agents.encoders import Encoder, get_encoder
 from ..agents.slots import slot_action, slot_mask, slot_observation
-from ..agents.heuristics import POLICIES
+from ..environment.priorities import POLICIES
 from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, Decision
 from ..environment.errors import ConfigError, HpcgymError, InvalidAction
 from ..environment.rewards import get_reward

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -24,6 +26,24 @@ def _report(results, as_json: bool) -> None:
             click.echo(r.line())
         click.echo(f"{len(results) - len(failed)} of {len(results)} checks passed", err=True)
     sys.exit(1 if failed or not results else 0)
+
+
+#: The workload check-agent's env serves by default (generated, so no file is needed).
+DEFAULT_AGENT_WORKLOAD: dict[str, Any] = {"generate_jobs": 64, "procs": 64}
+
+
+def check_agent_against_reference(command: str | Sequence[str], timeout: float = 30.0, *,
+                                  workload: dict[str, Any] | None = None,
+                                  options: dict[str, Any] | None = None) -> list:
+    """`protocol.conformance.check_agent` against the Python reference env serving `workload`
+    (default: a small generated one), with a decision timeout no shorter than the agent's."""
+    from ..environment.server import serve
+    from ..environment.service import EnvService
+    from ..protocol.conformance import EnvUnderTest, check_agent
+
+    service = EnvService({"workload": dict(DEFAULT_AGENT_WORKLOAD if workload is None else workload),
+                          "options": dict(options or {})}, decision_timeout=max(timeout, 1.0))
+    return check_agent(command, EnvUnderTest(service, serve), timeout)
 
 
 def _workload(text: str | None):
@@ -65,6 +85,4 @@ def check_env_command(addr, timeout, workload, as_json) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON array.")
 def check_agent_command(cmd, timeout, workload, as_json) -> None:
     """Serve an in-process env to the agent command CMD ({addr} is replaced by its address)."""
-    from ..protocol.conformance import check_agent
-
-    _report(check_agent(cmd, timeout, workload=_workload(workload)), as_json)
+    _report(check_agent_against_reference(cmd, timeout, workload=_workload(workload)), as_json)

@@ -10,9 +10,10 @@ unknown types, bytes that are not msgpack); every reply must validate against th
 every error must carry the documented code and repeat the decision still standing, and the
 episode must end with the documented metrics.
 
-`check_agent(command)` serves a small generated workload from an in-process env (the Python
-reference, `EnvService` behind `serve` on an ipc:// path), starts the agent command with the
-address in place of ``{addr}``, records every request and reply, and checks the agent's side:
+`check_agent(command, env)` serves the given in-process env (a request handler with `handle`
+and `tick`, and the function that serves it on an ipc:// path: the caller brings them, so this
+floor needs nothing above it; `hpcgym protocol check-agent` passes the Python reference, a small
+generated workload), starts the agent command with the address in place of ``{addr}``, records every request and reply, and checks the agent's side:
 hello first, only valid requests, one request at a time, decision ids echoed, actions naming
 candidates of the pending decision, poll after `pending`, the episode finished, bye, exit 0.
 
@@ -29,7 +30,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,8 +57,6 @@ PENDING_KEYS = ("decision", "kind", "time", "candidates", "can_wait")
 
 #: The workload check_env asks for: a short window of the env's default workload.
 DEFAULT_ENV_WORKLOAD: dict[str, Any] = {"jobs": 24}
-#: The workload check_agent's env serves by default (generated, so no file is needed).
-DEFAULT_AGENT_WORKLOAD: dict[str, Any] = {"generate_jobs": 64, "procs": 64}
 CONTROLLER_ID = b"hpcgym-conformance-controller"
 
 
@@ -779,27 +778,32 @@ def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, timeo
     return out
 
 
-def check_agent(command: str | Sequence[str], timeout: float = 30.0, *, workload: dict[str, Any] | None = None,
-                options: dict[str, Any] | None = None) -> list[Check]:
-    """Serve a small generated workload to the agent `command` and check its side of the protocol.
+@dataclass
+class EnvUnderTest:
+    """The env that check_agent serves: `service` answers requests (`handle(peer, body)` and
+    `tick()` return [(peer, reply)], `stop = True` ends serving) and `serve(service, address,
+    ready=event)` runs it on a socket until then."""
+
+    service: Any
+    serve: Callable[..., None]
+
+
+def check_agent(command: str | Sequence[str], env: EnvUnderTest, timeout: float = 30.0) -> list[Check]:
+    """Serve `env` to the agent `command` and check the agent's side of the protocol.
 
     `command` is a shell-like string or an argument list; ``{addr}`` is replaced by the env's
     ipc:// address. The agent must finish within `timeout` seconds.
     """
-    from ..environment.server import serve
-    from ..environment.service import EnvService
-
     tmp = tempfile.mkdtemp(prefix="hpcgym-conf-")
     addr = f"ipc://{tmp}/env.sock"
-    service = EnvService({"workload": dict(DEFAULT_AGENT_WORKLOAD if workload is None else workload),
-                          "options": dict(options or {})}, decision_timeout=max(timeout, 1.0))
+    service = env.service
     recorder = _Recorder(service)
     ready = threading.Event()
     failure: list[BaseException] = []
 
     def serving() -> None:
         try:
-            serve(service, addr, ready=ready)
+            env.serve(service, addr, ready=ready)
         except BaseException as exc:  # reported as a check below
             failure.append(exc)
             ready.set()

@@ -360,7 +360,7 @@ def tiny_model(workdir) -> Path:
     """A PPO select checkpoint trained for one short epoch on windows of the test trace."""
     pytest.importorskip("gymnasium")
     torch = pytest.importorskip("torch")
-    from hpcgym.agents.rl.trainer import Trainer, TrainSettings
+    from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
 
     torch.set_num_threads(1)
     settings = TrainSettings(algorithm="ppo", workload={"trace": str(workdir / "trace.swf"), "jobs": JOBS, "sample": True},

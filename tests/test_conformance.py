@@ -18,7 +18,8 @@ import zmq
 
 from hpcgym.protocol import messages as m
 from hpcgym.protocol.codec import MAX_MESSAGE_BYTES, decode, encode
-from hpcgym.protocol.conformance import check_agent, check_env, validate_reply
+from hpcgym.gymbridge.protocol_commands import check_agent_against_reference as check_agent
+from hpcgym.protocol.conformance import check_env, validate_reply
 
 VECTORS = Path(__file__).resolve().parents[1] / "protocol" / "vectors"
 INDEX = json.loads((VECTORS / "index.json").read_text(encoding="utf-8"))

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from hpcgym.agents.dras import DRASEncoder, DRASNetwork, dras_hidden, window_mask
+from hpcgym.agents.dras import window_mask
+from hpcgym.agents.encoders import DRASEncoder
+from hpcgym.agents.rl.dras_networks import DRASNetwork, dras_hidden
 from hpcgym.agents.encoders import get_encoder
 from hpcgym.agents.rl.policy import MaskedCategorical, choose
 from hpcgym.environment.rewards import REWARDS, DRASCapability, DRASCapacity, DRASCapacityRuntime, get_reward

@@ -13,11 +13,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from hpcgym.agents.dras import DRASNetwork, DRASQNetwork, dras_network
+from hpcgym.agents.rl.dras_networks import DRASNetwork, DRASQNetwork, dras_network
 from hpcgym.agents.rl.checkpoint import load_checkpoint
 from hpcgym.agents.rl.dql import DQLConfig, epsilon
 from hpcgym.agents.rl.serve import RLAgent
-from hpcgym.agents.rl.trainer import (PhasedEnv, Trainer, TrainSettings, curriculum_phase, make_env,
+from hpcgym.gymbridge.training.trainer import (PhasedEnv, Trainer, TrainSettings, curriculum_phase, make_env,
                                       parse_curriculum, phase_workload)
 from hpcgym.environment.errors import ConfigError
 from hpcgym.environment.simulator import simulate

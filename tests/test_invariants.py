@@ -43,7 +43,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from hpcgym.agents.base import Agent, PriorityAgent
-from hpcgym.agents.heuristics import POLICIES, get_policy
+from hpcgym.environment.priorities import POLICIES, get_policy
 from hpcgym.environment.config import SimConfig
 from hpcgym.environment.decisions import BACKFILL, INSPECT, KILL
 from hpcgym.environment.lublin import generate_lublin

@@ -26,7 +26,7 @@ torch.set_num_threads(1)
 
 from click.testing import CliRunner  # noqa: E402
 
-from hpcgym.agents.rl.algorithm import get_algorithm  # noqa: E402
+from hpcgym.agents.rl.algorithms import get_algorithm  # noqa: E402
 from hpcgym.agents.rl.checkpoint import load_checkpoint, make_checkpoint, save_checkpoint  # noqa: E402
 from hpcgym.agents.rl.online import OnlineRLAgent  # noqa: E402
 from hpcgym.agents.rl.runner import Runner  # noqa: E402
@@ -50,7 +50,7 @@ CONFIG = SimConfig(window=WINDOW)
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
     """ppo: trained one epoch of two episodes; pg, a2c: untrained, same shapes and env record."""
-    from hpcgym.agents.rl.trainer import Trainer, TrainSettings
+    from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
 
     folder = tmp_path_factory.mktemp("online-models")
     settings = TrainSettings(algorithm="ppo", workload={"generate_jobs": JOBS}, options={"window": WINDOW},

@@ -24,7 +24,7 @@ torch.set_num_threads(1)
 
 from click.testing import CliRunner  # noqa: E402
 
-from hpcgym.agents.rl.algorithm import get_algorithm  # noqa: E402
+from hpcgym.agents.rl.algorithms import get_algorithm  # noqa: E402
 from hpcgym.agents.rl.checkpoint import (CheckpointError, load_checkpoint, make_checkpoint,  # noqa: E402
                                          save_checkpoint)
 from hpcgym.agents.rl.dql import DQLConfig, dql_update  # noqa: E402
@@ -32,7 +32,7 @@ from hpcgym.agents.rl.policy import ActorCritic, MaskedCategorical, QNetwork, ch
 from hpcgym.agents.rl.runner import Runner  # noqa: E402
 from hpcgym.agents.rl.serve import RLAgent  # noqa: E402
 from hpcgym.agents.rl.storage import RolloutStorage, discounted_returns, gae  # noqa: E402
-from hpcgym.agents.rl.trainer import Trainer, TrainSettings, eval_seed  # noqa: E402
+from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings, eval_seed  # noqa: E402
 
 from .agents_for_tests import write_trace  # noqa: E402
 
@@ -469,7 +469,7 @@ def test_no_wait_policy_acts_the_same_in_the_env_and_as_an_agent(tmp_path):
     greedy episode and the checkpoint served through simulate() schedule alike, and never wait
     while a job could be picked."""
     from hpcgym.agents.slots import drop_last_slot as drop_wait
-    from hpcgym.agents.rl.trainer import NoWait
+    from hpcgym.gymbridge.training.trainer import NoWait
     from hpcgym.environment.simulator import simulate
     from hpcgym.environment.spec import load_workload, sim_config
     from hpcgym.gymbridge import make

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance, register
+from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance
 from .storage import RolloutStorage
 
 
 @dataclass
 class A2CConfig:
-    net: str = "mlp"                 # mlp, conv or dras (agents/dras.py)
+    net: str = "mlp"                 # mlp, conv or dras (agents/rl/dras_networks.py)
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
@@ -51,7 +51,6 @@ def a2c_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages
             "grad_norm": grad_norm}
 
 
-@register
 class A2C(ActorCriticAlgorithm):
     name = "a2c"
     Config = A2CConfig

@@ -17,24 +17,6 @@ from torch import nn
 
 from .runner import Runner
 
-#: name -> Algorithm subclass, filled by `register`
-ALGORITHMS: dict[str, type[Algorithm]] = {}
-
-
-def register(cls: type[Algorithm]) -> type[Algorithm]:
-    ALGORITHMS[cls.name] = cls
-    return cls
-
-
-def get_algorithm(name: str) -> type[Algorithm]:
-    from . import a2c, dql, pg, ppo  # noqa: F401  (each registers itself)
-
-    try:
-        return ALGORITHMS[name.lower()]
-    except KeyError:
-        raise ValueError(f"unknown algorithm {name!r}; use one of {', '.join(sorted(ALGORITHMS))}") from None
-
-
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """`auto`: CUDA when present, else CPU; anything else as torch reads it."""
     if device is None or str(device) == "auto":
@@ -155,7 +137,7 @@ class ActorCriticAlgorithm(Algorithm):
 
         c = self.config
         if c.net == "dras":  # DRAS's one-body network with policy and value heads
-            from ..dras import dras_network
+            from .dras_networks import dras_network
 
             self.model = dras_network(self.obs_shape, self.n_actions, c.table, c.hidden)
         else:

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from ...environment.errors import HpcgymError
-from .algorithm import Algorithm, config_to_dict, get_algorithm
+from .algorithm import Algorithm, config_to_dict
+from .algorithms import get_algorithm
 
 FORMAT = "hpcgym-rl/1"
 

@@ -21,14 +21,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from .algorithm import Algorithm, episode_stats, register
+from .algorithm import Algorithm, episode_stats
 from .policy import QNetwork, choose, masked_logits
 from .storage import ReplayBuffer
 
 
 @dataclass
 class DQLConfig:
-    net: str = "mlp"                 # mlp, conv or dras (agents/dras.py)
+    net: str = "mlp"                 # mlp, conv or dras (agents/rl/dras_networks.py)
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "relu"
     table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
@@ -78,7 +78,6 @@ def dql_update(q: nn.Module, target: nn.Module, optimizer: torch.optim.Optimizer
     return {"loss": loss.item(), "q": q_taken.mean().item(), "grad_norm": grad_norm}
 
 
-@register
 class DQL(Algorithm):
     name = "dql"
     Config = DQLConfig
@@ -86,7 +85,7 @@ class DQL(Algorithm):
     def build(self) -> None:
         c = self.config
         if c.net == "dras":  # DRAS-DQL: the per-job Q network
-            from ..dras import dras_network
+            from .dras_networks import dras_network
 
             self.q = dras_network(self.obs_shape, self.n_actions, c.table, c.hidden, q_values=True).to(self.device)
         else:

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance, register
+from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance
 from .storage import RolloutStorage
 
 
 @dataclass
 class PGConfig:
-    net: str = "mlp"                 # mlp, conv or dras (agents/dras.py)
+    net: str = "mlp"                 # mlp, conv or dras (agents/rl/dras_networks.py)
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
@@ -50,7 +50,6 @@ def pg_update(model, optimizer_step, batch: dict[str, torch.Tensor], returns: to
             "entropy": dist.entropy().mean().item(), "grad_norm": grad_norm}
 
 
-@register
 class PG(ActorCriticAlgorithm):
     name = "pg"
     Config = PGConfig

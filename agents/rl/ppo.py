@@ -19,13 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance, register
+from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance
 from .storage import RolloutStorage
 
 
 @dataclass
 class PPOConfig:
-    net: str = "mlp"                 # mlp, conv or dras (agents/dras.py)
+    net: str = "mlp"                 # mlp, conv or dras (agents/rl/dras_networks.py)
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
@@ -78,7 +78,6 @@ def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages
     return stats
 
 
-@register
 class PPO(ActorCriticAlgorithm):
     name = "ppo"
     Config = PPOConfig

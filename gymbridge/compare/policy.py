@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...agents.heuristics import POLICIES
+from ...environment.priorities import POLICIES
 from ...agents.runtime import BUILTIN_AGENTS
 from ...environment.config import BACKFILL_MODES, SimConfig
 from ...environment.decisions import BACKFILL, INSPECT, KINDS, SELECT

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import click
 
-from ..environment.config import BACKFILL_MODES
-from ..environment.decisions import KINDS
-from ..environment.errors import ConfigError, HpcgymError
+from ...environment.config import BACKFILL_MODES
+from ...environment.decisions import KINDS
+from ...environment.errors import ConfigError, HpcgymError
 
 BASE_ALGORITHMS = ("pg", "a2c", "ppo", "dql")
 #: dras-ALGO: ALGO with DRAS's defaults (`agents.dras.TRAINING_DEFAULTS`); flags still win.
@@ -40,7 +40,7 @@ def _parse_value(text: str):
 
 def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: float | None,
                       gamma: float | None, sets: tuple[str, ...]) -> dict:
-    from ..agents.rl.algorithm import get_algorithm
+    from ...agents.rl.algorithms import get_algorithm
 
     config = {}
     if net is not None:
@@ -135,13 +135,13 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         import torch
     except ImportError as exc:
         raise HpcgymError(f"training needs the rl extra (torch, gymnasium): {exc}") from None
-    from ..agents.rl.algorithm import resolve_device
-    from ..agents.rl.checkpoint import latest_checkpoint, load_checkpoint
-    from ..agents.rl.trainer import Trainer, TrainSettings, parse_curriculum
+    from ...agents.rl.algorithm import resolve_device
+    from ...agents.rl.checkpoint import latest_checkpoint, load_checkpoint
+    from .trainer import Trainer, TrainSettings, parse_curriculum
 
     algorithm = algorithm.lower()
     if algorithm.startswith("dras-"):  # DRAS's defaults for every flag the command line leaves at its default
-        from ..agents.dras import TRAINING_DEFAULTS as D
+        from ...agents.dras import TRAINING_DEFAULTS as D
 
         algorithm = algorithm[len("dras-"):]
 

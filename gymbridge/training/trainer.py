@@ -31,16 +31,17 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from ...agents.rl.algorithm import Algorithm, config_from_dict
+from ...agents.rl.algorithms import get_algorithm
+from ...agents.rl.checkpoint import (Checkpoint, CheckpointError, checkpoint_kinds, latest_checkpoint, load_checkpoint,
+                         make_checkpoint, save_checkpoint)
+from ...agents.rl.runner import Runner
+from ...agents.slots import drop_last_slot
 from ...environment.decisions import BACKFILL, SELECT
 from ...environment.errors import ConfigError
-from ..slots import drop_last_slot
-from .algorithm import Algorithm, config_from_dict, get_algorithm
-from .checkpoint import (Checkpoint, CheckpointError, checkpoint_kinds, latest_checkpoint, load_checkpoint,
-                         make_checkpoint, save_checkpoint)
-from .runner import Runner
 
 if TYPE_CHECKING:
-    from ...gymbridge.compare.plan import SequenceSpec
+    from ..compare.plan import SequenceSpec
 
 SEED_SPACE = 2 ** 30
 
@@ -90,7 +91,7 @@ class TrainSettings:
 
 def make_env(settings: TrainSettings, workload: dict[str, Any] | None = None, remote: str | None = None):
     """The training env; with a curriculum, one env per phase behind a `PhasedEnv`."""
-    from ...gymbridge import make
+    from .. import make
 
     kinds = checkpoint_kinds(settings.kind)
 
@@ -222,7 +223,7 @@ def dras_layout(env, config: dict[str, Any]) -> dict[str, Any]:
     encoder = getattr(env.unwrapped, "encoder", None)
     if getattr(encoder, "name", None) != "dras":
         raise ConfigError("net dras needs the dras encoder (--encoder dras)")
-    from ..dras import dras_hidden
+    from ...agents.rl.dras_networks import dras_hidden
 
     layout = {"table": [encoder.window, encoder.procs]}
     if not config.get("hidden"):
@@ -371,9 +372,9 @@ class Trainer:
         """The trained model (model.pt, served greedily) on held-out sequences next to the baselines,
         through the harness of `hpcgym compare` (in process, one worker): its output folder is
         eval/ (redone from scratch each time), and eval.json sums up the main metrics."""
-        from ...gymbridge.compare.plan import unit_id
-        from ...gymbridge.compare.policy import AgentSpec, PolicySpec, parse_policy
-        from ...gymbridge.compare.runner import Comparison, run_comparison
+        from ..compare.plan import unit_id
+        from ..compare.policy import AgentSpec, PolicySpec, parse_policy
+        from ..compare.runner import Comparison, run_comparison
 
         s = self.settings
         model = (self.out / "model.pt").resolve()
@@ -420,7 +421,7 @@ def eval_sequences(workload: dict[str, Any], episodes: int, seed: int) -> Sequen
     with sample seed eval_seed(seed) + k, cut from the trace (or its part), or from one Lublin
     workload generated with seed eval_seed(seed). A fixed training window (`start`) gives way to
     random windows of its length; a workload without a length is one sequence, the whole of it."""
-    from ...gymbridge.compare.plan import SequenceSpec
+    from ..compare.plan import SequenceSpec
 
     unknown = sorted(set(workload) - {"trace", "procs", "strict", "skip_malformed", "train_fraction", "part",
                                       "jobs", "start", "sample", "sampled_jobset"})

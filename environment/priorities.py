@@ -1,5 +1,8 @@
 """Priority policies: a table of score functions, lowest score runs first.
 
+They live in the simulator because they are its built-in `select` default; `agents.base.PriorityAgent`
+serves the same table as an agent.
+
 Each policy scores jobs from what a scheduler knows when it decides: submit time `s`, requested
 time `r` (the user's estimate), size `n` in processors, and wait `w = now - s`. Ties go to the
 earlier submit, then to the lower job id, so every policy is a total order and every run is
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..environment.errors import ConfigError
+from .errors import ConfigError
 
 #: Columns a score function reads: job id, submit, requested time, size (all arrays).
 Jobs = Mapping[str, np.ndarray]

@@ -1,0 +1,23 @@
+"""The update rules by name: what checkpoints, the trainer and the command line look up.
+
+Kept apart from `algorithm` (the base classes every rule imports) so that no module imports
+the rules that import it.
+"""
+
+from __future__ import annotations
+
+from .a2c import A2C
+from .algorithm import Algorithm
+from .dql import DQL
+from .pg import PG
+from .ppo import PPO
+
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (PG, A2C, PPO, DQL)}
+
+
+def get_algorithm(name: str) -> type[Algorithm]:
+    """The algorithm class called `name` (case-insensitive)."""
+    try:
+        return ALGORITHMS[name.lower()]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {name!r}; use one of {', '.join(sorted(ALGORITHMS))}") from None
