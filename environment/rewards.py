@@ -4,8 +4,9 @@ A spec makes one `Reward` per episode. Its `step` is called whenever a new decis
 (any kind, any agent) and returns what was earned since the previous one; the env adds it to
 every participant's account, and each agent receives its account with its own next decision.
 `end` is added once, at the episode's end. `dras_capability` and `dras_capacity` are DRAS's
-equations (1) and (2), earned for the jobs started between two decisions; more specs (RLSchert's
-slowdown) join this table with their agents.
+equations (1) and (2), earned for the jobs started between two decisions. The `relative:` family
+(`RelativeReward`) compares the episode with a re-run of the same jobs by a base policy alone
+(SchedInspector, RL backfilling); its names are parsed, not listed (`get_reward`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigError
+from .priorities import get_policy
 
 
 class Reward:
@@ -160,6 +162,76 @@ class DRASCapacityRuntime(DRASCapacity):
     queue_times = "queue_estimates"
 
 
+#: Relative rewards' metrics: name -> (summary key, scale, True if lower is better).
+RELATIVE_METRICS: dict[str, tuple[str, float, bool]] = {
+    "bsld": ("mean_bsld", 1.0, True),
+    "wait": ("mean_wait", 1 / 3600.0, True),   # hours, as the `wait` reward
+    "mbsld": ("max_bsld", 1.0, True),
+    "util": ("utilization", 1.0, False),
+}
+#: Relative rewards' forms, d = base - x (x - base for utilization): name -> description.
+RELATIVE_FORMS: dict[str, str] = {
+    "pct": "d / base (SchedInspector's text)",
+    "pct_max": "d / max(base, x, 1) (SchedInspector's code)",
+    "diff": "d (the 'native' reward)",
+    "winloss": "the sign of d: 1, 0 or -1",
+}
+RELATIVE_SYNTAX = "relative:METRIC[:FORM[:POLICY]]"
+
+
+class RelativeReward(Reward):
+    """At the end, how much better the episode did than the same jobs scheduled by a base policy
+    alone: the base run re-simulates the episode's workload with its options (estimates, backfill,
+    seed) and built-in defaults for every decision kind (no agent), so only the agents' decisions
+    differ. With d = base - x for lower-is-better metrics (x - base for utilization):
+    `pct` d / base, `pct_max` d / max(base, x, 1), `diff` d, `winloss` sign(d). A `pct` over a base
+    of 0 (e.g. no job waited) divides by 1 instead. Costs one more simulation per episode (about
+    5 ms for 256 jobs). `policy` None: the episode's own priority policy."""
+
+    def __init__(self, metric: str, form: str = "pct", policy: str | None = None) -> None:
+        self.key, self.scale, self.lower_better = RELATIVE_METRICS[metric]
+        self.form, self.policy = form, policy
+
+    def baseline(self, sim: Any) -> dict[str, Any]:
+        """The base run's summary metrics."""
+        from .simulator import simulate
+
+        return simulate(sim.workload, sim.config, policy=self.policy or sim.policy).summary
+
+    def end(self, sim: Any, summary: dict[str, Any]) -> float:
+        if not summary.get("jobs"):
+            return 0.0
+        x = float(summary[self.key]) * self.scale
+        base = float(self.baseline(sim)[self.key]) * self.scale
+        d = base - x if self.lower_better else x - base
+        if self.form == "pct":
+            return d / base if base else d
+        if self.form == "pct_max":
+            return d / max(base, x, 1.0)
+        if self.form == "diff":
+            return d
+        return float((d > 0) - (d < 0))
+
+
+def relative_spec(name: str) -> RewardSpec:
+    """The spec of a `relative:METRIC[:FORM[:POLICY]]` name, checked part by part."""
+    parts = name.split(":")[1:]
+    if not parts or len(parts) > 3 or not parts[0]:
+        raise ConfigError(f"reward {name!r}: write {RELATIVE_SYNTAX}, e.g. relative:bsld or "
+                          f"relative:bsld:pct_max:sjf")
+    metric, form, policy = (parts + [None, None])[:3]
+    form = form or "pct"
+    if metric not in RELATIVE_METRICS:
+        raise ConfigError(f"reward {name!r}: unknown metric {metric!r}; use one of {', '.join(RELATIVE_METRICS)}")
+    if form not in RELATIVE_FORMS:
+        raise ConfigError(f"reward {name!r}: unknown form {form!r}; use one of {', '.join(RELATIVE_FORMS)}")
+    if policy is not None:
+        policy = get_policy(policy).name  # an unknown base policy fails here, before any episode
+    base = f"the {policy} policy alone" if policy else "the episode's priority policy alone"
+    return RewardSpec(name, f"at the end, {metric} improvement over {base}: {RELATIVE_FORMS[form]}",
+                      lambda: RelativeReward(metric, form, policy))
+
+
 @dataclass(frozen=True)
 class RewardSpec:
     name: str
@@ -192,7 +264,19 @@ REWARDS: dict[str, RewardSpec] = {
 
 
 def get_reward(name: str) -> RewardSpec:
+    """The spec called `name`: one of `REWARDS`, or a `relative:` name."""
+    if not isinstance(name, str):
+        raise ConfigError(f"reward must be a name, not {name!r}")
+    if name == "relative" or name.startswith("relative:"):
+        return relative_spec(name)
     try:
         return REWARDS[name]
     except KeyError:
-        raise ConfigError(f"unknown reward {name!r}; use one of {', '.join(REWARDS)}") from None
+        raise ConfigError(f"unknown reward {name!r}; use one of {', '.join(REWARDS)} "
+                          f"or {RELATIVE_SYNTAX}") from None
+
+
+#: What the `welcome` and `--help` list beside `REWARDS`: the relative family's syntax.
+RELATIVE_DESCRIPTION = (f"at the end, the improvement over a base policy alone on the same jobs; METRIC one of "
+                        f"{', '.join(RELATIVE_METRICS)}; FORM one of {', '.join(RELATIVE_FORMS)} (default pct); "
+                        f"POLICY a priority policy (default: the episode's)")

@@ -22,7 +22,7 @@ from ..protocol import messages as m
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
 from .decisions import KINDS, Decision
 from .errors import HpcgymError, InvalidAction
-from .rewards import REWARDS, Reward, get_reward
+from .rewards import RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS, Reward, get_reward
 from .simulator import Simulation
 from .spec import WorkloadCache, sim_config
 
@@ -405,7 +405,8 @@ class EnvService:
 
     def _describe(self) -> dict[str, Any]:
         return {"kinds": list(KINDS), "policies": list(POLICIES),
-                "rewards": {name: r.description for name, r in REWARDS.items()},
+                "rewards": {**{name: r.description for name, r in REWARDS.items()},
+                            RELATIVE_SYNTAX: RELATIVE_DESCRIPTION},
                 "defaults": _plain(self.defaults),
                 "limits": {"max_message_bytes": MAX_MESSAGE_BYTES, "heartbeat_s": self.heartbeat,
                            "decision_timeout_s": self.decision_timeout},
