@@ -65,6 +65,9 @@ class SimConfig:
     window: how many queued jobs an external agent sees and may pick from.
     max_interval: after an inspector rejects a pick, the next look happens no later than this.
     max_rejections: a job rejected this many times is accepted without asking.
+    commit_pick: a pick that does not fit (accepted, if an inspector is asked) stays the pick
+        until it starts: no new select or inspect meanwhile (SchedInspector's code; off: every
+        scheduling pass selects afresh, docs/semantics.md section 4).
     seed: seeds every random choice of the run (noisy estimates, the random policy).
     """
 
@@ -74,6 +77,7 @@ class SimConfig:
     window: int = 128
     max_interval: int = 600
     max_rejections: int = 72
+    commit_pick: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -86,6 +90,8 @@ class SimConfig:
                 raise ConfigError(f"{name} must be an integer, got {getattr(self, name)!r}")
         if self.backfill not in BACKFILL_MODES:
             raise ConfigError(f"unknown backfill {self.backfill!r}: use one of {', '.join(BACKFILL_MODES)}")
+        if not isinstance(self.commit_pick, bool):
+            raise ConfigError(f"commit_pick must be true or false, got {self.commit_pick!r}")
         if self.overrun not in OVERRUN_MODES:
             raise ConfigError(f"unknown overrun {self.overrun!r}: use one of {', '.join(OVERRUN_MODES)}")
         for name in ("window", "max_interval"):

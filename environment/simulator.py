@@ -113,6 +113,7 @@ class Simulation:
         self._start_log: list[int] = []
         self._steps = 0
         self._completed = 0
+        self._committed = -1  # commit_pick: the index of the pick that waits to fit, else -1
         self.done = False
         self._result = None
         self._gen = self._episode()
@@ -223,7 +224,9 @@ class Simulation:
         select_external = SELECT in self.external
         inspect_external = INSPECT in self.external
         while queue:
-            if select_external:
+            if self._committed >= 0:
+                picks = [self._committed]  # commit_pick: neither selected nor inspected again
+            elif select_external:
                 window = queue[:self.config.window]
                 can_wait = bool(self._running) or self._next_submit < len(self._submit)
                 ids = yield self._decision(SELECT, [self._ids[i] for i in window], {}, can_wait)
@@ -232,7 +235,8 @@ class Simulation:
                 picks = [self._index[j] for j in ids]
             else:
                 picks = [queue[0]]
-            if inspect_external and any(self._rejections[i] < self.config.max_rejections for i in picks):
+            if self._committed < 0 and inspect_external \
+                    and any(self._rejections[i] < self.config.max_rejections for i in picks):
                 context = {"jobs": [self._ids[i] for i in picks],
                            "rejections": max(self._rejections[i] for i in picks),
                            "max_rejections": self.config.max_rejections}
@@ -246,8 +250,11 @@ class Simulation:
                 held = self._held
                 for i in picks:
                     self._start_job(i, now, held[i])
+                self._committed = -1
                 continue
             self._held[picks[0]] = RESERVED  # the reserved job: when select starts it later, it is RESERVED
+            if self.config.commit_pick:
+                self._committed = picks[0]
             if self.config.backfill == "easy":
                 if BACKFILL in self.external:
                     yield from self._backfill_by_agent(picks[0], now)

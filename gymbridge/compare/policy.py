@@ -8,7 +8,8 @@ Items:
   orders the queue and decides `select` when no agent takes it (default `fcfs`);
   `priority:NAME` says the same explicitly;
 - a backfill mode (`easy`, `conservative`, `none`), or `backfill:MODE` (default `easy`);
-- `estimate:E`, `overrun:O`, `window:N`, `max_interval:N`, `max_rejections:N`: simulation options;
+- `estimate:E`, `overrun:O`, `window:N`, `max_interval:N`, `max_rejections:N`, `commit_pick:true`:
+  simulation options;
 - `KIND:AGENT` (KIND one of select, inspect, backfill, kill; several joined by `/`): an agent
   process that takes those kinds. AGENT is a built-in agent name (a priority name: a `select`
   agent that applies it to the visible window), `module:Class`, `model:PATH` (a checkpoint of
@@ -33,15 +34,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...environment.priorities import POLICIES
 from ...agents.runtime import BUILTIN_AGENTS
 from ...environment.config import BACKFILL_MODES, SimConfig
 from ...environment.decisions import BACKFILL, INSPECT, KINDS, SELECT
 from ...environment.errors import ConfigError
+from ...environment.priorities import POLICIES
+from ...environment.spec import CONFIG_KEYS
 
 #: Simulation options a policy may set, besides the priority policy.
-OPTION_KEYS = ("backfill", "estimate", "overrun", "window", "max_interval", "max_rejections")
+OPTION_KEYS = CONFIG_KEYS
 INT_OPTIONS = ("window", "max_interval", "max_rejections")
+BOOL_OPTIONS = {"commit_pick": {"true": True, "false": False}}
 #: Agent sources that are a trained checkpoint: `model:PATH` (frozen) and `online:PATH` (adapting).
 CHECKPOINT_SOURCES = ("model", "online")
 ITEM_KEYS = ("priority", "agent", "cmd", *CHECKPOINT_SOURCES) + tuple(k for k in OPTION_KEYS if k != "backfill") + KINDS
@@ -231,6 +234,11 @@ def _set_option(options: dict[str, Any], key: str, value: str, text: str) -> Non
             options[key] = int(value)
         except ValueError:
             raise ConfigError(f"policy {text!r}: {key} wants an integer, got {value!r}") from None
+    elif key in BOOL_OPTIONS:
+        try:
+            options[key] = BOOL_OPTIONS[key][value.lower()]
+        except KeyError:
+            raise ConfigError(f"policy {text!r}: {key} wants true or false, got {value!r}") from None
     else:
         options[key] = value
 

@@ -1,0 +1,70 @@
+"""`commit_pick` (SchedInspector's committed accept), on a schedule worked out by hand.
+
+Four processors, SJF, no backfilling, requests = run times. J1 (3 procs, 100 s) and J2 (4 procs,
+150 s) arrive at 0, J3 (4 procs, 5 s) at 10. At 0 SJF picks J1, which starts, then J2, which does
+not fit (1 processor free).
+
+- Without commit_pick every pass selects afresh: at 10 the shorter J3 heads the queue; at 100
+  (J1 ends) J3 starts, 100-105, then J2, 105-255.
+- With commit_pick J2 stays the pick from 0: at 100 J2 starts, 100-250; J3 follows, 250-255.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcgym.agents.base import Agent
+from hpcgym.environment.config import SimConfig
+from hpcgym.environment.errors import ConfigError
+from hpcgym.environment.simulator import simulate
+from hpcgym.environment.spec import sim_config
+from hpcgym.environment.workload import Workload
+
+
+def jobs() -> Workload:
+    run = np.array([100, 150, 5])
+    return Workload(name="commit", procs=4, job_id=np.array([1, 2, 3]), submit=np.array([0, 0, 10]), run=run,
+                    size=np.array([3, 4, 4]), requested=run, user=np.array([1, 1, 1]))
+
+
+class CountingInspector(Agent):
+    """Accepts every pick, noting (time, picked job)."""
+
+    kinds = ("inspect",)
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int]] = []
+
+    def act(self, decision):
+        self.seen.append((decision.time, decision.context["jobs"][0]))
+        return True
+
+
+def starts(commit: bool, agents=None) -> list[int]:
+    result = simulate(jobs(), SimConfig(backfill="none", commit_pick=commit), policy="sjf", agents=agents)
+    return [int(s) for s in result.jobs["start"]]
+
+
+def test_every_pass_selects_afresh_by_default():
+    assert starts(False) == [0, 105, 100]
+
+
+def test_a_committed_pick_keeps_its_place_until_it_starts():
+    assert starts(True) == [0, 100, 250]
+
+
+def test_a_committed_pick_is_not_inspected_again():
+    fresh, committed = CountingInspector(), CountingInspector()
+    assert starts(False, {"inspect": fresh}) == [0, 105, 100]
+    assert starts(True, {"inspect": committed}) == [0, 100, 250]
+    # afresh: J3 is the pick at 10 and 100, J2 again at 100 and 105
+    assert fresh.seen == [(0, 1), (0, 2), (10, 3), (100, 3), (100, 2), (105, 2)]
+    # committed: J2 once, at 0; J3 once, when it becomes the pick at 100 (it starts at 250 unasked)
+    assert committed.seen == [(0, 1), (0, 2), (100, 3)]
+
+
+def test_the_option_reaches_the_protocol_map_and_is_checked():
+    assert sim_config({"commit_pick": True}).commit_pick is True
+    with pytest.raises(ConfigError, match="commit_pick must be true or false"):
+        sim_config({"commit_pick": "yes"})
