@@ -65,6 +65,8 @@ class SimConfig:
     window: how many queued jobs an external agent sees and may pick from.
     max_interval: after an inspector rejects a pick, the next look happens no later than this.
     max_rejections: a job rejected this many times is accepted without asking.
+    exact_requests: every job's requested time is its run time, for the priority policies, the
+        estimates and the agents' observations alike (SchedInspector's code: oracle requests).
     commit_pick: a pick that does not fit (accepted, if an inspector is asked) stays the pick
         until it starts: no new select or inspect meanwhile (SchedInspector's code; off: every
         scheduling pass selects afresh, docs/semantics.md section 4).
@@ -77,6 +79,7 @@ class SimConfig:
     window: int = 128
     max_interval: int = 600
     max_rejections: int = 72
+    exact_requests: bool = False
     commit_pick: bool = False
     seed: int = 0
 
@@ -90,8 +93,9 @@ class SimConfig:
                 raise ConfigError(f"{name} must be an integer, got {getattr(self, name)!r}")
         if self.backfill not in BACKFILL_MODES:
             raise ConfigError(f"unknown backfill {self.backfill!r}: use one of {', '.join(BACKFILL_MODES)}")
-        if not isinstance(self.commit_pick, bool):
-            raise ConfigError(f"commit_pick must be true or false, got {self.commit_pick!r}")
+        for name in ("exact_requests", "commit_pick"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.overrun not in OVERRUN_MODES:
             raise ConfigError(f"unknown overrun {self.overrun!r}: use one of {', '.join(OVERRUN_MODES)}")
         for name in ("window", "max_interval"):

@@ -41,8 +41,11 @@ class Simulation:
 
     def __init__(self, workload: Workload, config: SimConfig | None = None, *,
                  policy: str | PriorityPolicy = "fcfs", external: Iterable[str] = ()) -> None:
+        config = config or SimConfig()
+        if config.exact_requests:
+            workload = workload.with_columns(requested=workload.run)
         self.workload = workload
-        self.config = config = config or SimConfig()
+        self.config = config
         self.policy = get_policy(policy, config.seed) if isinstance(policy, str) else policy
         self.external = check_kinds(external)
         if config.backfill == "conservative" and self.external & {SELECT, INSPECT, BACKFILL}:

@@ -44,7 +44,8 @@ WORKLOAD_KEYS = {
     "sampled_jobset": "with sample: random jobs with Poisson arrivals (DRAS)",
     "synthetic": "with sample: jobs generated from a model fitted to the trace (part) (DRAS)",
 }
-CONFIG_KEYS = ("backfill", "estimate", "overrun", "window", "max_interval", "max_rejections", "commit_pick")
+CONFIG_KEYS = ("backfill", "estimate", "overrun", "window", "max_interval", "max_rejections", "exact_requests",
+               "commit_pick")
 #: Value types of the workload keys (None is always allowed: it means "the default").
 WORKLOAD_TYPES = {"trace": (str, Path), "procs": int, "strict": bool, "skip_malformed": bool, "model": str,
                   "generate_jobs": int, "train_fraction": (float, int), "part": str, "jobs": int, "start": int,

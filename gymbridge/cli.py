@@ -89,6 +89,8 @@ def _reading_options(f):
               help="Run-time estimate for reservations: requested, actual or noisy:E (e.g. noisy:0.2).")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default="run", show_default=True,
               help="A job past its requested time: run to its recorded end, or kill it at its walltime.")
+@click.option("--exact-requests", is_flag=True,
+              help="Requested time = run time for every job (SchedInspector's code).")
 @click.option("--commit-pick", is_flag=True,
               help="A pick that does not fit stays the pick until it starts (SchedInspector's code).")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), help="Simulate only this many jobs (a window).")
@@ -103,21 +105,23 @@ def _reading_options(f):
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated workload, noisy estimates and the random policy.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--jobs-out", type=click.Path(path_type=Path, dir_okay=False), help="Write per-job records as CSV.")
-def run(trace, procs, strict, skip_malformed, policy, backfill, estimate, overrun, commit_pick, n_jobs, start,
-        sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out) -> None:
+def run(trace, procs, strict, skip_malformed, policy, backfill, estimate, overrun, exact_requests, commit_pick, n_jobs,
+        start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out) -> None:
     """Replay a trace (or the generated default workload) with a policy and print its metrics."""
     spec = _workload_spec(trace, procs, strict, skip_malformed)
     spec.update(jobs=n_jobs, start=start, sample=sample, sampled_jobset=sampled_jobset,
                 train_fraction=train_fraction, part=part)
     workload = load_workload(spec, seed)
-    config = SimConfig(backfill=backfill, estimate=estimate, overrun=overrun, commit_pick=commit_pick, seed=seed)
+    config = SimConfig(backfill=backfill, estimate=estimate, overrun=overrun, exact_requests=exact_requests,
+                       commit_pick=commit_pick, seed=seed)
     result = _simulate_with_progress(workload, config, policy)
     if jobs_out is not None:
         result.write_jobs_csv(jobs_out)
     summary = dict(result.summary)
     if as_json:
         summary.update(workload=workload.name, procs=workload.procs, policy=policy, backfill=backfill,
-                       estimate=str(estimate), overrun=overrun, commit_pick=commit_pick)
+                       estimate=str(estimate), overrun=overrun, exact_requests=exact_requests,
+                       commit_pick=commit_pick)
         click.echo(json.dumps(summary))
         return
     click.echo(f"{workload.name}: {len(workload)} jobs on {workload.procs} processors, "

@@ -1,4 +1,5 @@
-"""`commit_pick` (SchedInspector's committed accept), on a schedule worked out by hand.
+"""`commit_pick` (SchedInspector's committed accept) and `exact_requests` (its oracle requests), on
+schedules worked out by hand.
 
 Four processors, SJF, no backfilling, requests = run times. J1 (3 procs, 100 s) and J2 (4 procs,
 150 s) arrive at 0, J3 (4 procs, 5 s) at 10. At 0 SJF picks J1, which starts, then J2, which does
@@ -68,3 +69,14 @@ def test_the_option_reaches_the_protocol_map_and_is_checked():
     assert sim_config({"commit_pick": True}).commit_pick is True
     with pytest.raises(ConfigError, match="commit_pick must be true or false"):
         sim_config({"commit_pick": "yes"})
+
+
+def test_exact_requests_let_sjf_sort_by_run_time():
+    """One processor; J1 runs 10 s but requests 1000 s, J2 runs and requests 100 s; both at 0.
+    SJF by request runs J2 first (J1 starts at 100); by run time J1 first (J2 starts at 10)."""
+    w = Workload(name="exact", procs=1, job_id=np.array([1, 2]), submit=np.array([0, 0]), run=np.array([10, 100]),
+                 size=np.array([1, 1]), requested=np.array([1000, 100]), user=np.array([1, 1]))
+    by_request = simulate(w, SimConfig(), policy="sjf").jobs
+    exact = simulate(w, SimConfig(exact_requests=True), policy="sjf").jobs
+    assert by_request["start"].tolist() == [100, 0] and by_request["requested"].tolist() == [1000, 100]
+    assert exact["start"].tolist() == [0, 10] and exact["requested"].tolist() == [10, 100]

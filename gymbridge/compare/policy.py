@@ -8,8 +8,8 @@ Items:
   orders the queue and decides `select` when no agent takes it (default `fcfs`);
   `priority:NAME` says the same explicitly;
 - a backfill mode (`easy`, `conservative`, `none`), or `backfill:MODE` (default `easy`);
-- `estimate:E`, `overrun:O`, `window:N`, `max_interval:N`, `max_rejections:N`, `commit_pick:true`:
-  simulation options;
+- `estimate:E`, `overrun:O`, `window:N`, `max_interval:N`, `max_rejections:N`, `exact_requests:true`,
+  `commit_pick:true`: simulation options;
 - `KIND:AGENT` (KIND one of select, inspect, backfill, kill; several joined by `/`): an agent
   process that takes those kinds. AGENT is a built-in agent name (a priority name: a `select`
   agent that applies it to the visible window), `module:Class`, `model:PATH` (a checkpoint of
@@ -44,7 +44,7 @@ from ...environment.spec import CONFIG_KEYS
 #: Simulation options a policy may set, besides the priority policy.
 OPTION_KEYS = CONFIG_KEYS
 INT_OPTIONS = ("window", "max_interval", "max_rejections")
-BOOL_OPTIONS = {"commit_pick": {"true": True, "false": False}}
+BOOL_OPTIONS = {name: {"true": True, "false": False} for name in ("exact_requests", "commit_pick")}
 #: Agent sources that are a trained checkpoint: `model:PATH` (frozen) and `online:PATH` (adapting).
 CHECKPOINT_SOURCES = ("model", "online")
 ITEM_KEYS = ("priority", "agent", "cmd", *CHECKPOINT_SOURCES) + tuple(k for k in OPTION_KEYS if k != "backfill") + KINDS
