@@ -15,6 +15,8 @@ Encoders (by name in `ENCODERS`; `get_encoder("a+b", ...)` concatenates any of t
 - `nodes`: `NodeAvailabilityEncoder`, the share of processors free now and at increasing
   horizons, assuming running jobs end at their estimated ends.
 - `dras`: `DRASEncoder`, DRAS's table of window jobs and one row per node.
+- `schedinspector`: `InspectorEncoder`, SchedInspector's 7 features of the inspected pick
+  (inspect decisions only).
 
 Tables are flattened row by row: `vector[:window * len(COLUMNS)].reshape(window, len(COLUMNS))`
 gives the table back (`Encoder.parts` lists each part's offset and shape for concatenations).
@@ -58,6 +60,8 @@ class Encoder:
     size: int = 0
     #: Registry name (set by `get_encoder`; informative).
     name: str = ""
+    #: The decision kinds whose observations it reads (None: any).
+    kinds: tuple[str, ...] | None = None
 
     def observation_space(self, window: int | None = None, procs: int | None = None):
         """`Box(0, 1, (size,), float32)`. `window`/`procs`, when given, must be the ones this
@@ -321,12 +325,57 @@ class DRASEncoder(Encoder):
 
 
 
+class InspectorEncoder(Encoder):
+    """SchedInspector's state (Zhang et al., SC'20, section 3.3, as the authors' code computes it;
+    docs/schedinspector.md), seven features of the pick under inspection:
+
+    | # | feature | value |
+    |---|---|---|
+    | 0 | wait | (now - submit) / 12 h |
+    | 1 | requested time | requested / `max_run` (the whole trace's longest run time) |
+    | 2 | size | size / cluster processors |
+    | 3 | free processors | free / cluster processors |
+    | 4 | runnable | HIGH if it fits now, else LOW |
+    | 5 | rejections | rejections / 72 (the code adds 600 s per rejection over a 12 h scale) |
+    | 6 | queue delay | sum over the queue window of 10 / max(requested, 10), / 128 |
+
+    Every value but 5 is clipped to HIGH = 1 - 1e-5 (5 to 1), as the code does. Feature 6 is the
+    bounded-slowdown growth of all waiting jobs if the pick waits 600 s more, over a 128-job
+    sequence; it reads the window, so for the code's value the window must hold the whole queue
+    (true for its 128-job sequences with the default window 128). The pick is the first of the
+    decision's picked jobs.
+    """
+
+    kinds = ("inspect",)
+    size = 7
+    HIGH, LOW = 1.0 - 1e-5, 1e-5
+    MAX_WAIT = 12 * 3600
+    REJECTION_SCALE = 72
+    DELAY_SCALE = 128
+
+    def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
+        q = observation["queue"]
+        pick = observation["context"]["jobs"][0]
+        k = q["id"].index(pick)
+        procs, free = observation["procs"], observation["free"]
+        size, requested = q["size"][k], q["requested"][k]
+        delay = sum(10.0 / max(r, 10) for r in q["requested"]) / self.DELAY_SCALE
+        out[:] = (min(q["wait"][k] / self.MAX_WAIT, self.HIGH),
+                  min(requested / max(observation["max_run"], 1), self.HIGH),
+                  min(size / procs, self.HIGH),
+                  min(free / procs, self.HIGH),
+                  self.HIGH if size <= free else self.LOW,
+                  min(q["rejections"][k] / self.REJECTION_SCALE, 1.0),
+                  min(delay, self.HIGH))
+
+
 #: Base encoders by name: factory(window, procs, **options).
 ENCODERS: dict[str, Callable[..., Encoder]] = {
     "jobs": lambda window, procs, max_rejections=72, **_: JobTableEncoder(window, procs, max_rejections),
     "running": lambda window, procs, **_: RunningJobEncoder(window, procs),
     "nodes": lambda window, procs, **_: NodeAvailabilityEncoder(procs),
     "dras": lambda window, procs, priority_size=None, **_: DRASEncoder(window, procs, priority_size),
+    "schedinspector": lambda window, procs, **_: InspectorEncoder(),
 }
 #: Named concatenations (any "a+b" of base names also works).
 COMBINED = ("jobs+nodes", "running+nodes")

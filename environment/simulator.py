@@ -54,6 +54,7 @@ class Simulation:
         if len(set(workload.job_id.tolist())) != len(workload):
             raise ConfigError(f"workload {workload.name!r} has duplicate job ids; renumber its jobs")
         self.procs = workload.procs
+        self._max_run = workload.max_run
         self._prepare_jobs()
         self._gen = None
         self._pending: Decision | None = None
@@ -435,6 +436,7 @@ class Simulation:
             "procs": self.procs,
             "free": self.free,
             "queue_length": len(self._queue),
+            "max_run": self._max_run,
             "queue": {
                 "id": list(decision.candidates) if decision.kind == SELECT else [ids[i] for i in window],
                 "submit": [submit[i] for i in window],

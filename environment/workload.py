@@ -20,7 +20,10 @@ class Workload:
     """Jobs ready for simulation; times in seconds, sizes in processors.
 
     `requested` is the user's walltime request after cleaning (never -1: it falls back to the run
-    time). `dropped` counts the jobs left out while cleaning, by reason.
+    time). `dropped` counts the jobs left out while cleaning, by reason. `max_run` is the longest
+    run time of the workload a sequence was cut from (its own, for a workload read or generated
+    whole): encoders that normalise by a trace-wide constant (SchedInspector's) read it from the
+    observation, so a window sees the same scale as the whole trace.
     """
 
     name: str
@@ -33,6 +36,7 @@ class Workload:
     user: np.ndarray
     dropped: dict[str, int] = field(default_factory=dict)
     header: dict[str, str] = field(default_factory=dict)
+    source_max_run: int | None = None
 
     def __post_init__(self) -> None:
         n = len(self.job_id)
@@ -49,13 +53,19 @@ class Workload:
     def __len__(self) -> int:
         return len(self.job_id)
 
+    @property
+    def max_run(self) -> int:
+        if self.source_max_run is not None:
+            return self.source_max_run
+        return int(self.run.max()) if len(self) else 0
+
     def take(self, index: np.ndarray | slice, name: str | None = None) -> Workload:
         """A sub-workload of the given rows (kept in submit order)."""
         cols = {col: getattr(self, col)[index] for col in COLUMNS}
         order = np.argsort(cols["submit"], kind="stable")
         cols = {col: arr[order] for col, arr in cols.items()}
         return Workload(name=name or self.name, procs=self.procs, dropped=dict(self.dropped),
-                        header=dict(self.header), **cols)
+                        header=dict(self.header), source_max_run=self.max_run, **cols)
 
     def with_columns(self, name: str | None = None, **columns: np.ndarray) -> Workload:
         """A copy with some columns replaced (e.g. re-drawn submit times)."""
@@ -63,4 +73,4 @@ class Workload:
         order = np.argsort(cols["submit"], kind="stable")
         cols = {col: np.asarray(arr)[order] for col, arr in cols.items()}
         return Workload(name=name or self.name, procs=self.procs, dropped=dict(self.dropped),
-                        header=dict(self.header), **cols)
+                        header=dict(self.header), source_max_run=self.source_max_run, **cols)

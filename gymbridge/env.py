@@ -217,6 +217,9 @@ class HpcEnv(gym.Env):
         else:
             self.encoder = get_encoder(encoder or DEFAULT_ENCODERS[kinds[0]], self.window, procs,
                                        max_rejections=self.config.max_rejections)
+        if self.encoder.kinds is not None and not set(kinds) <= set(self.encoder.kinds):
+            raise ConfigError(f"encoder {self.encoder.name or type(self.encoder).__name__!r} reads "
+                              f"{'/'.join(self.encoder.kinds)} decisions only, not {'+'.join(kinds)}")
         self.observation_space = self.encoder.observation_space()
         if self._multi:
             self.observation_space = gym.spaces.Box(0.0, 1.0, (self.encoder.size + len(kinds),), np.float32)
