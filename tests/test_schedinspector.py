@@ -56,3 +56,36 @@ def test_a_window_keeps_the_whole_trace_scale(traces_dir):
     whole = load_workload({"trace": str(trace)})
     window = load_workload({"trace": str(trace), "jobs": 256, "start": 1000})
     assert window.max_run == int(whole.run.max()) > int(window.run.max())
+
+
+def test_the_network_has_the_papers_parameter_counts_and_two_learning_rates():
+    """Actor 7*32+32 + 32*16+16 + 16*8+8 + 8*2+2 = 938 (the paper's count); critic ends in 1: 929."""
+    pytest.importorskip("torch")
+    from hpcgym.agents.rl.algorithms import get_algorithm
+    from hpcgym.agents.schedinspector import TRAINING_DEFAULTS
+
+    algo = get_algorithm("ppo")((7,), 2, TRAINING_DEFAULTS["config"], seed=0)
+    count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+    assert count(algo.model.actor) == 938 and count(algo.model.critic) == 929
+    assert [g["lr"] for g in algo.optimizer.param_groups] == [3e-4, 1e-3]
+
+
+def test_value_passes_go_on_after_the_kl_stop():
+    """A KL bound no update can meet stops the policy before its first step; with value_epochs
+    the critic still learns, and the actor is untouched."""
+    torch = pytest.importorskip("torch")
+    from hpcgym.agents.rl.algorithms import get_algorithm
+    from hpcgym.agents.rl.ppo import ppo_update
+
+    algo = get_algorithm("ppo")((3,), 2, {"hidden": [8], "target_kl": -1.0, "value_epochs": 4, "vf_lr": 1e-2,
+                                         "minibatch_size": 64}, seed=1)
+    actor = [p.detach().clone() for p in algo.model.actor.parameters()]
+    critic = [p.detach().clone() for p in algo.model.critic.parameters()]
+    n = 16
+    batch = {"obs": torch.rand(n, 3), "mask": torch.ones(n, 2, dtype=torch.bool),
+             "action": torch.zeros(n, dtype=torch.long), "logp": torch.full((n,), -0.7)}
+    returns = torch.ones(n)
+    stats = ppo_update(algo.model, algo.clip_and_step, batch, torch.ones(n), returns, algo.config, algo.rng)
+    assert stats["kl_stop"] == 1.0 and algo.updates == 4
+    assert all(torch.equal(a, b) for a, b in zip(actor, algo.model.actor.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(critic, algo.model.critic.parameters()))

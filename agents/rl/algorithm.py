@@ -143,7 +143,12 @@ class ActorCriticAlgorithm(Algorithm):
         else:
             self.model = ActorCritic(self.obs_shape, self.n_actions, c.net, c.hidden, c.activation, c.table)
         self.model.to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.lr, eps=1e-5)
+        vf_lr = getattr(c, "vf_lr", None)
+        if vf_lr is not None and not isinstance(self.model, ActorCritic):
+            raise ValueError(f"vf_lr needs separate actor and critic networks; net {c.net!r} shares one body")
+        groups = ([{"params": self.model.actor.parameters()}, {"params": self.model.critic.parameters(), "lr": vf_lr}]
+                  if vf_lr is not None else self.model.parameters())
+        self.optimizer = torch.optim.Adam(groups, lr=c.lr, eps=1e-5)
 
     def acting_network(self) -> nn.Module:
         return self.model

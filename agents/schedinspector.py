@@ -1,0 +1,39 @@
+"""SchedInspector (Zhang et al., "SchedInspector: A batch job scheduling inspector using
+reinforcement learning", HPDC 2022) as a composition of the shared pieces.
+
+A base priority policy (the env's `policy`, SJF by default here) picks the job to run; the agent
+takes the `inspect` decision: accept the pick, or reject it (it goes back; the next look is at
+the next event, or 600 s later at most). State: the `schedinspector` encoder's 7 features
+(`agents.encoders.InspectorEncoder`). Reward: at the end, the improvement over the base policy
+alone on the same jobs (`relative:bsld:pct_max`, `environment.rewards.RelativeReward`). Network:
+actor 7 -> 32 -> 16 -> 8 -> 2 and a critic of the same shape, ReLU (938 and 929 parameters).
+Training: PPO as Spinning Up runs it (`agents.rl.ppo` with `value_epochs` and `vf_lr`), 100
+trajectories of 128 jobs per epoch. docs/schedinspector.md has the facts behind each choice.
+
+Two semantics (`SEMANTICS`): `code`, what the authors' public code simulates (and their numbers
+come from): requested time = run time, an accepted pick that does not fit stays the pick until it
+starts, no backfilling; and `textbook`, hpcgym's defaults with no backfilling (user estimates,
+every pass selects afresh).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Simulation options of each semantics (the env's `options`).
+SEMANTICS: dict[str, dict[str, Any]] = {
+    "code": {"backfill": "none", "exact_requests": True, "commit_pick": True},
+    "textbook": {"backfill": "none"},
+}
+
+#: What `hpcgym train schedinspector` sets unless a flag says otherwise. The reward's form is the
+#: code's (base - x) / max(base, x, 1); the PPO settings are the code's (gamma 1, lambda 0.97,
+#: clip 0.2, policy lr 3e-4, value lr 1e-3, 80 + 80 full-batch iterations, the policy's stopped at
+#: an approximate KL of 1.5 x 0.01; no gradient clipping, no entropy bonus).
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "kind": "inspect", "encoder": "schedinspector", "policy": "sjf", "jobs": 128, "trajectories": 100,
+    "reward": "relative:bsld:pct_max", "semantics": "code",
+    "config": {"net": "mlp", "hidden": [32, 16, 8], "activation": "relu", "lr": 3e-4, "vf_lr": 1e-3,
+               "gamma": 1.0, "gae_lambda": 0.97, "clip": 0.2, "update_epochs": 80, "value_epochs": 80,
+               "minibatch_size": 1_000_000, "target_kl": 0.015, "max_grad_norm": None, "ent_coef": 0.0},
+}
