@@ -12,7 +12,7 @@ trajectories of 128 jobs per epoch. docs/schedinspector.md has the facts behind 
 
 Two semantics (`SEMANTICS`): `code`, what the authors' public code simulates (and their numbers
 come from): requested time = run time, an accepted pick that does not fit stays the pick until it
-starts, no backfilling; and `textbook`, hpcgym's defaults with no backfilling (user estimates,
+starts, no backfilling, training windows from the first 10,000 jobs; and `textbook`, hpcgym's defaults with no backfilling (user estimates,
 every pass selects afresh).
 """
 
@@ -33,6 +33,8 @@ SEMANTICS: dict[str, dict[str, Any]] = {
 TRAINING_DEFAULTS: dict[str, Any] = {
     "kind": "inspect", "encoder": "schedinspector", "policy": "sjf", "jobs": 128, "trajectories": 100,
     "reward": "relative:bsld:pct_max", "semantics": "code",
+    "first_jobs": 10_000,   # code semantics: training windows from the trace's first 10,000 jobs
+
     "config": {"net": "mlp", "hidden": [32, 16, 8], "activation": "relu", "lr": 3e-4, "vf_lr": 1e-3,
                "gamma": 1.0, "gae_lambda": 0.97, "clip": 0.2, "update_epochs": 80, "value_epochs": 80,
                "minibatch_size": 1_000_000, "target_kl": 0.015, "max_grad_norm": None, "ent_coef": 0.0},

@@ -41,6 +41,7 @@ WORKLOAD_KEYS = {
     "jobs": "window length",
     "start": "window start",
     "sample": "seed of a random window",
+    "first_jobs": "with sample: draw random windows from the first N jobs only (SchedInspector's code)",
     "sampled_jobset": "with sample: random jobs with Poisson arrivals (DRAS)",
     "synthetic": "with sample: jobs generated from a model fitted to the trace (part) (DRAS)",
 }
@@ -49,7 +50,7 @@ CONFIG_KEYS = ("backfill", "estimate", "overrun", "window", "max_interval", "max
 #: Value types of the workload keys (None is always allowed: it means "the default").
 WORKLOAD_TYPES = {"trace": (str, Path), "procs": int, "strict": bool, "skip_malformed": bool, "model": str,
                   "generate_jobs": int, "train_fraction": (float, int), "part": str, "jobs": int, "start": int,
-                  "sample": int, "sampled_jobset": bool, "synthetic": bool}
+                  "sample": int, "first_jobs": int, "sampled_jobset": bool, "synthetic": bool}
 #: The largest generated workload; larger ones would stall an env serving others.
 MAX_GENERATED_JOBS = 10_000_000
 
@@ -82,6 +83,12 @@ def check_workload_spec(spec: dict[str, Any]) -> None:
         raise ConfigError("a window start or sample seed needs a job count ('jobs', --jobs N)")
     if start is not None and sample is not None:
         raise ConfigError("use either a window start or a sample seed, not both")
+    if spec.get("first_jobs") is not None:
+        if sample is None or spec.get("sampled_jobset") or spec.get("synthetic"):
+            raise ConfigError("first_jobs limits where random windows start: it needs a sample seed and "
+                              "plain windows (not a sampled jobset or a synthetic workload)")
+        if spec["first_jobs"] < (jobs or 1):
+            raise ConfigError(f"first_jobs ({spec['first_jobs']}) must hold at least one window of {jobs} jobs")
     for key in ("sampled_jobset", "synthetic"):
         if spec.get(key) and sample is None:
             raise ConfigError(f"a {key.replace('_', ' ')} workload needs a sample seed (--sample SEED)")
@@ -124,6 +131,8 @@ def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
         return sequences.sampled_jobset(workload, jobs, sample)
     if spec.get("synthetic"):
         return generate_from_model(_fitted(workload), jobs, sample)
+    if spec.get("first_jobs") is not None:
+        workload = workload.take(slice(0, spec["first_jobs"]))
     return sequences.random_window(workload, jobs, sample)
 
 

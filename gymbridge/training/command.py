@@ -25,8 +25,10 @@ from ...environment.decisions import KINDS
 from ...environment.errors import ConfigError, HpcgymError
 
 BASE_ALGORITHMS = ("pg", "a2c", "ppo", "dql")
-#: dras-ALGO: ALGO with DRAS's defaults (`agents.dras.TRAINING_DEFAULTS`); flags still win.
-ALGORITHMS = (*BASE_ALGORITHMS, *(f"dras-{a}" for a in BASE_ALGORITHMS))
+#: dras-ALGO: ALGO with DRAS's defaults (`agents.dras.TRAINING_DEFAULTS`); schedinspector: PPO with
+#: SchedInspector's (`agents.schedinspector.TRAINING_DEFAULTS`). Flags still win.
+ALGORITHMS = (*BASE_ALGORITHMS, *(f"dras-{a}" for a in BASE_ALGORITHMS), "schedinspector")
+SEMANTICS = ("code", "textbook")
 KIND_CHOICES = (*KINDS, "select+backfill")
 
 
@@ -87,6 +89,10 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
               "dras-ALGO with a trace: sampled,real,synthetic; 'none': off).")
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
 @click.option("--policy", default="fcfs", show_default=True, help="Priority policy ordering the queue window.")
+@click.option("--base", help="schedinspector: the base policy it inspects (sets --policy; default sjf).")
+@click.option("--semantics", type=click.Choice(SEMANTICS),
+              help="schedinspector: the simulation rules of the authors' code (default) or hpcgym's textbook "
+                   "ones, both without backfilling (docs/schedinspector.md).")
 @click.option("--window", type=click.IntRange(min=1), default=128, show_default=True,
               help="Queue jobs the agent sees and chooses from.")
 @click.option("--wait/--no-wait", "allow_wait", default=True, show_default=True,
@@ -126,10 +132,11 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
 @click.pass_context
 def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fraction, curriculum, backfill,
-          policy, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets, max_steps, epochs, trajectories,
+          policy, base, semantics, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets, max_steps, epochs, trajectories,
           envs, seed, out, checkpoint_every, resume, eval_episodes, baselines, device, threads, progress) -> None:
     """Train ALGORITHM (pg, a2c, ppo or dql; dras-pg, dras-a2c, dras-ppo or dras-dql: the same with
-    DRAS's defaults) and write curve.csv, checkpoints and eval.json to OUT."""
+    DRAS's defaults; schedinspector: PPO with SchedInspector's) and write curve.csv, checkpoints and
+    eval.json to OUT."""
     try:
         import gymnasium  # noqa: F401
         import torch
@@ -140,14 +147,14 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
     from .trainer import Trainer, TrainSettings, parse_curriculum
 
     algorithm = algorithm.lower()
+
+    def unset(name: str) -> bool:
+        return ctx.get_parameter_source(name) == click.core.ParameterSource.DEFAULT
+
     if algorithm.startswith("dras-"):  # DRAS's defaults for every flag the command line leaves at its default
         from ...agents.dras import TRAINING_DEFAULTS as D
 
         algorithm = algorithm[len("dras-"):]
-
-        def unset(name: str) -> bool:
-            return ctx.get_parameter_source(name) == click.core.ParameterSource.DEFAULT
-
         kind = D["kind"] if unset("kind") else kind
         encoder = encoder or D["encoder"]
         window = D["window"] if unset("window") else window
@@ -160,6 +167,32 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
             sets = (*(f"{k}={v}" for k, v in D["dql_config"].items()), *sets)
         if curriculum is None and trace is not None and start is None and not sampled_jobset:
             curriculum = D["curriculum"]
+    options, first_jobs = {"backfill": backfill}, None
+    if algorithm == "schedinspector":
+        from ...agents.schedinspector import SEMANTICS as RULES
+        from ...agents.schedinspector import TRAINING_DEFAULTS as S
+
+        algorithm = "ppo"
+        kind = S["kind"] if unset("kind") else kind
+        encoder = encoder or S["encoder"]
+        policy = base or (S["policy"] if unset("policy") else policy)
+        n_jobs = S["jobs"] if unset("n_jobs") else n_jobs
+        trajectories = S["trajectories"] if unset("trajectories") else trajectories
+        reward = S["reward"] if unset("reward") else reward
+        options = dict(RULES[semantics or S["semantics"]])
+        if (semantics or S["semantics"]) == "code" and train_fraction is None and start is None:
+            first_jobs = S["first_jobs"]
+        if not unset("backfill"):
+            options["backfill"] = backfill
+        config = dict(S["config"])
+        net, hidden, lr, gamma = (net or config.pop("net"), hidden or ",".join(map(str, config.pop("hidden"))),
+                                  lr if lr is not None else config.pop("lr"),
+                                  gamma if gamma is not None else config.pop("gamma"))
+        config.pop("lr", None), config.pop("gamma", None)
+        sets = (*(f"{k}={json.dumps(v)}" for k, v in config.items()), *sets)
+        baselines = baselines or (policy,)
+    elif base is not None or semantics is not None:
+        raise ConfigError("--base and --semantics belong to schedinspector")
     torch.set_num_threads(threads)
     try:
         dev = resolve_device(device)
@@ -190,6 +223,9 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
             eval_workload = {k: v for k, v in {**workload, "part": "test"}.items() if v is not None}
             workload["part"] = "train"
         workload = {k: v for k, v in workload.items() if v is not None}
+        if first_jobs is not None:  # train on the trace's first jobs, evaluate on windows of all of it
+            eval_workload = dict(workload)
+            workload["first_jobs"] = first_jobs
         phases = None
         if curriculum is not None and curriculum.strip().lower() != "none":
             if trace is None:
@@ -199,7 +235,7 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
             phases = parse_curriculum(curriculum, epochs * trajectories)
         settings = TrainSettings(
             algorithm=algorithm, kind=kind, workload=workload, eval_workload=eval_workload,
-            options={"backfill": backfill, "window": window, "policy": policy}, reward=reward, encoder=encoder,
+            options={**options, "window": window, "policy": policy}, reward=reward, encoder=encoder,
             config=_algorithm_config(algorithm, net, hidden, lr, gamma, sets), epochs=epochs,
             trajectories=trajectories, envs=envs, seed=seed, checkpoint_every=checkpoint_every,
             eval_episodes=eval_episodes, no_wait=not allow_wait, max_steps=max_steps, curriculum=phases,
