@@ -78,6 +78,15 @@ def _reading_options(f):
     return f
 
 
+def _rule_options(f):
+    """The simulation rules of SchedInspector's code (docs/semantics.md section 4), for run and env."""
+    f = click.option("--commit-pick", is_flag=True,
+                     help="A pick that does not fit stays the pick until it starts (SchedInspector's code).")(f)
+    f = click.option("--exact-requests", is_flag=True,
+                     help="Requested time = run time for every job (SchedInspector's code).")(f)
+    return f
+
+
 @main.command()
 @click.option("--trace", type=click.Path(path_type=Path, dir_okay=False),
               help=f"SWF or SWF.gz trace (default: a generated Lublin workload of {DEFAULT_JOBS} jobs).")
@@ -89,10 +98,7 @@ def _reading_options(f):
               help="Run-time estimate for reservations: requested, actual or noisy:E (e.g. noisy:0.2).")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default="run", show_default=True,
               help="A job past its requested time: run to its recorded end, or kill it at its walltime.")
-@click.option("--exact-requests", is_flag=True,
-              help="Requested time = run time for every job (SchedInspector's code).")
-@click.option("--commit-pick", is_flag=True,
-              help="A pick that does not fit stays the pick until it starts (SchedInspector's code).")
+@_rule_options
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), help="Simulate only this many jobs (a window).")
 @click.option("--start", type=click.IntRange(min=0), help="First job of the window (with --jobs).")
 @click.option("--sample", type=int, help="Seed of a random window start (with --jobs).")
@@ -178,6 +184,7 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 @click.option("--procs", type=click.IntRange(min=1), help="Cluster size (default: the trace header).")
 @click.option("--policy", type=click.Choice(list(POLICIES), case_sensitive=False), default="fcfs", show_default=True)
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
+@_rule_options
 @click.option("--reward", default="none", show_default=True, help="Default reward spec.")
 @click.option("--decision-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds an agent may take to answer a decision.")
@@ -188,15 +195,16 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="Server secret key file (from `hpcgym keys`): turns on CURVE authentication.")
 @click.option("--curve-allow", type=click.Path(path_type=Path, exists=True), multiple=True,
               help="Public key file, or folder of them, of agents allowed to connect.")
-def env_command(bind, trace, procs, policy, backfill, reward, decision_timeout, on_agent_lost, allow_remote,
-                curve_secret, curve_allow) -> None:
+def env_command(bind, trace, procs, policy, backfill, exact_requests, commit_pick, reward, decision_timeout,
+                on_agent_lost, allow_remote, curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md)."""
     from ..environment.server import serve
     from ..environment.service import EnvService
 
     workload = {"trace": str(trace) if trace else None, "procs": procs}
     service = EnvService({"workload": {k: v for k, v in workload.items() if v is not None},
-                          "options": {"backfill": backfill}, "policy": policy, "reward": reward},
+                          "options": {"backfill": backfill, "exact_requests": exact_requests,
+                                      "commit_pick": commit_pick}, "policy": policy, "reward": reward},
                          decision_timeout=decision_timeout, on_agent_lost=on_agent_lost)
     curve = _server_curve(curve_secret, curve_allow)
     click.echo(f"hpcgym env listening on {bind}{' with CURVE' if curve else ''}", err=True)

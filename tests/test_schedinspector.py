@@ -89,3 +89,84 @@ def test_value_passes_go_on_after_the_kl_stop():
     assert stats["kl_stop"] == 1.0 and algo.updates == 4
     assert all(torch.equal(a, b) for a, b in zip(actor, algo.model.actor.parameters()))
     assert not all(torch.equal(a, b) for a, b in zip(critic, algo.model.critic.parameters()))
+
+
+# ------------------------------------------------------------------------------------------ learning
+def _code_settings(**overrides):
+    from hpcgym.agents.schedinspector import SEMANTICS, TRAINING_DEFAULTS as S
+    from hpcgym.gymbridge.training.trainer import TrainSettings
+
+    values = dict(algorithm="ppo", kind="inspect", encoder="schedinspector", reward=S["reward"],
+                  workload={"generate_jobs": 3000, "procs": 64, "jobs": 64, "sample": True},
+                  options={**SEMANTICS["code"], "policy": "sjf"}, config=S["config"], epochs=6, trajectories=16,
+                  envs=4, seed=0, eval_episodes=0)
+    return TrainSettings(**{**values, **overrides})
+
+
+def test_short_training_raises_the_relative_reward(tmp_path):
+    """PPO with SchedInspector's settings on a generated workload (64 processors, 64-job episodes):
+    6 epochs of 16 episodes raise the sampled policy's relative reward over SJF alone on 16
+    held-out sequences. The untrained policy rejects about half of the picks at random. Measured
+    when this test was written (training seeds 0, 1, 2): -0.069 -> 0.016, -0.122 -> -0.064,
+    -0.122 -> 0.038; the bar is about a third of the smallest gain."""
+    pytest.importorskip("torch")
+    from hpcgym.gymbridge.training.trainer import Trainer
+
+    from .test_dras_agent import _sampled_returns
+
+    settings = _code_settings()
+    trainer = Trainer(settings, tmp_path / "run", progress=False)
+    trainer.setup()
+    held_out = [10 ** 9 + k for k in range(16)]
+    before = _sampled_returns(trainer.algo, settings, held_out)
+    trainer.train()
+    after = _sampled_returns(trainer.algo, settings, held_out)
+    assert after.mean() - before.mean() > 0.02, (before.mean(), after.mean())
+
+
+# ------------------------------------------------------------------------------------------ serving
+def test_a_checkpoint_served_over_ipc_gives_the_in_process_schedule(tmp_path, ipc_dir):
+    """`hpcgym train schedinspector` (1 short epoch), then `hpcgym env` with the code's rules and
+    `hpcgym agent --model --sampling` as processes: the seeded sampling agent's episode equals the
+    same agent's in-process one, and differs from SJF alone (it rejects some picks)."""
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from hpcgym.agents.rl.serve import RLAgent
+    from hpcgym.environment.simulator import simulate
+    from hpcgym.environment.spec import sim_config
+    from hpcgym.gymbridge.cli import main
+
+    from .agents_for_tests import write_trace
+
+    trace = write_trace(tmp_path / "t.swf", jobs=200, procs=32, seed=4)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["train", "schedinspector", "--trace", str(trace), "--jobs", "50", "--epochs", "1",
+                                       "--trajectories", "4", "--envs", "2", "--out", str(out), "--eval-episodes", "0",
+                                       "--no-progress"])
+    assert result.exit_code == 0, result.output
+    options = {"backfill": "none", "exact_requests": True, "commit_pick": True}
+    workload = load_workload({"trace": str(trace), "jobs": 60, "sample": 5})
+    local = simulate(workload, sim_config(options), policy="sjf",
+                     agents={"inspect": RLAgent(out / "model.pt", greedy=False, seed=3)}).summary
+    assert local != simulate(workload, sim_config(options), policy="sjf").summary
+    hpcgym = [str(Path(sys.executable).parent / "hpcgym")]
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    env = subprocess.Popen([*hpcgym, "env", "--bind", bind, "--trace", str(trace), "--policy", "sjf",
+                            "--backfill", "none", "--exact-requests", "--commit-pick"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        served = subprocess.run([*hpcgym, "agent", "--model", str(out / "model.pt"), "--sampling",
+                                 "--sampling-seed", "3", "--connect", bind, "--jobs", "60", "--sample", "5", "--json",
+                                 "--timeout", "30"], capture_output=True, text=True, timeout=120)
+        assert served.returncode == 0, served.stderr
+        line = json.loads(served.stdout.strip().splitlines()[-1])
+        assert {k: v for k, v in line.items() if k not in ("episode", "reason")} == dict(local)
+    finally:
+        env.kill()
+        env.wait(timeout=10)
