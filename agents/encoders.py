@@ -377,6 +377,8 @@ ENCODERS: dict[str, Callable[..., Encoder]] = {
     "dras": lambda window, procs, priority_size=None, **_: DRASEncoder(window, procs, priority_size),
     "schedinspector": lambda window, procs, **_: InspectorEncoder(),
 }
+#: The encoder of each decision kind when none is named (the Gymnasium env's, decision records').
+DEFAULT_ENCODERS = {"select": "jobs+nodes", "backfill": "jobs+nodes", "inspect": "jobs+nodes", "kill": "running+nodes"}
 #: Named concatenations (any "a+b" of base names also works).
 COMBINED = ("jobs+nodes", "running+nodes")
 

@@ -75,3 +75,19 @@ def slot_action(kind: str, slot: int, ids: list[int], window: int) -> Action:
     if kind == KILL:
         return None if slot == 0 else ids[slot - 1]
     return None if slot == window else ids[slot]
+
+
+def action_slot(kind: str, action: Action, ids: list[int], window: int) -> int:
+    """The slot that names `action` for a decision of `kind` (the inverse of `slot_action`);
+    -1 for a select action naming several jobs, which no single slot names."""
+    if kind == INSPECT:
+        return 0 if action else 1
+    if isinstance(action, (list, tuple)):
+        if len(action) != 1:
+            return window if not action and kind == SELECT else -1
+        action = action[0]
+    if action is None:
+        return 0 if kind == KILL else window
+    k = ids.index(int(action))
+    return k + 1 if kind == KILL else k
+

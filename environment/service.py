@@ -73,7 +73,8 @@ class EnvService:
 
     def __init__(self, defaults: dict[str, Any] | None = None, *, decision_timeout: float = 30.0,
                  heartbeat: float = 1.0, on_agent_lost: str = "fallback",
-                 clock: Callable[[], float] = time.monotonic, record_latency: bool = False) -> None:
+                 clock: Callable[[], float] = time.monotonic, record_latency: bool = False,
+                 on_act: Callable[[Decision, Any], None] | None = None) -> None:
         if on_agent_lost not in AGENT_LOST_MODES:
             raise HpcgymError(f"on_agent_lost must be one of {', '.join(AGENT_LOST_MODES)}")
         self.defaults = {"workload": {}, "options": {}, "policy": "fcfs", "seed": 0, "reward": "none",
@@ -90,6 +91,9 @@ class EnvService:
         # With record_latency: per agent (its kinds joined by "/"), the seconds from handing out
         # each decision to receiving the act that answered it (opt-in: it grows with every act).
         self.latency: dict[str, list[float]] | None = {} if record_latency else None
+        # Called with each decision an agent answered and its action, once the action is taken
+        # (decision records of agents in any language: agents/records.py).
+        self.on_act = on_act
         self._workloads = WorkloadCache()  # a trace is read once, not at every reset
         self._out: list[Reply] = []
 
@@ -227,6 +231,8 @@ class EnvService:
             raise m.ProtocolError(m.INVALID_ACTION, str(exc)) from None
         if self.latency is not None:
             self.latency.setdefault(kinds_key(peer.kinds), []).append(answered_after)
+        if self.on_act is not None:
+            self.on_act(decision, msg["action"])
         ep.sent_at = None
         self._dispatch(session)
 

@@ -22,6 +22,7 @@ from ..environment.spec import DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLI
 from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload
 from .compare import compare
+from .compare.record import record
 from .protocol_commands import protocol as protocol_group
 from .training.command import train
 
@@ -58,6 +59,7 @@ def main() -> None:
 main.add_command(protocol_group)
 main.add_command(train)
 main.add_command(compare)
+main.add_command(record)
 
 
 def _estimate(ctx: click.Context, param: click.Parameter, value: str) -> EstimateSpec:

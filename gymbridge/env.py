@@ -86,7 +86,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from ..agents.encoders import Encoder, get_encoder
+from ..agents.encoders import DEFAULT_ENCODERS, Encoder, get_encoder
 from ..agents.slots import slot_action, slot_mask, slot_observation
 from ..environment.priorities import POLICIES
 from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, Decision
@@ -96,7 +96,6 @@ from ..environment.simulator import Simulation
 from ..environment.spec import CONFIG_KEYS, WorkloadCache, sim_config
 
 #: Encoders used when none is named.
-DEFAULT_ENCODERS = {SELECT: "jobs+nodes", BACKFILL: "jobs+nodes", INSPECT: "jobs+nodes", KILL: "running+nodes"}
 _session_numbers = itertools.count(1)
 
 

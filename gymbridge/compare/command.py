@@ -62,10 +62,13 @@ POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or
 @click.option("--decision-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds an agent may take for one decision before its unit fails.")
 @click.option("--no-plots", is_flag=True, help="Skip the plots.")
+@click.option("--record", metavar="KIND[:ENCODER]",
+              help="Write each unit's decisions of KIND (features by ENCODER, default the kind's usual one; mask; "
+                   "action) to units/POLICY/seq-NNN.records.npz (agents/records.py; local executor).")
 @click.pass_context
 def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, samples, n_jobs, sampled_jobset,
             train_fraction, part, seed, estimate, overrun, metric, resamples, out, resume, force, inproc, workers,
-            executor, address, decision_timeout, no_plots) -> None:
+            executor, address, decision_timeout, no_plots, record) -> None:
     """Compare scheduling policies on the same job sequences: summary table, paired differences to
     a baseline with bootstrap confidence intervals, per-job CSVs, plots (see docs/compare.md).
 
@@ -109,7 +112,8 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
         comparison = Comparison(policies=[parse_policy(p) for p in policies], sequences=spec, out=out,
                                 baseline=baseline, options=options, metric=metric, resamples=resamples, mode=mode,
                                 executor=executor, address=address, workers=workers,
-                                decision_timeout=decision_timeout, plots=not no_plots, argv=argv)
+                                decision_timeout=decision_timeout, plots=not no_plots, argv=argv,
+                                record=record_settings(*record.partition(":")[::2], executor) if record else None)
     outcome = run_comparison(comparison, resume=resume, force=force)
     click.echo(outcome.table.split("\n## All metrics")[0].rstrip() + "\n")
     errors = outcome.table.split("\n## Errors\n")
@@ -121,6 +125,27 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
     click.echo(f"results in {out}/ (summary.md, summary.csv, latency.csv, jobs/, plots/, run.json)", err=True)
     if outcome.failed:
         sys.exit(1)
+
+
+def record_settings(kind: str, encoder: str | None, executor: str = "local", window: int = 128,
+                    what: str = "--record") -> dict:
+    """Record settings of units (kind, encoder, window), checked before any unit runs; `what`
+    names the option in the messages."""
+    from ...agents.encoders import DEFAULT_ENCODERS, get_encoder
+    from ...environment.decisions import KINDS
+
+    if kind not in KINDS:
+        raise ConfigError(f"{what}: unknown decision kind {kind!r}; use one of {', '.join(KINDS)}")
+    if executor != "local":
+        raise ConfigError(f"{what} writes files beside the units: use the local executor")
+    encoder = encoder or DEFAULT_ENCODERS[kind]
+    try:
+        made = get_encoder(encoder, window, None)
+    except ValueError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+    if made.kinds is not None and kind not in made.kinds:
+        raise ConfigError(f"{what}: encoder {encoder!r} reads {'/'.join(made.kinds)} decisions only, not {kind}")
+    return {"kind": kind, "encoder": encoder, "window": window}
 
 
 def command_line(ctx: click.Context) -> list[str]:

@@ -6,6 +6,7 @@ Output folder:
     sequences/seq-NNN.swf        the job sequences every policy replays
     units/POLICY/seq-NNN.json    one finished unit: summary metrics, latencies (the resume marker)
     units/POLICY/seq-NNN.error.json  a failed unit (retried by --resume)
+    units/POLICY/seq-NNN.records.npz  with --record: the unit's decision records (agents/records.py)
     jobs/POLICY/seq-NNN.csv      per-job records of that unit
     summary.md, summary.csv      the table
     latency.md, latency.csv      decision latency per agent
@@ -58,6 +59,7 @@ class Comparison:
     decision_timeout: float = 30.0
     plots: bool = True
     progress: bool | None = None   # None: a progress bar on a terminal
+    record: dict[str, Any] | None = None   # {kind, encoder, window}: decision records per unit
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
@@ -171,7 +173,8 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
     texts = {s["index"]: (out / s["file"]).read_text() for s in sequences}
     jobs = [(unit_id(p, s["index"]),
              {"policy": p.to_json(), "seed": s["seed"], "sequence": s["index"], "procs": s["procs"],
-              "options": dict(c.options), "mode": c.mode, "cwd": os.getcwd(), "decision_timeout": c.decision_timeout},
+              "options": dict(c.options), "mode": c.mode, "cwd": os.getcwd(), "decision_timeout": c.decision_timeout,
+              "record": _record_task(c, out, unit_id(p, s["index"]))},
              s["index"], texts[s["index"]]) for p, s in todo]
     ran: list[str] = []
 
@@ -204,6 +207,13 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
     entry.update(finished=meta["finished"], ran=len(ran), reused=len(reused))
     _write_json(out / "run.json", meta)
     return outcome
+
+
+def _record_task(c: Comparison, out: Path, uid: str) -> dict[str, Any] | None:
+    """A unit's record settings: where its decision records go (beside its result)."""
+    if not c.record:
+        return None
+    return {**c.record, "path": str((out / "units" / f"{uid}.records.npz").resolve())}
 
 
 def write_outputs(c: Comparison, out: Path, sequences: list[dict[str, Any]], baseline: str) -> Outcome:

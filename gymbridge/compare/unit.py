@@ -6,6 +6,10 @@ driver itself: an agent with no kinds that resets with `require` (the policy's k
 `records: true`, and receives the per-job records with `episode_end`. In process (`inproc`), the
 simulation calls the agents directly. Both give the same per-job records.
 
+With a `record` entry in the task (kind, encoder, window, path), the decisions of that kind are
+written to `path` as decision records (`agents/records.py`): in process as the agent acts, over
+the protocol env-side, so an agent in any language is recorded the same way.
+
 Decision latency is measured env-side over the protocol: from the moment the env hands a
 decision to its agent until it receives the `act` (socket round trip plus the agent's thinking).
 In process it is the time of the agent's `act` call. Built-in env policies have no latency.
@@ -84,8 +88,8 @@ def _records(jobs: dict[str, Any], procs: int) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- in process
 class _TimedAgent:
-    def __init__(self, agent: Any, label: str, samples: list[float]) -> None:
-        self.agent, self.label, self.samples = agent, label, samples
+    def __init__(self, agent: Any, label: str, samples: list[float], log: Any = None) -> None:
+        self.agent, self.label, self.samples, self.log = agent, label, samples, log
 
     def act(self, decision: Any) -> Any:
         t0 = time.perf_counter()
@@ -94,7 +98,29 @@ class _TimedAgent:
         except Exception as exc:
             raise UnitFailed(f"agent {self.label} raised {_describe(exc)}") from exc
         self.samples.append(time.perf_counter() - t0)
+        if self.log is not None:
+            self.log.add(decision, action)
         return action
+
+
+def _decision_log(task: dict[str, Any], procs: int) -> Any:
+    """The unit's DecisionLog when the task asks for records, else None."""
+    record = task.get("record")
+    if not record:
+        return None
+    from ...agents.records import DecisionLog
+
+    return DecisionLog(record["kind"], record["encoder"], record["window"], procs)
+
+
+def _save_log(log: Any, task: dict[str, Any], policy: PolicySpec) -> dict[str, Any]:
+    if log is None:
+        return {}
+    log.end_episode()
+    path = Path(task["record"]["path"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log.save(path, policy=policy.name, spec=policy.text, seed=task["seed"], sequence=task.get("sequence"))
+    return {"records": str(path), "recorded": len(log)}
 
 
 def _describe(exc: BaseException) -> str:
@@ -110,6 +136,7 @@ def _run_inproc(policy: PolicySpec, task: dict[str, Any], trace: Path) -> dict[s
 
     _with_cwd_on_path(task.get("cwd"))
     workload = read_swf(trace)
+    log = _decision_log(task, workload.procs)
     latency: dict[str, list[float]] = {}
     agents: dict[str, Any] = {}
     instances = []
@@ -123,14 +150,14 @@ def _run_inproc(policy: PolicySpec, task: dict[str, Any], trace: Path) -> dict[s
         instances.append(agent)
         samples = latency.setdefault(kinds_key(agent.kinds), [])
         for kind in agent.kinds:
-            agents[kind] = _TimedAgent(agent, spec.label, samples)
+            agents[kind] = _TimedAgent(agent, spec.label, samples, log)
     config = SimConfig(seed=task["seed"], **_sim_options(policy, task))
     result = simulate(workload, config, policy=policy.priority, agents=agents)
     for agent in instances:
         agent.on_episode_end(dict(result.summary))
     out = _records({k: v.tolist() for k, v in result.jobs.items()}, result.procs)
     latency = {key: [round(v, 7) for v in values] for key, values in latency.items()}
-    out.update(latency=latency, decisions=sum(len(v) for v in latency.values()))
+    out.update(latency=latency, decisions=sum(len(v) for v in latency.values()), **_save_log(log, task, policy))
     return out
 
 
@@ -246,8 +273,9 @@ def _run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pa
     cwd = task.get("cwd")
     timeout = float(task.get("decision_timeout", 30.0))
     address = f"ipc://{tmp}/env.ipc"
+    log = _decision_log(task, int(task.get("procs") or _read_procs(trace)))
     service = EnvService({"workload": {}, "options": {}}, decision_timeout=timeout, heartbeat=HEARTBEAT_S,
-                         on_agent_lost="end", record_latency=True)
+                         on_agent_lost="end", record_latency=True, on_act=log.add if log is not None else None)
     ready = threading.Event()
     failure: list[BaseException] = []
 
@@ -305,7 +333,7 @@ def _run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pa
             spec, code, log = failed[0]
             raise UnitFailed(agents.describe(spec, code, log).replace("before the episode ended", "after the episode"))
         latency = {key: [round(v, 7) for v in values] for key, values in service.latency.items()}
-        out.update(latency=latency, decisions=sum(len(v) for v in latency.values()))
+        out.update(latency=latency, decisions=sum(len(v) for v in latency.values()), **_save_log(log, task, policy))
         return out
     finally:
         if conn is not None:

@@ -1,0 +1,78 @@
+"""`hpcgym record`: one policy's decisions of one kind over job sequences, as one records file.
+
+    hpcgym record 'sjf,backfill:none,inspect:model:runs/si/model.pt' --kind inspect \\
+        --encoder schedinspector --trace SDSC-SP2-1998-4.2-cln.swf.gz --jobs 256 --samples 50 --out si.npz
+
+It runs the policy as `hpcgym compare` runs one (the same sequences for the same seed, the same
+policy syntax: built-in agents, `module:Class`, checkpoints, and `cmd:` programs in any language,
+recorded env-side), then merges the units' records into OUT (`agents/records.py` describes the
+columns). The scheduling metrics of each sequence are in OUT's meta.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import click
+
+from ...environment.errors import ConfigError, HpcgymError
+from .command import record_settings
+from .plan import unit_id
+from .policy import parse_policy
+
+
+@click.command("record")
+@click.argument("spec")
+@click.option("--kind", required=True, help="The decision kind to record: select, inspect, backfill or kill.")
+@click.option("--encoder", help="Features of each decision (default: the kind's usual encoder).")
+@click.option("--trace", type=click.Path(path_type=Path, dir_okay=False),
+              help="SWF or SWF.gz trace (default: a generated Lublin workload).")
+@click.option("--jobs", "n_jobs", type=click.IntRange(min=1),
+              help="Jobs per sequence (absent: the whole trace is one sequence).")
+@click.option("--samples", type=click.IntRange(min=1), help="Sequences (default 10 with --jobs, else 1).")
+@click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="Split the trace chronologically; draw from one part (--part).")
+@click.option("--part", type=click.Choice(["train", "test"]), default="test", show_default=True)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Sample i uses seed SEED+i.")
+@click.option("--window", type=click.IntRange(min=1), default=128, show_default=True,
+              help="Window slots of the mask and the features (the policy's window).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Parallel sequences.")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The records file (.npz).")
+def record(spec, kind, encoder, trace, n_jobs, samples, train_fraction, part, seed, window, workers, out) -> None:
+    """Record SPEC's decisions of one kind (a policy in hpcgym compare's syntax) to OUT."""
+    from ...agents.records import load_records, merge_records, save_records
+    from .plan import SequenceSpec
+    from .runner import Comparison, run_comparison
+
+    if trace is not None and not trace.is_file():
+        raise ConfigError(f"trace {trace} not found")
+    settings = record_settings(kind, encoder or None, window=window, what="--kind/--encoder")
+    policy = parse_policy(f"recorded={spec}")
+    if not any(kind in agent.kinds for agent in policy.agents) and not any(not a.kinds for a in policy.agents):
+        raise ConfigError(f"policy {spec!r} has no agent taking {kind} decisions: nothing would be recorded")
+    sequences = SequenceSpec(trace=str(trace.resolve()) if trace else None, samples=samples or (10 if n_jobs else 1),
+                             jobs=n_jobs, train_fraction=train_fraction, part=part, seed=seed)
+    folder = Path(tempfile.mkdtemp(prefix="hpcgym-record-"))
+    try:
+        comparison = Comparison([policy], sequences, folder / "run", options={"window": window}, mode="inproc",
+                                workers=workers, plots=False, record=settings, argv=["hpcgym", "record", spec])
+        outcome = run_comparison(comparison)
+        if outcome.failed:
+            errors = outcome.table.split("\n## Errors\n")
+            raise HpcgymError(f"the policy failed: {errors[1].strip() if len(errors) > 1 else 'see the log'}")
+        run = json.loads((folder / "run" / "run.json").read_text())
+        units = [folder / "run" / "units" / f"{unit_id(policy, s['index'])}" for s in run["sequences"]]
+        parts = [load_records(u.with_name(u.name + ".records.npz")) for u in units]
+        merged = merge_records(parts)
+        metrics = [json.loads(u.with_name(u.name + ".json").read_text())["summary"] for u in units]
+        meta = {**parts[0][1], "episodes": sum(m["episodes"] for _, m in parts), "spec": spec,
+                "sequence_seeds": [s["seed"] for s in run["sequences"]], "metrics": metrics}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_records(out, merged, meta)
+    click.echo(f"recorded {len(merged['action'])} {kind} decisions over {meta['episodes']} sequence(s) to {out}")
+
