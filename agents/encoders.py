@@ -111,7 +111,7 @@ class JobTableEncoder(Encoder):
     - `estimate`: the run-time estimate reservations use (`--estimate`), log time scale.
     - `size`: processors requested / processors in the cluster.
     - `rejections`: times an inspector rejected it / `max_rejections` (clipped to 1; with
-      `max_rejections=0`, 1 if ever rejected).
+      `max_rejections=0`, 1 if ever rejected; with no cap (None), / 72).
     - `fits`: 1 if its size is at most the processors free now.
     - `marked`: 1 for the job(s) the decision is about: the pick under inspection (`inspect`),
       the job holding the reservation (`backfill`); 0 for `select` and `kill`.
@@ -119,12 +119,12 @@ class JobTableEncoder(Encoder):
 
     COLUMNS = ("present", "wait", "requested", "estimate", "size", "rejections", "fits", "marked")
 
-    def __init__(self, window: int, procs: int | None = None, max_rejections: int = 72) -> None:
+    def __init__(self, window: int, procs: int | None = None, max_rejections: int | None = 72) -> None:
         if window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         self.window = int(window)
         self.procs = procs
-        self.max_rejections = max_rejections
+        self.max_rejections = 72 if max_rejections is None else max_rejections
         self.size = self.window * len(self.COLUMNS)
 
     @property

@@ -12,7 +12,10 @@ trajectories of 128 jobs per epoch. docs/schedinspector.md has the facts behind 
 
 Two semantics (`SEMANTICS`): `code`, what the authors' public code simulates (and their numbers
 come from): requested time = run time, an accepted pick that does not fit stays the pick until it
-starts, no backfilling, training windows from the first 10,000 jobs; and `textbook`, hpcgym's defaults with no backfilling (user estimates,
+starts, no backfilling, training windows from the first 10,000 jobs (its one departure: the cap of
+72 rejections stays, since with no cap (`max_rejections: None`, available) a greedy agent that
+rejects in a state that no longer changes would never end its episode; the code's trainer
+discards such trajectories at 1,280 inspections, its tester has no guard); and `textbook`, hpcgym's defaults with no backfilling (user estimates,
 every pass selects afresh).
 """
 

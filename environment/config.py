@@ -64,7 +64,8 @@ class SimConfig:
         manager would.
     window: how many queued jobs an external agent sees and may pick from.
     max_interval: after an inspector rejects a pick, the next look happens no later than this.
-    max_rejections: a job rejected this many times is accepted without asking.
+    max_rejections: a job rejected this many times is accepted without asking; None: no cap, an
+        inspector is asked at every pass (SchedInspector's code).
     exact_requests: every job's requested time is its run time, for the priority policies, the
         estimates and the agents' observations alike (SchedInspector's code: oracle requests).
     commit_pick: a pick that does not fit (accepted, if an inspector is asked) stays the pick
@@ -78,7 +79,7 @@ class SimConfig:
     overrun: str = "run"
     window: int = 128
     max_interval: int = 600
-    max_rejections: int = 72
+    max_rejections: int | None = 72
     exact_requests: bool = False
     commit_pick: bool = False
     seed: int = 0
@@ -89,6 +90,8 @@ class SimConfig:
         if not isinstance(self.estimate, EstimateSpec):
             raise ConfigError(f"estimate must be requested, actual or noisy:E, got {self.estimate!r}")
         for name in ("window", "max_interval", "max_rejections", "seed"):
+            if name == "max_rejections" and self.max_rejections is None:
+                continue
             if not isinstance(getattr(self, name), int) or isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be an integer, got {getattr(self, name)!r}")
         if self.backfill not in BACKFILL_MODES:
@@ -101,5 +104,5 @@ class SimConfig:
         for name in ("window", "max_interval"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.max_rejections < 0:
+        if self.max_rejections is not None and self.max_rejections < 0:
             raise ConfigError(f"max_rejections must be non-negative, got {self.max_rejections}")

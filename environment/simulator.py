@@ -55,6 +55,7 @@ class Simulation:
             raise ConfigError(f"workload {workload.name!r} has duplicate job ids; renumber its jobs")
         self.procs = workload.procs
         self._max_run = workload.max_run
+        self._rejection_cap = NEVER if config.max_rejections is None else config.max_rejections
         self._prepare_jobs()
         self._gen = None
         self._pending: Decision | None = None
@@ -240,7 +241,7 @@ class Simulation:
             else:
                 picks = [queue[0]]
             if self._committed < 0 and inspect_external \
-                    and any(self._rejections[i] < self.config.max_rejections for i in picks):
+                    and any(self._rejections[i] < self._rejection_cap for i in picks):
                 context = {"jobs": [self._ids[i] for i in picks],
                            "rejections": max(self._rejections[i] for i in picks),
                            "max_rejections": self.config.max_rejections}

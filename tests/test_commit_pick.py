@@ -80,3 +80,27 @@ def test_exact_requests_let_sjf_sort_by_run_time():
     exact = simulate(w, SimConfig(exact_requests=True), policy="sjf").jobs
     assert by_request["start"].tolist() == [100, 0] and by_request["requested"].tolist() == [1000, 100]
     assert exact["start"].tolist() == [0, 10] and exact["requested"].tolist() == [10, 100]
+
+
+def test_no_rejection_cap_asks_at_every_pass():
+    """An inspector that always rejects J1 (one job, nothing else happens): with the default cap
+    it is asked 72 times, then J1 starts unasked at 72 x 600 s; with no cap it is asked again at
+    every wake-up (here until it gives in at its 100th look)."""
+    class Stubborn(Agent):
+        kinds = ("inspect",)
+
+        def __init__(self, give_in: int) -> None:
+            self.looks, self.give_in = 0, give_in
+
+        def act(self, decision):
+            self.looks += 1
+            return self.looks >= self.give_in
+
+    w = Workload(name="one", procs=1, job_id=np.array([1]), submit=np.array([0]), run=np.array([10]),
+                 size=np.array([1]), requested=np.array([10]), user=np.array([1]))
+    capped, uncapped = Stubborn(10 ** 9), Stubborn(100)
+    assert simulate(w, SimConfig(), agents={"inspect": capped}).jobs["start"].tolist() == [72 * 600]
+    assert capped.looks == 72
+    free = simulate(w, SimConfig(max_rejections=None), agents={"inspect": uncapped})
+    assert uncapped.looks == 100 and free.jobs["start"].tolist() == [99 * 600]
+    assert sim_config({"max_rejections": None}).max_rejections is None

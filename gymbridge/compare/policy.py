@@ -8,7 +8,7 @@ Items:
   orders the queue and decides `select` when no agent takes it (default `fcfs`);
   `priority:NAME` says the same explicitly;
 - a backfill mode (`easy`, `conservative`, `none`), or `backfill:MODE` (default `easy`);
-- `estimate:E`, `overrun:O`, `window:N`, `max_interval:N`, `max_rejections:N`, `exact_requests:true`,
+- `estimate:E`, `overrun:O`, `window:N`, `max_interval:N`, `max_rejections:N` (or `none`: no cap), `exact_requests:true`,
   `commit_pick:true`: simulation options;
 - `KIND:AGENT` (KIND one of select, inspect, backfill, kill; several joined by `/`): an agent
   process that takes those kinds. AGENT is a built-in agent name (a priority name: a `select`
@@ -229,7 +229,9 @@ def _set_once(what: str, old: str | None, new: str, text: str) -> str:
 def _set_option(options: dict[str, Any], key: str, value: str, text: str) -> None:
     if key in options:
         raise ConfigError(f"policy {text!r} sets {key} twice")
-    if key in INT_OPTIONS:
+    if key == "max_rejections" and value.lower() == "none":
+        options[key] = None
+    elif key in INT_OPTIONS:
         try:
             options[key] = int(value)
         except ValueError:

@@ -1,0 +1,212 @@
+"""SchedInspector evaluation (docs/schedinspector.md): the paper's Table 4 (bounded slowdown, SJF
+base, no backfilling, 50 sequences of 256 jobs: the base alone, the SDSC-SP2-trained agent and
+each trace's own agent) and Table 5 (utilization, with and without backfilling), in both
+semantics (the authors' code and hpcgym's textbook rules), over two disjoint seed sets, beside
+the paper's numbers; the training cost per epoch; and the inspect decisions per second.
+
+    python benchmarks/schedinspector_eval.py --runs runs --out runs/si-eval            # compare only
+    python benchmarks/schedinspector_eval.py --runs runs --out runs/si-eval --train    # train missing agents
+
+Agents are read from RUNS/si-TRACE-BASE-SEMANTICS/model.pt (`hpcgym train schedinspector --base
+BASE --semantics SEMANTICS`); a missing one is trained first with --train (40 epochs) or its rows
+are left out. Every step is an `hpcgym` command, printed before it runs. Outputs in OUT:
+compare folders, results.json and results.md (the tables of docs/schedinspector.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_local = Path(sys.executable).parent / "hpcgym"
+HPCGYM = str(_local) if _local.exists() else "hpcgym"
+TRACES_DIR = ROOT.parent / "shared" / "traces"
+TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "CTC-SP2": "CTC-SP2-1996-3.1-cln",
+          "HPC2N": "HPC2N-2002-2.2-cln", "Lublin": "lublin_256"}
+#: the simulation options of each semantics, as `hpcgym compare` policy items
+RULES = {"code": "backfill:none,exact_requests:true,commit_pick:true", "textbook": "backfill:none"}
+#: Table 4 of the paper: bsld of the base, of the SDSC-SP2 agent and of the trace's own agent
+PAPER_TABLE4 = {"SDSC-SP2": (149.5, 130.75, 130.75), "CTC-SP2": (13.36, 10.79, 10.1),
+                "Lublin": (333.19, 320.39, 27.97), "HPC2N": (8.26, 4.39, 3.27)}
+#: Table 5, SJF: utilization (%) base / inspected, without and with backfilling
+PAPER_TABLE5_SJF = {"SDSC-SP2": ((59.64, 59.37), (78.45, 78.37)), "CTC-SP2": ((51.35, 49.92), (74.98, 74.89)),
+                    "Lublin": ((61.49, 61.06), (79.38, 77.71)), "HPC2N": ((23.72, 23.47), (56.81, 57.10))}
+
+
+def run(cmd: list[str]) -> None:
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def agent_dir(runs: Path, trace: str, base: str, semantics: str) -> Path:
+    return runs / f"si-{TRACES[trace]}-{base}-{semantics}"
+
+
+def train(runs: Path, trace: str, base: str, semantics: str, epochs: int) -> None:
+    run([HPCGYM, "train", "schedinspector", "--trace", str(TRACES_DIR / f"{TRACES[trace]}.swf.gz"), "--base", base,
+         "--semantics", semantics, "--epochs", str(epochs), "--out", str(agent_dir(runs, trace, base, semantics)),
+         "--eval-episodes", "0", "--checkpoint-every", "5", "--no-progress"]
+        + (["--resume"] if (agent_dir(runs, trace, base, semantics) / "curve.csv").is_file() else []))
+
+
+def compare(out: Path, trace: str, policies: dict[str, str], seed: int, samples: int, jobs: int) -> dict:
+    """Mean metrics and paired differences to the first policy, from compare's summary.csv."""
+    folder = out / f"compare-{trace}-seed{seed}-{'-'.join(policies)}"
+    cmd = [HPCGYM, "compare", "--trace", str(TRACES_DIR / f"{TRACES[trace]}.swf.gz"), "--jobs", str(jobs),
+           "--samples", str(samples), "--seed", str(seed), "--inproc", "--no-plots", "--out", str(folder)]
+    for name, spec in policies.items():
+        cmd += ["--policy", f"{name}={spec}"]
+    run(cmd + (["--resume"] if (folder / "run.json").is_file() else []))
+    with open(folder / "summary.csv", newline="") as f:
+        rows = {r["policy"]: r for r in csv.DictReader(f)}
+    return {name: {key: _num(rows[name].get(key)) for key in (
+        "mean_bsld_mean", "mean_bsld_diff", "mean_bsld_ci_low", "mean_bsld_ci_high", "mean_bsld_win_rate",
+        "mean_wait_mean", "utilization_mean", "utilization_diff", "utilization_ci_low", "utilization_ci_high")}
+        for name in policies if rows[name]["status"] == "ok"}
+
+
+def _num(text: str | None) -> float | None:
+    return float(text) if text not in (None, "") else None
+
+
+def epoch_seconds(folder: Path) -> tuple[int, float]:
+    with open(folder / "curve.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return len(rows), sum(float(r["seconds"]) for r in rows) / max(len(rows), 1)
+
+
+def inspect_rate(model: Path, trace: str, windows: int = 20, jobs: int = 256) -> dict[str, float]:
+    """Inspect decisions per second in process: the served actor on `windows` windows."""
+    import torch
+
+    from hpcgym.agents.rl.serve import RLAgent
+    from hpcgym.environment.simulator import simulate
+    from hpcgym.environment.spec import load_workload, sim_config
+
+    torch.set_num_threads(1)
+    agent = RLAgent(model)
+    options = {"backfill": "none", "exact_requests": True, "commit_pick": True}
+    count = [0]
+
+    class Counting:
+        kinds = ("inspect",)
+
+        def act(self, decision):
+            count[0] += 1
+            return agent.act(decision)
+
+    t0 = time.perf_counter()
+    for k in range(windows):
+        workload = load_workload({"trace": str(TRACES_DIR / f"{TRACES[trace]}.swf.gz"), "jobs": jobs, "sample": k})
+        simulate(workload, sim_config(options, k), policy="sjf", agents={"inspect": Counting()})
+    seconds = time.perf_counter() - t0
+    return {"decisions": count[0], "seconds": seconds, "per_second": count[0] / seconds}
+
+
+def fmt_diff(row: dict, key: str, scale: float = 1.0) -> str:
+    if row.get(f"{key}_diff") is None or row.get(f"{key}_ci_low") is None:
+        return "(base)"
+    d, lo, hi = (row[f"{key}_{p}"] * scale for p in ("diff", "ci_low", "ci_high"))
+    return f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "si-eval")
+    parser.add_argument("--train", action="store_true", help="Train missing agents first.")
+    parser.add_argument("--epochs", type=int, default=40)
+    parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument("--jobs", type=int, default=256)
+    parser.add_argument("--seeds", default="0,100000", help="First seed of each disjoint seed set.")
+    parser.add_argument("--semantics", default="code,textbook")
+    parser.add_argument("--traces", default=",".join(TRACES))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    traces = args.traces.split(",")
+    results: dict = {"table4": {}, "table5": {}, "training": {}, "settings": vars(args) | {"runs": str(args.runs),
+                                                                                        "out": str(args.out)}}
+    for semantics in args.semantics.split(","):
+        rules = RULES[semantics]
+        for trace in traces:
+            if args.train:
+                for t in ("SDSC-SP2", trace):
+                    if not (agent_dir(args.runs, t, "sjf", semantics) / "model.pt").is_file():
+                        train(args.runs, t, "sjf", semantics, args.epochs)
+            own = agent_dir(args.runs, trace, "sjf", semantics) / "model.pt"
+            sdsc = agent_dir(args.runs, "SDSC-SP2", "sjf", semantics) / "model.pt"
+            policies = {"base": f"sjf,{rules}"}
+            if sdsc.is_file():
+                policies["sdsc"] = f"sjf,{rules},inspect:model:{sdsc}"
+            if own.is_file() and trace != "SDSC-SP2":
+                policies["own"] = f"sjf,{rules},inspect:model:{own}"
+            for seed in seeds:
+                results["table4"][f"{semantics}/{trace}/{seed}"] = compare(args.out, trace, policies, seed,
+                                                                           args.samples, args.jobs)
+                easy = {name: spec.replace("backfill:none", "backfill:easy") for name, spec in policies.items()}
+                results["table5"][f"{semantics}/{trace}/{seed}"] = compare(args.out, trace, easy, seed,
+                                                                           args.samples, args.jobs)
+            if own.is_file():
+                epochs, per_epoch = epoch_seconds(own.parent)
+                results["training"][f"{semantics}/{trace}"] = {"epochs": epochs, "seconds_per_epoch": per_epoch}
+    sdsc = agent_dir(args.runs, "SDSC-SP2", "sjf", "code") / "model.pt"
+    if sdsc.is_file():
+        results["inspect_rate"] = inspect_rate(sdsc, "SDSC-SP2")
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / "results.md").write_text(markdown(results, seeds, traces, args.semantics.split(",")))
+    print((args.out / "results.md").read_text())
+
+
+def markdown(results: dict, seeds: list[int], traces: list[str], semantics_list: list[str]) -> str:
+    lines = ["# SchedInspector results", ""]
+    for semantics in semantics_list:
+        lines += [f"## Table 4, {semantics} semantics: mean bsld (SJF base, no backfilling)", "",
+                  "| trace | seeds | base | SDSC-SP2 agent (diff, 95% CI) | own agent (diff, 95% CI) | paper: base / SDSC / own |",
+                  "|---|---|---|---|---|---|"]
+        for trace in traces:
+            for seed in seeds:
+                r = results["table4"].get(f"{semantics}/{trace}/{seed}")
+                if not r:
+                    continue
+                cells = [f"{r['base']['mean_bsld_mean']:.2f}"]
+                for name in ("sdsc", "own"):
+                    row = r.get(name) if not (name == "own" and trace == "SDSC-SP2") else r.get("sdsc")
+                    cells.append(f"{row['mean_bsld_mean']:.2f} ({fmt_diff(row, 'mean_bsld')})" if row else "-")
+                paper = " / ".join(f"{v:g}" for v in PAPER_TABLE4[trace])
+                lines.append(f"| {trace} | {seed}.. | " + " | ".join(cells) + f" | {paper} |")
+        lines += ["", f"## Table 5, {semantics} semantics: utilization (%), SJF base", "",
+                  "| trace | seeds | no backfilling: base / inspected (SDSC agent, own agent) | EASY: base / inspected | paper no bf / EASY |",
+                  "|---|---|---|---|---|"]
+        for trace in traces:
+            for seed in seeds:
+                none, easy = (results[t].get(f"{semantics}/{trace}/{seed}") for t in ("table4", "table5"))
+                if not none or not easy:
+                    continue
+
+                def util(r: dict) -> str:
+                    names = [n for n in ("sdsc", "own") if n in r]
+                    return f"{100 * r['base']['utilization_mean']:.2f} / " + ", ".join(
+                        f"{100 * r[n]['utilization_mean']:.2f}" for n in names)
+                paper = " / ".join(f"{a:g}-{b:g}" for a, b in PAPER_TABLE5_SJF[trace])
+                lines.append(f"| {trace} | {seed}.. | {util(none)} | {util(easy)} | {paper} |")
+        lines.append("")
+    if results["training"]:
+        lines += ["## Training cost", "", "| agent | epochs | seconds per epoch |", "|---|---|---|"]
+        lines += [f"| {k} | {v['epochs']} | {v['seconds_per_epoch']:.1f} |" for k, v in results["training"].items()]
+        lines.append("")
+    if "inspect_rate" in results:
+        r = results["inspect_rate"]
+        lines += [f"Inspect decisions in process (938-parameter actor, SDSC-SP2, 20 windows of 256 jobs): "
+                  f"{r['decisions']} in {r['seconds']:.2f} s, {r['per_second']:.0f} per second.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
