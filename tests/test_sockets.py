@@ -185,7 +185,8 @@ def test_the_same_episode_in_process_over_ipc_and_over_tcp(children, ipc_dir, tr
         rc, _ = wait_exit(cli, 60)
         assert rc == 0, children.stderr(cli)
         line = json.loads(children.stdout(cli))
-        assert line.pop("reason") == "completed" and line.pop("episode") == 2
+        # episode 1 again: the previous agent left, so this one starts a new session (PROTOCOL.md 7)
+        assert line.pop("reason") == "completed" and line.pop("episode") == 1
         assert line == run.episodes[0]["metrics"]
         assert env.poll() is None
 
