@@ -205,6 +205,10 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
             eval_episodes=eval_episodes, no_wait=not allow_wait, max_steps=max_steps, curriculum=phases,
             baselines=tuple(baselines) or ("fcfs", "sjf"))
     settings.eval_episodes = eval_episodes
+    if not resume and trace is not None and train_fraction is None and eval_episodes:
+        click.echo("note: without --train-fraction the held-out evaluation draws other windows of the same "
+                   "trace, which may overlap the training ones; --train-fraction 0.8 trains on the first 80% "
+                   "and evaluates on the rest (a chronological split)", err=True)
     trainer = Trainer(settings, out, device=str(dev), progress=progress, log=lambda m: click.echo(m, err=True))
     try:
         history = trainer.train(resume=resume)
