@@ -524,3 +524,19 @@ def test_train_outside_a_terminal_logs_one_line_per_epoch_and_notes_the_overlapp
     assert result.output.count("--train-fraction 0.8") == 1
     assert result.output.splitlines()[-1].startswith("  (paired differences")
 
+
+def test_train_names_the_algorithm_as_asked_and_keeps_quiet_with_a_chronological_split(tmp_path):
+    """dras-ppo is PPO with DRAS's defaults: the summary says dras-ppo, as typed. With
+    --train-fraction no overlap note is printed; --no-progress prints no epoch lines either."""
+    from hpcgym.gymbridge.cli import main
+
+    trace = write_trace(tmp_path / "t.swf", jobs=80, procs=16, seed=5)
+    result = CliRunner().invoke(main, ["train", "dras-ppo", "--trace", str(trace), "--train-fraction", "0.5",
+                                       "--jobs", "10", "--window", "4", "--trajectories", "3", "--envs", "1",
+                                       "--epochs", "1", "--eval-episodes", "1", "--device", "cpu",
+                                       "--no-progress", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert any(line.startswith("dras-ppo on select+backfill: 1 epochs, 3 episodes")
+               for line in result.output.splitlines()), result.output
+    assert "--train-fraction" not in result.output
+    assert not [line for line in result.output.splitlines() if line.startswith("epoch ")]

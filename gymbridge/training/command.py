@@ -139,7 +139,7 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
     from ...agents.rl.checkpoint import latest_checkpoint, load_checkpoint
     from .trainer import Trainer, TrainSettings, parse_curriculum
 
-    algorithm = algorithm.lower()
+    algorithm = asked = algorithm.lower()
     if algorithm.startswith("dras-"):  # DRAS's defaults for every flag the command line leaves at its default
         from ...agents.dras import TRAINING_DEFAULTS as D
 
@@ -215,7 +215,7 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
     except ValueError as exc:  # bad algorithm options surface as ValueError from the config dataclasses
         raise ConfigError(str(exc)) from None
     last = history[-1] if history else {}
-    click.echo(f"{algorithm} on {settings.kind}: {trainer.epoch} epochs, {trainer.runner.next_episode} episodes"
+    click.echo(f"{asked} on {settings.kind}: {trainer.epoch} epochs, {trainer.runner.next_episode} episodes"
                + (f", last epoch mean return {last['return']:.3f}" if "return" in last else "")
                + f" ({dev}); checkpoints in {out}")
     if settings.eval_episodes:
