@@ -123,7 +123,9 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
 @click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="CPU threads for torch (small networks run best on one).")
-@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar (default: a bar when stderr is a terminal, else one line per epoch; "
+                   "--no-progress: neither).")
 @click.pass_context
 def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fraction, curriculum, backfill,
           policy, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets, max_steps, epochs, trajectories,
