@@ -83,9 +83,11 @@ class AgentRun:
 
 def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str = "default",
               reset: dict[str, Any] | None = None, episodes: int = 1, timeout: float = 10.0,
-              curve: tuple[bytes, bytes, bytes] | None = None) -> AgentRun:
+              curve: tuple[bytes, bytes, bytes] | None = None,
+              progress: Callable[[AgentRun, Decision], None] | None = None) -> AgentRun:
     """Serve `agent` for `episodes` episodes. With `reset` (a reset message's fields) this agent
-    starts each episode; without, it joins the episodes others start."""
+    starts each episode; without, it joins the episodes others start. `progress`, if given, is
+    called with the run so far and each decision as it arrives (before the agent acts)."""
     conn = Connection(address, timeout, curve)
     run = AgentRun()
     try:
@@ -101,7 +103,10 @@ def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str =
                     if reply["reward"]:
                         agent.on_reward(float(reply["reward"]))
                     run.decisions += 1
-                    action = agent.act(Decision.from_message(reply))
+                    decision = Decision.from_message(reply)
+                    if progress is not None:
+                        progress(run, decision)
+                    action = agent.act(decision)
                     reply = conn.request({"type": "act", "decision": reply["decision"], "action": action})
                 else:
                     agent.on_reward(float(reply["reward"]))
