@@ -198,7 +198,34 @@ def env_command(bind, trace, procs, policy, backfill, reward, decision_timeout, 
     serve(service, bind, curve=curve, allow_remote=allow_remote)
 
 
-@main.command("agent")
+class _AgentCommand(click.Command):
+    """`hpcgym agent`: its help ends with every built-in agent, one line each (read from the
+    agents floor only when the help is shown)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from ..agents.runtime import builtin_agents
+
+        rows = builtin_agents()
+        groups = [
+            ("Priority policies (select: start, or reserve, the window's job of lowest score; s submit time, "
+             "r requested time, n size, w wait; ties: earlier submit, lower id)",
+             [(n, t) for n, k, t in rows if n in POLICIES]),
+            ("Other select agents (docs/agents.md; they start sets of jobs that fit and never reserve: "
+             "run the env with --backfill none)",
+             [(n, t) for n, k, t in rows if n not in POLICIES and k == ("select",)]),
+            ("Inspect agents (agents/inspectors.py; serve one with --join while the agent that resets "
+             "asks for it with --require inspect)",
+             [(n, t) for n, k, t in rows if k == ("inspect",)]),
+        ]
+        with formatter.section("Built-in agents (AGENT)"):
+            for title, items in groups:
+                formatter.write_text(title + ":")
+                with formatter.indentation():
+                    formatter.write_dl(items)
+        super().format_epilog(ctx, formatter)
+
+
+@main.command("agent", cls=_AgentCommand)
 @click.argument("agent", required=False)
 @click.option("--model", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Serve a trained checkpoint (from `hpcgym train`) instead of AGENT.")
