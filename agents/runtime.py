@@ -16,12 +16,13 @@ from typing import Any
 
 import zmq
 
-from ..environment.decisions import Decision
+from ..environment.decisions import SELECT, Decision
 from ..environment.errors import HpcgymError
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
 from ..protocol.messages import PROTOCOL_VERSION, REPLIES, ProtocolError, validate
 from .base import Agent, PriorityAgent
 from ..environment.priorities import POLICIES
+from .inspectors import AcceptAllInspector, RejectLargeInspector
 from .knapsack import KnapsackAgent
 from .packing import BinPackingAgent, RandomPackingAgent, TetrisAgent, TetrisStarAgent
 
@@ -34,7 +35,35 @@ BUILTIN_AGENTS: dict[str, Callable[..., Agent]] = {
     "random-packing": RandomPackingAgent,
     "tetris": TetrisAgent,
     "tetris-star": TetrisStarAgent,
+    "accept-all": AcceptAllInspector,
+    "reject-large": RejectLargeInspector,
 }
+
+#: What each of `BUILTIN_AGENTS` does, in one line (`hpcgym agent --help` lists them).
+BUILTIN_HELP: dict[str, str] = {
+    "knapsack": "DRAS's optimum start set, capability (eq. 1)",
+    "knapsack-capacity": "DRAS's optimum start set, capacity (eq. 2)",
+    "knapsack-capacity-runtime": "eq. (2) with run times for waits",
+    "binpacking": "start the largest job that fits, repeatedly",
+    "random-packing": "start a random job that fits, repeatedly",
+    "tetris": "start the best-aligned job that fits, repeatedly",
+    "tetris-star": "Tetris with a preference for short jobs",
+    "accept-all": "accept every pick",
+    "reject-large": "reject a pick that cannot start now if another job could",
+}
+
+
+def builtin_agents() -> list[tuple[str, tuple[str, ...], str]]:
+    """Every built-in agent: (name, the decision kinds it takes, one line on what it does); the
+    priority policies first, described by their score (the window's job of lowest score is picked)."""
+    rows = [(name, (SELECT,), "a seeded random order" if name == "random" else p.formula)
+            for name, p in POLICIES.items()]
+    return rows + [(name, builtin_kinds(name), BUILTIN_HELP[name]) for name in BUILTIN_AGENTS]
+
+
+def builtin_kinds(name: str) -> tuple[str, ...]:
+    """The decision kinds the built-in agent `name` takes."""
+    return (SELECT,) if name.lower() in POLICIES else tuple(BUILTIN_AGENTS[name.lower()]().kinds)
 
 
 class EnvUnreachable(HpcgymError):
@@ -83,9 +112,11 @@ class AgentRun:
 
 def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str = "default",
               reset: dict[str, Any] | None = None, episodes: int = 1, timeout: float = 10.0,
-              curve: tuple[bytes, bytes, bytes] | None = None) -> AgentRun:
+              curve: tuple[bytes, bytes, bytes] | None = None,
+              progress: Callable[[AgentRun, Decision], None] | None = None) -> AgentRun:
     """Serve `agent` for `episodes` episodes. With `reset` (a reset message's fields) this agent
-    starts each episode; without, it joins the episodes others start."""
+    starts each episode; without, it joins the episodes others start. `progress`, if given, is
+    called with the run so far and each decision as it arrives (before the agent acts)."""
     conn = Connection(address, timeout, curve)
     run = AgentRun()
     try:
@@ -101,7 +132,10 @@ def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str =
                     if reply["reward"]:
                         agent.on_reward(float(reply["reward"]))
                     run.decisions += 1
-                    action = agent.act(Decision.from_message(reply))
+                    decision = Decision.from_message(reply)
+                    if progress is not None:
+                        progress(run, decision)
+                    action = agent.act(decision)
                     reply = conn.request({"type": "act", "decision": reply["decision"], "action": action})
                 else:
                     agent.on_reward(float(reply["reward"]))

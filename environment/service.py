@@ -174,6 +174,10 @@ class EnvService:
             elif taken:
                 raise m.ProtocolError(m.KIND_TAKEN, f"kind(s) {', '.join(sorted(taken))} already taken by agent "
                                                     f"{other.name!r} in session {session.name!r}")
+        if not session.peers and session.episode is None:
+            # A session lasts while one of its agents is there: after the last one left, this
+            # hello starts a new one, whose episodes and decision ids count from 1 again.
+            session = self.sessions[session.name] = Session(session.name)
         peer = Peer(peer_id, msg["agent"], frozenset(kinds), session, last_seen=self.clock())
         self.lost.pop(peer_id, None)
         self.peers[peer_id] = peer

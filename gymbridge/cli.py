@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -213,7 +214,34 @@ def env_command(bind, trace, procs, policy, backfill, exact_requests, commit_pic
     serve(service, bind, curve=curve, allow_remote=allow_remote)
 
 
-@main.command("agent")
+class _AgentCommand(click.Command):
+    """`hpcgym agent`: its help ends with every built-in agent, one line each (read from the
+    agents floor only when the help is shown)."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from ..agents.runtime import builtin_agents
+
+        rows = builtin_agents()
+        groups = [
+            ("Priority policies (select: start, or reserve, the window's job of lowest score; s submit time, "
+             "r requested time, n size, w wait; ties: earlier submit, lower id)",
+             [(n, t) for n, k, t in rows if n in POLICIES]),
+            ("Other select agents (docs/agents.md; they start sets of jobs that fit and never reserve: "
+             "run the env with --backfill none)",
+             [(n, t) for n, k, t in rows if n not in POLICIES and k == ("select",)]),
+            ("Inspect agents (agents/inspectors.py; serve one with --join while the agent that resets "
+             "asks for it with --require inspect)",
+             [(n, t) for n, k, t in rows if k == ("inspect",)]),
+        ]
+        with formatter.section("Built-in agents (AGENT)"):
+            for title, items in groups:
+                formatter.write_text(title + ":")
+                with formatter.indentation():
+                    formatter.write_dl(items)
+        super().format_epilog(ctx, formatter)
+
+
+@main.command("agent", cls=_AgentCommand)
 @click.argument("agent", required=False)
 @click.option("--model", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Serve a trained checkpoint (from `hpcgym train`) instead of AGENT.")
@@ -246,9 +274,12 @@ def env_command(bind, trace, procs, policy, backfill, exact_requests, commit_pic
 @click.option("--curve-server", type=click.Path(path_type=Path, dir_okay=False), help="The env's public key file.")
 @click.option("--curve-secret", type=click.Path(path_type=Path, dir_okay=False), help="This agent's secret key file.")
 @click.option("--json", "as_json", is_flag=True, help="Print each episode's metrics as one JSON line.")
+@click.option("--progress-every", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="Progress (decisions served, simulated time, elapsed time): a bar when stderr is a "
+                   "terminal, else a line every this many seconds; 0: none.")
 def agent_command(agent, model, greedy, sampling_seed, online, online_every, online_lr, online_save, online_reward,
                   connect, controls, episodes, session, seed, n_jobs, sample, require, timeout, curve_server,
-                  curve_secret, as_json) -> None:
+                  curve_secret, as_json, progress_every) -> None:
     """Serve AGENT (a built-in name such as sjf, or module:Class), or a checkpoint (--model), to an env;
     with --online the checkpoint keeps learning while it serves."""
     from ..agents.runtime import agent_name, load_agent, run_agent
@@ -287,8 +318,13 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
         workload = {k: v for k, v in (("jobs", n_jobs), ("sample", sample)) if v is not None}
         reset = {k: v for k, v in (("seed", seed), ("workload", workload or None), ("require", list(require) or None))
                  if v is not None}
-    run = run_agent(policy, connect, name=name, session=session, reset=reset,
-                    episodes=episodes, timeout=timeout, curve=_client_curve(curve_server, curve_secret))
+    progress = _AgentProgress(progress_every) if progress_every else None
+    try:
+        run = run_agent(policy, connect, name=name, session=session, reset=reset, episodes=episodes,
+                        timeout=timeout, curve=_client_curve(curve_server, curve_secret), progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
     if online:
         info = policy.describe()["online"]
         click.echo(f"online: {info['updates']} update(s) over {info['decisions']} decisions "
@@ -303,6 +339,40 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
                        + (f", mean bounded slowdown {bsld:.2f}" if bsld is not None else ""))
     if any(end["reason"] != "completed" for end in run.episodes):
         sys.exit(1)
+
+
+class _AgentProgress:
+    """What `hpcgym agent` has done so far (a whole trace takes minutes): a tqdm counter of the
+    decisions when stderr is a terminal, else a line every `every` seconds for a log."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.began = self.last = time.monotonic()
+        self.bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(unit=" decisions", file=sys.stderr, leave=False, dynamic_ncols=True)
+
+    def __call__(self, run, decision) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            if run.decisions % 100 == 1:
+                self.bar.set_postfix_str(f"simulated time {_days(decision.time)}", refresh=False)
+            return
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            click.echo(f"agent: {run.decisions} decisions, {len(run.episodes)} episode(s) done, simulated time "
+                       f"{_days(decision.time)}, {now - self.began:.1f} s elapsed", err=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _days(seconds: int) -> str:
+    return f"{seconds / 86400:.1f} days"
 
 
 @main.command("keys")

@@ -730,7 +730,7 @@ def _analyse(events: list[_Event], peer: bytes) -> dict[str, list[str] | int | b
     return v
 
 
-def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, timeout: float, stderr: str,
+def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, elapsed: float, stderr: str,
                   controller: _Controller | None) -> list[Check]:
     def joined(items: list[str]) -> str:
         return f"{len(items)} violation(s), first: {items[0]}" + (f"; then: {items[1]}" if len(items) > 1 else "")
@@ -738,7 +738,7 @@ def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, timeo
     tail = " | ".join(stderr.strip().splitlines()[-3:])
     out = []
     out.append(Check("exits_0", not timed_out and proc_rc == 0,
-                     f"still running after {timeout:g} s (killed)" if timed_out else
+                     f"still running after {elapsed:.1f} s (killed)" if timed_out else
                      f"exit status {proc_rc}" + (f"; stderr: {tail}" if proc_rc and tail else "")))
     hello_ok = v["first"] == "hello" and v["welcomed"] and not v["hello"]
     out.append(Check("hello", hello_ok,
@@ -823,6 +823,7 @@ def check_agent(command: str | Sequence[str], env: EnvUnderTest, timeout: float 
             argv = [str(a).replace("{addr}", addr) for a in command]
         if not argv:
             return [Check("agent_started", False, "empty command")]
+        began = time.monotonic()
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     stdin=subprocess.DEVNULL)
@@ -837,19 +838,22 @@ def check_agent(command: str | Sequence[str], env: EnvUnderTest, timeout: float 
             timed_out = True
             proc.kill()
             _, stderr = proc.communicate()
+        elapsed = time.monotonic() - began  # what the details report, not the time-out
         stop.set()
         controller.join(timeout=5)
         events = recorder.snapshot()
         peers = [p for p in dict.fromkeys(ev.peer for ev in events if ev.request) if p != CONTROLLER_ID]
         if not peers:
             tail = " | ".join(stderr.strip().splitlines()[-3:])
-            return [Check("connects", False, f"the agent sent no request within {timeout:g} s"
-                                             + (f"; stderr: {tail}" if tail else "")),
+            return [Check("connects", False, (f"the agent sent no request within {elapsed:.1f} s (killed)"
+                                              if timed_out else f"the agent exited after {elapsed:.1f} s "
+                                                                "without sending a request")
+                          + (f"; stderr: {tail}" if tail else "")),
                     Check("exits_0", not timed_out and proc.returncode == 0,
                           "killed after the time-out" if timed_out else f"exit status {proc.returncode}")]
         used_controller = controller if controller.episodes else None
         for peer in peers:
-            checks = _agent_checks(_analyse(events, peer), proc.returncode, timed_out, timeout, stderr,
+            checks = _agent_checks(_analyse(events, peer), proc.returncode, timed_out, elapsed, stderr,
                                    used_controller)
             if len(peers) > 1:
                 checks = [Check(f"{c.name}[{peer.hex()[:8]}]", c.passed, c.detail) for c in checks]

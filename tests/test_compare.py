@@ -324,6 +324,24 @@ def test_bad_input_is_one_line_and_status_2(workdir, base):
     assert r.exit_code == 2 and "nothing to resume" in r.output
 
 
+def test_the_results_line_names_plots_only_when_they_were_drawn(workdir):
+    common = ["compare", "--trace", str(workdir / "trace.swf"), "--jobs", "20", "--samples", "1", "--inproc",
+              "--workers", "1", "--bootstrap", "100", "--policy", "fcfs", "--policy", "sjf"]
+
+    def results_line(out: str, *extra: str) -> str:
+        r = run_cli(workdir, [*common, "--out", str(workdir / out), *extra])
+        assert r.exit_code == 0, r.output
+        lines = [line for line in r.output.splitlines() if line.startswith("results in")]
+        assert len(lines) == 1, r.output
+        return lines[0]
+
+    assert "plots/" not in results_line("bare", "--no-plots")
+    assert not (workdir / "bare" / "plots").exists()
+    pytest.importorskip("matplotlib")
+    assert "plots/" in results_line("drawn")
+    assert (workdir / "drawn" / "plots" / "bsld.png").is_file()
+
+
 @pytest.mark.parametrize("name", ["knapsack", "knapsack-capacity", "binpacking", "random-packing", "tetris",
                                   "tetris-star", "sjf"])
 def test_every_built_in_agent_name_is_a_select_agent_in_a_policy(name):

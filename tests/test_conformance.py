@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -165,8 +166,14 @@ def test_check_agent_fails_a_broken_agent(tmp_path, mode, fails):
 
 
 def test_check_agent_fails_an_agent_that_cannot_connect():
-    results = check_agent([sys.executable, "-c", "import sys; sys.exit(4)"], timeout=10)
+    began = time.monotonic()
+    results = check_agent([sys.executable, "-c", "import sys; sys.exit(4)"], timeout=30)
+    took = time.monotonic() - began
     assert [(r.name, r.passed) for r in results] == [("connects", False), ("exits_0", False)]
+    # the detail reports how long the agent ran (well under the 30 s time-out), not the time-out
+    said = float(re.search(r"exited after ([0-9.]+) s", results[0].detail).group(1))
+    assert said <= took < 30 and "30 s" not in results[0].detail
+    assert results[1].detail == "exit status 4"
 
 
 # --------------------------------------------------------------------------- check_env

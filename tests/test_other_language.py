@@ -126,17 +126,13 @@ def env_address(tmp_path):
         log.close()
 
 
-def parse_c_output(stdout: str) -> tuple[dict, dict[int, int]]:
-    """The C agent prints the metrics as one JSON line, then `starts: id:start ...`."""
-    lines = stdout.strip().splitlines()
-    assert len(lines) == 2, stdout[-2000:]
-    metrics = json.loads(lines[0])
-    assert lines[1].startswith("starts:"), lines[1][:200]
+def read_starts(path: Path) -> dict[int, int]:
+    """The C agent's --starts file: one `ID START` line per job."""
     starts = {}
-    for pair in lines[1][len("starts:"):].split():
-        job, start = pair.split(":")
+    for line in path.read_text().splitlines():
+        job, start = line.split()
         starts[int(job)] = int(start)
-    return metrics, starts
+    return starts
 
 
 def python_episode(address: str, policy: str) -> dict:
@@ -150,15 +146,18 @@ def python_episode(address: str, policy: str) -> dict:
     return end
 
 
-def c_command(binary: Path, address: str) -> list[str]:
+def c_command(binary: Path, address: str, *extra: str) -> list[str]:
     return [str(binary), address, "--reset", "--seed", str(EPISODE["seed"]),
-            "--jobs", str(EPISODE["jobs"]), "--sample", str(EPISODE["sample"])]
+            "--jobs", str(EPISODE["jobs"]), "--sample", str(EPISODE["sample"]), *extra]
 
 
-def test_c_agent_schedules_like_the_python_sjf_agent(c_agent, env_address):
-    c = subprocess.run(c_command(c_agent, env_address), capture_output=True, text=True, timeout=60)
+def test_c_agent_schedules_like_the_python_sjf_agent(c_agent, env_address, tmp_path):
+    starts = tmp_path / "starts.txt"
+    c = subprocess.run(c_command(c_agent, env_address, "--json", "--starts", str(starts)),
+                       capture_output=True, text=True, timeout=60)
     assert c.returncode == 0, c.stderr
-    c_metrics, c_starts = parse_c_output(c.stdout)
+    assert len(c.stdout.splitlines()) == 1, c.stdout[-2000:]   # the metrics, nothing else
+    c_metrics, c_starts = json.loads(c.stdout), read_starts(starts)
 
     py = python_episode(env_address, "sjf")
     py_starts = dict(zip(py["jobs"]["job_id"], py["jobs"]["start"]))
@@ -173,9 +172,11 @@ def test_c_agent_schedules_like_the_python_sjf_agent(c_agent, env_address):
     assert dict(zip(fcfs["jobs"]["job_id"], fcfs["jobs"]["start"])) != py_starts
 
 
-def test_c_agent_joins_an_episode_another_agent_starts(c_agent, env_address):
-    """--join: the C agent takes `select` in an episode a kind-less Python driver resets."""
-    joiner = subprocess.Popen([str(c_agent), env_address, "--join", "--timeout", "10"],
+def test_c_agent_joins_an_episode_another_agent_starts(c_agent, env_address, tmp_path):
+    """--join: the C agent takes `select` in an episode a kind-less Python driver resets. It
+    prints one short summary line (the starts go to the --starts file)."""
+    starts = tmp_path / "starts.txt"
+    joiner = subprocess.Popen([str(c_agent), env_address, "--join", "--timeout", "10", "--starts", str(starts)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
@@ -204,9 +205,10 @@ def test_c_agent_joins_an_episode_another_agent_starts(c_agent, env_address):
             joiner.kill()
             joiner.communicate(timeout=10)
     assert joiner.returncode == 0, err
-    c_metrics, c_starts = parse_c_output(out)
-    assert c_metrics == reply["metrics"]
-    assert c_starts == dict(zip(reply["jobs"]["job_id"], reply["jobs"]["start"]))
+    m = reply["metrics"]
+    assert out == (f"episode {reply['episode']}: completed, {m['jobs']} jobs, mean bounded slowdown "
+                   f"{m['mean_bsld']:.2f}, mean wait {m['mean_wait']:.1f} s, utilization {m['utilization']:.4f}\n")
+    assert read_starts(starts) == dict(zip(reply["jobs"]["job_id"], reply["jobs"]["start"]))
 
 
 def test_c_agent_gives_up_when_no_env_answers(c_agent, tmp_path):

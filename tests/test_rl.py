@@ -500,3 +500,43 @@ def test_agent_command_needs_an_agent_or_a_model(tmp_path):
     (tmp_path / "junk.pt").write_bytes(b"junk")
     result = CliRunner().invoke(main, ["agent", "--model", str(tmp_path / "junk.pt")])
     assert result.exit_code == 2 and "not an hpcgym checkpoint" in result.output
+
+
+def test_train_outside_a_terminal_logs_one_line_per_epoch_and_notes_the_overlapping_evaluation(tmp_path):
+    """stderr is no terminal under CliRunner (as in a batch job): no bar, one line per epoch,
+    each with the running episode count; and a note that without --train-fraction the held-out
+    windows come from the same trace (once, at the start). The CSV agrees with the lines."""
+    from hpcgym.gymbridge.cli import main
+
+    trace = write_trace(tmp_path / "t.swf", jobs=60, procs=32, seed=4)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["train", "ppo", "--trace", str(trace), "--jobs", "20", "--window", "8",
+                                       "--trajectories", "2", "--envs", "1", "--hidden", "8", "--epochs", "3",
+                                       "--eval-episodes", "1", "--device", "cpu", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("epoch ")]
+    assert [line.split(":")[0] for line in lines] == ["epoch 1/3", "epoch 2/3", "epoch 3/3"]
+    curve = _curve(out)
+    for line, row in zip(lines, curve):
+        assert f": {row['episodes_total']} episodes, mean return {float(row['return']):.4g}, " \
+               f"mean bsld {float(row['mean_bsld']):.4g}, " in line and line.endswith(" s")
+    assert [row["episodes_total"] for row in curve] == ["2", "4", "6"]
+    assert result.output.count("--train-fraction 0.8") == 1
+    assert result.output.splitlines()[-1].startswith("  (paired differences")
+
+
+def test_train_names_the_algorithm_as_asked_and_keeps_quiet_with_a_chronological_split(tmp_path):
+    """dras-ppo is PPO with DRAS's defaults: the summary says dras-ppo, as typed. With
+    --train-fraction no overlap note is printed; --no-progress prints no epoch lines either."""
+    from hpcgym.gymbridge.cli import main
+
+    trace = write_trace(tmp_path / "t.swf", jobs=80, procs=16, seed=5)
+    result = CliRunner().invoke(main, ["train", "dras-ppo", "--trace", str(trace), "--train-fraction", "0.5",
+                                       "--jobs", "10", "--window", "4", "--trajectories", "3", "--envs", "1",
+                                       "--epochs", "1", "--eval-episodes", "1", "--device", "cpu",
+                                       "--no-progress", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert any(line.startswith("dras-ppo on select+backfill: 1 epochs, 3 episodes")
+               for line in result.output.splitlines()), result.output
+    assert "--train-fraction" not in result.output
+    assert not [line for line in result.output.splitlines() if line.startswith("epoch ")]

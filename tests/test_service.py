@@ -706,3 +706,36 @@ def test_dense_rewards_are_accumulated_per_agent_between_its_own_turns():
     assert expected < 0 and turns[b"sel"] > 0 and turns[b"ins"] > 0
     assert totals[b"sel"] == pytest.approx(expected, rel=1e-9)
     assert totals[b"ins"] == pytest.approx(expected, rel=1e-9)
+
+
+def _one_episode(svc: EnvService, peer: bytes, session: str = "default") -> tuple[list[int], int]:
+    """hello, reset, answer every decision with its first candidate, bye: (decision ids, episode)."""
+    (_, welcome), = svc.handle_message(peer, {"type": "hello", "protocol": "1.0", "agent": peer.decode(),
+                                              "kinds": ["select"], "session": session})
+    assert welcome["type"] == "welcome"
+    (_, reply), = svc.handle_message(peer, {"type": "reset", "seed": 1})
+    ids = []
+    while reply["type"] == "decision":
+        ids.append(reply["decision"])
+        (_, reply), = svc.handle_message(peer, {"type": "act", "decision": reply["decision"],
+                                                "action": reply["candidates"][0]})
+    assert reply["type"] == "episode_end" and reply["reason"] == "completed"
+    (_, bye), = svc.handle_message(peer, {"type": "bye"})
+    assert bye["type"] == "bye"
+    return ids, reply["episode"]
+
+
+def test_agents_run_one_after_another_each_count_episodes_from_1():
+    """PROTOCOL.md section 7: a session lasts while one of its agents is there, so an agent started
+    after the previous one left sees episode 1 and decision ids from 1 again, while an agent that
+    stays in the session (here a kind-less watcher) keeps the count going for the next ones."""
+    svc = EnvService({"workload": {"generate_jobs": 30, "procs": 16}})
+    first_ids, first = _one_episode(svc, b"first")
+    second_ids, second = _one_episode(svc, b"second")
+    assert first == second == 1
+    assert first_ids[0] == second_ids[0] == 1 and len(first_ids) > 1
+    _hello(svc, b"watcher", [])
+    third_ids, third = _one_episode(svc, b"third")
+    fourth_ids, fourth = _one_episode(svc, b"fourth")
+    assert (third, fourth) == (1, 2)
+    assert fourth_ids[0] == third_ids[-1] + 1  # decision ids stay unique within the session

@@ -185,7 +185,8 @@ def test_the_same_episode_in_process_over_ipc_and_over_tcp(children, ipc_dir, tr
         rc, _ = wait_exit(cli, 60)
         assert rc == 0, children.stderr(cli)
         line = json.loads(children.stdout(cli))
-        assert line.pop("reason") == "completed" and line.pop("episode") == 2
+        # episode 1 again: the previous agent left, so this one starts a new session (PROTOCOL.md 7)
+        assert line.pop("reason") == "completed" and line.pop("episode") == 1
         assert line == run.episodes[0]["metrics"]
         assert env.poll() is None
 
@@ -210,6 +211,36 @@ def test_select_and_inspect_served_by_two_processes(children, ipc_dir, trace, tm
     w = load_workload({"trace": str(trace)})
     expected = simulate(w, sim_config({}), agents={"select": PriorityAgent("sjf"), "inspect": HalfClusterInspector()})
     assert jobs == {k: v.tolist() for k, v in expected.jobs.items()}
+
+
+def test_the_agent_command_logs_its_progress_outside_a_terminal(children, ipc_dir, tmp_path):
+    """A whole trace takes minutes: outside a terminal `hpcgym agent` prints a line every
+    --progress-every seconds (decisions so far, simulated time, elapsed). SlowSJF takes 50 ms per
+    decision, so the counts can be checked against the clock; a quick run at the default 10 s
+    prints none."""
+    import re
+
+    trace = write_trace(tmp_path / "small.swf", jobs=30, procs=32, seed=2)
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    start_env(children, bind, "--trace", str(trace))
+    slow = children.start("agent", "tests.agents_for_tests:SlowSJF", "--connect", bind, "--progress-every", "0.25",
+                          "--json", "--timeout", "20", name="slow")
+    rc, _ = wait_exit(slow, 60)
+    assert rc == 0, children.stderr(slow)
+    pattern = re.compile(r"agent: (\d+) decisions, 0 episode\(s\) done, simulated time ([0-9.]+) days, "
+                         r"([0-9.]+) s elapsed")
+    lines = children.stderr(slow).splitlines()
+    parsed = [pattern.fullmatch(line) for line in lines]
+    assert lines and all(parsed), lines
+    decisions = [int(p.group(1)) for p in parsed]
+    elapsed = [float(p.group(3)) for p in parsed]
+    assert len(lines) >= 3 and decisions == sorted(set(decisions))
+    assert all(b - a >= 0.25 - 0.1 for a, b in zip(elapsed, elapsed[1:])), elapsed  # shown to 0.1 s
+    assert all(e >= 0.05 * (d - 1) - 0.05 for d, e in zip(decisions, elapsed))  # 50 ms per decision answered
+    assert json.loads(children.stdout(slow))["reason"] == "completed"
+    quick = children.start("agent", "sjf", "--connect", bind, "--json", "--timeout", "20", name="quick")
+    rc, _ = wait_exit(quick, 60)
+    assert rc == 0 and children.stderr(quick) == ""
 
 
 # ------------------------------------------------------------------------------------------ failures

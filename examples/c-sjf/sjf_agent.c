@@ -3,11 +3,14 @@
  * from protocol/PROTOCOL.md alone (ZeroMQ DEALER socket + msgpack-c).
  *
  * Usage: sjf_agent ADDRESS [--reset|--join] [--seed N] [--jobs N] [--sample S]
- *                          [--timeout SECONDS]
+ *                          [--timeout SECONDS] [--json] [--starts FILE]
+ *
+ * At the episode's end it prints one short line (or, with --json, the metrics as one JSON
+ * line); --starts FILE writes each job's start time to FILE, one `ID START` line per job.
  *
  * Exit status: 0 the episode completed; 1 it ended for another reason;
- * 2 the env answered `error` (or broke the protocol); 3 the env did not answer
- * in time; 64 bad command line.
+ * 2 the env answered `error` (or broke the protocol), or --starts could not be
+ * written; 3 the env did not answer in time; 64 bad command line.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -41,6 +44,8 @@ struct options {
     bool has_seed, has_jobs, has_sample;
     int64_t seed, jobs, sample;
     double timeout_s;
+    bool json;           /* --json: the metrics as one JSON line instead of the summary */
+    const char *starts;  /* --starts FILE: per-job start times (asks for records) */
 };
 
 static void usage(FILE *out)
@@ -53,7 +58,9 @@ static void usage(FILE *out)
             "  --seed N   episode seed sent with reset\n"
             "  --jobs N   window length (workload.jobs) sent with reset\n"
             "  --sample S random window seed (workload.sample) sent with reset\n"
-            "  --timeout SECONDS  give up when a reply takes longer (default 10)\n");
+            "  --timeout SECONDS  give up when a reply takes longer (default 10)\n"
+            "  --json     print the episode's metrics as one JSON line (default: a short summary)\n"
+            "  --starts FILE  write each job's start time to FILE, one 'ID START' line per job\n");
 }
 
 static bool parse_int(const char *text, int64_t *out)
@@ -81,6 +88,14 @@ static int parse_args(int argc, char **argv, struct options *opt)
             opt->reset = true;
         } else if (strcmp(a, "--join") == 0) {
             opt->reset = false;
+        } else if (strcmp(a, "--json") == 0) {
+            opt->json = true;
+        } else if (strcmp(a, "--starts") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "sjf_agent: --starts needs a file name\n");
+                return -1;
+            }
+            opt->starts = argv[++i];
         } else if (strcmp(a, "--seed") == 0 || strcmp(a, "--jobs") == 0 ||
                    strcmp(a, "--sample") == 0 || strcmp(a, "--timeout") == 0) {
             if (i + 1 >= argc) {
@@ -547,31 +562,71 @@ static int answer_decision(struct conn *c, const msgpack_object *decision)
 
 /* ------------------------------------------------------------ episode end */
 
-static void print_episode_end(const msgpack_object *end)
+/* The metric `key` as a double, NAN when absent. */
+static double metric(const msgpack_object *metrics, const char *key)
+{
+    const msgpack_object *v = map_get(metrics, key);
+    return obj_is_number(v) ? obj_num(v) : NAN;
+}
+
+/* One short line on stdout (or the metrics as JSON); the per-job starts go to a file. Returns
+ * false when the starts file cannot be written. */
+static bool report_episode_end(const msgpack_object *end, const struct options *opt)
 {
     const msgpack_object *metrics = map_get(end, "metrics");
-    if (metrics != NULL && metrics->type == MSGPACK_OBJECT_MAP)
-        json_value(stdout, metrics);
-    else
-        fputs("{}", stdout);
-    fputc('\n', stdout);
-
-    /* With records: one line of job_id:start pairs. */
-    const msgpack_object *jobs = map_get(end, "jobs");
-    const msgpack_object *ids = map_get(jobs, "job_id");
-    const msgpack_object *starts = map_get(jobs, "start");
-    if (ids != NULL && starts != NULL && ids->type == MSGPACK_OBJECT_ARRAY &&
-        starts->type == MSGPACK_OBJECT_ARRAY && ids->via.array.size == starts->via.array.size) {
-        fputs("starts:", stdout);
-        for (uint32_t k = 0; k < ids->via.array.size; k++) {
-            fputc(' ', stdout);
-            json_value(stdout, &ids->via.array.ptr[k]);
-            fputc(':', stdout);
-            json_value(stdout, &starts->via.array.ptr[k]);
-        }
+    if (opt->json) {
+        if (metrics != NULL && metrics->type == MSGPACK_OBJECT_MAP)
+            json_value(stdout, metrics);
+        else
+            fputs("{}", stdout);
+        fputc('\n', stdout);
+    } else {
+        int64_t episode = 0;
+        int rn;
+        const char *reason = str_or(map_get(end, "reason"), "(no reason)", &rn);
+        obj_int(map_get(end, "episode"), &episode);
+        printf("episode %" PRId64 ": %.*s", episode, rn, reason);
+        double jobs = metric(metrics, "jobs"), bsld = metric(metrics, "mean_bsld");
+        double wait = metric(metrics, "mean_wait"), util = metric(metrics, "utilization");
+        if (!isnan(jobs))
+            printf(", %.0f jobs", jobs);
+        if (!isnan(bsld))
+            printf(", mean bounded slowdown %.2f", bsld);
+        if (!isnan(wait))
+            printf(", mean wait %.1f s", wait);
+        if (!isnan(util))
+            printf(", utilization %.4f", util);
         fputc('\n', stdout);
     }
     fflush(stdout);
+    if (opt->starts == NULL)
+        return true;
+
+    const msgpack_object *jobs = map_get(end, "jobs");
+    const msgpack_object *ids = map_get(jobs, "job_id");
+    const msgpack_object *starts = map_get(jobs, "start");
+    if (ids == NULL || starts == NULL || ids->type != MSGPACK_OBJECT_ARRAY ||
+        starts->type != MSGPACK_OBJECT_ARRAY || ids->via.array.size != starts->via.array.size) {
+        fprintf(stderr, "sjf_agent: the episode end carries no per-job records for --starts %s%s\n",
+                opt->starts, opt->reset ? "" : " (with --join, the resetting agent asks for them)");
+        return false;
+    }
+    FILE *f = fopen(opt->starts, "w");
+    if (f == NULL) {
+        fprintf(stderr, "sjf_agent: cannot write %s: %s\n", opt->starts, strerror(errno));
+        return false;
+    }
+    for (uint32_t k = 0; k < ids->via.array.size; k++) {
+        json_value(f, &ids->via.array.ptr[k]);
+        fputc(' ', f);
+        json_value(f, &starts->via.array.ptr[k]);
+        fputc('\n', f);
+    }
+    if (fclose(f) != 0) {
+        fprintf(stderr, "sjf_agent: cannot write %s: %s\n", opt->starts, strerror(errno));
+        return false;
+    }
+    return true;
 }
 
 static int print_error(const msgpack_object *err)
@@ -633,11 +688,14 @@ static int run(struct conn *c, const struct options *opt)
         msgpack_sbuffer_init(&sb);
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
         bool has_workload = opt->has_jobs || opt->has_sample;
-        msgpack_pack_map(&pk, 2 + (opt->has_seed ? 1 : 0) + (has_workload ? 1 : 0));
+        bool records = opt->starts != NULL; /* per-job records only when they are written out */
+        msgpack_pack_map(&pk, 1 + (records ? 1 : 0) + (opt->has_seed ? 1 : 0) + (has_workload ? 1 : 0));
         pack_str(&pk, "type");
         pack_str(&pk, "reset");
-        pack_str(&pk, "records");
-        msgpack_pack_true(&pk);
+        if (records) {
+            pack_str(&pk, "records");
+            msgpack_pack_true(&pk);
+        }
         if (opt->has_seed) {
             pack_str(&pk, "seed");
             msgpack_pack_int64(&pk, opt->seed);
@@ -671,14 +729,14 @@ static int run(struct conn *c, const struct options *opt)
         } else if (obj_is_str(type, "pending")) {
             rc = request_simple(c, "poll");
         } else if (obj_is_str(type, "episode_end")) {
-            print_episode_end(reply);
+            bool written = report_episode_end(reply, opt);
             int rn;
             const char *reason = str_or(map_get(reply, "reason"), "(no reason)", &rn);
             bool completed = obj_is_str(map_get(reply, "reason"), "completed");
             if (!completed)
                 fprintf(stderr, "episode ended: %.*s\n", rn, reason);
             say_bye(c);
-            return completed ? EXIT_COMPLETED : EXIT_NOT_COMPLETED;
+            return !completed ? EXIT_NOT_COMPLETED : written ? EXIT_COMPLETED : EXIT_ENV_ERROR;
         } else if (obj_is_str(type, "error")) {
             rc = print_error(reply);
             say_bye(c);

@@ -122,7 +122,8 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
     click.echo(outcome.latency)
     if outcome.reused:
         click.echo(f"resumed: {len(outcome.reused)} unit(s) were already done, {len(outcome.ran)} run now", err=True)
-    click.echo(f"results in {out}/ (summary.md, summary.csv, latency.csv, jobs/, plots/, run.json)", err=True)
+    plots = " plots/," if comparison.plots and (out / "plots").is_dir() else ""
+    click.echo(f"results in {out}/ (summary.md, summary.csv, latency.csv, jobs/,{plots} run.json)", err=True)
     if outcome.failed:
         sys.exit(1)
 

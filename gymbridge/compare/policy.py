@@ -12,7 +12,8 @@ Items:
   `commit_pick:true`: simulation options;
 - `KIND:AGENT` (KIND one of select, inspect, backfill, kill; several joined by `/`): an agent
   process that takes those kinds. AGENT is a built-in agent name (a priority name: a `select`
-  agent that applies it to the visible window), `module:Class`, `model:PATH` (a checkpoint of
+  agent that applies it to the visible window; `accept-all` and `reject-large` take `inspect`;
+  `hpcgym agent --help` lists them all), `module:Class`, `model:PATH` (a checkpoint of
   `hpcgym train`, served greedily), `online:PATH` (the same checkpoint adapting online while it
   serves, `agents/rl/online.py`, with its defaults), or `cmd:COMMAND LINE`, an external program
   started with `{addr}` replaced by the env's address;
@@ -24,6 +25,7 @@ A separator splits only where the text after it starts a new item (a known word,
 `module:Class`), so a comma inside a command line stays part of it.
 
 Examples: `fcfs+easy`, `sjf,backfill:none`, `select:sjf,easy`, `select:sjf,inspect:my.mod:Inspector`,
+`inspect:reject-large`,
 `ppo=select:model:runs/ppo/model.pt`, `ppo-online=online:runs/ppo/model.pt`,
 `c-sjf=cmd:examples/c-sjf/build/sjf_agent {addr} --join`.
 """
@@ -34,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...agents.runtime import BUILTIN_AGENTS
+from ...agents.runtime import BUILTIN_AGENTS, builtin_kinds
 from ...environment.config import BACKFILL_MODES, SimConfig
 from ...environment.decisions import BACKFILL, INSPECT, KINDS, SELECT
 from ...environment.errors import ConfigError
@@ -210,8 +212,9 @@ def _agent(kinds: tuple[str, ...], what: str, text: str) -> AgentSpec:
             raise ConfigError(f"policy {text!r}: {source}: needs a checkpoint path, e.g. {source}:runs/ppo/model.pt")
         return AgentSpec(kinds, source, path)
     if what.lower() in POLICIES or what.lower() in BUILTIN_AGENTS:
-        if kinds != (SELECT,):
-            raise ConfigError(f"policy {text!r}: the built-in agent {what!r} takes select only; write select:{what}")
+        takes = "/".join(builtin_kinds(what))
+        if "/".join(kinds) != takes:
+            raise ConfigError(f"policy {text!r}: the built-in agent {what!r} takes {takes} only; write {takes}:{what}")
         return AgentSpec(kinds, "builtin", what.lower())
     if _MODULE_CLASS.match(what):
         return AgentSpec(kinds, "python", what)

@@ -129,11 +129,13 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
 @click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="CPU threads for torch (small networks run best on one).")
-@click.option("--progress/--no-progress", default=None, help="Progress bar (default: when stderr is a terminal).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar (default: a bar when stderr is a terminal, else one line per epoch; "
+                   "--no-progress: neither).")
 @click.pass_context
 def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fraction, curriculum, backfill,
-          policy, base, semantics, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets, max_steps, epochs, trajectories,
-          envs, seed, out, checkpoint_every, resume, eval_episodes, baselines, device, threads, progress) -> None:
+          policy, base, semantics, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets, max_steps, epochs,
+          trajectories, envs, seed, out, checkpoint_every, resume, eval_episodes, baselines, device, threads, progress) -> None:
     """Train ALGORITHM (pg, a2c, ppo or dql; dras-pg, dras-a2c, dras-ppo or dras-dql: the same with
     DRAS's defaults; schedinspector: PPO with SchedInspector's) and write curve.csv, checkpoints and
     eval.json to OUT."""
@@ -146,7 +148,7 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
     from ...agents.rl.checkpoint import latest_checkpoint, load_checkpoint
     from .trainer import Trainer, TrainSettings, parse_curriculum
 
-    algorithm = algorithm.lower()
+    algorithm = asked = algorithm.lower()
 
     def unset(name: str) -> bool:
         return ctx.get_parameter_source(name) == click.core.ParameterSource.DEFAULT
@@ -241,13 +243,17 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
             eval_episodes=eval_episodes, no_wait=not allow_wait, max_steps=max_steps, curriculum=phases,
             baselines=tuple(baselines) or ("fcfs", "sjf"))
     settings.eval_episodes = eval_episodes
+    if not resume and trace is not None and train_fraction is None and eval_episodes:
+        click.echo("note: without --train-fraction the held-out evaluation draws other windows of the same "
+                   "trace, which may overlap the training ones; --train-fraction 0.8 trains on the first 80% "
+                   "and evaluates on the rest (a chronological split)", err=True)
     trainer = Trainer(settings, out, device=str(dev), progress=progress, log=lambda m: click.echo(m, err=True))
     try:
         history = trainer.train(resume=resume)
     except ValueError as exc:  # bad algorithm options surface as ValueError from the config dataclasses
         raise ConfigError(str(exc)) from None
     last = history[-1] if history else {}
-    click.echo(f"{algorithm} on {settings.kind}: {trainer.epoch} epochs, {trainer.runner.next_episode} episodes"
+    click.echo(f"{asked} on {settings.kind}: {trainer.epoch} epochs, {trainer.runner.next_episode} episodes"
                + (f", last epoch mean return {last['return']:.3f}" if "return" in last else "")
                + f" ({dev}); checkpoints in {out}")
     if settings.eval_episodes:

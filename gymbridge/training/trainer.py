@@ -300,6 +300,9 @@ class Trainer:
         self.setup(resume)
         self.out.mkdir(parents=True, exist_ok=True)
         self._write_curve()
+        # The bar on a terminal; elsewhere (a batch job's log) one line per epoch, unless
+        # progress was turned off (False) or forced to a bar (True).
+        lines = self.progress is None and not sys.stderr.isatty()
         with tqdm(total=s.epochs, initial=min(self.epoch, s.epochs), unit="epoch", file=sys.stderr,
                   disable=None if self.progress is None else not self.progress, dynamic_ncols=True) as bar:
             while self.epoch < s.epochs:
@@ -315,6 +318,8 @@ class Trainer:
                     self.save()
                 bar.update(1)
                 bar.set_postfix({k: f"{row[k]:.3g}" for k in ("return", "mean_bsld") if k in row})
+                if lines:
+                    self.log(epoch_line(row, s.epochs))
         if self.history and latest_checkpoint(self.out) is not None:
             save_checkpoint(self.out / "model.pt", self._without_buffer(self.checkpoint()))
         return self.history
@@ -409,6 +414,18 @@ class Trainer:
                   "baseline": run["baseline"], "summary": summary, "failed": failed, "per_episode": per_episode}
         (self.out / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
         return result
+
+
+def epoch_line(row: dict[str, Any], epochs: int) -> str:
+    """One learning-curve row as the line `hpcgym train` logs per epoch outside a terminal:
+    `epoch 3/10: 300 episodes, mean return -4.21, mean bsld 3.18, 12.4 s`."""
+    parts = [f"epoch {row['epoch']}/{epochs}: {row['episodes_total']} episodes"]
+    if "return" in row:
+        parts.append(f"mean return {row['return']:.4g}")
+    if "mean_bsld" in row:
+        parts.append(f"mean bsld {row['mean_bsld']:.4g}")
+    parts.append(f"{row['seconds']:.1f} s")
+    return ", ".join(parts)
 
 
 #: The metrics eval.json sums up (all of them are in eval/summary.csv).
