@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 from typing import Any
 
 #: Gymnasium id -> the `kind` argument of `HpcEnv`.
@@ -48,10 +49,20 @@ def register_envs() -> None:
 
 def register_when_gymnasium_is_imported() -> None:
     """`register_envs()` now if gymnasium is imported, else right after it is."""
-    if "gymnasium" in sys.modules:
-        register_envs()
-    elif not any(isinstance(finder, _RegisterAfterImport) for finder in sys.meta_path):
+    if sys.modules.get("gymnasium") is not None:
+        _register_or_warn()
+    elif "gymnasium" not in sys.modules and not any(isinstance(f, _RegisterAfterImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _RegisterAfterImport())
+
+
+def _register_or_warn() -> None:
+    # Done as a side effect of an import: a gymnasium this cannot register with must not make
+    # `import hpcgym.gymbridge` (the command line) or `import gymnasium` fail.
+    try:
+        register_envs()
+    except Exception as exc:  # noqa: BLE001
+        warnings.warn(f"hpcgym could not register its Gymnasium ids ({type(exc).__name__}: {exc}); "
+                      "use hpcgym.gymbridge.make(kind, ...) instead", RuntimeWarning, stacklevel=2)
 
 
 class _RegisterAfterImport(importlib.abc.MetaPathFinder):
@@ -71,7 +82,7 @@ class _RegisterAfterImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module) -> None:
             run(module)
-            register_envs()
+            _register_or_warn()
 
         spec.loader.exec_module = exec_module  # this spec's loader only
         return spec
