@@ -2,14 +2,19 @@
 in process or against a running `hpcgym env`; `gymbridge.vector.make_vector` steps several.
 
 Nothing here imports gymnasium until it is used, so the `hpcgym` command line (which lives in
-this package) runs without the `rl` extra.
+this package) runs without the `rl` extra. The Gymnasium ids (`gymnasium.make("hpcgym/Select-v0")`,
+gymbridge/registration.py) are registered as soon as gymnasium is imported, before or after this.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["make", "HpcEnv"]
+from .registration import register_envs, register_when_gymnasium_is_imported
+
+__all__ = ["make", "HpcEnv", "register_envs"]
+
+register_when_gymnasium_is_imported()
 
 
 def make(kind: str | tuple[str, ...] = "select", **kwargs: Any):

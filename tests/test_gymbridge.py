@@ -587,3 +587,52 @@ def test_two_kind_backfill_never_delays_the_reservation():
     for job, shadow in deadlines.items():
         assert start[job] <= shadow, (job, start[job], shadow)
     env.close()
+
+
+# ------------------------------------------------------------------------------------------ gymnasium ids
+GYM_IDS = {"hpcgym/Select-v0": ("select",), "hpcgym/Backfill-v0": ("backfill",), "hpcgym/Inspect-v0": ("inspect",),
+           "hpcgym/Kill-v0": ("kill",), "hpcgym/SelectBackfill-v0": ("select", "backfill")}
+
+
+@pytest.mark.parametrize("env_id", list(GYM_IDS))
+def test_gymnasium_make_by_id_is_the_env_of_that_kind(env_id):
+    """gymnasium.make(id, **keywords) builds HpcEnv for the id's kinds (under Gymnasium's own
+    wrappers and passive checker), and plays exactly the episode hpcgym.gymbridge.make does."""
+    kinds = GYM_IDS[env_id]
+    env = gym.make(env_id, workload=SMALL, options={"window": WINDOW}, reward="queue_wait")
+    assert env.spec.id == env_id and env.unwrapped.kinds == kinds
+    assert env.action_space.n == (2 if kinds == ("inspect",) else WINDOW + 1)
+    direct = make(kinds[0] if len(kinds) == 1 else kinds, workload=SMALL, options={"window": WINDOW},
+                  reward="queue_wait")
+    made, _, made_metrics = rollout(env, 3, np.random.default_rng(1))
+    ref, _, ref_metrics = rollout(direct, 3, np.random.default_rng(1))
+    same_steps(made, ref)
+    assert made_metrics == ref_metrics and len(made) > 2
+    env.close()
+    direct.close()
+
+
+REGISTRATION_SCRIPT = """
+import sys
+import numpy as np
+{first}
+assert "gymnasium" {check} sys.modules
+import gymnasium as gym
+for env_id in {ids!r}:
+    env = gym.make({prefix!r} + env_id, workload={{"jobs": 20, "sample": True, "generate_jobs": 200}},
+                   options={{"window": 4}})
+    obs, info = env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(int(np.flatnonzero(info["action_mask"])[0]))
+    print(env_id, env.unwrapped.kinds)
+"""
+
+
+@pytest.mark.parametrize("first, check, prefix", [
+    ("import hpcgym.gymbridge.cli", "not in", ""),           # the command line starts without gymnasium
+    ("import gymnasium", "in", "hpcgym.gymbridge:"),         # gymnasium's "module:id" form
+])
+def test_the_ids_are_registered_whichever_is_imported_first(first, check, prefix):
+    script = REGISTRATION_SCRIPT.format(first=first, check=check, prefix=prefix, ids=list(GYM_IDS))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd="/")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [f"{i} {k}" for i, k in GYM_IDS.items()]
