@@ -55,9 +55,9 @@ def train(runs: Path, trace: str, base: str, semantics: str, epochs: int) -> Non
         + (["--resume"] if (agent_dir(runs, trace, base, semantics) / "curve.csv").is_file() else []))
 
 
-def compare(out: Path, trace: str, policies: dict[str, str], seed: int, samples: int, jobs: int) -> dict:
+def compare(out: Path, tag: str, trace: str, policies: dict[str, str], seed: int, samples: int, jobs: int) -> dict:
     """Mean metrics and paired differences to the first policy, from compare's summary.csv."""
-    folder = out / f"compare-{trace}-seed{seed}-{'-'.join(policies)}"
+    folder = out / f"compare-{tag}-{trace}-seed{seed}"
     cmd = [HPCGYM, "compare", "--trace", str(TRACES_DIR / f"{TRACES[trace]}.swf.gz"), "--jobs", str(jobs),
            "--samples", str(samples), "--seed", str(seed), "--inproc", "--no-plots", "--out", str(folder)]
     for name, spec in policies.items():
@@ -109,6 +109,32 @@ def inspect_rate(model: Path, trace: str, windows: int = 20, jobs: int = 256) ->
     return {"decisions": count[0], "seconds": seconds, "per_second": count[0] / seconds}
 
 
+def plot_curves(runs: Path, path: Path) -> None:
+    """Learning curves (mean relative reward per epoch) of every trained agent in RUNS."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, semantics in zip(axes, ("code", "textbook")):
+        for folder in sorted(runs.glob(f"si-*-{semantics}")):
+            if not (folder / "curve.csv").is_file():
+                continue
+            with open(folder / "curve.csv", newline="") as f:
+                rows = list(csv.DictReader(f))
+            label = folder.name[len("si-"):-len(semantics) - 1]
+            ax.plot([int(r["epoch"]) for r in rows], [float(r["return"]) for r in rows], label=label)
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.set_title(f"{semantics} semantics")
+        ax.set_xlabel("epoch (100 trajectories of 128 jobs)")
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("mean relative reward (bsld, pct_max)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def fmt_diff(row: dict, key: str, scale: float = 1.0) -> str:
     if row.get(f"{key}_diff") is None or row.get(f"{key}_ci_low") is None:
         return "(base)"
@@ -148,17 +174,18 @@ def main() -> None:
             if own.is_file() and trace != "SDSC-SP2":
                 policies["own"] = f"sjf,{rules},inspect:model:{own}"
             for seed in seeds:
-                results["table4"][f"{semantics}/{trace}/{seed}"] = compare(args.out, trace, policies, seed,
-                                                                           args.samples, args.jobs)
+                results["table4"][f"{semantics}/{trace}/{seed}"] = compare(args.out, f"{semantics}-none", trace,
+                                                                           policies, seed, args.samples, args.jobs)
                 easy = {name: spec.replace("backfill:none", "backfill:easy") for name, spec in policies.items()}
-                results["table5"][f"{semantics}/{trace}/{seed}"] = compare(args.out, trace, easy, seed,
-                                                                           args.samples, args.jobs)
+                results["table5"][f"{semantics}/{trace}/{seed}"] = compare(args.out, f"{semantics}-easy", trace,
+                                                                           easy, seed, args.samples, args.jobs)
             if own.is_file():
                 epochs, per_epoch = epoch_seconds(own.parent)
                 results["training"][f"{semantics}/{trace}"] = {"epochs": epochs, "seconds_per_epoch": per_epoch}
     sdsc = agent_dir(args.runs, "SDSC-SP2", "sjf", "code") / "model.pt"
     if sdsc.is_file():
         results["inspect_rate"] = inspect_rate(sdsc, "SDSC-SP2")
+    plot_curves(args.runs, args.out / "curves.png")
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "results.md").write_text(markdown(results, seeds, traces, args.semantics.split(",")))
     print((args.out / "results.md").read_text())
