@@ -153,6 +153,16 @@ def _sampled_returns(algo, settings: TrainSettings, seeds) -> np.ndarray:
     return np.array(returns)
 
 
+def returns_before_and_after_training(settings: TrainSettings, folder, episodes: int = 16):
+    """Sampled returns on `episodes` held-out seeds of the untrained and of the trained policy."""
+    trainer = Trainer(settings, folder, progress=False)
+    trainer.setup()
+    held_out = [10 ** 9 + k for k in range(episodes)]
+    before = _sampled_returns(trainer.algo, settings, held_out)
+    trainer.train()
+    return before, _sampled_returns(trainer.algo, settings, held_out)
+
+
 def test_short_dras_ppo_training_improves_the_capacity_reward(tmp_path):
     """DRAS-PPO on a small generated workload (64 processors, 64-job episodes, window 10): 8
     epochs of 16 episodes (about 10 s here) raise the capacity reward (eq. 2) of the policy on
@@ -163,12 +173,7 @@ def test_short_dras_ppo_training_improves_the_capacity_reward(tmp_path):
         workload={"jobs": 64, "sample": True, "procs": 64, "generate_jobs": 3000}, options={"window": 10},
         config={"net": "dras", "lr": 1e-3, "gamma": 0.95}, epochs=8, trajectories=16, envs=4, seed=0,
         eval_episodes=0)
-    trainer = Trainer(settings, tmp_path / "run", progress=False)
-    trainer.setup()
-    held_out = [10 ** 9 + k for k in range(16)]
-    before = _sampled_returns(trainer.algo, settings, held_out)
-    trainer.train()
-    after = _sampled_returns(trainer.algo, settings, held_out)
+    before, after = returns_before_and_after_training(settings, tmp_path / "run")
     assert after.mean() - before.mean() > 0.025, (before.mean(), after.mean())
     assert (after > before).sum() > (after < before).sum()
 

@@ -110,17 +110,9 @@ def test_short_training_raises_the_relative_reward(tmp_path):
     when this test was written (training seeds 0, 1, 2): -0.069 -> 0.016, -0.122 -> -0.064,
     -0.122 -> 0.038; the bar is about a third of the smallest gain."""
     pytest.importorskip("torch")
-    from hpcgym.gymbridge.training.trainer import Trainer
+    from .test_dras_agent import returns_before_and_after_training
 
-    from .test_dras_agent import _sampled_returns
-
-    settings = _code_settings()
-    trainer = Trainer(settings, tmp_path / "run", progress=False)
-    trainer.setup()
-    held_out = [10 ** 9 + k for k in range(16)]
-    before = _sampled_returns(trainer.algo, settings, held_out)
-    trainer.train()
-    after = _sampled_returns(trainer.algo, settings, held_out)
+    before, after = returns_before_and_after_training(_code_settings(), tmp_path / "run")
     assert after.mean() - before.mean() > 0.02, (before.mean(), after.mean())
 
 
