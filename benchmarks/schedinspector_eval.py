@@ -221,7 +221,7 @@ def markdown(results: dict, seeds: list[int], traces: list[str], semantics_list:
                     names = [n for n in ("sdsc", "own") if n in r]
                     return f"{100 * r['base']['utilization_mean']:.2f} / " + ", ".join(
                         f"{100 * r[n]['utilization_mean']:.2f}" for n in names)
-                paper = " / ".join(f"{a:g}-{b:g}" for a, b in PAPER_TABLE5_SJF[trace])
+                paper = " / ".join(f"{a:g} -> {b:g}" for a, b in PAPER_TABLE5_SJF[trace])
                 lines.append(f"| {trace} | {seed}.. | {util(none)} | {util(easy)} | {paper} |")
         lines.append("")
     if results["training"]:
