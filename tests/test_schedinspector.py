@@ -162,3 +162,30 @@ def test_a_checkpoint_served_over_ipc_gives_the_in_process_schedule(tmp_path, ip
     finally:
         env.kill()
         env.wait(timeout=10)
+
+
+def test_the_preset_yields_to_flags_and_refuses_its_options_elsewhere(tmp_path):
+    pytest.importorskip("torch")
+    from click.testing import CliRunner
+
+    from hpcgym.agents.rl.checkpoint import load_checkpoint
+    from hpcgym.gymbridge.cli import main
+
+    from .agents_for_tests import write_trace
+
+    trace = write_trace(tmp_path / "t.swf", jobs=120, procs=32, seed=4)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["train", "schedinspector", "--trace", str(trace), "--jobs", "40", "--epochs", "1",
+                                       "--trajectories", "2", "--envs", "1", "--hidden", "16", "--lr", "0.01",
+                                       "--set", "clip=0.1", "--base", "f1", "--semantics", "textbook", "--out", str(out),
+                                       "--eval-episodes", "0", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    ckpt = load_checkpoint(out / "model.pt")
+    settings = ckpt.trainer["settings"]
+    assert (ckpt.kind, ckpt.encoder, ckpt.config["hidden"], ckpt.config["lr"], ckpt.config["clip"]) == (
+        "inspect", "schedinspector", [16], 0.01, 0.1)
+    assert ckpt.config["vf_lr"] == 1e-3 and ckpt.config["activation"] == "relu"
+    assert settings["options"] == {"backfill": "none", "window": 128, "policy": "f1"}   # textbook: no code rules
+    assert "first_jobs" not in settings["workload"]
+    refused = CliRunner().invoke(main, ["train", "ppo", "--base", "sjf", "--out", str(tmp_path / "x"), "--no-progress"])
+    assert refused.exit_code == 2 and "belong to schedinspector" in refused.output

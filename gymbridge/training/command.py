@@ -187,11 +187,12 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         if not unset("backfill"):
             options["backfill"] = backfill
         config = dict(S["config"])
-        net, hidden, lr, gamma = (net or config.pop("net"), hidden or ",".join(map(str, config.pop("hidden"))),
-                                  lr if lr is not None else config.pop("lr"),
-                                  gamma if gamma is not None else config.pop("gamma"))
-        config.pop("lr", None), config.pop("gamma", None)
-        sets = (*(f"{k}={json.dumps(v)}" for k, v in config.items()), *sets)
+        preset = {k: config.pop(k) for k in ("net", "hidden", "lr", "gamma")}
+        net = net or preset["net"]
+        hidden = hidden or ",".join(map(str, preset["hidden"]))
+        lr = preset["lr"] if lr is None else lr
+        gamma = preset["gamma"] if gamma is None else gamma
+        sets = (*(f"{k}={json.dumps(v)}" for k, v in config.items()), *sets)  # the user's --set come last
         baselines = baselines or (policy,)
     elif base is not None or semantics is not None:
         raise ConfigError("--base and --semantics belong to schedinspector")
