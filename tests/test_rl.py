@@ -540,3 +540,36 @@ def test_train_names_the_algorithm_as_asked_and_keeps_quiet_with_a_chronological
                for line in result.output.splitlines()), result.output
     assert "--train-fraction" not in result.output
     assert not [line for line in result.output.splitlines() if line.startswith("epoch ")]
+
+
+def test_discarded_episodes_leave_no_steps_and_are_replaced():
+    """An env whose episodes last 3 steps when started with an even seed and 10 otherwise: with
+    discard_after 5 every odd-seeded episode is thrown away after 5 steps, its steps dropped from
+    the storage, and another episode takes its place until 4 have ended."""
+    from hpcgym.agents.rl.runner import Runner
+    from hpcgym.agents.rl.storage import RolloutStorage
+
+    class Lengths(gym.Env):
+        observation_space = gym.spaces.Box(0, 1, (1,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, seed=None, options=None):
+            self.left = 3 if seed % 2 == 0 else 10
+            return np.zeros(1, np.float32), {}
+
+        def step(self, action):
+            self.left -= 1
+            return np.zeros(1, np.float32), 1.0, self.left == 0, False, {}
+
+    storage = RolloutStorage(1)
+    runner = Runner([Lengths()], seed_of=lambda j: j, discard_after=5)
+
+    def policy(obs, mask):
+        return np.zeros(len(obs), int), {}
+
+    ended = runner.run_epoch(4, policy, lambda t: storage.add(t.env, t.obs, t.mask, t.action, 0.0, 0.0, t.reward,
+                                                              t.done), storage.discard_open)
+    assert [e.seed for e in ended] == [0, 2, 4, 6] and runner.discarded == 3     # seeds 1, 3, 5 thrown away
+    assert len(storage) == 4 * 3 and all(storage.steps[0]["done"][k] == (k % 3 == 2) for k in range(12))
+    with pytest.raises(ValueError, match="drop their steps"):
+        Runner([Lengths()], seed_of=lambda j: j, discard_after=5).run_epoch(1, policy)

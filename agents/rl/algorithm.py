@@ -182,7 +182,7 @@ class ActorCriticAlgorithm(Algorithm):
         from .storage import RolloutStorage
 
         storage = RolloutStorage(len(runner.envs))
-        ended = runner.run_epoch(episodes, self.sample, lambda t: self.store(storage, t))
+        ended = runner.run_epoch(episodes, self.sample, lambda t: self.store(storage, t), storage.discard_open)
         return storage, ended
 
     def clip_and_step(self, loss: torch.Tensor) -> float:

@@ -9,6 +9,9 @@ An epoch asks for a number of episodes: envs start new episodes until that many 
 and the epoch is over when they have all ended, so no episode spans two epochs. With
 `max_steps`, an episode still running after that many steps is cut there (truncated, as
 Gymnasium's TimeLimit does): a policy that kills jobs at random may never finish its sequence.
+With `discard_after`, such an episode is instead thrown away: the caller drops its steps
+(`on_discard(env)`), it does not count towards the epoch, and another episode takes its place
+(SchedInspector's code discards trajectories past 10 inspections per job).
 """
 
 from __future__ import annotations
@@ -62,10 +65,13 @@ class Runner:
 
     def __init__(self, envs: Sequence[Any], seed_of: Callable[[int], int], next_episode: int = 0,
                  max_steps: int | None = None,
-                 options_of: Callable[[int], dict[str, Any] | None] | None = None) -> None:
+                 options_of: Callable[[int], dict[str, Any] | None] | None = None,
+                 discard_after: int | None = None) -> None:
         self.envs = list(envs)
         self.options_of = options_of
         self.max_steps = max_steps
+        self.discard_after = discard_after
+        self.discarded = 0
         self.n_actions = int(self.envs[0].action_space.n)
         self.seed_of = seed_of
         self.next_episode = next_episode
@@ -98,9 +104,13 @@ class Runner:
         self.mask[i] = action_mask(info, self.n_actions)
         self.current[i] = episode
 
-    def round(self, policy: Policy, on_step: Callable[[Transition], None] | None = None) -> list[Episode]:
+    def round(self, policy: Policy, on_step: Callable[[Transition], None] | None = None,
+              on_discard: Callable[[int], None] | None = None) -> list[Episode]:
         """Start episodes on idle envs (while the epoch wants more), take one step in each
         running episode, and return the episodes that ended."""
+        if self.discard_after is not None and on_discard is None:
+            raise ValueError("discarding long episodes needs a learner that can drop their steps "
+                             "(an on-policy algorithm that updates per epoch: pg or ppo)")
         for i, e in enumerate(self.current):
             if e is None and self.to_start > 0:
                 self._start(i)
@@ -124,17 +134,23 @@ class Runner:
                 on_step(Transition(i, self.obs[i], self.mask[i], action, {k: v[row] for k, v in extras.items()},
                                    float(reward), bool(terminated), bool(truncated), obs, mask))
             self.obs[i], self.mask[i] = obs, mask
+            if not terminated and self.discard_after is not None and episode.length >= self.discard_after:
+                on_discard(i)
+                self.discarded += 1
+                self.current[i] = None
+                self.to_start += 1
+                continue
             if terminated or truncated:
                 episode.info = {**info, "truncated": bool(truncated and not terminated)}
                 ended.append(episode)
                 self.current[i] = None
         return ended
 
-    def run_epoch(self, episodes: int, policy: Policy,
-                  on_step: Callable[[Transition], None] | None = None) -> list[Episode]:
+    def run_epoch(self, episodes: int, policy: Policy, on_step: Callable[[Transition], None] | None = None,
+                  on_discard: Callable[[int], None] | None = None) -> list[Episode]:
         """Collect `episodes` whole episodes; return them in the order they ended."""
         self.start_epoch(episodes)
         done: list[Episode] = []
         while not self.epoch_done:
-            done += self.round(policy, on_step)
+            done += self.round(policy, on_step, on_discard)
         return done

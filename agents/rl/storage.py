@@ -63,6 +63,15 @@ class RolloutStorage:
         for name, v in zip(self.FIELDS, (obs, mask, action, logp, value, reward, done)):
             s[name].append(v)
 
+    def discard_open(self, env: int) -> None:
+        """Drop env's steps since its last episode end (an episode thrown away unfinished)."""
+        s = self.steps[env]
+        keep = len(s["done"])
+        while keep and not s["done"][keep - 1]:
+            keep -= 1
+        for values in s.values():
+            del values[keep:]
+
     def set_last_value(self, env: int, value: float) -> None:
         """V of the state after env's last stored step (bootstrap when that step did not end it)."""
         self.last_values[env] = float(value)

@@ -109,6 +109,9 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
               help="Any other option of the algorithm's config (e.g. --set clip=0.1 --set target_kl=null).")
 @click.option("--max-steps", type=click.IntRange(min=1),
               help="Cut an episode after this many decisions (e.g. for kill agents that may never finish).")
+@click.option("--discard-after", type=click.IntRange(min=1),
+              help="Throw an episode away (not learned from, not counted) once it reaches this many decisions "
+                   "(SchedInspector's code: 10 per job; pg and ppo).")
 @click.option("--epochs", type=click.IntRange(min=1), default=10, show_default=True,
               help="Train until this many epochs are done (with --resume: in all).")
 @click.option("--trajectories", type=click.IntRange(min=1), default=100, show_default=True,
@@ -134,8 +137,9 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
                    "--no-progress: neither).")
 @click.pass_context
 def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fraction, curriculum, backfill,
-          policy, base, semantics, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets, max_steps, epochs,
-          trajectories, envs, seed, out, checkpoint_every, resume, eval_episodes, baselines, device, threads, progress) -> None:
+          policy, base, semantics, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets, max_steps,
+          discard_after, epochs, trajectories, envs, seed, out, checkpoint_every, resume, eval_episodes, baselines,
+          device, threads, progress) -> None:
     """Train ALGORITHM (pg, a2c, ppo or dql; dras-pg, dras-a2c, dras-ppo or dras-dql: the same with
     DRAS's defaults; schedinspector: PPO with SchedInspector's) and write curve.csv, checkpoints and
     eval.json to OUT."""
@@ -241,7 +245,8 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
             options={**options, "window": window, "policy": policy}, reward=reward, encoder=encoder,
             config=_algorithm_config(algorithm, net, hidden, lr, gamma, sets), epochs=epochs,
             trajectories=trajectories, envs=envs, seed=seed, checkpoint_every=checkpoint_every,
-            eval_episodes=eval_episodes, no_wait=not allow_wait, max_steps=max_steps, curriculum=phases,
+            eval_episodes=eval_episodes, no_wait=not allow_wait, max_steps=max_steps, discard_after=discard_after,
+            curriculum=phases,
             baselines=tuple(baselines) or ("fcfs", "sjf"))
     settings.eval_episodes = eval_episodes
     if not resume and trace is not None and train_fraction is None and eval_episodes:

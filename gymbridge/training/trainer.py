@@ -78,6 +78,7 @@ class TrainSettings:
     baselines: Sequence[str] = ("fcfs", "sjf")
     no_wait: bool = False         # select/backfill: never wait / stop while a job can be picked (as the papers)
     max_steps: int | None = None  # cut an episode after this many decisions (None: never)
+    discard_after: int | None = None  # throw an episode away at this many decisions (None: never)
     curriculum: list[list[Any]] | None = None   # [[phase, episodes], ...] (see `curriculum_phase`)
 
     def to_json(self) -> dict[str, Any]:
@@ -290,7 +291,8 @@ class Trainer:
                             config_from_dict(cls.Config, config), device=self.device, seed=s.seed)
             next_episode = 0
         options_of = (lambda j: {"phase": curriculum_phase(s.curriculum, j)}) if s.curriculum else None
-        self.runner = Runner(envs, lambda j: train_seed(s.seed, j), next_episode, s.max_steps, options_of)
+        self.runner = Runner(envs, lambda j: train_seed(s.seed, j), next_episode, s.max_steps, options_of,
+                             s.discard_after)
 
     # ---------------------------------------------------------------- the loop
     def train(self, resume: bool = False) -> list[dict[str, Any]]:
@@ -306,8 +308,10 @@ class Trainer:
         with tqdm(total=s.epochs, initial=min(self.epoch, s.epochs), unit="epoch", file=sys.stderr,
                   disable=None if self.progress is None else not self.progress, dynamic_ncols=True) as bar:
             while self.epoch < s.epochs:
-                t0, steps_before = time.perf_counter(), self.runner.steps
+                t0, steps_before, discarded = time.perf_counter(), self.runner.steps, self.runner.discarded
                 stats = self.algo.train_epoch(self.runner, s.trajectories)
+                if s.discard_after is not None:
+                    stats["discarded"] = self.runner.discarded - discarded
                 self.epoch += 1
                 steps = (self.history[-1]["steps_total"] if self.history else 0) + self.runner.steps - steps_before
                 row = {"epoch": self.epoch, "episodes_total": self.runner.next_episode, "steps_total": steps,
