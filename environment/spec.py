@@ -15,7 +15,7 @@ from typing import Any
 
 from . import sequences
 from .config import SimConfig
-from .errors import ConfigError
+from .errors import ConfigError, WorkloadError
 from .fitted import WorkloadModel, fit_workload_model, generate_from_model
 from .lublin import LublinParams, generate_lublin
 from .swf import read_swf
@@ -53,6 +53,37 @@ WORKLOAD_TYPES = {"trace": (str, Path), "procs": int, "strict": bool, "skip_malf
                   "sample": int, "first_jobs": int, "sampled_jobset": bool, "synthetic": bool}
 #: The largest generated workload; larger ones would stall an env serving others.
 MAX_GENERATED_JOBS = 10_000_000
+
+
+#: Environment variable naming the folders (os.pathsep-separated) where bare trace names are found.
+TRACES_ENV = "HPCGYM_TRACES"
+
+
+class TraceNotFound(WorkloadError):
+    """A trace given by path or bare name is not there."""
+
+
+def resolve_trace(path: str | os.PathLike[str]) -> Path:
+    """The file a trace argument names: the path itself when it exists; else, for a bare file name
+    (no folder part), the first folder of $HPCGYM_TRACES that holds it. Every place that takes a
+    trace (CLI, gymbridge.make, the env service, compare, train) goes through here."""
+    given = Path(path).expanduser()
+    if given.exists():
+        return given
+    folders = [Path(f).expanduser() for f in os.environ.get(TRACES_ENV, "").split(os.pathsep) if f]
+    bare = len(given.parts) == 1 and not given.is_absolute()
+    if bare:
+        for folder in folders:
+            if (folder / given).is_file():
+                return folder / given
+    if not bare:
+        raise TraceNotFound(f"{given}: trace file not found; check the path")
+    if folders:
+        where = f"nor in the {TRACES_ENV} folder(s) {', '.join(str(f) for f in folders)}"
+    else:
+        where = f"and {TRACES_ENV} is not set"
+    raise TraceNotFound(f"{given}: trace file not found in the current folder, {where}; pass the trace's path, "
+                        f"or set {TRACES_ENV} to the folder(s) holding your traces ({os.pathsep}-separated)")
 
 
 def _check_keys(spec: dict[str, Any], allowed, what: str) -> None:
@@ -107,7 +138,7 @@ def load_source(spec: dict[str, Any], seed: int = 0) -> Workload:
         workload = generate_lublin(spec.get("generate_jobs") or DEFAULT_JOBS, DEFAULT_PROCS if procs is None else procs,
                                    seed=seed, params=LUBLIN_MODELS[model]())
     else:
-        workload = read_swf(Path(spec["trace"]), spec.get("procs"), strict=bool(spec.get("strict")),
+        workload = read_swf(resolve_trace(spec["trace"]), spec.get("procs"), strict=bool(spec.get("strict")),
                             on_malformed="skip" if spec.get("skip_malformed") else "error")
     if spec.get("train_fraction") is not None:
         part = spec.get("part", "test")
@@ -162,6 +193,9 @@ class WorkloadCache:
     def load(self, spec: dict[str, Any], seed: int = 0) -> Workload:
         check_workload_spec(spec)
         trace = spec.get("trace")
+        if trace is not None:  # a bare name is keyed (and its stamp taken) by the file it resolves to
+            trace = resolve_trace(trace).resolve()
+            spec = {**spec, "trace": trace}
         base = sorted((k, str(v)) for k, v in spec.items() if k not in WINDOW_KEYS)
         stamp = os.stat(trace).st_mtime_ns if trace is not None and os.path.exists(trace) else None
         key = (tuple(base), stamp, seed if trace is None else None)

@@ -19,7 +19,7 @@ from ..environment.config import BACKFILL_MODES, OVERRUN_MODES, EstimateSpec, Si
 from ..environment.errors import HpcgymError
 from ..environment.lublin import generate_lublin
 from ..environment.simulator import simulate
-from ..environment.spec import DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload
+from ..environment.spec import DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload, resolve_trace
 from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload
 from .compare import compare
@@ -92,7 +92,8 @@ def _rule_options(f):
 
 @main.command()
 @click.option("--trace", type=click.Path(path_type=Path, dir_okay=False),
-              help=f"SWF or SWF.gz trace (default: a generated Lublin workload of {DEFAULT_JOBS} jobs).")
+              help=f"SWF or SWF.gz trace: a path, or a file name found in $HPCGYM_TRACES (default: a generated "
+                   f"Lublin workload of {DEFAULT_JOBS} jobs).")
 @_reading_options
 @click.option("--policy", type=click.Choice(list(POLICIES), case_sensitive=False), default="fcfs", show_default=True,
               help="Priority policy that orders the queue.")
@@ -157,7 +158,8 @@ def trace() -> None:
 @_reading_options
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as one JSON object.")
 def info(file, procs, strict, skip_malformed, as_json) -> None:
-    """Statistics of an SWF trace: the columns of the RL papers' trace tables."""
+    """Statistics of an SWF trace (a path, or a file name found in $HPCGYM_TRACES): the columns of the RL
+    papers' trace tables."""
     stats = trace_stats(load_workload(_workload_spec(file, procs, strict, skip_malformed)))
     if as_json:
         click.echo(json.dumps(stats))
@@ -183,7 +185,8 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 @main.command("env")
 @click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True,
               help="ZeroMQ address to listen on (tcp://HOST:PORT or ipc://PATH).")
-@click.option("--trace", type=click.Path(path_type=Path, dir_okay=False), help="Default trace for episodes.")
+@click.option("--trace", type=click.Path(path_type=Path, dir_okay=False),
+              help="Default trace for episodes (a path, or a file name found in $HPCGYM_TRACES).")
 @click.option("--procs", type=click.IntRange(min=1), help="Cluster size (default: the trace header).")
 @click.option("--policy", type=click.Choice(list(POLICIES), case_sensitive=False), default="fcfs", show_default=True)
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
@@ -204,7 +207,7 @@ def env_command(bind, trace, procs, policy, backfill, exact_requests, commit_pic
     from ..environment.server import serve
     from ..environment.service import EnvService
 
-    workload = {"trace": str(trace) if trace else None, "procs": procs}
+    workload = {"trace": str(resolve_trace(trace)) if trace else None, "procs": procs}  # fail now, not at a reset
     service = EnvService({"workload": {k: v for k, v in workload.items() if v is not None},
                           "options": {"backfill": backfill, "exact_requests": exact_requests,
                                       "commit_pick": commit_pick}, "policy": policy, "reward": reward},

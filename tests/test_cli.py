@@ -108,3 +108,49 @@ def test_trace_info_agrees_with_the_manifest(traces_dir):
     assert r.exit_code == 0, r.output
     stats = json.loads(r.output)
     assert stats["jobs"] == 202_871 and stats["procs"] == 240 and stats["dropped_total"] == 0
+
+
+@pytest.fixture
+def traces_env(tmp_path, monkeypatch):
+    """tiny.swf in a folder named by HPCGYM_TRACES; the working folder is elsewhere."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    (folder / "tiny.swf").write_text(SWF)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("HPCGYM_TRACES", str(folder))
+    return folder
+
+
+def test_bare_trace_names_resolve_through_hpcgym_traces(traces_env, tmp_path):
+    r = invoke("run", "--trace", "tiny.swf", "--backfill", "none", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["mean_wait"] == 6.75
+    r = invoke("trace", "info", "tiny.swf", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["jobs"] == 4
+    out = tmp_path / "cmp"
+    r = invoke("compare", "--trace", "tiny.swf", "--policy", "fcfs", "--policy", "sjf", "--inproc", "--no-plots",
+               "--workers", 1, "--out", out)
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "run.json").read_text())["trace"]["path"] == str(traces_env / "tiny.swf")
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "--trace", "absent.swf"],
+    ["trace", "info", "absent.swf"],
+    ["compare", "--trace", "absent.swf", "--policy", "fcfs"],
+    ["env", "--trace", "absent.swf", "--bind", "ipc:///nonexistent/never-bound"],
+])
+def test_a_missing_bare_trace_name_says_where_it_was_looked_for(traces_env, args):
+    r = invoke(*args)
+    assert r.exit_code == 2, r.output
+    assert "absent.swf" in r.output and str(traces_env) in r.output and "HPCGYM_TRACES" in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_train_resolves_the_trace_name_too(traces_env, tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("gymnasium")
+    r = invoke("train", "ppo", "--trace", "absent.swf", "--out", tmp_path / "run")
+    assert r.exit_code == 2 and str(traces_env) in r.output, r.output

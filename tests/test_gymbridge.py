@@ -281,6 +281,19 @@ def test_workload_cache_gives_what_load_workload_gives(tmp_path):
                 assert np.array_equal(getattr(got, col), getattr(want, col)), (spec, seed, col)
 
 
+def test_make_resolves_a_bare_trace_name_through_hpcgym_traces(tmp_path, monkeypatch):
+    write_trace(tmp_path / "t.swf", jobs=150, procs=32, seed=3)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    monkeypatch.setenv("HPCGYM_TRACES", str(tmp_path))
+    env = make("select", workload={"trace": "t.swf", "jobs": 30, "sample": True})
+    assert len(env._load_workload(0)) == 30
+    from hpcgym.environment.errors import WorkloadError
+
+    with pytest.raises(WorkloadError, match="HPCGYM_TRACES"):
+        make("select", workload={"trace": "absent.swf", "jobs": 30, "sample": True})
+
+
 def test_episode_without_a_decision_of_the_kind():
     # one job on an empty cluster: no reservation, so never a backfill decision
     env = make("backfill", workload={"jobs": 1, "start": 0, "generate_jobs": 20}, options={"window": 4})

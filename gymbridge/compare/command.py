@@ -10,6 +10,7 @@ import click
 
 from ...environment.config import OVERRUN_MODES, EstimateSpec
 from ...environment.errors import ConfigError, HpcgymError
+from ...environment.spec import resolve_trace
 from .executors import EXECUTORS
 from .policy import parse_policy
 from .stats import METRICS
@@ -28,7 +29,8 @@ POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or
 @click.option("--policy", "policies", multiple=True, metavar="NAME=SPEC", help=POLICY_HELP)
 @click.option("--baseline", metavar="NAME", help="Policy the others are compared with (default: the first).")
 @click.option("--trace", type=click.Path(path_type=Path, dir_okay=False),
-              help="SWF or SWF.gz trace (default: a generated Lublin workload).")
+              help="SWF or SWF.gz trace: a path, or a file name found in $HPCGYM_TRACES (default: a generated "
+                   "Lublin workload).")
 @click.option("--procs", type=click.IntRange(min=1), help="Cluster size (default: the SWF header).")
 @click.option("--strict", is_flag=True, help="Fail on a job larger than the cluster instead of dropping it.")
 @click.option("--skip-malformed", is_flag=True, help="Skip malformed SWF lines.")
@@ -103,9 +105,7 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
         if overrun is not None:
             options["overrun"] = overrun
         if trace is not None:
-            if not trace.is_file():
-                raise ConfigError(f"trace {trace} not found")
-            trace = trace.resolve()
+            trace = resolve_trace(trace).resolve()  # a bare name is looked up in $HPCGYM_TRACES
         spec = SequenceSpec(trace=str(trace) if trace else None, procs=procs, strict=strict,
                             skip_malformed=skip_malformed, samples=samples or (10 if n_jobs else 1), jobs=n_jobs,
                             sampled_jobset=sampled_jobset, train_fraction=train_fraction, part=part, seed=seed)

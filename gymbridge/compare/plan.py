@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ...environment.errors import ConfigError
-from ...environment.spec import cut_sequence, load_workload
+from ...environment.spec import cut_sequence, load_workload, resolve_trace
 from ...environment.swf import read_swf, write_swf
 from ...environment.workload import COLUMNS, Workload
 from .policy import PolicySpec
@@ -103,9 +103,7 @@ def sha256_file(path: str | Path) -> str:
 
 def trace_checksums(path: str | Path) -> dict[str, Any]:
     """sha256 of the trace file, and of its uncompressed text for a .gz (as the trace MANIFEST lists)."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"trace {path} not found")
+    path = resolve_trace(path)
     info: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
     if path.name.lower().endswith(".gz"):
         h = hashlib.sha256()

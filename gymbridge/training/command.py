@@ -23,6 +23,7 @@ import click
 from ...environment.config import BACKFILL_MODES
 from ...environment.decisions import KINDS
 from ...environment.errors import ConfigError, HpcgymError
+from ...environment.spec import resolve_trace
 
 BASE_ALGORITHMS = ("pg", "a2c", "ppo", "dql")
 #: dras-ALGO: ALGO with DRAS's defaults (`agents.dras.TRAINING_DEFAULTS`); schedinspector: PPO with
@@ -73,8 +74,9 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
 @click.option("--kind", type=click.Choice(KIND_CHOICES), default="select", show_default=True,
               help="The decision kind the agent takes (the others use the built-in defaults); "
                    "select+backfill: both, as DRAS's two levels (the default of dras-ALGO).")
-@click.option("--trace", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              help="SWF trace to draw job sequences from (default: a generated Lublin workload).")
+@click.option("--trace", type=click.Path(path_type=Path, dir_okay=False),
+              help="SWF trace (path, or a file name found in $HPCGYM_TRACES) to draw job sequences from "
+                   "(default: a generated Lublin workload).")
 @click.option("--procs", type=click.IntRange(min=1), help="Cluster size (default: the trace header, or 256).")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=256, show_default=True,
               help="Jobs per episode (a window of the workload).")
@@ -221,6 +223,8 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
             raise HpcgymError(f"{out} already holds checkpoints: use --resume to go on, or another --out")
         if sampled_jobset and start is not None:
             raise ConfigError("--start (one fixed window) and --sampled-jobset exclude each other")
+        if trace is not None:  # saved with the settings: the file itself, not a name to look up again
+            trace = resolve_trace(trace).resolve()
         workload = {"trace": str(trace) if trace else None, "procs": procs, "jobs": n_jobs,
                     "start": start, "sample": None if start is not None else True,
                     "sampled_jobset": sampled_jobset or None}
