@@ -7,7 +7,7 @@ W is the window (number of job slots):
 | kind     | slot k < W                                               | slot W (or 0 for kill)     |
 |----------|----------------------------------------------------------|----------------------------|
 | select   | the k-th candidate (queue window)                        | wait (if the decision can) |
-| backfill | the k-th queue-window job, if it is a backfill candidate | stop                       |
+| backfill | the k-th queue-window job, if it is a backfill candidate | stop (if the decision can) |
 | kill     | slot k >= 1: the (k-1)-th running job                    | slot 0: kill nothing       |
 | inspect  | 0: accept, 1: reject (two slots only)                    |                            |
 """
@@ -38,7 +38,7 @@ def slot_mask(decision: Decision, window: int) -> tuple[np.ndarray, list[int]]:
         ids = list(decision.observation["queue"]["id"][:w])
         candidates = set(decision.candidates)
         mask[:len(ids)] = [j in candidates for j in ids]
-        mask[w] = 1
+        mask[w] = decision.can_wait or not mask[:w].any()  # stop if no candidate is in the window
     elif kind == KILL:
         ids = list(decision.candidates[:w])
         mask[:len(ids) + 1] = 1

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from numbers import Integral
 
 from .errors import ConfigError
 
 BACKFILL_MODES = ("easy", "conservative", "none")
+#: In which order EASY scans the waiting jobs for backfilling (and lists an agent's candidates).
+BACKFILL_ORDERS = ("queue", "submit", "sjf")
+#: Which waiting jobs an EASY backfill agent may start: those that cannot delay the reserved
+#: job (by estimates), or every one that fits now.
+BACKFILL_CANDIDATES = ("guarded", "unguarded")
 OVERRUN_MODES = ("run", "kill")
 ESTIMATE_KINDS = ("requested", "actual", "noisy")
 
@@ -53,6 +58,11 @@ class EstimateSpec:
         return f"noisy:{self.error:g}" if self.kind == "noisy" else self.kind
 
 
+#: The on/off options of SimConfig.
+BOOL_FIELDS = ("exact_requests", "commit_pick", "backfill_stop", "easy_extra", "strict_shadow", "keep_shadow",
+               "one_event")
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """Options of one simulation; the defaults follow the RL scheduling papers.
@@ -71,6 +81,23 @@ class SimConfig:
     commit_pick: a pick that does not fit (accepted, if an inspector is asked) stays the pick
         until it starts: no new select or inspect meanwhile (SchedInspector's code; off: every
         scheduling pass selects afresh, docs/semantics.md section 4).
+    The EASY variants of docs/semantics.md section 5 (RL backfilling's code; the defaults are
+    textbook EASY):
+    backfill_order: scan the waiting jobs in queue (priority) order, submit order, or shortest
+        requested time first.
+    backfill_candidates: `guarded` (a job that fits now and cannot delay the reserved job by
+        estimates) or `unguarded` (every job that fits now) for a backfill agent.
+    backfill_stop: a backfill agent may stop while candidates remain; off (RL backfilling's
+        code): with two or more candidates it must start one, and a single candidate is left to
+        the built-in scan.
+    easy_extra: a job that ends after the shadow time may still backfill into the processors the
+        reserved job leaves over.
+    strict_shadow: a backfilled job must end strictly before the shadow time, and a shadow time
+        in the past is not moved to now (so it blocks backfilling).
+    keep_shadow: with commit_pick, the shadow time computed when the pick first blocked holds
+        until it starts (not recomputed as jobs end).
+    one_event: one event per scheduling pass (arrivals before finishes at equal times); off: all
+        events of an instant, then one pass.
     seed: seeds every random choice of the run (noisy estimates, the random policy).
     """
 
@@ -82,6 +109,13 @@ class SimConfig:
     max_rejections: int | None = 72
     exact_requests: bool = False
     commit_pick: bool = False
+    backfill_order: str = "queue"
+    backfill_candidates: str = "guarded"
+    backfill_stop: bool = True
+    easy_extra: bool = True
+    strict_shadow: bool = False
+    keep_shadow: bool = False
+    one_event: bool = False
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -96,9 +130,14 @@ class SimConfig:
                 raise ConfigError(f"{name} must be an integer, got {getattr(self, name)!r}")
         if self.backfill not in BACKFILL_MODES:
             raise ConfigError(f"unknown backfill {self.backfill!r}: use one of {', '.join(BACKFILL_MODES)}")
-        for name in ("exact_requests", "commit_pick"):
+        for name in BOOL_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name, allowed in (("backfill_order", BACKFILL_ORDERS), ("backfill_candidates", BACKFILL_CANDIDATES)):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"unknown {name} {getattr(self, name)!r}: use one of {', '.join(allowed)}")
+        if self.keep_shadow and not self.commit_pick:
+            raise ConfigError("keep_shadow keeps the shadow time of a committed pick: it needs commit_pick")
         if self.overrun not in OVERRUN_MODES:
             raise ConfigError(f"unknown overrun {self.overrun!r}: use one of {', '.join(OVERRUN_MODES)}")
         for name in ("window", "max_interval"):
@@ -106,3 +145,36 @@ class SimConfig:
                 raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.max_rejections is not None and self.max_rejections < 0:
             raise ConfigError(f"max_rejections must be non-negative, got {self.max_rejections}")
+
+    def to_options(self) -> dict[str, object]:
+        """Every option (the seed aside) as a reset's `options` map."""
+        options = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "seed"}
+        options["estimate"] = str(self.estimate)
+        return options
+
+
+#: Named sets of options: where a paper's code trained and measured, so agents can train there too.
+#: A reset's (or the CLI's) own options override its preset's.
+PRESETS: dict[str, dict[str, object]] = {
+    # SchedInspector's public code: oracle requests, a committed pick, no backfilling
+    "schedinspector-code": {"backfill": "none", "exact_requests": True, "commit_pick": True},
+    # RL backfilling's SC-W code (its Table 4): the first blocked pick keeps its shadow time until
+    # it starts, one event per pass, candidates scanned in submit order, no extra-processor rule,
+    # a backfilled job ends strictly before the shadow time (docs/rlbackfilling.md)
+    "rlbf-scw": {"backfill": "easy", "commit_pick": True, "keep_shadow": True, "one_event": True,
+                 "backfill_order": "submit", "easy_extra": False, "strict_shadow": True},
+    # RL backfilling's public code: the same loop, unguarded candidates, no stop action
+    "rlbf-public": {"backfill": "easy", "commit_pick": True, "keep_shadow": True, "one_event": True,
+                    "backfill_order": "submit", "easy_extra": False, "strict_shadow": True,
+                    "backfill_candidates": "unguarded", "backfill_stop": False},
+}
+
+
+def expand_preset(options: dict[str, object]) -> dict[str, object]:
+    """`options` with its `preset` (if any) replaced by the preset's options, its own winning."""
+    if options.get("preset") is None:
+        return {k: v for k, v in options.items() if k != "preset"}
+    name = options["preset"]
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; use one of {', '.join(PRESETS)}")
+    return {**PRESETS[name], **{k: v for k, v in options.items() if k != "preset"}}

@@ -129,6 +129,9 @@ class Decision:
                                         f"{self._sim.free} are free; pick a set that fits, or one job to reserve")
             return ids
         if action is None:
+            if not self.can_wait:  # backfill under backfill_stop off, with two or more candidates
+                raise InvalidAction(f"{self.kind} cannot stop now (the env's backfill_stop is off): "
+                                    "start one of the candidates")
             return None
         return self._check_candidate(action)
 

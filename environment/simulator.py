@@ -119,6 +119,9 @@ class Simulation:
         self._steps = 0
         self._completed = 0
         self._committed = -1  # commit_pick: the index of the pick that waits to fit, else -1
+        self._kept_shadow: tuple[int, int] | None = None  # keep_shadow: the committed pick's (shadow, extra)
+        self.reservation_delays = 0      # unguarded backfills that moved the reserved job's shadow later
+        self.reservation_delay_s = 0     # by how many seconds in all
         self.done = False
         self._result = None
         self._gen = self._episode()
@@ -188,6 +191,7 @@ class Simulation:
         finishes = self._finishes
         n = len(submit)
         kill_external = KILL in self.external
+        one_event = self.config.one_event
         while True:
             t = submit[self._next_submit] if self._next_submit < n else NEVER
             if finishes and finishes[0][0] < t:
@@ -199,15 +203,18 @@ class Simulation:
             self.queue_area += len(queue) * (t - self.now)
             self.now = t
             happened = self._wakeup == t
-            while finishes and finishes[0][0] == t:
-                _, i = heapq.heappop(finishes)
-                if state[i] == RUNNING and self._end[i] == t:
-                    self._complete(i)
+            if one_event and not happened:
+                happened = self._one_event(t)
+            else:
+                while finishes and finishes[0][0] == t:
+                    _, i = heapq.heappop(finishes)
+                    if state[i] == RUNNING and self._end[i] == t:
+                        self._complete(i)
+                        happened = True
+                while self._next_submit < n and submit[self._next_submit] == t:
+                    self._enqueue(self._next_submit)
+                    self._next_submit += 1
                     happened = True
-            while self._next_submit < n and submit[self._next_submit] == t:
-                self._enqueue(self._next_submit)
-                self._next_submit += 1
-                happened = True
             if not happened:
                 continue  # only the finish of a run that was killed: not a scheduling instance
             self._wakeup = NEVER
@@ -218,6 +225,19 @@ class Simulation:
                 if victim is not None:
                     self._kill(self._index[victim])
                     yield from self._schedule(t)
+
+    def _one_event(self, t: int) -> bool:
+        """Apply one event at `t` (`one_event`): an arrival first, else one finish (the earliest
+        index among equal ends); False if it was only the finish of a killed run."""
+        if self._next_submit < len(self._submit) and self._submit[self._next_submit] == t:
+            self._enqueue(self._next_submit)
+            self._next_submit += 1
+            return True
+        _, i = heapq.heappop(self._finishes)
+        if self._state[i] == RUNNING and self._end[i] == t:
+            self._complete(i)
+            return True
+        return False
 
     def _schedule(self, now: int):
         if self.config.backfill == "conservative":
@@ -256,6 +276,7 @@ class Simulation:
                 for i in picks:
                     self._start_job(i, now, held[i])
                 self._committed = -1
+                self._kept_shadow = None
                 continue
             self._held[picks[0]] = RESERVED  # the reserved job: when select starts it later, it is RESERVED
             if self.config.commit_pick:
@@ -264,7 +285,7 @@ class Simulation:
                 if BACKFILL in self.external:
                     yield from self._backfill_by_agent(picks[0], now)
                 else:
-                    self._backfill_easy(picks[0], now)
+                    self._backfill_easy(picks[0], now, *self._shadow_for(picks[0], now))
             return
 
     # ----------------------------------------------------------------- job transitions
@@ -331,10 +352,11 @@ class Simulation:
         running = self._running
         shadow = NEVER
         k = 0
+        in_past_is_now = not self.config.strict_shadow
         for k, (est_end, i) in enumerate(running):
             avail += size[i]
             if avail >= need:
-                shadow = est_end if est_end > now else now
+                shadow = now if est_end < now and in_past_is_now else est_end
                 break
         for est_end, i in running[k + 1:]:
             if est_end > shadow:
@@ -342,23 +364,43 @@ class Simulation:
             avail += size[i]
         return shadow, avail - need
 
-    def _backfill_easy(self, head: int, now: int) -> None:
-        """EASY: start, in queue order, every job that fits now and ends by the shadow time or
-        uses only processors the head's reservation does not need."""
-        shadow, extra = self._shadow(head, now)
+    def _shadow_for(self, head: int, now: int) -> tuple[int, int]:
+        """The reserved job's shadow time and extra processors for this pass: computed afresh, or
+        under `keep_shadow` the ones computed when the committed pick first blocked."""
+        if not self.config.keep_shadow:
+            return self._shadow(head, now)
+        if self._kept_shadow is None:
+            self._kept_shadow = self._shadow(head, now)
+        return self._kept_shadow
+
+    def _scan_order(self, jobs: list[int] | None = None) -> list[int]:
+        """The waiting jobs (or `jobs`, in queue order) in the order backfilling considers them
+        (`backfill_order`; ties keep queue order)."""
+        jobs = self._queue if jobs is None else jobs
+        order = self.config.backfill_order
+        if order == "queue":
+            return jobs
+        return sorted(jobs, key=(self._submit if order == "submit" else self._req).__getitem__)
+
+    def _backfill_easy(self, head: int, now: int, shadow: int, extra: int) -> None:
+        """EASY: start, in scan order, every job that fits now and ends by the shadow time (before
+        it, under `strict_shadow`) or, under `easy_extra`, uses only processors the head's
+        reservation does not need."""
         free = self.free
         size, est = self._size, self._est
+        strict, use_extra = self.config.strict_shadow, self.config.easy_extra
         chosen = []
-        for i in self._queue:
+        for i in self._scan_order():
             if free == 0:
                 break
             s = size[i]
             if s > free or i == head:
                 continue
-            if now + est[i] <= shadow:
+            end = now + est[i]
+            if end < shadow or (end == shadow and not strict):
                 chosen.append(i)
                 free -= s
-            elif s <= extra:
+            elif use_extra and s <= extra:
                 chosen.append(i)
                 free -= s
                 extra -= s
@@ -366,23 +408,45 @@ class Simulation:
             self._start_job(i, now, BACKFILLED)
 
     def _backfill_candidates(self, head: int, now: int, shadow: int, extra: int) -> list[int]:
+        """An agent's candidates: jobs of the queue window (those it sees), in scan order."""
         free, size, est = self.free, self._size, self._est
-        return [i for i in self._queue
-                if i != head and size[i] <= free and (now + est[i] <= shadow or size[i] <= extra)]
+        jobs = self._scan_order(self._queue[:self.config.window])
+        if self.config.backfill_candidates == "unguarded":
+            return [i for i in jobs if i != head and size[i] <= free]
+        strict, use_extra = self.config.strict_shadow, self.config.easy_extra
+        return [i for i in jobs
+                if i != head and size[i] <= free
+                and (now + est[i] < shadow or (now + est[i] == shadow and not strict)
+                     or (use_extra and size[i] <= extra))]
 
     def _backfill_by_agent(self, head: int, now: int):
-        shadow, extra = self._shadow(head, now)
+        shadow, extra = self._shadow_for(head, now)
+        can_stop = self.config.backfill_stop
         while True:
-            candidates = self._backfill_candidates(head, now, shadow, extra)[:self.config.window]
+            candidates = self._backfill_candidates(head, now, shadow, extra)
             if not candidates:
                 return
+            if len(candidates) == 1 and not can_stop:
+                self._backfill_easy(head, now, shadow, extra)  # the code leaves one candidate to its scan
+                return
             context = {"reserved": self._ids[head], "shadow_time": shadow, "extra": extra}
-            job = yield self._decision(BACKFILL, [self._ids[i] for i in candidates], context)
+            job = yield self._decision(BACKFILL, [self._ids[i] for i in candidates], context, can_stop)
             if job is None:
                 return
             i = self._index[job]
             if now + self._est[i] > shadow:
-                extra -= self._size[i]
+                if self._size[i] <= extra:
+                    extra -= self._size[i]
+                else:  # unguarded: the reserved job now starts later, by estimates
+                    self._start_job(i, now, BACKFILLED)
+                    later, extra = self._shadow(head, now)
+                    if later > shadow:
+                        self.reservation_delays += 1
+                        self.reservation_delay_s += later - shadow
+                        shadow = later
+                    if self.config.keep_shadow:
+                        self._kept_shadow = (shadow, extra)
+                    continue
             self._start_job(i, now, BACKFILLED)
 
     def _conservative_pass(self, now: int) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import sequences
-from .config import SimConfig
+from .config import SimConfig, expand_preset
 from .errors import ConfigError, WorkloadError
 from .fitted import WorkloadModel, fit_workload_model, generate_from_model
 from .lublin import LublinParams, generate_lublin
@@ -45,8 +45,9 @@ WORKLOAD_KEYS = {
     "sampled_jobset": "with sample: random jobs with Poisson arrivals (DRAS)",
     "synthetic": "with sample: jobs generated from a model fitted to the trace (part) (DRAS)",
 }
-CONFIG_KEYS = ("backfill", "estimate", "overrun", "window", "max_interval", "max_rejections", "exact_requests",
-               "commit_pick")
+CONFIG_KEYS = ("preset", "backfill", "estimate", "overrun", "window", "max_interval", "max_rejections",
+               "exact_requests", "commit_pick", "backfill_order", "backfill_candidates", "backfill_stop", "easy_extra",
+               "strict_shadow", "keep_shadow", "one_event")
 #: Value types of the workload keys (None is always allowed: it means "the default").
 WORKLOAD_TYPES = {"trace": (str, Path), "procs": int, "strict": bool, "skip_malformed": bool, "model": str,
                   "generate_jobs": int, "train_fraction": (float, int), "part": str, "jobs": int, "start": int,
@@ -211,6 +212,6 @@ def sim_config(options: dict[str, Any], seed: int = 0) -> SimConfig:
     """SimConfig from a map of option names (policy excluded) and a seed."""
     _check_keys(options, CONFIG_KEYS, "simulation option")
     try:
-        return SimConfig(seed=seed, **options)
+        return SimConfig(seed=seed, **expand_preset(options))
     except TypeError as exc:
         raise ConfigError(f"bad simulation option: {exc}") from None

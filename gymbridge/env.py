@@ -93,7 +93,7 @@ from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, Deci
 from ..environment.errors import ConfigError, HpcgymError, InvalidAction
 from ..environment.rewards import get_reward
 from ..environment.simulator import Simulation
-from ..environment.spec import CONFIG_KEYS, WorkloadCache, sim_config
+from ..environment.spec import WorkloadCache, sim_config
 
 #: Encoders used when none is named.
 _session_numbers = itertools.count(1)
@@ -362,9 +362,7 @@ class HpcEnv(gym.Env):
     def _remote_reset(self, ep_seed: int) -> tuple[Decision | None, float]:
         if self._conn is None:
             self._conn = self._connect()
-        options = {k: getattr(self.config, k) for k in CONFIG_KEYS}
-        options["estimate"] = str(options["estimate"])
-        options["policy"] = self.policy
+        options = {**self.config.to_options(), "policy": self.policy}
         reply = self._conn.request({"type": "reset", "workload": self._episode_spec(ep_seed), "seed": ep_seed,
                                     "options": options, "reward": self.reward_name})
         return self._remote_advance(reply)

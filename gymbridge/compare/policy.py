@@ -9,7 +9,9 @@ Items:
   `priority:NAME` says the same explicitly;
 - a backfill mode (`easy`, `conservative`, `none`), or `backfill:MODE` (default `easy`);
 - `estimate:E`, `overrun:O`, `window:N`, `max_interval:N`, `max_rejections:N` (or `none`: no cap), `exact_requests:true`,
-  `commit_pick:true`: simulation options;
+  `commit_pick:true`, the EASY variants (`backfill_order:submit`, `backfill_candidates:unguarded`,
+  `backfill_stop:false`, `easy_extra:false`, `strict_shadow:true`, `keep_shadow:true`, `one_event:true`) and
+  `preset:NAME` (a named set of them, `environment.config.PRESETS`): simulation options;
 - `KIND:AGENT` (KIND one of select, inspect, backfill, kill; several joined by `/`): an agent
   process that takes those kinds. AGENT is a built-in agent name (a priority name: a `select`
   agent that applies it to the visible window; `accept-all` and `reject-large` take `inspect`;
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...agents.runtime import BUILTIN_AGENTS, builtin_kinds
-from ...environment.config import BACKFILL_MODES, SimConfig
+from ...environment.config import BACKFILL_MODES, BOOL_FIELDS, SimConfig, expand_preset
 from ...environment.decisions import BACKFILL, INSPECT, KINDS, SELECT
 from ...environment.errors import ConfigError
 from ...environment.priorities import POLICIES
@@ -46,7 +48,7 @@ from ...environment.spec import CONFIG_KEYS
 #: Simulation options a policy may set, besides the priority policy.
 OPTION_KEYS = CONFIG_KEYS
 INT_OPTIONS = ("window", "max_interval", "max_rejections")
-BOOL_OPTIONS = {name: {"true": True, "false": False} for name in ("exact_requests", "commit_pick")}
+BOOL_OPTIONS = {name: {"true": True, "false": False} for name in BOOL_FIELDS}
 #: Agent sources that are a trained checkpoint: `model:PATH` (frozen) and `online:PATH` (adapting).
 CHECKPOINT_SOURCES = ("model", "online")
 ITEM_KEYS = ("priority", "agent", "cmd", *CHECKPOINT_SOURCES) + tuple(k for k in OPTION_KEYS if k != "backfill") + KINDS
@@ -257,7 +259,7 @@ def _check(policy: PolicySpec) -> None:
                                   f"({taken[kind]} and {agent.label})")
             taken[kind] = agent.label
     try:
-        config = SimConfig(**policy.options)
+        config = SimConfig(**expand_preset(policy.options))
     except (ConfigError, TypeError) as exc:
         raise ConfigError(f"policy {policy.text!r}: {exc}") from None
     if config.backfill == "conservative" and set(taken) & {SELECT, INSPECT, BACKFILL}:

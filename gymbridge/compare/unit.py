@@ -130,7 +130,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def _run_inproc(policy: PolicySpec, task: dict[str, Any], trace: Path) -> dict[str, Any]:
-    from ...environment.config import SimConfig
+    from ...environment.config import SimConfig, expand_preset
     from ...environment.simulator import simulate
     from ...environment.swf import read_swf
 
@@ -151,7 +151,7 @@ def _run_inproc(policy: PolicySpec, task: dict[str, Any], trace: Path) -> dict[s
         samples = latency.setdefault(kinds_key(agent.kinds), [])
         for kind in agent.kinds:
             agents[kind] = _TimedAgent(agent, spec.label, samples, log)
-    config = SimConfig(seed=task["seed"], **_sim_options(policy, task))
+    config = SimConfig(seed=task["seed"], **expand_preset(_sim_options(policy, task)))
     result = simulate(workload, config, policy=policy.priority, agents=agents)
     for agent in instances:
         agent.on_episode_end(dict(result.summary))
