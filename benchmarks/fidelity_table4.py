@@ -28,20 +28,20 @@ What is computed (every seed is fixed and printed; docs/fidelity.md explains the
   3. its AR (the run time replaces the requested time in the job record, so SJF/F1 also sort
      by it) and its WFP3 (it reads the wait of a queued job as `scheduled_time - submit` with
      `scheduled_time = -1`, which turns the score into the static ((1+s)/r)^3 * n);
-  4. its heuristic scheduling loop, re-stated below in `paper_loop_bsld`: once the head job
-     blocks, its shadow time is computed once from requested times, and until the head fits
-     only jobs ending strictly before that shadow time are backfilled, scanned in submit order
-     whatever the policy (no "extra processors" rule; a reservation in the past, from a job
-     that overran its request, allows no backfilling at all). Requests are those the code holds
+  4. its heuristic scheduling loop, as the simulator's `rlbf-scw` preset
+     (`environment.config.PRESETS`): once the head job blocks, its shadow time is computed once
+     from requested times, and until the head fits only jobs ending strictly before that shadow
+     time are backfilled, scanned in submit order whatever the policy (no "extra processors"
+     rule; a reservation in the past, from a job that overran its request, allows no
+     backfilling at all); one event per scheduling pass. Requests are those the code holds
      (for AR a cancelled job's request is its recorded run time, -1).
   Step 4 comes within 0.01 of every heuristic number of Table 4 (the report prints each
   difference, and whether rounding or truncating to two decimals gives the printed digits;
   docs/fidelity.md quotes them). The last row
   repeats step 4 with the windows a later version of the code would draw (a numpy Generator
   seeded with 1), to show how much the choice of 10 windows alone moves the means.
-* **which trait matters**: step 4 with one textbook-EASY trait (TEXTBOOK_TRAITS) switched on
-  at a time; with all of them on, the re-stated loop must give hpcgym's step-3 numbers exactly
-  (printed as a cross-check of hpcgym's EASY against an independent implementation).
+* **which trait matters**: step 4 with one textbook-EASY trait (TEXTBOOK_TRAITS) switched back
+  on at a time, through the preset's options (all of them on are hpcgym's defaults, step 3).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,7 +60,7 @@ import click
 import numpy as np
 
 from hpcgym.environment.priorities import PriorityPolicy
-from hpcgym.environment.config import SimConfig
+from hpcgym.environment.config import PRESETS, SimConfig
 from hpcgym.environment.sequences import random_window, window
 from hpcgym.environment.simulator import simulate
 from hpcgym.environment.swf import read_swf
@@ -119,51 +119,33 @@ def parse_seeds(text: str) -> list[int]:
 # --------------------------------------------------------------------------- workloads
 @dataclass(frozen=True)
 class PaperCodeTrace:
-    """A trace as the paper's code loads it (step 2), plus its requests exactly as that code
-    keeps them.
-
-    `workload` is a valid hpcgym workload: where the paper's code would hold a request <= 0 it
-    falls back to the (fixed) run time. `requested` is the request as that code holds it (-1
-    for a cancelled job without a request); `requested_ar` is its AR request, the run time as
-    recorded in the trace (-1 for cancelled jobs: it is copied before -1 becomes 10 s).
-    """
+    """A trace as the paper's code loads it (step 2: `read_swf(cleaning="rlbf-scw")`), with the
+    requests that code's AR holds: the run time as recorded in the trace, -1 for a cancelled job
+    (it is copied before -1 becomes 10 s; hpcgym's simulator takes such requests as given)."""
 
     workload: Workload
-    requested: np.ndarray
     requested_ar: np.ndarray
 
     @classmethod
     def load(cls, path: Path, procs: int) -> PaperCodeTrace:
+        workload = read_swf(path, procs, cleaning="rlbf-scw")
         with gzip.open(path, "rt") as fh:
-            rows = [line for line in fh if line.strip() and not line.lstrip().startswith(";")]
-        a = np.rint(np.loadtxt(rows, ndmin=2)).astype(np.int64)
-        recorded = a[:, 3]
-        run = np.where(recorded < 0, 10, recorded)
-        code_req = np.where(a[:, 8] == -1, recorded, a[:, 8])
-        keep = run > 0
-        order = np.argsort(a[keep, 0], kind="stable")
-        pick = lambda col: col[keep][order]  # noqa: E731
-        workload = Workload(
-            name=f"{path.name}-papercode", procs=procs, job_id=pick(a[:, 0]), submit=pick(a[:, 1]),
-            run=pick(run), size=pick(np.maximum(a[:, 4], a[:, 7])),
-            requested=pick(np.where(code_req > 0, code_req, run)), user=pick(a[:, 11]))
-        return cls(workload, pick(code_req), pick(recorded))
+            rows = [line.split() for line in fh if line.strip() and not line.lstrip().startswith(";")]
+        recorded = {int(r[0]): int(float(r[3])) for r in rows}
+        return cls(workload, np.array([recorded[j] for j in workload.job_id.tolist()], dtype=np.int64))
 
     def head(self, n: int) -> PaperCodeTrace:
-        return PaperCodeTrace(self.workload.take(slice(0, n)), self.requested[:n], self.requested_ar[:n])
+        return PaperCodeTrace(self.workload.take(slice(0, n)), self.requested_ar[:n])
 
     def window(self, start: int) -> PaperWindow:
-        # job-id order is also submit order in these traces, so the rows stay aligned
         w = window(self.workload, JOBS, start)
-        assert np.array_equal(w.job_id, self.workload.job_id[start:start + JOBS])
-        return PaperWindow(w, self.requested[start:start + JOBS], self.requested_ar[start:start + JOBS])
+        return PaperWindow(w, w.with_columns(name=f"{w.name}-ar", requested=self.requested_ar[start:start + JOBS]))
 
 
 @dataclass(frozen=True)
 class PaperWindow:
     workload: Workload
-    requested: np.ndarray
-    requested_ar: np.ndarray
+    ar: Workload  # the same jobs with the code's AR requests
 
 
 def gym021_random_state(seed: int) -> np.random.RandomState:
@@ -198,130 +180,18 @@ def actual_as_requested(w: Workload) -> Workload:
     return w.with_columns(name=f"{w.name}-ar", requested=w.run)
 
 
-# --------------------------------------------------------------------------- the paper's loop
-def _paper_key(policy: str) -> Callable[[int, int, int], object]:
-    if policy == "fcfs":
-        return lambda s, r, n: s
-    if policy == "sjf":
-        return lambda s, r, n: (r, s)
-    if policy == "f1":
-        return lambda s, r, n: math.log10(r if r > 0 else 0.1) * n + 870 * math.log10(s if s > 0 else 0.1)
-    if policy == "wfp3":  # as the paper's code evaluates it (see WFP3_PAPER_CODE)
-        return lambda s, r, n: ((1.0 + s) / r) ** 3 * n
-    raise ValueError(f"no paper-code form of policy {policy!r}")
-
-
-#: Traits of textbook EASY (as hpcgym implements it, docs/semantics.md section 5) that the
-#: paper's loop lacks. Each can be switched on in `paper_loop_bsld`; all of them together give
-#: hpcgym's schedule (checked by this script on every window it runs).
-TEXTBOOK_TRAITS = {
-    "extra": "also backfill jobs that fit in the processors left over at the shadow time",
-    "reselect": "re-pick the head job by priority, and recompute its shadow time, after every event",
-    "instant": "apply all events of one instant before scheduling (no pass between them)",
-    "policy_order": "scan backfill candidates in priority order, not submit order",
-    "inclusive": "a job may end exactly at the shadow time; a reservation in the past counts as now",
+#: Traits of textbook EASY (hpcgym's defaults, docs/semantics.md section 5) that the paper's
+#: loop (the `rlbf-scw` preset) lacks, and the options that switch each back on.
+TEXTBOOK_TRAITS: dict[str, tuple[str, dict[str, object]]] = {
+    "extra": ("backfill also jobs that fit in the processors left over at the shadow time",
+              {"easy_extra": True}),
+    "reselect": ("re-pick the head job by priority, and recompute its shadow time, after every event",
+                 {"commit_pick": False, "keep_shadow": False}),
+    "instant": ("apply all events of one instant before scheduling (no pass between them)", {"one_event": False}),
+    "policy_order": ("scan backfill candidates in priority order, not submit order", {"backfill_order": "queue"}),
+    "inclusive": ("a job may end exactly at the shadow time; a reservation in the past counts as now",
+                  {"strict_shadow": False}),
 }
-
-
-def paper_loop_bsld(w: Workload, policy: str, requested: Sequence[int] | None = None,
-                    traits: frozenset[str] = frozenset()) -> float:
-    """Mean bsld of the paper code's greedy priority + EASY loop on `w` (step 4 above).
-
-    Re-stated from reading the public source, not copied. `requested` (default: w.requested)
-    is used both to rank jobs and for the shadow time; pass the run times for AR. One event at a
-    time: an arrival (first on ties) or the earliest actual finish; jobs run to their recorded
-    end. Lists are sorted in place, as that code does, so ties resolve the same way. `traits`
-    switches on textbook-EASY behaviours the paper's loop lacks (TEXTBOOK_TRAITS).
-    """
-    unknown = set(traits) - TEXTBOOK_TRAITS.keys()
-    if unknown:
-        raise ValueError(f"unknown traits {sorted(unknown)}")
-    sub, run, size = w.submit.tolist(), w.run.tolist(), w.size.tolist()
-    req = list(map(int, w.requested if requested is None else requested))
-    key = _paper_key(policy)
-    rank = lambda i: key(sub[i], req[i], size[i])  # noqa: E731
-    n = len(sub)
-    start = [-1] * n
-    running: list[int] = []
-    queue = [0]
-    state = {"now": sub[0], "free": w.procs, "next": 1}
-    inclusive = "inclusive" in traits
-
-    def next_end() -> float:
-        if not running:
-            return math.inf
-        running.sort(key=lambda i: start[i] + run[i])
-        return start[running[0]] + run[running[0]]
-
-    def advance() -> None:
-        t_end = next_end()
-        if state["next"] < n and sub[state["next"]] <= t_end:
-            state["now"] = max(state["now"], sub[state["next"]])
-            queue.append(state["next"])
-            state["next"] += 1
-        else:
-            state["now"] = max(state["now"], t_end)
-            state["free"] += size[running.pop(0)]
-
-    def advance_instant() -> None:
-        advance()
-        while min(sub[state["next"]] if state["next"] < n else math.inf, next_end()) <= state["now"]:
-            advance()
-
-    step = advance_instant if "instant" in traits else advance
-
-    def shadow_of(head: int) -> tuple[float, int]:
-        """The head's reserved start by requested times, and the processors left over then."""
-        now = state["now"]
-        est = (lambda i: max(start[i] + req[i], now)) if inclusive else (lambda i: start[i] + req[i])
-        running.sort(key=lambda i: start[i] + req[i])
-        avail, shadow, k = state["free"], now, 0
-        for k, i in enumerate(running):
-            avail += size[i]
-            shadow = est(i)
-            if avail >= size[head]:
-                break
-        for i in running[k + 1:]:
-            if est(i) > shadow:
-                break
-            avail += size[i]
-        return shadow, avail - size[head]
-
-    def begin(i: int) -> None:
-        start[i] = state["now"]
-        state["free"] -= size[i]
-        running.append(i)
-        queue.remove(i)
-
-    while True:
-        queue.sort(key=rank)
-        head = queue[0]
-        if size[head] > state["free"]:
-            shadow, extra = shadow_of(head)
-            while size[head] > state["free"]:
-                queue.sort(key=rank if "policy_order" in traits else (lambda i: sub[i]))
-                for j in list(queue):
-                    if j == head or size[j] > state["free"]:
-                        continue
-                    end = state["now"] + req[j]
-                    if end <= shadow if inclusive else end < shadow:
-                        begin(j)
-                    elif "extra" in traits and size[j] <= extra:
-                        begin(j)
-                        extra -= size[j]
-                step()
-                if "reselect" in traits:
-                    break
-            if "reselect" in traits:
-                continue
-        begin(head)
-        if not queue:
-            if state["next"] >= n:
-                break
-            while not queue:
-                step()
-    st, r, s = np.array(start), np.array(run), np.array(sub)
-    return float(np.mean(np.maximum(1.0, (st - s + r) / np.maximum(r, 10))))
 
 
 # --------------------------------------------------------------------------- running setups
@@ -330,15 +200,24 @@ def lib_bsld(win: Workload, policy: str | PriorityPolicy, actual: bool, overrun:
     return float(simulate(win, cfg, policy=policy).summary["mean_bsld"])
 
 
+def paper_code_bsld(win: Workload, policy: str, traits: frozenset[str] = frozenset()) -> float:
+    """Mean bsld of `win` under the paper code's loop (`preset: rlbf-scw`), with the given
+    textbook traits switched back on."""
+    options = dict(PRESETS["rlbf-scw"])
+    for trait in traits:
+        options.update(TEXTBOOK_TRAITS[trait][1])
+    result = simulate(win, SimConfig(**options), policy=WFP3_PAPER_CODE if policy == "wfp3" else policy)
+    return float(result.summary["mean_bsld"])
+
+
 def run_setup(windows: Sequence[Workload] | Sequence[PaperWindow], setup: str,
               traits: frozenset[str] = frozenset()) -> dict[str, list[float]]:
     """Per-sequence mean bsld for each column of Table 4 under one setup.
 
     main / kill: hpcgym on hpcgym windows. papertraits (ladder step 3): hpcgym on paper-code
     windows, AR as the paper's code does it, WFP3 in the paper code's form. paperloop (step 4):
-    the re-stated loop of the paper's code, with its exact requests and the given textbook
-    `traits` switched on. paperloop-safe: the same loop with the hpcgym-valid requests of step 3
-    (to compare with step 3 when every trait is on).
+    the same under the `rlbf-scw` preset, with the code's AR requests and the given textbook
+    `traits` switched back on.
     """
     out: dict[str, list[float]] = {}
     for column, policy, actual in COLUMNS:
@@ -350,11 +229,7 @@ def run_setup(windows: Sequence[Workload] | Sequence[PaperWindow], setup: str,
                 w = actual_as_requested(win.workload) if actual else win.workload
                 vals.append(lib_bsld(w, WFP3_PAPER_CODE if policy == "wfp3" else policy, False))
             elif setup == "paperloop":
-                vals.append(paper_loop_bsld(win.workload, policy,
-                                            win.requested_ar if actual else win.requested, traits))
-            elif setup == "paperloop-safe":
-                w = win.workload
-                vals.append(paper_loop_bsld(w, policy, w.run if actual else w.requested, traits))
+                vals.append(paper_code_bsld(win.ar if actual else win.workload, policy, traits))
             else:
                 raise ValueError(setup)
         out[column] = vals
@@ -431,8 +306,6 @@ def main(traces: Path, seeds: str, seeds2: str, pool: int, markdown: Path | None
             "L3 + paper AR and WFP3 form": run_setup(win_p_code, "papertraits"),
             "L4 + paper EASY loop": run_setup(win_p_code, "paperloop"),
             "L4, later code's seeding": run_setup(win_p_code_np, "paperloop"),
-            "all traits, step-3 requests": run_setup(win_p_code, "paperloop-safe",
-                                                     frozenset(TEXTBOOK_TRAITS)),
         }
         for trait in TEXTBOOK_TRAITS:
             results[label][f"L4 + {trait}"] = run_setup(win_p_code, "paperloop", frozenset({trait}))
@@ -520,8 +393,8 @@ def main(traces: Path, seeds: str, seeds2: str, pool: int, markdown: Path | None
          f"decimals, {same_truncated} of {len(diffs)} when it is truncated.\n")
 
     emit("\n## Which trait of the paper's loop matters: step L4 with one textbook-EASY trait switched on\n")
-    for trait, what in TEXTBOOK_TRAITS.items():
-        emit(f"* `{trait}`: {what}")
+    for trait, (what, options) in TEXTBOOK_TRAITS.items():
+        emit(f"* `{trait}`: {what} ({', '.join(f'{k}: {v}' for k, v in options.items())})")
     emit("")
     emit("| trace | loop | " + " | ".join(col_names) + " |")
     emit("|---|---|" + "---:|" * len(col_names))
@@ -530,13 +403,6 @@ def main(traces: Path, seeds: str, seeds2: str, pool: int, markdown: Path | None
             name = "paper loop (L4)" if setup == "L4 + paper EASY loop" else setup.replace("L4 + ", "+ ")
             emit(f"| {label} | {name} | " + " | ".join(
                 fmt(float(np.mean(results[label][setup][c]))) for c in col_names) + " |")
-    check = [abs(a - b) for label, _stem, _row in TRACES for c in col_names
-             for a, b in zip(results[label]["all traits, step-3 requests"][c],
-                             results[label]["L3 + paper AR and WFP3 form"][c])]
-    emit(f"\nCross-check: the paper loop with all five traits on, given step L3's inputs, against "
-         f"hpcgym's simulator in step L3: largest difference {max(check):.2e} over {len(check)} "
-         "sequences.\n")
-
     emit("\n## Windows (start index in the sampled job list, first job id)\n")
     for label, _stem, _row in TRACES:
         emit(f"* **{label}**")

@@ -285,7 +285,10 @@ class Simulation:
                 if BACKFILL in self.external:
                     yield from self._backfill_by_agent(picks[0], now)
                 else:
-                    self._backfill_easy(picks[0], now, *self._shadow_for(picks[0], now))
+                    shadow, extra = self._shadow_for(picks[0], now)
+                    extra = self._backfill_easy(picks[0], now, shadow, extra)
+                    if self.config.keep_shadow:
+                        self._kept_shadow = (shadow, extra)  # extra processors taken stay taken
             return
 
     # ----------------------------------------------------------------- job transitions
@@ -382,10 +385,10 @@ class Simulation:
             return jobs
         return sorted(jobs, key=(self._submit if order == "submit" else self._req).__getitem__)
 
-    def _backfill_easy(self, head: int, now: int, shadow: int, extra: int) -> None:
+    def _backfill_easy(self, head: int, now: int, shadow: int, extra: int) -> int:
         """EASY: start, in scan order, every job that fits now and ends by the shadow time (before
         it, under `strict_shadow`) or, under `easy_extra`, uses only processors the head's
-        reservation does not need."""
+        reservation does not need. Returns the extra processors left."""
         free = self.free
         size, est = self._size, self._est
         strict, use_extra = self.config.strict_shadow, self.config.easy_extra
@@ -406,6 +409,7 @@ class Simulation:
                 extra -= s
         for i in chosen:
             self._start_job(i, now, BACKFILLED)
+        return extra
 
     def _backfill_candidates(self, head: int, now: int, shadow: int, extra: int) -> list[int]:
         """An agent's candidates: jobs of the queue window (those it sees), in scan order."""
@@ -426,8 +430,10 @@ class Simulation:
             candidates = self._backfill_candidates(head, now, shadow, extra)
             if not candidates:
                 return
-            if len(candidates) == 1 and not can_stop:
-                self._backfill_easy(head, now, shadow, extra)  # the code leaves one candidate to its scan
+            if len(candidates) == 1 and not can_stop:  # the code leaves one candidate to its scan
+                extra = self._backfill_easy(head, now, shadow, extra)
+                if self.config.keep_shadow:
+                    self._kept_shadow = (shadow, extra)
                 return
             context = {"reserved": self._ids[head], "shadow_time": shadow, "extra": extra}
             job = yield self._decision(BACKFILL, [self._ids[i] for i in candidates], context, can_stop)
@@ -437,6 +443,8 @@ class Simulation:
             if now + self._est[i] > shadow:
                 if self._size[i] <= extra:
                     extra -= self._size[i]
+                    if self.config.keep_shadow:
+                        self._kept_shadow = (shadow, extra)
                 else:  # unguarded: the reserved job now starts later, by estimates
                     self._start_job(i, now, BACKFILLED)
                     later, extra = self._shadow(head, now)

@@ -34,6 +34,7 @@ WORKLOAD_KEYS = {
     "procs": "cluster size (default: the trace header)",
     "strict": "fail on jobs larger than the cluster",
     "skip_malformed": "skip malformed SWF lines",
+    "cleaning": "SWF cleaning rule: hpcgym (default) or rlbf-scw (cancelled jobs kept as 10 s jobs, RL backfilling's code)",
     "model": "Lublin parameter set of the generated workload",
     "generate_jobs": "jobs in the generated workload",
     "train_fraction": "split the trace: first fraction train, rest test",
@@ -49,7 +50,8 @@ CONFIG_KEYS = ("preset", "backfill", "estimate", "overrun", "window", "max_inter
                "exact_requests", "commit_pick", "backfill_order", "backfill_candidates", "backfill_stop", "easy_extra",
                "strict_shadow", "keep_shadow", "one_event")
 #: Value types of the workload keys (None is always allowed: it means "the default").
-WORKLOAD_TYPES = {"trace": (str, Path), "procs": int, "strict": bool, "skip_malformed": bool, "model": str,
+WORKLOAD_TYPES = {"trace": (str, Path), "procs": int, "strict": bool, "skip_malformed": bool, "cleaning": str,
+                  "model": str,
                   "generate_jobs": int, "train_fraction": (float, int), "part": str, "jobs": int, "start": int,
                   "sample": int, "first_jobs": int, "sampled_jobset": bool, "synthetic": bool}
 #: The largest generated workload; larger ones would stall an env serving others.
@@ -140,7 +142,8 @@ def load_source(spec: dict[str, Any], seed: int = 0) -> Workload:
                                    seed=seed, params=LUBLIN_MODELS[model]())
     else:
         workload = read_swf(resolve_trace(spec["trace"]), spec.get("procs"), strict=bool(spec.get("strict")),
-                            on_malformed="skip" if spec.get("skip_malformed") else "error")
+                            on_malformed="skip" if spec.get("skip_malformed") else "error",
+                            cleaning=spec.get("cleaning") or "hpcgym")
     if spec.get("train_fraction") is not None:
         part = spec.get("part", "test")
         if part not in ("train", "test"):

@@ -22,7 +22,7 @@ import numpy as np
 from hpcgym.environment.errors import WorkloadError
 from hpcgym.environment.workload import Workload
 
-__all__ = ["SWF_FIELDS", "DROP_REASONS", "read_swf", "write_swf", "trace_stats"]
+__all__ = ["SWF_FIELDS", "DROP_REASONS", "CLEANINGS", "read_swf", "write_swf", "trace_stats"]
 
 #: The 18 SWF fields, in file order (1-based in the SWF definition, 0-based here).
 SWF_FIELDS = (
@@ -146,8 +146,13 @@ def _workload_name(path: Path) -> str:
     return name or path.name
 
 
+#: Cleaning rules: hpcgym's own (below), or that of RL backfilling's SC-W code, whose Table 4
+#: keeps cancelled jobs (run time -1) as 10 s jobs that keep their request (docs/fidelity.md, L2).
+CLEANINGS = ("hpcgym", "rlbf-scw")
+
+
 def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: bool = False,
-             on_malformed: str = "error") -> Workload:
+             on_malformed: str = "error", cleaning: str = "hpcgym") -> Workload:
     """Load and clean an SWF trace (plain or gzip) into a `Workload` sorted by submit time.
 
     Cleaning: size = allocated procs (field 5), else requested procs (field 8) when field 5 is
@@ -159,7 +164,13 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
     `strict=True` turns a job larger than the cluster into an error instead of a drop, for
     users who want to know their `procs` is wrong. `on_malformed` is "error" (stop at the first
     bad line) or "skip" (leave bad lines out, counted as "malformed").
+
+    `cleaning="rlbf-scw"` cleans as RL backfilling's SC-W code does: a negative run time becomes
+    10 s (only run time 0 is dropped), size = max(allocated, requested procs), a missing request
+    takes the recorded run time (then the run time), and jobs stay in job-id order.
     """
+    if cleaning not in CLEANINGS:
+        raise WorkloadError(f"unknown cleaning {cleaning!r}; use one of {', '.join(CLEANINGS)}")
     path = Path(path)
     if on_malformed not in _ON_MALFORMED:
         raise WorkloadError(f"on_malformed must be one of {', '.join(_ON_MALFORMED)}, got "
@@ -205,6 +216,12 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
     size = np.where(ints[:, _ALLOC] > 0, ints[:, _ALLOC], ints[:, _REQ_PROCS])
     requested = np.where(ints[:, _REQ_TIME] > 0, ints[:, _REQ_TIME], run)
     user = ints[:, _USER]
+    if cleaning == "rlbf-scw":
+        recorded = run
+        run = np.where(recorded < 0, 10, recorded)
+        size = np.maximum(ints[:, _ALLOC], ints[:, _REQ_PROCS])
+        held = np.where(ints[:, _REQ_TIME] == -1, recorded, ints[:, _REQ_TIME])
+        requested = np.where(held > 0, held, run)
 
     dropped = {reason: 0 for reason in DROP_REASONS}
     dropped["malformed"] = n_malformed
@@ -222,6 +239,8 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
         keep &= ~bad
 
     order = np.flatnonzero(keep)
+    if cleaning == "rlbf-scw":
+        order = order[np.argsort(job_id[order], kind="stable")]
     order = order[np.argsort(submit[order], kind="stable")]
     if len(order) == 0:
         detail = ", ".join(f"{k}={v}" for k, v in dropped.items() if v)
