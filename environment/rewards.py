@@ -12,9 +12,10 @@ equations (1) and (2), earned for the jobs started between two decisions. The `r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from .config import BACKFILL_ORDERS
 from .errors import ConfigError
 from .priorities import get_policy
 
@@ -176,7 +177,7 @@ RELATIVE_FORMS: dict[str, str] = {
     "diff": "d (the 'native' reward)",
     "winloss": "the sign of d: 1, 0 or -1",
 }
-RELATIVE_SYNTAX = "relative:METRIC[:FORM[:POLICY]]"
+RELATIVE_SYNTAX = "relative:METRIC[:FORM[:POLICY[:SCAN]]]"
 
 
 class RelativeReward(Reward):
@@ -186,17 +187,20 @@ class RelativeReward(Reward):
     differ. With d = base - x for lower-is-better metrics (x - base for utilization):
     `pct` d / base, `pct_max` d / max(base, x, 1), `diff` d, `winloss` sign(d). A `pct` over a base
     of 0 (e.g. no job waited) divides by 1 instead. Costs one more simulation per episode (about
-    5 ms for 256 jobs). `policy` None: the episode's own priority policy."""
+    5 ms for 256 jobs). `policy` None: the episode's own priority policy; `scan` None: the
+    episode's backfill scan order (`backfill_order`), else the base run's (RL backfilling's code
+    compares with FCFS + EASY scanning candidates shortest first: `relative:bsld:pct:fcfs:sjf`)."""
 
-    def __init__(self, metric: str, form: str = "pct", policy: str | None = None) -> None:
+    def __init__(self, metric: str, form: str = "pct", policy: str | None = None, scan: str | None = None) -> None:
         self.key, self.scale, self.lower_better = RELATIVE_METRICS[metric]
-        self.form, self.policy = form, policy
+        self.form, self.policy, self.scan = form, policy, scan
 
     def baseline(self, sim: Any) -> dict[str, Any]:
         """The base run's summary metrics."""
         from .simulator import simulate
 
-        return simulate(sim.workload, sim.config, policy=self.policy or sim.policy).summary
+        config = sim.config if self.scan is None else replace(sim.config, backfill_order=self.scan)
+        return simulate(sim.workload, config, policy=self.policy or sim.policy).summary
 
     def end(self, sim: Any, summary: dict[str, Any]) -> float:
         if not summary.get("jobs"):
@@ -216,11 +220,13 @@ class RelativeReward(Reward):
 def relative_spec(name: str) -> RewardSpec:
     """The spec of a `relative:METRIC[:FORM[:POLICY]]` name, checked part by part."""
     parts = name.split(":")[1:]
-    if not parts or len(parts) > 3 or not parts[0]:
-        raise ConfigError(f"reward {name!r}: write {RELATIVE_SYNTAX}, e.g. relative:bsld or "
-                          f"relative:bsld:pct_max:sjf")
-    metric, form, policy = (parts + [None, None])[:3]
+    if not parts or len(parts) > 4 or not parts[0]:
+        raise ConfigError(f"reward {name!r}: write {RELATIVE_SYNTAX}, e.g. relative:bsld, "
+                          f"relative:bsld:pct_max:sjf or relative:bsld:pct:fcfs:sjf")
+    metric, form, policy, scan = (parts + [None, None, None])[:4]
     form = form or "pct"
+    if scan is not None and scan not in BACKFILL_ORDERS:
+        raise ConfigError(f"reward {name!r}: unknown backfill scan order {scan!r}; use one of {', '.join(BACKFILL_ORDERS)}")
     if metric not in RELATIVE_METRICS:
         raise ConfigError(f"reward {name!r}: unknown metric {metric!r}; use one of {', '.join(RELATIVE_METRICS)}")
     if form not in RELATIVE_FORMS:
@@ -228,15 +234,100 @@ def relative_spec(name: str) -> RewardSpec:
     if policy is not None:
         policy = get_policy(policy).name  # an unknown base policy fails here, before any episode
     base = f"the {policy} policy alone" if policy else "the episode's priority policy alone"
+    if scan:
+        base += f" (backfill scanned in {scan} order)"
     return RewardSpec(name, f"at the end, {metric} improvement over {base}: {RELATIVE_FORMS[form]}",
-                      lambda: RelativeReward(metric, form, policy))
+                      lambda: RelativeReward(metric, form, policy, scan))
+
+
+class DelayPenalty(Reward):
+    """Minus `per_second` for each second an unguarded backfill has moved the reserved job's
+    shadow time later since the previous decision (`Simulation.reservation_delay_s`): RL
+    backfilling's "large negative reward" for delaying the reservation, whose size the paper does
+    not give. Only unguarded candidates can delay it (`backfill_candidates: unguarded`)."""
+
+    def __init__(self, per_second: float) -> None:
+        self.per_second, self.seen = per_second, 0
+
+    def step(self, sim: Any) -> float:
+        delay, self.seen = sim.reservation_delay_s - self.seen, sim.reservation_delay_s
+        return -self.per_second * delay
+
+    def end(self, sim: Any, summary: dict[str, Any]) -> float:
+        return self.step(sim)
+
+
+class SumReward(Reward):
+    """Several rewards earned together (`a+b`)."""
+
+    def __init__(self, parts: list[Reward]) -> None:
+        self.parts = parts
+
+    def step(self, sim: Any) -> float:
+        return sum(part.step(sim) for part in self.parts)
+
+    def end(self, sim: Any, summary: dict[str, Any]) -> float:
+        return sum(part.end(sim, summary) for part in self.parts)
+
+
+DELAY_SYNTAX = "delay_penalty[:C]"
+#: C of `delay_penalty` when none is given: -1 per hour of delay.
+DEFAULT_DELAY_PENALTY = 1 / 3600
+
+
+def delay_spec(name: str) -> RewardSpec:
+    """The spec of a `delay_penalty[:C]` name (C per second of delay, at least 0)."""
+    _, _, arg = name.partition(":")
+    try:
+        per_second = float(arg) if arg else DEFAULT_DELAY_PENALTY
+    except ValueError:
+        per_second = -1.0
+    if not per_second >= 0:
+        raise ConfigError(f"reward {name!r}: write {DELAY_SYNTAX} with C >= 0 the penalty per second of delay, "
+                          "e.g. delay_penalty:0.001")
+
+    def unguarded(config: Any) -> str | None:
+        if getattr(config, "backfill_candidates", "guarded") != "unguarded":
+            return ("only unguarded backfill candidates can delay the reservation; set the option "
+                    "backfill_candidates: unguarded (or drop the penalty)")
+        return None
+
+    return RewardSpec(name, f"at every decision, minus {per_second:g} per second the reserved job's start was "
+                            "delayed by unguarded backfills since the previous decision",
+                      lambda: DelayPenalty(per_second), unguarded)
+
+
+def sum_spec(name: str) -> RewardSpec:
+    """The spec of `a+b[+...]`: the parts' rewards added."""
+    parts = [get_reward(part.strip()) for part in name.split("+")]
+    if len(parts) < 2 or any(not part.name for part in parts):
+        raise ConfigError(f"reward {name!r}: join two or more reward names with '+', e.g. relative:bsld+delay_penalty")
+
+    def requires(config: Any) -> str | None:
+        return next((problem for part in parts if (problem := part.requires(config))), None)
+
+    return RewardSpec(name, " plus ".join(part.description for part in parts),
+                      lambda: SumReward([part.make() for part in parts]), requires)
+
+
+def _no_requirement(config: Any) -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
 class RewardSpec:
+    """A named reward. `requires(config)` says what is wrong with a simulation's options for it
+    (None: nothing); `check` turns that into an error before any episode runs."""
+
     name: str
     description: str
     make: Callable[[], Reward]
+    requires: Callable[[Any], str | None] = _no_requirement
+
+    def check(self, config: Any) -> None:
+        problem = self.requires(config)
+        if problem:
+            raise ConfigError(f"reward {self.name!r}: {problem}")
 
 
 REWARDS: dict[str, RewardSpec] = {
@@ -267,16 +358,26 @@ def get_reward(name: str) -> RewardSpec:
     """The spec called `name`: one of `REWARDS`, or a `relative:` name."""
     if not isinstance(name, str):
         raise ConfigError(f"reward must be a name, not {name!r}")
+    if "+" in name:
+        return sum_spec(name)
     if name == "relative" or name.startswith("relative:"):
         return relative_spec(name)
+    if name == "delay_penalty" or name.startswith("delay_penalty:"):
+        return delay_spec(name)
     try:
         return REWARDS[name]
     except KeyError:
-        raise ConfigError(f"unknown reward {name!r}; use one of {', '.join(REWARDS)} "
-                          f"or {RELATIVE_SYNTAX}") from None
+        raise ConfigError(f"unknown reward {name!r}; use one of {', '.join(REWARDS)}, "
+                          f"{RELATIVE_SYNTAX} or {DELAY_SYNTAX}, or several joined by '+'") from None
 
 
 #: What the `welcome` and `--help` list beside `REWARDS`: the relative family's syntax.
 RELATIVE_DESCRIPTION = (f"at the end, the improvement over a base policy alone on the same jobs; METRIC one of "
                         f"{', '.join(RELATIVE_METRICS)}; FORM one of {', '.join(RELATIVE_FORMS)} (default pct); "
-                        f"POLICY a priority policy (default: the episode's)")
+                        f"POLICY a priority policy (default: the episode's); SCAN the base run's backfill scan "
+                        f"order, one of {', '.join(BACKFILL_ORDERS)} (default: the episode's)")
+#: The same for the delay penalty, and for sums.
+DELAY_DESCRIPTION = (f"at every decision, minus C (default {DEFAULT_DELAY_PENALTY:.6g}: 1 per hour) per second the "
+                     "reserved job's start was delayed by unguarded backfills; needs backfill_candidates: unguarded")
+SUM_SYNTAX = "REWARD+REWARD[+...]"
+SUM_DESCRIPTION = "the rewards named added together, e.g. relative:bsld+delay_penalty:0.001"

@@ -22,7 +22,8 @@ from ..protocol import messages as m
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
 from .decisions import KINDS, Decision
 from .errors import HpcgymError, InvalidAction
-from .rewards import RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS, Reward, get_reward
+from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS, SUM_DESCRIPTION,
+                      SUM_SYNTAX, Reward, get_reward)
 from .simulator import Simulation
 from .spec import WorkloadCache, sim_config
 
@@ -275,8 +276,11 @@ class EnvService:
             workload = self._workloads.load({**d["workload"], **msg.get("workload", {})}, seed)
             participants = [p for p in session.peers.values() if p.kinds or p is controller]
             owners = {kind: p for p in participants for kind in p.kinds}
-            sim = Simulation(workload, sim_config(options, seed), policy=policy, external=owners)
-            reward = get_reward(msg.get("reward", d["reward"])).make()
+            config = sim_config(options, seed)
+            reward_spec = get_reward(msg.get("reward", d["reward"]))
+            reward_spec.check(config)
+            sim = Simulation(workload, config, policy=policy, external=owners)
+            reward = reward_spec.make()
         except HpcgymError as exc:
             raise m.ProtocolError(m.BAD_REQUEST, str(exc)) from None
         if session.episode is not None:
@@ -416,7 +420,8 @@ class EnvService:
     def _describe(self) -> dict[str, Any]:
         return {"kinds": list(KINDS), "policies": list(POLICIES),
                 "rewards": {**{name: r.description for name, r in REWARDS.items()},
-                            RELATIVE_SYNTAX: RELATIVE_DESCRIPTION},
+                            RELATIVE_SYNTAX: RELATIVE_DESCRIPTION, DELAY_SYNTAX: DELAY_DESCRIPTION,
+                            SUM_SYNTAX: SUM_DESCRIPTION},
                 "defaults": _plain(self.defaults),
                 "limits": {"max_message_bytes": MAX_MESSAGE_BYTES, "heartbeat_s": self.heartbeat,
                            "decision_timeout_s": self.decision_timeout},

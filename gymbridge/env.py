@@ -198,6 +198,7 @@ class HpcEnv(gym.Env):
             raise ConfigError("conservative backfilling places every queued job by the built-in priority policy; "
                               f"a {'+'.join(kinds)} env needs backfill easy or none")
         self.reward_spec = get_reward(reward)
+        self.reward_spec.check(self.config)
         self.reward_name = reward
         self.window = self.config.window
         self.remote = remote

@@ -80,7 +80,8 @@ def test_over_the_service_the_episode_end_carries_the_relative_reward(tmp_path):
     ("relative:slowness", "unknown metric 'slowness'"),
     ("relative:bsld:ratio", "unknown form 'ratio'"),
     ("relative:bsld:pct:nosuch", "unknown policy 'nosuch'"),
-    ("relative:bsld:pct:sjf:extra", "relative:METRIC"),
+    ("relative:bsld:pct:sjf:sjf:extra", "relative:METRIC"),
+    ("relative:bsld:pct:fcfs:diagonal", "unknown backfill scan order"),
     ("bslt", "relative:METRIC"),
 ])
 def test_bad_specs_name_the_problem(spec, words):

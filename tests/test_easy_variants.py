@@ -1,0 +1,190 @@
+"""The EASY variants of RL backfilling's code (docs/semantics.md section 5), each on a schedule
+worked out by hand, and the `rlbf-scw` preset against the paper's Table 4.
+
+Every case uses FCFS, EASY, and requested = run time unless it says otherwise; "NpT" is a job of
+N processors running T seconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcgym.agents.base import Agent
+from hpcgym.environment.config import PRESETS, SimConfig
+from hpcgym.environment.errors import ConfigError, InvalidAction
+from hpcgym.environment.rewards import get_reward
+from hpcgym.environment.sequences import window
+from hpcgym.environment.simulator import Simulation, simulate
+from hpcgym.environment.swf import read_swf
+from hpcgym.environment.workload import Workload
+
+
+def jobs(procs: int, submit, size, run, requested=None) -> Workload:
+    n = len(submit)
+    run = np.array(run)
+    return Workload(name="hand", procs=procs, job_id=np.arange(1, n + 1), submit=np.array(submit),
+                    run=run, size=np.array(size), requested=run if requested is None else np.array(requested),
+                    user=np.ones(n, dtype=np.int64))
+
+
+def starts(workload: Workload, agents=None, policy="fcfs", **options) -> list[int]:
+    result = simulate(workload, SimConfig(**options), policy=policy, agents=agents)
+    return [int(s) for s in result.jobs["start"]]
+
+
+# Four processors. J1 2p100 starts at 0; J2 4p100 blocks (shadow 100, no extra processors);
+# J3 2p90 and J4 2p10 wait, all submitted at 0.
+ORDER = jobs(4, [0, 0, 0, 0], [2, 4, 2, 2], [100, 100, 90, 10])
+
+
+def test_backfill_scans_in_queue_order_by_default():
+    # J3 (ends 90 <= 100) takes the two free processors; at 90 J4 (ends 100 <= 100) follows
+    assert starts(ORDER) == [0, 100, 0, 90]
+
+
+def test_backfill_order_sjf_scans_shortest_request_first():
+    # J4 first (0-10), then at 10 J3 (ends 100 <= 100)
+    assert starts(ORDER, backfill_order="sjf") == [0, 100, 10, 0]
+
+
+def test_strict_shadow_refuses_a_job_that_ends_at_the_shadow_time():
+    # at 90 J4 would end exactly at 100: not strictly before, so it waits for J2 (100-200)
+    assert starts(ORDER, strict_shadow=True) == [0, 100, 0, 200]
+
+
+def test_without_the_extra_rule_a_long_job_waits_for_the_reservation():
+    # 4 processors: J1 3p100 runs; J2 2p50 blocks (shadow 100, 4 - 2 = 2 extra); J3 1p500 ends
+    # after the shadow but fits in the extra processors: textbook EASY starts it at 0
+    w = jobs(4, [0, 0, 0], [3, 2, 1], [100, 50, 500])
+    assert starts(w) == [0, 100, 0]
+    assert starts(w, easy_extra=False) == [0, 100, 100]
+
+
+def test_keep_shadow_holds_the_first_shadow_time_after_a_job_ends_early():
+    # 4 processors: J1 2p runs 50 of a 500 s request, J2 1p300; J3 4p100 blocks: shadow 500 (J1's
+    # estimated end). At 50 J1 ends: recomputed, the shadow is 300 (J2), and J4 1p400 submitted at
+    # 60 would end at 460 > 300; kept, the shadow stays 500 and J4 backfills, so J3 waits for it
+    w = jobs(4, [0, 0, 0, 60], [2, 1, 4, 1], [50, 300, 100, 400], [500, 300, 100, 400])
+    assert starts(w, commit_pick=True) == [0, 0, 300, 400]
+    assert starts(w, commit_pick=True, keep_shadow=True) == [0, 0, 460, 60]
+
+
+def test_keep_shadow_needs_a_committed_pick():
+    with pytest.raises(ConfigError, match="keep_shadow.*commit_pick"):
+        SimConfig(keep_shadow=True)
+
+
+def test_one_event_runs_a_pass_between_an_arrival_and_a_finish_at_the_same_time():
+    # 2 processors: J1 1p runs 100 of a 200 s request; J2 2p30 blocks from 1 (shadow 200); J3
+    # 1p10 arrives at 100, when J1 ends. All events at once: J2 starts at 100, J3 at 130.
+    # One event per pass, arrivals first: J3 arrives while J1 still runs and backfills (ends
+    # 110 < 200); then J1 ends, and J2 waits for J3 until 110.
+    w = jobs(2, [0, 1, 100], [1, 2, 1], [100, 30, 10], [200, 30, 10])
+    assert starts(w) == [0, 100, 130]
+    assert starts(w, one_event=True) == [0, 110, 100]
+
+
+class Picker(Agent):
+    """Backfills the job named for each decision in turn (None: stop), noting the candidates."""
+
+    kinds = ("backfill",)
+
+    def __init__(self, *picks) -> None:
+        self.picks, self.seen = list(picks), []
+
+    def act(self, decision):
+        self.seen.append((list(decision.candidates), decision.can_wait))
+        return self.picks.pop(0)
+
+
+# Four processors. J1 2p100 starts at 0; J2 4p100 blocks (shadow 100, no extra); J3 2p150 would
+# delay J2, J4 2p50 would not.
+UNGUARDED = jobs(4, [0, 0, 0, 0], [2, 4, 2, 2], [100, 100, 150, 50])
+
+
+def test_guarded_candidates_cannot_delay_the_reservation():
+    agent = Picker(4)
+    assert starts(UNGUARDED, {"backfill": agent}) == [0, 100, 200, 0]
+    assert agent.seen == [([4], True)]
+
+
+def test_unguarded_candidates_include_jobs_that_delay_it_and_the_delay_is_counted():
+    agent = Picker(3, 4)
+    sim = Simulation(UNGUARDED, SimConfig(backfill_candidates="unguarded"), external={"backfill"})
+    result = sim.run({"backfill": agent})
+    # J3 runs 0-150, so J2's shadow moves from 100 to 150: one delay of 50 s. At 100 (J1 ends)
+    # J4 ends exactly at the new shadow: the agent backfills it.
+    assert agent.seen == [([3, 4], True), ([4], True)]
+    assert [int(s) for s in result.jobs["start"]] == [0, 150, 0, 100]
+    assert (sim.reservation_delays, sim.reservation_delay_s) == (1, 50)
+
+
+def test_without_stop_two_candidates_must_be_backfilled_and_one_is_left_to_the_scan():
+    sim = Simulation(UNGUARDED, SimConfig(backfill_candidates="unguarded", backfill_stop=False),
+                     external={"backfill"})
+    decision = sim.reset()
+    assert decision.kind == "backfill" and decision.candidates == [3, 4] and not decision.can_wait
+    with pytest.raises(InvalidAction, match="cannot stop"):
+        sim.step(None)
+    assert sim.pending is decision  # the refused action changed nothing
+    # guarded, only J4 is a candidate: no decision, the built-in scan backfills it
+    assert starts(UNGUARDED, {"backfill": Picker()}, backfill_stop=False) == [0, 100, 200, 0]
+
+
+def test_delay_penalty_charges_each_second_of_delay():
+    spec = get_reward("bsld+delay_penalty:0.5")
+    config = SimConfig(backfill_candidates="unguarded")
+    spec.check(config)
+    sim = Simulation(UNGUARDED, config, external={"backfill"})
+    reward = spec.make()
+    sim.run({"backfill": Picker(3, 4)})
+    # 50 s of delay at 0.5 per second, plus minus the mean bsld at the end
+    earned = reward.step(sim) + reward.end(sim, sim.result().summary)
+    assert earned == pytest.approx(-25.0 - sim.result().summary["mean_bsld"])
+
+
+def test_delay_penalty_without_unguarded_candidates_is_refused():
+    with pytest.raises(ConfigError, match="backfill_candidates: unguarded"):
+        get_reward("relative:bsld+delay_penalty").check(SimConfig())
+
+
+def test_preset_options_can_be_overridden_and_unknown_presets_are_named():
+    from hpcgym.environment.spec import sim_config
+
+    config = sim_config({"preset": "rlbf-public", "backfill_stop": True})
+    assert config.backfill_candidates == "unguarded" and config.backfill_stop
+    with pytest.raises(ConfigError, match="unknown preset 'nope'"):
+        sim_config({"preset": "nope"})
+
+
+def test_rlbf_scw_cleaning_keeps_cancelled_jobs_as_ten_second_jobs(tmp_path):
+    swf = tmp_path / "t.swf"
+    # job 2 was cancelled (run -1) with a 500 s request; job 3 ran 0 s; job 4 allocated 2 of 4 requested
+    swf.write_text("; MaxProcs: 8\n"
+                   "1 0 0 100 1 -1 -1 1 200 -1 1 1 1 1 1 1 -1 -1\n"
+                   "2 5 0 -1 1 -1 -1 1 500 -1 0 1 1 1 1 1 -1 -1\n"
+                   "3 6 0 0 1 -1 -1 1 60 -1 1 1 1 1 1 1 -1 -1\n"
+                   "4 7 0 30 2 -1 -1 4 -1 -1 1 1 1 1 1 1 -1 -1\n")
+    ours = read_swf(swf)
+    assert ours.job_id.tolist() == [1, 4] and ours.size.tolist() == [1, 2]
+    code = read_swf(swf, cleaning="rlbf-scw")
+    assert code.job_id.tolist() == [1, 2, 4]
+    assert code.run.tolist() == [100, 10, 30] and code.requested.tolist() == [200, 500, 30]
+    assert code.size.tolist() == [1, 1, 4]
+
+
+# The paper script's 10 window starts in the first 10,000 jobs (docs/fidelity.md, ladder L1).
+PAPER_STARTS = [1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085]
+
+
+@pytest.mark.parametrize("trace, policy, paper", [
+    ("SDSC-SP2-1998-4.2-cln", "fcfs", 1595.11),   # Table 4 of the RL backfilling paper
+    ("HPC2N-2002-2.2-cln", "sjf", 122.03),
+    ("lublin_256", "f1", 75.06),
+])
+def test_the_rlbf_scw_preset_reproduces_table_4(traces_dir, trace, policy, paper):
+    pool = read_swf(traces_dir / f"{trace}.swf.gz", cleaning="rlbf-scw").take(slice(0, 10_000))
+    config = SimConfig(**PRESETS["rlbf-scw"])
+    bsld = [simulate(window(pool, 1024, s), config, policy=policy).summary["mean_bsld"] for s in PAPER_STARTS]
+    assert abs(float(np.mean(bsld)) - paper) < 0.01
