@@ -17,6 +17,8 @@ Encoders (by name in `ENCODERS`; `get_encoder("a+b", ...)` concatenates any of t
 - `dras`: `DRASEncoder`, DRAS's table of window jobs and one row per node.
 - `schedinspector`: `InspectorEncoder`, SchedInspector's 7 features of the inspected pick
   (inspect decisions only).
+- `rlbf`: `BackfillEncoder`, RL backfilling's 6 features per window job (backfill decisions
+  only).
 
 Tables are flattened row by row: `vector[:window * len(COLUMNS)].reshape(window, len(COLUMNS))`
 gives the table back (`Encoder.parts` lists each part's offset and shape for concatenations).
@@ -369,6 +371,61 @@ class InspectorEncoder(Encoder):
                   min(delay, self.HIGH))
 
 
+class BackfillEncoder(Encoder):
+    """RL backfilling's state (Kolker-Hicks et al., SC-W 2023, as the authors' public code
+    computes it; docs/rlbackfilling.md): one row of six features per queue-window job, the row
+    of action slot k for job k, so a per-slot kernel scores each job:
+
+    | # | feature | value |
+    |---|---|---|
+    | 0 | wait | (now - submit) / 12 h |
+    | 1 | requested time | requested / `max_run` (the whole trace's longest run time) |
+    | 2 | size | size / cluster processors |
+    | 3 | time to the reservation | requested / (shadow time + 2 - now), at least 1 s below |
+    | 4 | free processors | size / free processors now |
+    | 5 | constant | 0 |
+
+    Values are clipped to [0, HIGH = 1 - 1e-5] as the code clips them. A row that cannot be
+    backfilled now (it does not fit, it holds the reservation, or the queue is shorter than the
+    window) is the code's padding row [0, 1, 1, 1, 1, 0]. The code lists only its candidates, in
+    queue order; here every row stays at its window slot (the kernel's scores do not depend on
+    the order, the critic's flattened input does), and under guarded candidates a job that fits
+    but could delay the reservation keeps its features and is masked.
+    """
+
+    kinds = ("backfill",)
+    FEATURES = 6
+    HIGH = 1.0 - 1e-5
+    MAX_WAIT = 12 * 3600
+    PADDING = (0.0, 1.0, 1.0, 1.0, 1.0, 0.0)
+
+    def __init__(self, window: int) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        self.window = int(window)
+        self.size = self.window * self.FEATURES
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.window, self.FEATURES)
+
+    def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
+        table = out.reshape(self.window, self.FEATURES)
+        table[:] = self.PADDING
+        q, context = observation["queue"], observation["context"]
+        now, free, procs = observation["time"], observation["free"], observation["procs"]
+        until_shadow = max(context["shadow_time"] + 2 - now, 1)
+        max_run = max(observation["max_run"], 1)
+        reserved = context["reserved"]
+        for k, (job, size) in enumerate(zip(q["id"][:self.window], q["size"][:self.window])):
+            if size > free or job == reserved:
+                continue
+            requested = max(q["requested"][k], 0)
+            table[k] = (q["wait"][k] / self.MAX_WAIT, requested / max_run, size / procs,
+                        requested / until_shadow, size / free, 0.0)
+        np.clip(table, 0.0, self.HIGH, out=table)
+
+
 #: Base encoders by name: factory(window, procs, **options).
 ENCODERS: dict[str, Callable[..., Encoder]] = {
     "jobs": lambda window, procs, max_rejections=72, **_: JobTableEncoder(window, procs, max_rejections),
@@ -376,6 +433,7 @@ ENCODERS: dict[str, Callable[..., Encoder]] = {
     "nodes": lambda window, procs, **_: NodeAvailabilityEncoder(procs),
     "dras": lambda window, procs, priority_size=None, **_: DRASEncoder(window, procs, priority_size),
     "schedinspector": lambda window, procs, **_: InspectorEncoder(),
+    "rlbf": lambda window, procs, **_: BackfillEncoder(window),
 }
 #: The encoder of each decision kind when none is named (the Gymnasium env's, decision records').
 DEFAULT_ENCODERS = {"select": "jobs+nodes", "backfill": "jobs+nodes", "inspect": "jobs+nodes", "kill": "running+nodes"}

@@ -25,9 +25,17 @@ from typing import Any
 
 #: Simulation options of each semantics (the env's `options`).
 SEMANTICS: dict[str, dict[str, Any]] = {
-    "code": {"backfill": "none", "exact_requests": True, "commit_pick": True},
+    "code": {"preset": "schedinspector-code"},
     "textbook": {"backfill": "none"},
 }
+
+#: Workload keys of each semantics (`first_jobs` only limits where training windows start).
+SEMANTICS_WORKLOAD: dict[str, dict[str, Any]] = {
+    "code": {"first_jobs": 10_000},   # the code's batch_job_slice
+    "textbook": {},
+}
+#: The reward of each semantics: the code's (base - x) / max(base, x, 1).
+SEMANTICS_REWARD: dict[str, str] = {"code": "relative:bsld:pct_max", "textbook": "relative:bsld:pct_max"}
 
 #: What `hpcgym train schedinspector` sets unless a flag says otherwise. The reward's form is the
 #: code's (base - x) / max(base, x, 1); the PPO settings are the code's (gamma 1, lambda 0.97,
@@ -36,8 +44,6 @@ SEMANTICS: dict[str, dict[str, Any]] = {
 TRAINING_DEFAULTS: dict[str, Any] = {
     "kind": "inspect", "encoder": "schedinspector", "policy": "sjf", "jobs": 128, "trajectories": 100,
     "reward": "relative:bsld:pct_max", "semantics": "code",
-    "first_jobs": 10_000,   # code semantics: training windows from the trace's first 10,000 jobs
-
     "config": {"net": "mlp", "hidden": [32, 16, 8], "activation": "relu", "lr": 3e-4, "vf_lr": 1e-3,
                "gamma": 1.0, "gae_lambda": 0.97, "clip": 0.2, "update_epochs": 80, "value_epochs": 80,
                "minibatch_size": 1_000_000, "target_kl": 0.015, "max_grad_norm": None, "ent_coef": 0.0},

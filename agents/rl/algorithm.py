@@ -141,7 +141,8 @@ class ActorCriticAlgorithm(Algorithm):
 
             self.model = dras_network(self.obs_shape, self.n_actions, c.table, c.hidden)
         else:
-            self.model = ActorCritic(self.obs_shape, self.n_actions, c.net, c.hidden, c.activation, c.table)
+            self.model = ActorCritic(self.obs_shape, self.n_actions, c.net, c.hidden, c.activation, c.table,
+                                     getattr(c, "value_net", None))
         self.model.to(self.device)
         vf_lr = getattr(c, "vf_lr", None)
         if vf_lr is not None and not isinstance(self.model, ActorCritic):

@@ -55,14 +55,15 @@ def choose(scores: np.ndarray, masks: np.ndarray, rng: np.random.Generator | Non
 
 
 class ActorCritic(nn.Module):
-    """Separate policy and value networks of the same kind (as in the RL scheduling papers)."""
+    """Separate policy and value networks (as in the RL scheduling papers): of the same kind, or
+    a `value_net` of another (RL backfilling: a per-slot kernel actor, an MLP critic over the table)."""
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, net: str = "mlp",
                  hidden: Sequence[int] = (64, 64), activation: str = "tanh",
-                 table: Sequence[int] | None = None) -> None:
+                 table: Sequence[int] | None = None, value_net: str | None = None) -> None:
         super().__init__()
         self.actor = build_network(net, obs_shape, n_actions, hidden, activation, out_gain=0.01, table=table)
-        self.critic = build_network(net, obs_shape, 1, hidden, activation, out_gain=1.0, per_slot=False,
+        self.critic = build_network(value_net or net, obs_shape, 1, hidden, activation, out_gain=1.0, per_slot=False,
                                     table=table)
 
     def scores(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

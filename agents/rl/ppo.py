@@ -35,6 +35,7 @@ class PPOConfig:
     table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
     lr: float = 3e-4
     vf_lr: float | None = None      # the critic's learning rate (None: lr)
+    value_net: str | None = None    # the critic's network (None: net); RL backfilling: conv actor, mlp critic
     gamma: float = 1.0
     gae_lambda: float = 0.97
     clip: float = 0.2

@@ -15,6 +15,7 @@ Options of the algorithms' configs not covered by a flag are set with `--set KEY
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 
@@ -26,10 +27,12 @@ from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
 
 BASE_ALGORITHMS = ("pg", "a2c", "ppo", "dql")
-#: dras-ALGO: ALGO with DRAS's defaults (`agents.dras.TRAINING_DEFAULTS`); schedinspector: PPO with
-#: SchedInspector's (`agents.schedinspector.TRAINING_DEFAULTS`). Flags still win.
-ALGORITHMS = (*BASE_ALGORITHMS, *(f"dras-{a}" for a in BASE_ALGORITHMS), "schedinspector")
-SEMANTICS = ("code", "textbook")
+#: dras-ALGO: ALGO with DRAS's defaults (`agents.dras.TRAINING_DEFAULTS`); schedinspector and rlbf: PPO
+#: with SchedInspector's and RL backfilling's (`agents.schedinspector`, `agents.rlbf`). Flags still win.
+#: Papers' agents trained by PPO with their module's TRAINING_DEFAULTS and SEMANTICS (agents/NAME.py).
+PAPER_AGENTS = ("schedinspector", "rlbf")
+ALGORITHMS = (*BASE_ALGORITHMS, *(f"dras-{a}" for a in BASE_ALGORITHMS), *PAPER_AGENTS)
+SEMANTICS = ("code", "public", "scw", "textbook")
 KIND_CHOICES = (*KINDS, "select+backfill")
 
 
@@ -91,10 +94,12 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
               "dras-ALGO with a trace: sampled,real,synthetic; 'none': off).")
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
 @click.option("--policy", default="fcfs", show_default=True, help="Priority policy ordering the queue window.")
-@click.option("--base", help="schedinspector: the base policy it inspects (sets --policy; default sjf).")
+@click.option("--base", help="schedinspector, rlbf: the base priority policy (sets --policy; default sjf for "
+                             "schedinspector, fcfs for rlbf).")
 @click.option("--semantics", type=click.Choice(SEMANTICS),
-              help="schedinspector: the simulation rules of the authors' code (default) or hpcgym's textbook "
-                   "ones, both without backfilling (docs/schedinspector.md).")
+              help="schedinspector: code (the authors' code, default) or textbook (docs/schedinspector.md); "
+                   "rlbf: public (the public code, default), scw (the code of the paper's tables) or textbook "
+                   "(docs/rlbackfilling.md).")
 @click.option("--window", type=click.IntRange(min=1), default=128, show_default=True,
               help="Queue jobs the agent sees and chooses from.")
 @click.option("--wait/--no-wait", "allow_wait", default=True, show_default=True,
@@ -143,7 +148,7 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
           discard_after, epochs, trajectories, envs, seed, out, checkpoint_every, resume, eval_episodes, baselines,
           device, threads, progress) -> None:
     """Train ALGORITHM (pg, a2c, ppo or dql; dras-pg, dras-a2c, dras-ppo or dras-dql: the same with
-    DRAS's defaults; schedinspector: PPO with SchedInspector's) and write curve.csv, checkpoints and
+    DRAS's defaults; schedinspector, rlbf: PPO with SchedInspector's or RL backfilling's) and write curve.csv, checkpoints and
     eval.json to OUT."""
     try:
         import gymnasium  # noqa: F401
@@ -175,21 +180,26 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
             sets = (*(f"{k}={v}" for k, v in D["dql_config"].items()), *sets)
         if curriculum is None and trace is not None and start is None and not sampled_jobset:
             curriculum = D["curriculum"]
-    options, first_jobs = {"backfill": backfill}, None
-    if algorithm == "schedinspector":
-        from ...agents.schedinspector import SEMANTICS as RULES
-        from ...agents.schedinspector import TRAINING_DEFAULTS as S
-
+    options, first_jobs, workload_keys = {"backfill": backfill}, None, {}
+    if algorithm in PAPER_AGENTS:  # a paper's agent: PPO with its defaults, in the chosen semantics
+        paper = importlib.import_module(f"...agents.{algorithm}", __package__)
+        S = paper.TRAINING_DEFAULTS
+        semantics = semantics or S["semantics"]
+        if semantics not in paper.SEMANTICS:
+            raise ConfigError(f"--semantics {semantics} is not one of {algorithm}'s: {', '.join(paper.SEMANTICS)}")
         algorithm = "ppo"
         kind = S["kind"] if unset("kind") else kind
         encoder = encoder or S["encoder"]
         policy = base or (S["policy"] if unset("policy") else policy)
         n_jobs = S["jobs"] if unset("n_jobs") else n_jobs
+        window = S.get("window", window) if unset("window") else window
         trajectories = S["trajectories"] if unset("trajectories") else trajectories
-        reward = S["reward"] if unset("reward") else reward
-        options = dict(RULES[semantics or S["semantics"]])
-        if (semantics or S["semantics"]) == "code" and train_fraction is None and start is None:
-            first_jobs = S["first_jobs"]
+        reward = paper.SEMANTICS_REWARD[semantics] if unset("reward") else reward
+        options = dict(paper.SEMANTICS[semantics])
+        workload_keys = dict(paper.SEMANTICS_WORKLOAD[semantics])
+        first_jobs = workload_keys.pop("first_jobs", None)
+        if train_fraction is not None or start is not None:
+            first_jobs = None
         if not unset("backfill"):
             options["backfill"] = backfill
         config = dict(S["config"])
@@ -201,7 +211,7 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         sets = (*(f"{k}={json.dumps(v)}" for k, v in config.items()), *sets)  # the user's --set come last
         baselines = baselines or (policy,)
     elif base is not None or semantics is not None:
-        raise ConfigError("--base and --semantics belong to schedinspector")
+        raise ConfigError(f"--base and --semantics belong to {' and '.join(PAPER_AGENTS)}")
     torch.set_num_threads(threads)
     try:
         dev = resolve_device(device)
@@ -234,6 +244,9 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
             eval_workload = {k: v for k, v in {**workload, "part": "test"}.items() if v is not None}
             workload["part"] = "train"
         workload = {k: v for k, v in workload.items() if v is not None}
+        workload.update(workload_keys)
+        if eval_workload is not None:
+            eval_workload.update(workload_keys)
         if first_jobs is not None:  # train on the trace's first jobs, evaluate on windows of all of it
             eval_workload = dict(workload)
             workload["first_jobs"] = first_jobs
