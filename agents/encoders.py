@@ -421,9 +421,9 @@ class BackfillEncoder(Encoder):
             if size > free or job == reserved:
                 continue
             requested = max(q["requested"][k], 0)
-            table[k] = (q["wait"][k] / self.MAX_WAIT, requested / max_run, size / procs,
-                        requested / until_shadow, size / free, 0.0)
-        np.clip(table, 0.0, self.HIGH, out=table)
+            row = (q["wait"][k] / self.MAX_WAIT, requested / max_run, size / procs, requested / until_shadow,
+                   size / free, 0.0)
+            table[k] = [min(max(v, 0.0), self.HIGH) for v in row]
 
 
 #: Base encoders by name: factory(window, procs, **options).

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from ..environment.priorities import POLICIES
-from ..environment.config import BACKFILL_MODES, OVERRUN_MODES, EstimateSpec, SimConfig
+from ..environment.config import BACKFILL_MODES, OVERRUN_MODES, PRESETS, EstimateSpec, SimConfig
 from ..environment.errors import HpcgymError
 from ..environment.lublin import generate_lublin
 from ..environment.simulator import simulate
@@ -82,12 +82,22 @@ def _reading_options(f):
 
 
 def _rule_options(f):
-    """The simulation rules of SchedInspector's code (docs/semantics.md section 4), for run and env."""
+    """The simulation rules of the papers' code (docs/semantics.md sections 4, 5), for run and env."""
+    f = click.option("--preset", type=click.Choice(list(PRESETS)),
+                     help="A paper code's simulation rules (environment/config.py PRESETS); the flags here win.")(f)
     f = click.option("--commit-pick", is_flag=True,
                      help="A pick that does not fit stays the pick until it starts (SchedInspector's code).")(f)
     f = click.option("--exact-requests", is_flag=True,
                      help="Requested time = run time for every job (SchedInspector's code).")(f)
     return f
+
+
+def _rules(ctx: click.Context, **given: Any) -> dict[str, Any]:
+    """The simulation options of run/env: the preset's, then every flag the command line gave."""
+    flags = {k: v for k, v in given.items()
+             if k != "preset" and ctx.get_parameter_source(k) != click.core.ParameterSource.DEFAULT}
+    defaults = {k: v for k, v in given.items() if k != "preset" and k not in flags}
+    return {**defaults, **PRESETS.get(given.get("preset") or "", {}), **flags}
 
 
 @main.command()
@@ -115,23 +125,23 @@ def _rule_options(f):
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated workload, noisy estimates and the random policy.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--jobs-out", type=click.Path(path_type=Path, dir_okay=False), help="Write per-job records as CSV.")
-def run(trace, procs, strict, skip_malformed, policy, backfill, estimate, overrun, exact_requests, commit_pick, n_jobs,
-        start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out) -> None:
+@click.pass_context
+def run(ctx, trace, procs, strict, skip_malformed, policy, backfill, estimate, overrun, exact_requests, commit_pick,
+        preset, n_jobs, start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out) -> None:
     """Replay a trace (or the generated default workload) with a policy and print its metrics."""
     spec = _workload_spec(trace, procs, strict, skip_malformed)
     spec.update(jobs=n_jobs, start=start, sample=sample, sampled_jobset=sampled_jobset,
                 train_fraction=train_fraction, part=part)
     workload = load_workload(spec, seed)
-    config = SimConfig(backfill=backfill, estimate=estimate, overrun=overrun, exact_requests=exact_requests,
-                       commit_pick=commit_pick, seed=seed)
+    config = SimConfig(seed=seed, **_rules(ctx, backfill=backfill, estimate=estimate, overrun=overrun,
+                                           exact_requests=exact_requests, commit_pick=commit_pick, preset=preset))
+    backfill = config.backfill
     result = _simulate_with_progress(workload, config, policy)
     if jobs_out is not None:
         result.write_jobs_csv(jobs_out)
     summary = dict(result.summary)
     if as_json:
-        summary.update(workload=workload.name, procs=workload.procs, policy=policy, backfill=backfill,
-                       estimate=str(estimate), overrun=overrun, exact_requests=exact_requests,
-                       commit_pick=commit_pick)
+        summary.update(workload=workload.name, procs=workload.procs, policy=policy, **config.to_options())
         click.echo(json.dumps(summary))
         return
     click.echo(f"{workload.name}: {len(workload)} jobs on {workload.procs} processors, "
@@ -201,7 +211,8 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="Server secret key file (from `hpcgym keys`): turns on CURVE authentication.")
 @click.option("--curve-allow", type=click.Path(path_type=Path, exists=True), multiple=True,
               help="Public key file, or folder of them, of agents allowed to connect.")
-def env_command(bind, trace, procs, policy, backfill, exact_requests, commit_pick, reward, decision_timeout,
+@click.pass_context
+def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, reward, decision_timeout,
                 on_agent_lost, allow_remote, curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md)."""
     from ..environment.server import serve
@@ -209,8 +220,9 @@ def env_command(bind, trace, procs, policy, backfill, exact_requests, commit_pic
 
     workload = {"trace": str(resolve_trace(trace)) if trace else None, "procs": procs}  # fail now, not at a reset
     service = EnvService({"workload": {k: v for k, v in workload.items() if v is not None},
-                          "options": {"backfill": backfill, "exact_requests": exact_requests,
-                                      "commit_pick": commit_pick}, "policy": policy, "reward": reward},
+                          "options": _rules(ctx, backfill=backfill, exact_requests=exact_requests,
+                                            commit_pick=commit_pick, preset=preset),
+                          "policy": policy, "reward": reward},
                          decision_timeout=decision_timeout, on_agent_lost=on_agent_lost)
     curve = _server_curve(curve_secret, curve_allow)
     click.echo(f"hpcgym env listening on {bind}{' with CURVE' if curve else ''}", err=True)

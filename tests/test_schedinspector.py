@@ -122,46 +122,21 @@ def test_a_checkpoint_served_over_ipc_gives_the_in_process_schedule(tmp_path, ip
     `hpcgym agent --model --sampling` as processes: the seeded sampling agent's episode equals the
     same agent's in-process one, and differs from SJF alone (it rejects some picks)."""
     pytest.importorskip("torch")
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from click.testing import CliRunner
-
     from hpcgym.agents.rl.serve import RLAgent
     from hpcgym.environment.simulator import simulate
     from hpcgym.environment.spec import sim_config
-    from hpcgym.gymbridge.cli import main
 
-    from .agents_for_tests import write_trace
+    from .serving import served_summary, train_small
 
-    trace = write_trace(tmp_path / "t.swf", jobs=200, procs=32, seed=4)
-    out = tmp_path / "run"
-    result = CliRunner().invoke(main, ["train", "schedinspector", "--trace", str(trace), "--jobs", "50", "--epochs", "1",
-                                       "--trajectories", "4", "--envs", "2", "--out", str(out), "--eval-episodes", "0",
-                                       "--no-progress"])
-    assert result.exit_code == 0, result.output
+    trace, model = train_small(tmp_path, "schedinspector", 50)
     options = {"backfill": "none", "exact_requests": True, "commit_pick": True}
     workload = load_workload({"trace": str(trace), "jobs": 60, "sample": 5})
     local = simulate(workload, sim_config(options), policy="sjf",
-                     agents={"inspect": RLAgent(out / "model.pt", greedy=False, seed=3)}).summary
+                     agents={"inspect": RLAgent(model, greedy=False, seed=3)}).summary
     assert local != simulate(workload, sim_config(options), policy="sjf").summary
-    hpcgym = [str(Path(sys.executable).parent / "hpcgym")]
-    bind = f"ipc://{ipc_dir / 'env.ipc'}"
-    env = subprocess.Popen([*hpcgym, "env", "--bind", bind, "--trace", str(trace), "--policy", "sjf",
-                            "--backfill", "none", "--exact-requests", "--commit-pick"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    try:
-        served = subprocess.run([*hpcgym, "agent", "--model", str(out / "model.pt"), "--sampling",
-                                 "--sampling-seed", "3", "--connect", bind, "--jobs", "60", "--sample", "5", "--json",
-                                 "--timeout", "30"], capture_output=True, text=True, timeout=120)
-        assert served.returncode == 0, served.stderr
-        line = json.loads(served.stdout.strip().splitlines()[-1])
-        assert {k: v for k, v in line.items() if k not in ("episode", "reason")} == dict(local)
-    finally:
-        env.kill()
-        env.wait(timeout=10)
+    served = served_summary(trace, model, ipc_dir, ["--policy", "sjf", "--backfill", "none", "--exact-requests",
+                                                    "--commit-pick"], 60, 5, 3)
+    assert served == dict(local)
 
 
 def test_the_preset_yields_to_flags_and_refuses_its_options_elsewhere(tmp_path):
