@@ -33,7 +33,7 @@ from typing import Any
 import msgpack
 
 HERE = Path(__file__).resolve().parent
-PROTOCOL = "1.1"
+PROTOCOL = "1.2"
 HEX_UP_TO = 512
 ABOUT = ("Each vector is one message body (file) and its expected outcome. valid: decoded is the message as "
          "JSON (a number with a decimal point is a msgpack float, one without an integer). invalid: error is "
@@ -282,6 +282,15 @@ valid("decision_backfill", "reply",
       decision("backfill", candidates=[4],
                observation={**OBSERVATION_SELECT, "context": {"reserved": 3, "shadow_time": 3600, "extra": 0}}),
       "backfill: context reserved/shadow_time/extra")
+valid("decision_backfill_no_stop", "reply",
+      decision("backfill", candidates=[4, 5], can_wait=False,
+               observation={**OBSERVATION_SELECT, "context": {"reserved": 3, "shadow_time": 3600, "extra": 0}}),
+      "backfill that cannot stop (backfill_stop false, 1.2): nil is refused, start one of the candidates")
+valid("reset_easy_variants", "request",
+      {"type": "reset", "workload": {"trace": "/data/SDSC-SP2.swf.gz", "cleaning": "rlbf-scw", "jobs": 256, "sample": 1},
+       "options": {"preset": "rlbf-public", "backfill_order": "sjf", "easy_extra": False},
+       "reward": "relative:bsld:pct:fcfs:sjf+delay_penalty:0.001"},
+      "1.2: a preset with options over it, the rlbf-scw cleaning, a sum of rewards")
 valid("decision_kill", "reply", decision("kill", candidates=[1], reward=0.25), "kill: candidates are running jobs")
 valid("pending", "reply", {"type": "pending", "episode": 2}, "pending with the episode number")
 valid("pending_bare", "reply", {"type": "pending"}, "pending without the optional episode")
