@@ -26,7 +26,7 @@ from .workload import Workload
 DEFAULT_JOBS = 10_000
 DEFAULT_PROCS = 256
 LUBLIN_MODELS = {"typeless": LublinParams.typeless, "batch": LublinParams.batch,
-                 "interactive": LublinParams.interactive}
+                 "interactive": LublinParams.interactive, "lublin2-standin": LublinParams.lublin2_standin}
 DEFAULT_MODEL = "typeless"
 
 WORKLOAD_KEYS = {
