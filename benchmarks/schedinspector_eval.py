@@ -18,15 +18,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-_local = Path(sys.executable).parent / "hpcgym"
-HPCGYM = str(_local) if _local.exists() else "hpcgym"
-TRACES_DIR = ROOT.parent / "shared" / "traces"
+import paper_runs
+from paper_runs import HPCGYM, ROOT, TRACES_DIR, epoch_seconds, run
+
 TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "CTC-SP2": "CTC-SP2-1996-3.1-cln",
           "HPC2N": "HPC2N-2002-2.2-cln", "Lublin": "lublin_256"}
 #: the simulation options of each semantics, as `hpcgym compare` policy items
@@ -37,11 +34,6 @@ PAPER_TABLE4 = {"SDSC-SP2": (149.5, 130.75, 130.75), "CTC-SP2": (13.36, 10.79, 1
 #: Table 5, SJF: utilization (%) base / inspected, without and with backfilling
 PAPER_TABLE5_SJF = {"SDSC-SP2": ((59.64, 59.37), (78.45, 78.37)), "CTC-SP2": ((51.35, 49.92), (74.98, 74.89)),
                     "Lublin": ((61.49, 61.06), (79.38, 77.71)), "HPC2N": ((23.72, 23.47), (56.81, 57.10))}
-
-
-def run(cmd: list[str]) -> None:
-    print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT)
 
 
 def agent_dir(runs: Path, trace: str, base: str, semantics: str) -> Path:
@@ -57,22 +49,11 @@ def train(runs: Path, trace: str, base: str, semantics: str, epochs: int) -> Non
 
 def compare(out: Path, tag: str, trace: str, policies: dict[str, str], seed: int, samples: int, jobs: int,
             record: bool = False) -> dict:
-    """Mean metrics and paired differences to the first policy, from compare's summary.csv; with
-    `record`, also each policy's share of rejected picks (from its inspect decision records)."""
+    """Mean metrics and paired differences to the first policy; with `record`, also each
+    policy's share of rejected picks (from its inspect decision records)."""
     folder = out / f"compare-{tag}-{trace}-seed{seed}"
-    cmd = [HPCGYM, "compare", "--trace", str(TRACES_DIR / f"{TRACES[trace]}.swf.gz"), "--jobs", str(jobs),
-           "--samples", str(samples), "--seed", str(seed), "--inproc", "--no-plots", "--out", str(folder)]
-    if record:
-        cmd += ["--record", "inspect:schedinspector"]
-    for name, spec in policies.items():
-        cmd += ["--policy", f"{name}={spec}"]
-    run(cmd + (["--resume"] if (folder / "run.json").is_file() else []))
-    with open(folder / "summary.csv", newline="") as f:
-        rows = {r["policy"]: r for r in csv.DictReader(f)}
-    result = {name: {key: _num(rows[name].get(key)) for key in (
-        "mean_bsld_mean", "mean_bsld_diff", "mean_bsld_ci_low", "mean_bsld_ci_high", "mean_bsld_win_rate",
-        "mean_wait_mean", "utilization_mean", "utilization_diff", "utilization_ci_low", "utilization_ci_high")}
-        for name in policies if rows[name]["status"] == "ok"}
+    result = paper_runs.compare(folder, TRACES_DIR / f"{TRACES[trace]}.swf.gz", policies, seed, samples, jobs,
+                                *(["--record", "inspect:schedinspector"] if record else []))
     if record:
         from hpcgym.agents.records import load_records
 
@@ -81,16 +62,6 @@ def compare(out: Path, tag: str, trace: str, policies: dict[str, str], seed: int
             total = sum(len(a) for a in actions)
             result[name]["rejection_ratio"] = sum(int((a == 1).sum()) for a in actions) / total if total else None
     return result
-
-
-def _num(text: str | None) -> float | None:
-    return float(text) if text not in (None, "") else None
-
-
-def epoch_seconds(folder: Path) -> tuple[int, float]:
-    with open(folder / "curve.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    return len(rows), sum(float(r["seconds"]) for r in rows) / max(len(rows), 1)
 
 
 def inspect_rate(model: Path, trace: str, windows: int = 20, jobs: int = 256) -> dict[str, float]:

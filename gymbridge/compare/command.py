@@ -11,6 +11,7 @@ import click
 from ...environment.config import OVERRUN_MODES, EstimateSpec
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
+from ...environment.swf import CLEANINGS
 from .executors import EXECUTORS
 from .policy import parse_policy
 from .stats import METRICS
@@ -43,6 +44,10 @@ POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or
 @click.option("--part", type=click.Choice(["train", "test"]), default="test", show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Sample i uses seed SEED+i (its window and its episode); also seeds the bootstrap.")
+@click.option("--first-jobs", type=click.IntRange(min=1),
+              help="Random windows start within the trace's first N jobs (the RL papers' code draws from 10,000).")
+@click.option("--cleaning", type=click.Choice(CLEANINGS), default="hpcgym", show_default=True,
+              help="SWF cleaning rule: hpcgym's, or rlbf-scw (cancelled jobs kept as 10 s jobs, docs/semantics.md).")
 @click.option("--estimate", default=None, help="Run-time estimate for all policies: requested, actual, noisy:E.")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default=None, help="Overrun rule for all policies.")
 @click.option("--metric", type=click.Choice([k for k, _, _ in METRICS]), default="mean_bsld", show_default=True,
@@ -69,8 +74,8 @@ POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or
                    "action) to units/POLICY/seq-NNN.records.npz (agents/records.py; local executor).")
 @click.pass_context
 def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, samples, n_jobs, sampled_jobset,
-            train_fraction, part, seed, estimate, overrun, metric, resamples, out, resume, force, inproc, workers,
-            executor, address, decision_timeout, no_plots, record) -> None:
+            train_fraction, part, seed, first_jobs, cleaning, estimate, overrun, metric, resamples, out, resume, force,
+            inproc, workers, executor, address, decision_timeout, no_plots, record) -> None:
     """Compare scheduling policies on the same job sequences: summary table, paired differences to
     a baseline with bootstrap confidence intervals, per-job CSVs, plots (see docs/compare.md).
 
@@ -108,7 +113,8 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
             trace = resolve_trace(trace).resolve()  # a bare name is looked up in $HPCGYM_TRACES
         spec = SequenceSpec(trace=str(trace) if trace else None, procs=procs, strict=strict,
                             skip_malformed=skip_malformed, samples=samples or (10 if n_jobs else 1), jobs=n_jobs,
-                            sampled_jobset=sampled_jobset, train_fraction=train_fraction, part=part, seed=seed)
+                            sampled_jobset=sampled_jobset, train_fraction=train_fraction, part=part, seed=seed,
+                            first_jobs=first_jobs, cleaning=cleaning)
         comparison = Comparison(policies=[parse_policy(p) for p in policies], sequences=spec, out=out,
                                 baseline=baseline, options=options, metric=metric, resamples=resamples, mode=mode,
                                 executor=executor, address=address, workers=workers,

@@ -38,6 +38,8 @@ class SequenceSpec:
     train_fraction: float | None = None
     part: str = "test"
     seed: int = 0
+    first_jobs: int | None = None   # windows start within the first N jobs (the RL papers' code)
+    cleaning: str = "hpcgym"        # SWF cleaning rule (environment.swf.CLEANINGS)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -54,6 +56,9 @@ class SequenceSpec:
                               "is one sequence")
         if self.sampled_jobset and self.jobs is None:
             raise ConfigError("--sampled-jobset needs --jobs M")
+        if self.first_jobs is not None and (self.jobs is None or self.sampled_jobset or self.first_jobs < self.jobs):
+            raise ConfigError("--first-jobs N limits where random windows start: it needs --jobs M with M <= N "
+                              "(and no --sampled-jobset)")
         if self.seed < 0:
             raise ConfigError("--seed must be non-negative")
 
@@ -67,12 +72,14 @@ def build_sequences(spec: SequenceSpec, folder: Path) -> list[dict[str, Any]]:
     """Cut the sequences, write them to `folder`, and describe each (file, seed, window, sha256)."""
     spec.check()
     source = load_workload({"trace": spec.trace, "procs": spec.procs, "strict": spec.strict,
-                            "skip_malformed": spec.skip_malformed, "train_fraction": spec.train_fraction,
+                            "skip_malformed": spec.skip_malformed, "cleaning": spec.cleaning,
+                            "train_fraction": spec.train_fraction,
                             "part": spec.part if spec.train_fraction is not None else None}, spec.seed)
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     for index, seed in enumerate(sample_seeds(spec)):
-        workload = cut_sequence(source, {"jobs": spec.jobs, "sample": seed, "sampled_jobset": spec.sampled_jobset})
+        workload = cut_sequence(source, {"jobs": spec.jobs, "sample": seed, "sampled_jobset": spec.sampled_jobset,
+                                         "first_jobs": spec.first_jobs})
         found = re.search(r"-w(\d+)-\d+$", workload.name) if workload is not source else None
         start = int(found.group(1)) if found else None
         path = folder / f"seq-{index:03d}.swf"

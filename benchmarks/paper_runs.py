@@ -1,0 +1,49 @@
+"""What the papers' evaluation scripts share: run `hpcgym` commands (printed first), read a
+`hpcgym compare` summary, time training epochs from a curve.csv."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_local = Path(sys.executable).parent / "hpcgym"
+HPCGYM = str(_local) if _local.exists() else "hpcgym"
+TRACES_DIR = ROOT.parent / "shared" / "traces"
+#: The summary.csv columns an evaluation reads for each policy.
+SUMMARY_KEYS = ("mean_bsld_mean", "mean_bsld_diff", "mean_bsld_ci_low", "mean_bsld_ci_high", "mean_bsld_win_rate",
+                "mean_wait_mean", "max_wait_mean", "utilization_mean", "utilization_diff", "utilization_ci_low",
+                "utilization_ci_high")
+
+
+def run(cmd: list[str]) -> None:
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def compare(folder: Path, trace: Path, policies: dict[str, str], seed: int, samples: int, jobs: int,
+            *extra: str) -> dict[str, dict[str, float | None]]:
+    """Run (or resume) `hpcgym compare` of `policies` on `samples` windows of `trace` and return
+    each finished policy's mean metrics and paired differences to the first policy."""
+    cmd = [HPCGYM, "compare", "--trace", str(trace), "--jobs", str(jobs), "--samples", str(samples), "--seed",
+           str(seed), "--inproc", "--no-plots", "--out", str(folder), *extra]
+    for name, spec in policies.items():
+        cmd += ["--policy", f"{name}={spec}"]
+    run(cmd + (["--resume"] if (folder / "run.json").is_file() else []))
+    with open(folder / "summary.csv", newline="") as f:
+        rows = {r["policy"]: r for r in csv.DictReader(f)}
+    return {name: {key: _num(rows[name].get(key)) for key in SUMMARY_KEYS}
+            for name in policies if rows[name]["status"] == "ok"}
+
+
+def _num(text: str | None) -> float | None:
+    return float(text) if text not in (None, "") else None
+
+
+def epoch_seconds(folder: Path) -> tuple[int, float]:
+    """Epochs trained in `folder` and the mean seconds per epoch, from its curve.csv."""
+    with open(folder / "curve.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return len(rows), sum(float(r["seconds"]) for r in rows) / max(len(rows), 1)
