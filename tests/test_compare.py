@@ -168,6 +168,9 @@ def test_policy_syntax():
     assert [(a.kinds, a.source, a.target, a.label) for a in p.agents] == [
         (("select",), "model", "runs/ppo+a/model.pt", "select:model:runs/ppo+a/model.pt")]
     assert p.priority == "sjf"
+    p = parse_policy("rl=fcfs,preset:rlbf-public,backfill:model:runs/rlbf/model.pt")  # an agent, not a mode
+    assert p.options == {"preset": "rlbf-public"}
+    assert [(a.kinds, a.source, a.target) for a in p.agents] == [(("backfill",), "model", "runs/rlbf/model.pt")]
     for text in ("model:m.pt,window:64", "agent:model:m.pt,window:64"):  # the checkpoint's own kind
         p = parse_policy(text)
         assert [(a.kinds, a.source, a.target) for a in p.agents] == [((), "model", "m.pt")]

@@ -138,7 +138,7 @@ def parse_policy(text: str) -> PolicySpec:
             priority = _set_once("priority", priority, value, text)
         elif lowered.startswith("backfill:") and item.split(":", 1)[1].strip().lower() in BACKFILL_MODES:
             _set_option(options, "backfill", item.split(":", 1)[1].strip().lower(), text)
-        elif lowered.split(":", 1)[0] in OPTION_KEYS and ":" in item:
+        elif lowered.split(":", 1)[0] in OPTION_KEYS and lowered.split(":", 1)[0] != "backfill" and ":" in item:
             key, value = item.split(":", 1)
             _set_option(options, key.lower(), value.strip(), text)
         elif kind_match:

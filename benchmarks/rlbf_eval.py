@@ -1,0 +1,268 @@
+"""RL backfilling evaluation (docs/rlbackfilling.md): the paper's Table 4 (mean bsld of 10
+sequences of 1,024 jobs: FCFS and SJF with EASY, EASY-AR and the RL agent) and Table 5 (each
+trace's agent on every trace), in the semantics of the code behind the tables (`scw`) and of the
+public code (`public`), over two disjoint seed sets, through `hpcgym compare`; Fig. 1 (EASY with
+noisy estimates against exact ones); how often unguarded agents delay the reservation and what
+it costs the large jobs; the training cost per epoch and the backfill decisions per second.
+
+    python benchmarks/rlbf_eval.py --runs runs --out runs/rlbf-eval             # evaluate what exists
+    python benchmarks/rlbf_eval.py --runs runs --out runs/rlbf-eval --train     # train missing agents first
+
+Agents are read from RUNS/rlbf-TRACE-BASE-SEMANTICS/model.pt (`hpcgym train rlbf --trace TRACE
+--base BASE --semantics SEMANTICS`); rows of a missing agent are left out (or, with --train, it
+is trained first). Lublin-2 is a STAND-IN generated with `--model lublin2-standin` (docs/lublin.md).
+Outputs in OUT: compare folders, results.json and results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from pathlib import Path
+
+from paper_runs import HPCGYM, ROOT, TRACES_DIR, compare, epoch_seconds, run
+
+TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "HPC2N": "HPC2N-2002-2.2-cln", "Lublin-1": "lublin_256",
+          "Lublin-2 (stand-in)": "lublin2-standin"}
+#: Table 4 of the paper (SC-W code): FCFS+EASY, FCFS+EASY-AR, FCFS+RLBF, SJF+EASY, SJF+EASY-AR, SJF+RLBF
+PAPER_TABLE4 = {"SDSC-SP2": (1595.11, 412.01, 90.65, 2167.83, 187.63, 81.60),
+                "HPC2N": (127.38, 50.55, 66.50, 122.03, 24.03, 27.81),
+                "Lublin-1": (235.81, 235.81, 178.30, 73.30, 73.30, 24.11),
+                "Lublin-2 (stand-in)": (247.60, 247.60, 123.00, 91.99, 91.99, 29.09)}
+#: How each semantics runs: compare policy items and compare options.
+SEMANTICS = {"scw": ("preset:rlbf-scw", ["--first-jobs", "10000", "--cleaning", "rlbf-scw"]),
+             "public": ("preset:rlbf-public", [])}
+BASES = ("fcfs", "sjf")
+FIG1_ERRORS = (0.05, 0.1, 0.2, 0.4, 1.0)
+
+
+def trace_path(out: Path, trace: str) -> Path:
+    if TRACES[trace] == "lublin2-standin":
+        path = out / "lublin2-standin.swf.gz"
+        if not path.is_file():
+            out.mkdir(parents=True, exist_ok=True)
+            run([HPCGYM, "trace", "generate", str(path), "--model", "lublin2-standin", "--procs", "256", "--jobs",
+                 "10000", "--seed", "0"])
+        return path
+    return TRACES_DIR / f"{TRACES[trace]}.swf.gz"
+
+
+def agent_path(runs: Path, trace: str, base: str, semantics: str) -> Path:
+    return runs / f"rlbf-{TRACES[trace]}-{base}-{semantics}" / "model.pt"
+
+
+def train(runs: Path, out: Path, trace: str, base: str, semantics: str, epochs: int) -> None:
+    folder = agent_path(runs, trace, base, semantics).parent
+    run([HPCGYM, "train", "rlbf", "--trace", str(trace_path(out, trace)), "--base", base, "--semantics", semantics,
+         "--epochs", str(epochs), "--out", str(folder), "--eval-episodes", "0", "--no-progress"]
+        + (["--resume"] if (folder / "curve.csv").is_file() else []))
+
+
+def table4(args, semantics: str, trace: str, seed: int) -> dict:
+    rules, extra = SEMANTICS[semantics]
+    policies = {}
+    for base in BASES:
+        policies[f"{base}-easy"] = f"{base},{rules}"
+        policies[f"{base}-easy-ar"] = f"{base},{rules},exact_requests:true"
+        agent = agent_path(args.runs, trace, base, semantics)
+        if agent.is_file():
+            policies[f"{base}-rlbf"] = f"{base},{rules},backfill:model:{agent}"
+    folder = args.out / f"table4-{semantics}-{TRACES[trace]}-seed{seed}"
+    return compare(folder, trace_path(args.out, trace), policies, seed, args.samples, args.jobs, *extra)
+
+
+def table5(args, semantics: str, trace: str, seed: int) -> dict:
+    """Every trace's FCFS- and SJF-based agent on `trace`."""
+    rules, extra = SEMANTICS[semantics]
+    result = {}
+    for base in BASES:
+        policies = {f"{base}-easy": f"{base},{rules}"}
+        for other in TRACES:
+            agent = agent_path(args.runs, other, base, semantics)
+            if agent.is_file():
+                policies[f"rl-{TRACES[other]}"] = f"{base},{rules},backfill:model:{agent}"
+        if len(policies) > 1:
+            folder = args.out / f"table5-{semantics}-{base}-{TRACES[trace]}-seed{seed}"
+            result[base] = compare(folder, trace_path(args.out, trace), policies, seed, args.samples, args.jobs,
+                                   *extra)
+    return result
+
+
+def fig1(args, seed: int) -> dict:
+    """FCFS and SJF with EASY (hpcgym's textbook rules) on SDSC-SP2: requested, exact and noisy
+    estimates (`noisy:E`: the run time times 1 + E u, u uniform in [-1, 1])."""
+    result = {}
+    for base in BASES:
+        policies = {"requested": f"{base},easy", "exact": f"{base},easy,estimate:actual"}
+        policies.update({f"noisy-{e:g}": f"{base},easy,estimate:noisy:{e:g}" for e in FIG1_ERRORS})
+        folder = args.out / f"fig1-{base}-seed{seed}"
+        result[base] = compare(folder, trace_path(args.out, "SDSC-SP2"), policies, seed, args.samples, args.jobs)
+    return result
+
+
+def reservation_delays(args, trace: str, base: str) -> dict | None:
+    """The public-semantics agent (unguarded candidates) in process on the Table 4 windows: how
+    many of its backfills delayed the reservation, by how much, and the max wait of jobs larger
+    than a quarter of the cluster, beside FCFS/SJF + EASY alone."""
+    from hpcgym.agents.rl.serve import RLAgent
+    from hpcgym.environment.simulator import Simulation
+    from hpcgym.environment.spec import load_workload, sim_config
+
+    agent_file = agent_path(args.runs, trace, base, "public")
+    if not agent_file.is_file():
+        return None
+    agent = RLAgent(agent_file)
+    totals = {"episodes": 0, "backfills": 0, "delays": 0, "delay_s": 0, "max_wait_large_rl": 0, "max_wait_large_easy": 0}
+    for seed in range(args.samples):
+        workload = load_workload({"trace": str(trace_path(args.out, trace)), "jobs": args.jobs, "sample": seed})
+        large = workload.size > workload.procs // 4
+        sim = Simulation(workload, sim_config({"preset": "rlbf-public"}, seed), policy=base, external={"backfill"})
+        with_agent = sim.run({"backfill": agent})
+        alone = Simulation(workload, sim_config({"preset": "rlbf-public"}, seed), policy=base).run()
+        totals["episodes"] += 1
+        totals["backfills"] += int((with_agent.jobs["start_kind"] == 2).sum())
+        totals["delays"] += sim.reservation_delays
+        totals["delay_s"] += sim.reservation_delay_s
+        for key, result in (("max_wait_large_rl", with_agent), ("max_wait_large_easy", alone)):
+            waits = (result.jobs["start"] - result.jobs["submit"])[large]
+            totals[key] = max(totals[key], int(waits.max()) if len(waits) else 0)
+    return totals
+
+
+def decision_rate(args, trace: str, base: str, semantics: str, windows: int = 5) -> dict | None:
+    """Backfill decisions per second of the served kernel actor, in process."""
+    import torch
+
+    from hpcgym.agents.rl.serve import RLAgent
+    from hpcgym.environment.simulator import simulate
+    from hpcgym.environment.spec import load_workload, sim_config
+
+    agent_file = agent_path(args.runs, trace, base, semantics)
+    if not agent_file.is_file():
+        return None
+    torch.set_num_threads(1)
+    agent, count = RLAgent(agent_file), [0]
+
+    class Counting:
+        kinds = ("backfill",)
+
+        def act(self, decision):
+            count[0] += 1
+            return agent.act(decision)
+
+    t0 = time.perf_counter()
+    for seed in range(windows):
+        workload = load_workload({"trace": str(trace_path(args.out, trace)), "jobs": 256, "sample": seed})
+        simulate(workload, sim_config(dict([SEMANTICS[semantics][0].split(":")])), policy=base,
+                 agents={"backfill": Counting()})
+    seconds = time.perf_counter() - t0
+    return {"decisions": count[0], "seconds": seconds, "per_second": count[0] / seconds}
+
+
+def plot_curves(runs: Path, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(SEMANTICS), figsize=(11, 4))
+    for ax, semantics in zip(axes, SEMANTICS):
+        for folder in sorted(runs.glob(f"rlbf-*-{semantics}")):
+            if (folder / "curve.csv").is_file():
+                with open(folder / "curve.csv", newline="") as f:
+                    rows = list(csv.DictReader(f))
+                ax.plot([int(r["epoch"]) for r in rows], [float(r["return"]) for r in rows],
+                        label=folder.name[len("rlbf-"):-len(semantics) - 1])
+        ax.set_title(f"RL backfilling, {semantics} semantics")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("mean return (training episodes)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def cell(rows: dict, name: str) -> str:
+    row = rows.get(name)
+    if not row or row.get("mean_bsld_mean") is None:
+        return "-"
+    if row.get("mean_bsld_diff") is None or row.get("mean_bsld_ci_low") is None:
+        return f"{row['mean_bsld_mean']:,.2f}"
+    return f"{row['mean_bsld_mean']:,.2f} ({row['mean_bsld_diff']:+,.1f} [{row['mean_bsld_ci_low']:+,.1f}, " \
+           f"{row['mean_bsld_ci_high']:+,.1f}])"
+
+
+def markdown(results: dict, seeds: list[int]) -> str:
+    lines = ["# RL backfilling: results (benchmarks/rlbf_eval.py)", ""]
+    columns = [f"{b}-{c}" for b in BASES for c in ("easy", "easy-ar", "rlbf")]
+    for semantics in SEMANTICS:
+        for seed in seeds:
+            lines += [f"## Table 4, {semantics} semantics, seeds {seed}..{seed + results['samples'] - 1}", "",
+                      "Mean bsld (paired difference to the same base's EASY first, with its 95% bootstrap CI).", "",
+                      "| trace | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+            for trace in TRACES:
+                rows = results["table4"].get(f"{semantics}/{trace}/{seed}", {})
+                cells = [cell(rows, c) for c in columns]
+                lines.append(f"| {trace} | " + " | ".join(cells) + " |")
+                if semantics == "scw" and seed == seeds[0]:
+                    lines.append(f"| {trace}, paper | " + " | ".join(f"{v:,.2f}" for v in PAPER_TABLE4[trace]) + " |")
+            lines.append("")
+    lines += ["## Fig. 1: EASY with noisy estimates on SDSC-SP2 (textbook rules, mean bsld)", ""]
+    for seed in seeds:
+        for base, rows in results["fig1"].get(str(seed), {}).items():
+            lines.append(f"* {base.upper()}, seeds {seed}..: " + ", ".join(f"{k} {cell(rows, k)}" for k in rows))
+    lines += ["", "## Unguarded agents (public semantics): reservation delays", ""]
+    for key, value in results["delays"].items():
+        lines.append(f"* {key}: {value}")
+    lines += ["", "## Cost", ""]
+    for key, value in results["cost"].items():
+        lines.append(f"* {key}: {value}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "rlbf-eval")
+    parser.add_argument("--train", action="store_true", help="Train missing agents first.")
+    parser.add_argument("--epochs", type=int, default=50)
+    parser.add_argument("--samples", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=1024)
+    parser.add_argument("--seeds", default="0,100", help="First seed of each disjoint seed set.")
+    parser.add_argument("--traces", default=",".join(TRACES))
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    traces = [t for t in TRACES if t in args.traces.split(",")]
+    if args.train:
+        for semantics in SEMANTICS:
+            for trace in traces:
+                for base in BASES:
+                    train(args.runs, args.out, trace, base, semantics, args.epochs)
+    results: dict = {"samples": args.samples, "jobs": args.jobs, "table4": {}, "table5": {}, "fig1": {},
+                     "delays": {}, "cost": {}}
+    for semantics in SEMANTICS:
+        for trace in traces:
+            for seed in seeds:
+                results["table4"][f"{semantics}/{trace}/{seed}"] = table4(args, semantics, trace, seed)
+                results["table5"][f"{semantics}/{trace}/{seed}"] = table5(args, semantics, trace, seed)
+            for base in BASES:
+                folder = agent_path(args.runs, trace, base, semantics).parent
+                if (folder / "curve.csv").is_file():
+                    epochs, per_epoch = epoch_seconds(folder)
+                    results["cost"][f"{semantics}/{trace}/{base}: epochs, seconds per epoch"] = (epochs, round(per_epoch, 1))
+                    results["cost"][f"{semantics}/{trace}/{base}: backfill decisions per second"] = decision_rate(
+                        args, trace, base, semantics)
+                if semantics == "public":
+                    results["delays"][f"{trace}/{base}"] = reservation_delays(args, trace, base)
+    for seed in seeds:
+        results["fig1"][str(seed)] = fig1(args, seed)
+    plot_curves(args.runs, args.out / "rlbf-curves.png")
+    (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    (args.out / "results.md").write_text(markdown(results, seeds))
+    print(markdown(results, seeds))
+
+
+if __name__ == "__main__":
+    main()
