@@ -24,6 +24,8 @@ from pathlib import Path
 
 from paper_runs import HPCGYM, ROOT, TRACES_DIR, compare, epoch_seconds, run
 
+from hpcgym.environment.spec import WorkloadCache
+
 TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "HPC2N": "HPC2N-2002-2.2-cln", "Lublin-1": "lublin_256",
           "Lublin-2 (stand-in)": "lublin2-standin"}
 #: Table 4 of the paper (SC-W code): FCFS+EASY, FCFS+EASY-AR, FCFS+RLBF, SJF+EASY, SJF+EASY-AR, SJF+RLBF
@@ -31,10 +33,12 @@ PAPER_TABLE4 = {"SDSC-SP2": (1595.11, 412.01, 90.65, 2167.83, 187.63, 81.60),
                 "HPC2N": (127.38, 50.55, 66.50, 122.03, 24.03, 27.81),
                 "Lublin-1": (235.81, 235.81, 178.30, 73.30, 73.30, 24.11),
                 "Lublin-2 (stand-in)": (247.60, 247.60, 123.00, 91.99, 91.99, 29.09)}
-#: How each semantics runs: compare policy items and compare options.
-SEMANTICS = {"scw": ("preset:rlbf-scw", ["--first-jobs", "10000", "--cleaning", "rlbf-scw"]),
-             "public": ("preset:rlbf-public", [])}
+#: How each semantics runs: the simulation preset and compare's options.
+SEMANTICS = {"scw": ("rlbf-scw", ["--first-jobs", "10000", "--cleaning", "rlbf-scw"]),
+             "public": ("rlbf-public", [])}
 BASES = ("fcfs", "sjf")
+#: Traces read once for every in-process measurement.
+WORKLOADS = WorkloadCache(size=4)
 FIG1_ERRORS = (0.05, 0.1, 0.2, 0.4, 1.0)
 
 
@@ -61,7 +65,8 @@ def train(runs: Path, out: Path, trace: str, base: str, semantics: str, epochs: 
 
 
 def table4(args, semantics: str, trace: str, seed: int) -> dict:
-    rules, extra = SEMANTICS[semantics]
+    preset, extra = SEMANTICS[semantics]
+    rules = f"preset:{preset}"
     policies = {}
     for base in BASES:
         policies[f"{base}-easy"] = f"{base},{rules}"
@@ -75,7 +80,8 @@ def table4(args, semantics: str, trace: str, seed: int) -> dict:
 
 def table5(args, semantics: str, trace: str, seed: int) -> dict:
     """Every trace's FCFS- and SJF-based agent on `trace`."""
-    rules, extra = SEMANTICS[semantics]
+    preset, extra = SEMANTICS[semantics]
+    rules = f"preset:{preset}"
     result = {}
     for base in BASES:
         policies = {f"{base}-easy": f"{base},{rules}"}
@@ -108,7 +114,7 @@ def reservation_delays(args, trace: str, base: str) -> dict | None:
     than a quarter of the cluster, beside FCFS/SJF + EASY alone."""
     from hpcgym.agents.rl.serve import RLAgent
     from hpcgym.environment.simulator import Simulation
-    from hpcgym.environment.spec import load_workload, sim_config
+    from hpcgym.environment.spec import sim_config
 
     agent_file = agent_path(args.runs, trace, base, "public")
     if not agent_file.is_file():
@@ -116,7 +122,7 @@ def reservation_delays(args, trace: str, base: str) -> dict | None:
     agent = RLAgent(agent_file)
     totals = {"episodes": 0, "backfills": 0, "delays": 0, "delay_s": 0, "max_wait_large_rl": 0, "max_wait_large_easy": 0}
     for seed in range(args.samples):
-        workload = load_workload({"trace": str(trace_path(args.out, trace)), "jobs": args.jobs, "sample": seed})
+        workload = WORKLOADS.load({"trace": str(trace_path(args.out, trace)), "jobs": args.jobs, "sample": seed})
         large = workload.size > workload.procs // 4
         sim = Simulation(workload, sim_config({"preset": "rlbf-public"}, seed), policy=base, external={"backfill"})
         with_agent = sim.run({"backfill": agent})
@@ -137,7 +143,7 @@ def decision_rate(args, trace: str, base: str, semantics: str, windows: int = 5)
 
     from hpcgym.agents.rl.serve import RLAgent
     from hpcgym.environment.simulator import simulate
-    from hpcgym.environment.spec import load_workload, sim_config
+    from hpcgym.environment.spec import sim_config
 
     agent_file = agent_path(args.runs, trace, base, semantics)
     if not agent_file.is_file():
@@ -152,10 +158,11 @@ def decision_rate(args, trace: str, base: str, semantics: str, windows: int = 5)
             count[0] += 1
             return agent.act(decision)
 
+    workloads = [WORKLOADS.load({"trace": str(trace_path(args.out, trace)), "jobs": 256, "sample": seed})
+                 for seed in range(windows)]
     t0 = time.perf_counter()
-    for seed in range(windows):
-        workload = load_workload({"trace": str(trace_path(args.out, trace)), "jobs": 256, "sample": seed})
-        simulate(workload, sim_config(dict([SEMANTICS[semantics][0].split(":")])), policy=base,
+    for workload in workloads:
+        simulate(workload, sim_config({"preset": SEMANTICS[semantics][0]}), policy=base,
                  agents={"backfill": Counting()})
     seconds = time.perf_counter() - t0
     return {"decisions": count[0], "seconds": seconds, "per_second": count[0] / seconds}
