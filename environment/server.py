@@ -7,6 +7,8 @@ with reason "shutdown", answer every waiting agent, close the socket and remove 
 
 from __future__ import annotations
 
+import re
+
 import signal
 import sys
 import time
@@ -22,6 +24,16 @@ from .service import EnvService
 LOOPBACK_PREFIXES = ("tcp://127.", "tcp://localhost:", "tcp://[::1]:", "ipc://", "inproc://")
 
 
+ADDRESS = re.compile(r"(tcp://(\[[0-9A-Fa-f:.]+\]|[^:/\s]+):(\d+|\*)|ipc://\S+|inproc://\S+)\Z")
+
+
+def check_address(bind: str) -> None:
+    """Refuse what is not a ZeroMQ address at all, before any other rule about it."""
+    if not ADDRESS.match(bind):
+        raise ConfigError(f"{bind!r} is not a ZeroMQ address; use tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) "
+                          "or ipc://PATH")
+
+
 class CurveKeys:
     """CURVE authentication: the server's key pair and the agent public keys it accepts."""
 
@@ -32,6 +44,7 @@ class CurveKeys:
 def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, allow_remote: bool = False,
           ready: Any = None) -> None:
     """Serve until SIGINT/SIGTERM (or `service.stop` is set). `ready` (an Event) is set once bound."""
+    check_address(bind)
     if not bind.startswith(LOOPBACK_PREFIXES) and not allow_remote:
         raise ConfigError(f"{bind} is not a loopback address: listening for other hosts is an explicit choice "
                           "(--allow-remote), best with CURVE keys (--curve-secret, --curve-allow)")

@@ -46,6 +46,8 @@ DROP_REASONS = (
 )
 
 _ON_MALFORMED = ("error", "skip")
+# A file none of whose first job lines is an SWF line is not a trace with a few bad lines.
+_SNIFF_LINES = 10
 _GZIP_MAGIC = b"\x1f\x8b"
 # Values beyond 2**53 lose integer precision as floats; no real trace comes near it.
 _MAX_ABS = float(2**53)
@@ -200,12 +202,16 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
     if not data_lines:
         raise WorkloadError(f"{path}: no job lines found (only comments or empty); is this an "
                             "SWF trace?")
+    problems = [_check_line(line) for line in data_lines[:_SNIFF_LINES]]
+    if on_malformed == "error" and all(problems):
+        raise WorkloadError(f"{path}:{data_numbers[0]}: {problems[0]}; this is not an SWF file (none of its first "
+                            "job lines holds 18 numbers): give a Standard Workload Format trace (.swf or .swf.gz)")
 
     if procs is None:
         procs = _leading_int(header.get("MaxProcs")) or _leading_int(header.get("MaxNodes"))
         if procs is None:
             raise WorkloadError(f"{path}: the header gives no usable MaxProcs or MaxNodes, so the "
-                                "cluster size is unknown; pass --procs N (procs=N)")
+                                "cluster size is unknown; give it (--procs N on the command line)")
     procs = int(procs)
 
     rows, line_no, n_malformed = _parse_rows(data_lines, data_numbers, path, on_malformed)

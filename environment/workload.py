@@ -74,3 +74,9 @@ class Workload:
         cols = {col: np.asarray(arr)[order] for col, arr in cols.items()}
         return Workload(name=name or self.name, procs=self.procs, dropped=dict(self.dropped),
                         header=dict(self.header), source_max_run=self.source_max_run, **cols)
+
+
+def describe_dropped(dropped: dict[str, int]) -> str:
+    """`dropped` counts as one line, e.g. "5,671 (nonpositive_run 5,664, larger_than_cluster 7)"."""
+    parts = [f"{reason} {count:,}" for reason, count in dropped.items() if count]
+    return f"{sum(dropped.values()):,} ({', '.join(parts)})" if parts else "none"

@@ -21,11 +21,12 @@ from ..environment.lublin import generate_lublin
 from ..environment.simulator import simulate
 from ..environment.spec import DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload, resolve_trace
 from ..environment.swf import trace_stats, write_swf
-from ..environment.workload import Workload
+from ..environment.workload import Workload, describe_dropped
 from .compare import compare
 from .compare.record import record
 from .protocol_commands import protocol as protocol_group
 from .training.command import train
+from .usage import check_part
 
 SUMMARY_LABELS = [
     ("jobs", "jobs", "{:d}"),
@@ -129,6 +130,7 @@ def _rules(ctx: click.Context, **given: Any) -> dict[str, Any]:
 def run(ctx, trace, procs, strict, skip_malformed, policy, backfill, estimate, overrun, exact_requests, commit_pick,
         preset, n_jobs, start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out) -> None:
     """Replay a trace (or the generated default workload) with a policy and print its metrics."""
+    check_part(ctx, train_fraction)
     spec = _workload_spec(trace, procs, strict, skip_malformed)
     spec.update(jobs=n_jobs, start=start, sample=sample, sampled_jobset=sampled_jobset,
                 train_fraction=train_fraction, part=part)
@@ -141,11 +143,14 @@ def run(ctx, trace, procs, strict, skip_malformed, policy, backfill, estimate, o
         result.write_jobs_csv(jobs_out)
     summary = dict(result.summary)
     if as_json:
-        summary.update(workload=workload.name, procs=workload.procs, policy=policy, **config.to_options())
+        summary.update(workload=workload.name, procs=workload.procs, policy=policy, **config.to_options(),
+                       dropped=dict(workload.dropped))
         click.echo(json.dumps(summary))
         return
     click.echo(f"{workload.name}: {len(workload)} jobs on {workload.procs} processors, "
                f"{policy.upper()} + {backfill} backfill ({estimate} estimates)")
+    if any(workload.dropped.values()):
+        click.echo(f"  left out when read: {describe_dropped(workload.dropped)}; docs/semantics.md section 1")
     for key, label, fmt in SUMMARY_LABELS:
         click.echo(f"  {label:<24}{fmt.format(summary[key])}")
 
@@ -215,9 +220,10 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, reward, decision_timeout,
                 on_agent_lost, allow_remote, curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md)."""
-    from ..environment.server import serve
+    from ..environment.server import check_address, serve
     from ..environment.service import EnvService
 
+    check_address(bind)  # before saying "listening"
     workload = {"trace": str(resolve_trace(trace)) if trace else None, "procs": procs}  # fail now, not at a reset
     service = EnvService({"workload": {k: v for k, v in workload.items() if v is not None},
                           "options": _rules(ctx, backfill=backfill, exact_requests=exact_requests,
@@ -312,7 +318,11 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
     elif greedy and ctx.get_parameter_source("greedy") == click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("--online samples its actions (on-policy data for its updates): drop --greedy")
     if model is not None:
-        import torch
+        try:
+            import torch
+        except ImportError:
+            raise HpcgymError("--model needs PyTorch, which is not installed: pip install torch==2.13.0 (the CPU "
+                              "build; see the README) and pip install 'hpcgym[rl]'") from None
 
         torch.set_num_threads(1)  # one decision at a time: a small network gains nothing from more
         if online:

@@ -154,3 +154,80 @@ def test_train_resolves_the_trace_name_too(traces_env, tmp_path):
     pytest.importorskip("gymnasium")
     r = invoke("train", "ppo", "--trace", "absent.swf", "--out", tmp_path / "run")
     assert r.exit_code == 2 and str(traces_env) in r.output, r.output
+
+
+# ------------------------------------------------------------------ a newcomer's error paths (one line, exit 2)
+def one_line_error(result, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "Aborted" not in result.output
+    assert all(f in result.output for f in fragments), result.output
+
+
+def test_dropped_jobs_are_reported_in_text_and_json(tmp_path):
+    # two jobs with run time -1 and 0, one larger than the cluster's 10 processors
+    path = tmp_path / "drops.swf"
+    path.write_text(SWF + "5 4 -1 -1 1 -1 -1 1 5 -1 0 1 -1 -1 -1 -1 -1 -1\n"
+                          "6 5 -1 0 1 -1 -1 1 5 -1 0 1 -1 -1 -1 -1 -1 -1\n"
+                          "7 6 -1 9 12 -1 -1 12 9 -1 1 1 -1 -1 -1 -1 -1 -1\n")
+    text = invoke("run", "--trace", path)
+    assert text.exit_code == 0 and "left out when read: 3 (nonpositive_run 2, larger_than_cluster 1)" in text.output
+    summary = json.loads(invoke("run", "--trace", path, "--json").output)
+    assert summary["jobs"] == 4 and summary["dropped"]["nonpositive_run"] == 2
+    assert summary["dropped"]["larger_than_cluster"] == 1
+    out = tmp_path / "cmp"
+    assert invoke("compare", "--trace", path, "--policy", "fcfs", "--out", out, "--no-plots").exit_code == 0
+    assert "left out when the trace was read: 3 (nonpositive_run 2, larger_than_cluster 1)" in \
+        (out / "summary.md").read_text()
+
+
+def test_part_without_a_split_is_refused(swf, tmp_path):
+    for command in (["run"], ["compare", "--policy", "fcfs", "--out", tmp_path / "c"]):
+        one_line_error(invoke(*command, "--trace", swf, "--part", "train"), "--train-fraction")
+
+
+def test_a_file_that_is_not_swf_says_so(tmp_path):
+    prose = tmp_path / "notes.txt"
+    prose.write_text("these are my notes\nnot a trace at all\n")
+    one_line_error(invoke("run", "--trace", prose), "not an SWF file")
+
+
+def test_messages_name_command_line_options_not_python_parameters(tmp_path):
+    headless = tmp_path / "headless.swf"
+    headless.write_text(SWF.split("\n", 1)[1])
+    result = invoke("run", "--trace", headless)
+    one_line_error(result, "--procs N")
+    assert "procs=" not in result.output
+
+
+def test_compare_on_a_truncated_gzip_trace(tmp_path):
+    import gzip
+
+    whole = gzip.compress((SWF * 200).encode())
+    cut = tmp_path / "cut.swf.gz"
+    cut.write_bytes(whole[:len(whole) // 2])
+    one_line_error(invoke("compare", "--trace", cut, "--policy", "fcfs", "--out", tmp_path / "c"), "truncated gzip")
+
+
+def test_compare_checks_checkpoints_before_running(swf, tmp_path):
+    out = tmp_path / "c"
+    one_line_error(invoke("compare", "--trace", swf, "--policy", "m=model:nosuch.pt", "--out", out),
+                   "checkpoint nosuch.pt not found")
+    assert not (out / "units").exists()
+
+
+def test_env_refuses_an_address_that_is_not_zeromq():
+    one_line_error(invoke("env", "--bind", "garbage"), "not a ZeroMQ address", "tcp://HOST:PORT")
+
+
+def test_agent_model_without_torch_is_one_line(tmp_path):
+    """The light install (no torch): simulated by blocking the import in a child process."""
+    import subprocess
+    import sys
+
+    model = tmp_path / "model.pt"
+    model.write_bytes(b"not used")
+    code = ("import sys; sys.modules['torch'] = None; from hpcgym.gymbridge.cli import main; "
+            f"main(['agent', '--model', {str(model)!r}, '--connect', 'ipc:///tmp/none'])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "needs PyTorch" in done.stderr and "torch==2.13.0" in done.stderr and "Traceback" not in done.stderr

@@ -12,8 +12,9 @@ from ...environment.config import OVERRUN_MODES, EstimateSpec
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
 from ...environment.swf import CLEANINGS
+from ..usage import check_part
 from .executors import EXECUTORS
-from .policy import parse_policy
+from .policy import CHECKPOINT_SOURCES, PolicySpec, parse_policy
 from .stats import METRICS
 
 POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or +: a priority (fcfs, sjf, ...), "
@@ -89,6 +90,7 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
     if resume and force:
         raise ConfigError("use --resume or --force, not both")
     mode = "inproc" if inproc else "protocol"
+    check_part(ctx, train_fraction)
     argv = command_line(ctx)
     workers = workers or os.cpu_count() or 1
     if resume and not policies:
@@ -115,7 +117,9 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
                             skip_malformed=skip_malformed, samples=samples or (10 if n_jobs else 1), jobs=n_jobs,
                             sampled_jobset=sampled_jobset, train_fraction=train_fraction, part=part, seed=seed,
                             first_jobs=first_jobs, cleaning=cleaning)
-        comparison = Comparison(policies=[parse_policy(p) for p in policies], sequences=spec, out=out,
+        parsed = [parse_policy(p) for p in policies]
+        _check_checkpoints(parsed)
+        comparison = Comparison(policies=parsed, sequences=spec, out=out,
                                 baseline=baseline, options=options, metric=metric, resamples=resamples, mode=mode,
                                 executor=executor, address=address, workers=workers,
                                 decision_timeout=decision_timeout, plots=not no_plots, argv=argv,
@@ -153,6 +157,15 @@ def record_settings(kind: str, encoder: str | None, executor: str = "local", win
     if made.kinds is not None and kind not in made.kinds:
         raise ConfigError(f"{what}: encoder {encoder!r} reads {'/'.join(made.kinds)} decisions only, not {kind}")
     return {"kind": kind, "encoder": encoder, "window": window}
+
+
+def _check_checkpoints(policies: list[PolicySpec]) -> None:
+    """A missing checkpoint fails here, once, not in every unit of the comparison."""
+    for policy in policies:
+        for agent in policy.agents:
+            if agent.source in CHECKPOINT_SOURCES and not Path(agent.target).is_file():
+                raise ConfigError(f"policy {policy.name!r}: checkpoint {agent.target} not found; give the path "
+                                  "of a model.pt written by hpcgym train")
 
 
 def command_line(ctx: click.Context) -> list[str]:

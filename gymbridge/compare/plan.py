@@ -11,13 +11,14 @@ import gzip
 import hashlib
 import json
 import re
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ...environment.errors import ConfigError
+from ...environment.errors import ConfigError, WorkloadError
 from ...environment.spec import cut_sequence, load_workload, resolve_trace
 from ...environment.swf import read_swf, write_swf
 from ...environment.workload import COLUMNS, Workload
@@ -88,6 +89,7 @@ def build_sequences(spec: SequenceSpec, folder: Path) -> list[dict[str, Any]]:
                                                else "")])
         _check_round_trip(path, workload)
         out.append({"index": index, "seed": seed, "start": start, "jobs": len(workload), "procs": workload.procs,
+                    "dropped_at_load": {k: v for k, v in source.dropped.items() if v},
                     "file": f"{folder.name}/{path.name}", "sha256": sha256_file(path),
                     "first_job": int(workload.job_id[0]) if len(workload) else None})
     return out
@@ -114,9 +116,13 @@ def trace_checksums(path: str | Path) -> dict[str, Any]:
     info: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
     if path.name.lower().endswith(".gz"):
         h = hashlib.sha256()
-        with gzip.open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
+        try:
+            with gzip.open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+        except (OSError, EOFError, zlib.error) as exc:  # click would turn an EOFError into "Aborted!"
+            raise WorkloadError(f"{path}: corrupt or truncated gzip data ({exc}); re-download or re-compress "
+                                "the trace") from None
         info["sha256_uncompressed"] = h.hexdigest()
     return info
 

@@ -37,6 +37,7 @@ from .plan import SequenceSpec, build_sequences, fingerprint, sha256_file, trace
 from .policy import PolicySpec
 from .stats import METRICS, latency_stats, summarize_policies
 from ...environment.service import kinds_key
+from ...environment.workload import describe_dropped
 
 MODES = ("protocol", "inproc")
 
@@ -289,6 +290,10 @@ def _title(c: Comparison, sequences: list[dict[str, Any]], baseline: str) -> tup
              ""]
     if c.options:
         notes.insert(1, "Common options: " + ", ".join(f"{k}={v}" for k, v in sorted(c.options.items())) + ".")
+    dropped = sequences[0].get("dropped_at_load") or {}
+    if dropped:
+        notes.insert(1, f"Jobs left out when the trace was read: {describe_dropped(dropped)} (docs/semantics.md "
+                        "section 1).")
     return title, notes
 
 
