@@ -104,3 +104,40 @@ def test_no_rejection_cap_asks_at_every_pass():
     free = simulate(w, SimConfig(max_rejections=None), agents={"inspect": uncapped})
     assert uncapped.looks == 100 and free.jobs["start"].tolist() == [99 * 600]
     assert sim_config({"max_rejections": None}).max_rejections is None
+
+
+# ---------------------------------------------------------------- reservations that persist (EASY)
+def test_with_easy_the_reserved_job_keeps_its_reservation():
+    """The same jobs with EASY backfilling: nothing can backfill (J3 needs 4 processors), so the
+    schedules are those above. Re-made at every pass, J2's reservation passes to the shorter J3
+    at 10; kept, J2 holds it from 0 until it starts at 100."""
+    def easy(commit: bool) -> list[int]:
+        result = simulate(jobs(), SimConfig(backfill="easy", commit_pick=commit), policy="sjf")
+        return [int(s) for s in result.jobs["start"]]
+
+    assert easy(False) == [0, 105, 100]
+    assert easy(True) == [0, 100, 250]
+
+
+def test_an_agent_made_reservation_persists():
+    """An external select agent that takes the shortest request of the window (SJF as an agent):
+    at 0 it starts J1, then picks J2, which does not fit and is reserved. Re-made, it is asked
+    again at 10 and picks the newly arrived J3 instead (J3 100-105, J2 105); kept, it is not
+    asked while J2 waits (J2 100-250, then J3), only when the next pick is due."""
+    class Shortest(Agent):
+        kinds = ("select",)
+
+        def __init__(self) -> None:
+            self.asked: list[int] = []
+
+        def act(self, decision):
+            self.asked.append(decision.time)
+            run = dict(zip(decision.observation["queue"]["id"], decision.observation["queue"]["requested"]))
+            return [min(decision.candidates, key=lambda j: (run[j], j))]
+
+    cases = ((False, [0, 105, 100], [0, 0, 10, 100, 100, 105]), (True, [0, 100, 250], [0, 0, 100]))
+    for commit, starts_, asks in cases:
+        agent = Shortest()
+        result = simulate(jobs(), SimConfig(backfill="easy", commit_pick=commit), agents={"select": agent})
+        assert [int(s) for s in result.jobs["start"]] == starts_
+        assert agent.asked == asks
