@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..environment.errors import ConfigError
 from ..environment.decisions import SELECT, Action, Decision
 from ..environment.priorities import PriorityPolicy, get_policy
 
@@ -37,6 +38,9 @@ class PriorityAgent(Agent):
 
     def __init__(self, policy: str | PriorityPolicy = "fcfs", seed: int = 0) -> None:
         self.policy = get_policy(policy, seed) if isinstance(policy, str) else policy
+        if self.policy.env_only:
+            raise ConfigError(f"the {self.policy.name} policy reads what only the env knows (users' usage, the "
+                              f"whole workload): make it the env's policy (--policy {self.policy.name}), not an agent")
 
     def act(self, decision: Decision) -> Action:
         queue = decision.observation["queue"]

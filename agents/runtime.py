@@ -57,7 +57,7 @@ def builtin_agents() -> list[tuple[str, tuple[str, ...], str]]:
     """Every built-in agent: (name, the decision kinds it takes, one line on what it does); the
     priority policies first, described by their score (the window's job of lowest score is picked)."""
     rows = [(name, (SELECT,), "a seeded random order" if name == "random" else p.formula)
-            for name, p in POLICIES.items()]
+            for name, p in POLICIES.items() if not p.env_only]
     return rows + [(name, builtin_kinds(name), BUILTIN_HELP[name]) for name in BUILTIN_AGENTS]
 
 

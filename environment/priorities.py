@@ -11,13 +11,15 @@ deterministic.
 Sources: FCFS, LCFS, SJF, LJF, SQF, SAF and SRF as tabulated in the SchedInspector paper
 (Zhang et al., Table 3); WFP3 and UNICEF from Tang et al. (2009) as used in the RL backfilling
 paper (Table 3) and RLSchert; F1-F4 from Carastan-Santos and de Camargo (SC'17), whose `s` is
-the submit time in seconds.
+the submit time in seconds. `multifactor` is Slurm's multifactor priority as SchedInspector's
+section 4.5 configures it (`multifactor_score`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +40,16 @@ class PriorityPolicy:
     score: ScoreFn
     dynamic: bool = False
     seed: int = 0
+    #: Per-job columns derived once from the whole workload (e.g. each user's share of its work).
+    prepare: Callable[[Any], Jobs] | None = None
+    #: Whether the score reads `usage`: the job's user's decayed recent usage, as a share of all
+    #: users' (the simulator keeps it, with a half-life of USAGE_HALF_LIFE).
+    usage: bool = False
+
+    @property
+    def env_only(self) -> bool:
+        """Whether it reads what only the simulation knows, so no agent can apply it to a window."""
+        return self.usage or self.prepare is not None
 
     def scores(self, jobs: Jobs, now: int = 0) -> np.ndarray:
         """Scores of the given jobs at time `now` (lower runs first)."""
@@ -49,7 +61,7 @@ class PriorityPolicy:
         return np.lexsort((np.asarray(jobs["id"]), np.asarray(jobs["submit"]), scores))
 
     def with_seed(self, seed: int) -> PriorityPolicy:
-        return PriorityPolicy(self.name, self.formula, self.score, self.dynamic, seed)
+        return replace(self, seed=seed)
 
 
 def _f(values: np.ndarray) -> np.ndarray:
@@ -73,6 +85,44 @@ def _mix64(values: np.ndarray, seed: int) -> np.ndarray:
         x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         x = x ^ (x >> np.uint64(31))
     return (x >> np.uint64(11)).astype(np.float64)
+
+
+#: Slurm's defaults: usage decays with a half-life of 7 days, the age factor saturates at 7 days.
+USAGE_HALF_LIFE = 7 * 86400
+MAX_AGE = 7 * 86400
+#: The weights of the multifactor policy's four factors (SchedInspector section 4.5: all 1000).
+MULTIFACTOR_WEIGHTS = (1000.0, 1000.0, 1000.0, 1000.0)
+
+
+def _multifactor_columns(workload: Any) -> Jobs:
+    """Each job's user's share of the workload's work (processor-seconds), its queue's share
+    scaled so the largest is 1 (the partition factor), and 1 - requested / the longest request
+    (the job-attribute factor: shorter requests rank higher)."""
+    work = workload.run.astype(np.float64) * workload.size
+    total = work.sum() or 1.0
+    _, by_user = np.unique(workload.user, return_inverse=True)
+    user_share = np.bincount(by_user, weights=work) / total
+    _, by_queue = np.unique(workload.queue, return_inverse=True)
+    queue_share = np.bincount(by_queue, weights=work)
+    partition = queue_share / (queue_share.max() or 1.0)
+    longest = float(workload.requested.max()) if len(workload) else 1.0
+    return {"user_share": np.maximum(user_share[by_user], 1e-12), "partition": partition[by_queue],
+            "attribute": 1.0 - _f(workload.requested) / max(longest, 1.0)}
+
+
+def multifactor_score(weights: tuple[float, float, float, float] = MULTIFACTOR_WEIGHTS) -> ScoreFn:
+    """Slurm's multifactor priority as SchedInspector's section 4.5 sets it up: age (wait / 7
+    days, at most 1), fair share 2^(-usage / share) (Slurm's classic formula; a user's share is
+    its actual share of the workload's work, as the paper says), the job attribute (requested
+    time) and the partition (queue) factor; the highest priority runs first."""
+    w_age, w_fair, w_attr, w_part = weights
+
+    def score(jobs: Jobs, now: int, seed: int) -> np.ndarray:
+        age = np.minimum(_wait(jobs, now) / MAX_AGE, 1.0)
+        fair = np.exp2(-_f(jobs["usage"]) / _f(jobs["user_share"]))
+        return -(w_age * age + w_fair * fair + w_attr * _f(jobs["attribute"]) + w_part * _f(jobs["partition"]))
+
+    return score
 
 
 POLICIES: dict[str, PriorityPolicy] = {
@@ -113,6 +163,8 @@ POLICIES: dict[str, PriorityPolicy] = {
             lambda j, now, seed: _f(j["requested"]) * np.sqrt(_f(j["size"])) + 530000 * _log10_submit(j),
         ),
         PriorityPolicy("random", "hash(seed, job id)", lambda j, now, seed: _mix64(j["id"], seed)),
+        PriorityPolicy("multifactor", "-1000 * (age + fairshare + attribute + partition) (Slurm)",
+                       multifactor_score(), dynamic=True, prepare=_multifactor_columns, usage=True),
     )
 }
 

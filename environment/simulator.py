@@ -15,6 +15,7 @@ suspends the loop where it stands; the built-in path never builds an observation
 from __future__ import annotations
 
 import heapq
+import math
 import sys
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Mapping
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .priorities import PriorityPolicy, get_policy
+from .priorities import USAGE_HALF_LIFE, PriorityPolicy, get_policy
 from .backfill import Profile
 from .config import SimConfig
 from .decisions import BACKFILL, INSPECT, KILL, SELECT, Action, Decision, check_kinds
@@ -86,6 +87,8 @@ class Simulation:
         self._est = est.tolist()
         self._user = w.user.tolist()
         self._columns = {"id": w.job_id, "submit": w.submit, "requested": w.requested, "size": w.size}
+        if self.policy.prepare is not None:
+            self._columns.update(self.policy.prepare(w))
         if not self.policy.dynamic:
             order = self.policy.order(self._columns)
             rank = np.empty(len(w), dtype=np.int64)
@@ -118,6 +121,8 @@ class Simulation:
         self._start_log: list[int] = []
         self._steps = 0
         self._completed = 0
+        # usage-reading policies: per user (and in all, key None) [decayed usage, busy processors, as of]
+        self._usage: dict[int | None, list[float]] = {}
         self._committed = -1  # commit_pick: the index of the pick that waits to fit, else -1
         self._kept_shadow: tuple[int, int] | None = None  # keep_shadow: the committed pick's (shadow, extra)
         self.reservation_delays = 0      # unguarded backfills that moved the reserved job's shadow later
@@ -311,6 +316,8 @@ class Simulation:
         end = now + self._run[i]
         self._end[i] = end
         self.free -= self._size[i]
+        if self.policy.usage:
+            self._charge(i, self._size[i], now)
         self._start_log += (i, now, self.procs - self.free)
         insort(self._running, (now + self._est[i], i))
         heapq.heappush(self._finishes, (end, i))
@@ -320,6 +327,8 @@ class Simulation:
         entry = (self._start[i] + self._est[i], i)
         del running[bisect_left(running, entry)]
         self.free += self._size[i]
+        if self.policy.usage:
+            self._charge(i, -self._size[i], self.now)
 
     def _complete(self, i: int) -> None:
         self._release(i)
@@ -337,10 +346,31 @@ class Simulation:
         self._held[i] = READY  # a new wait: only a reservation made after the requeue counts
         self._enqueue(i)
 
+    def _decayed(self, key: int | None, now: int) -> float:
+        """The decayed usage (processor-seconds) of one user (None: all users) at `now`: usage
+        halves every USAGE_HALF_LIFE, and busy processors add to it as they run."""
+        entry = self._usage.get(key)
+        if entry is None:
+            return 0.0
+        used, busy, since = entry
+        decay = 2.0 ** (-(now - since) / USAGE_HALF_LIFE)
+        return used * decay + busy * USAGE_HALF_LIFE / math.log(2) * (1.0 - decay)
+
+    def _charge(self, i: int, procs: int, now: int) -> None:
+        """Job i's user (and all users) start (procs > 0) or stop using `procs` processors at `now`."""
+        for key in (self._user[i], None):
+            used = self._decayed(key, now)
+            busy = self._usage[key][1] if key in self._usage else 0
+            self._usage[key] = [used, busy + procs, now]
+
     def _resort(self, now: int) -> None:
         queue = self._queue
         idx = np.fromiter(queue, dtype=np.int64, count=len(queue))
         jobs = {name: col[idx] for name, col in self._columns.items()}
+        if self.policy.usage:
+            total = self._decayed(None, now)
+            share = {u: self._decayed(u, now) / total if total > 0 else 0.0 for u in {self._user[i] for i in queue}}
+            jobs["usage"] = np.array([share[self._user[i]] for i in queue])
         queue[:] = idx[self.policy.order(jobs, now)].tolist()
 
     # ----------------------------------------------------------------- backfilling

@@ -33,7 +33,7 @@ SWF_FIELDS = (
 N_FIELDS = len(SWF_FIELDS)
 
 # Column indices of the fields a Workload keeps.
-_JOB, _SUBMIT, _RUN, _ALLOC, _REQ_PROCS, _REQ_TIME, _USER = 0, 1, 3, 4, 7, 8, 11
+_JOB, _SUBMIT, _RUN, _ALLOC, _REQ_PROCS, _REQ_TIME, _USER, _QUEUE = 0, 1, 3, 4, 7, 8, 11, 14
 
 #: Why a job line was left out, checked in this order (a job is counted under the first that
 #: applies, so the counts add up to the number of dropped lines).
@@ -222,6 +222,7 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
     size = np.where(ints[:, _ALLOC] > 0, ints[:, _ALLOC], ints[:, _REQ_PROCS])
     requested = np.where(ints[:, _REQ_TIME] > 0, ints[:, _REQ_TIME], run)
     user = ints[:, _USER]
+    queue = ints[:, _QUEUE]
     if cleaning == "rlbf-scw":
         recorded = run
         run = np.where(recorded < 0, 10, recorded)
@@ -254,7 +255,8 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
                             "and the cluster size")
     return Workload(name=_workload_name(path), procs=procs, job_id=job_id[order],
                     submit=submit[order], run=run[order], size=size[order],
-                    requested=requested[order], user=user[order], dropped=dropped, header=header)
+                    requested=requested[order], user=user[order], queue=queue[order], dropped=dropped,
+                    header=header)
 
 
 def write_swf(path: str | os.PathLike[str], workload: Workload,
@@ -278,6 +280,7 @@ def write_swf(path: str | os.PathLike[str], workload: Workload,
     table[:, _ALLOC] = workload.size
     table[:, _REQ_TIME] = workload.requested
     table[:, _USER] = workload.user
+    table[:, _QUEUE] = workload.queue
     fmt = " ".join(["%d"] * N_FIELDS)
     body = "\n".join(fmt % tuple(row) for row in table.tolist())
     text = "\n".join(head) + "\n" + (body + "\n" if n else "")

@@ -104,8 +104,9 @@ def test_the_inspectors_are_built_in_agents_listed_in_the_agent_help():
     listed = text[text.index("Built-in agents"):]
     from hpcgym.environment.priorities import POLICIES
 
-    for name in [*POLICIES, *BUILTIN_AGENTS]:
+    for name in [*(n for n, p in POLICIES.items() if not p.env_only), *BUILTIN_AGENTS]:
         assert sum(line.split()[:1] == [name] for line in listed.splitlines()) == 1, name
+    assert not any(line.split()[:1] == ["multifactor"] for line in listed.splitlines())  # the env's only
 
 
 def test_inspectors_in_compare_policies(tmp_path, monkeypatch):
