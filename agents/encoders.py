@@ -17,6 +17,8 @@ Encoders (by name in `ENCODERS`; `get_encoder("a+b", ...)` concatenates any of t
 - `dras`: `DRASEncoder`, DRAS's table of window jobs and one row per node.
 - `schedinspector`: `InspectorEncoder`, SchedInspector's 7 features of the inspected pick
   (inspect decisions only).
+- `irl`, `irl_wait`: `IRLEncoder`, IRL's per-job rows (size, requested time, utilization; and
+  the wait).
 
 Tables are flattened row by row: `vector[:window * len(COLUMNS)].reshape(window, len(COLUMNS))`
 gives the table back (`Encoder.parts` lists each part's offset and shape for concatenations).
@@ -369,6 +371,39 @@ class InspectorEncoder(Encoder):
                   min(delay, self.HIGH))
 
 
+class IRLEncoder(Encoder):
+    """IRL's per-job state (interpretable RL scheduling, seed paper 004, section III-A): one row
+    per queue-window job of `size` (processors / cluster processors), `requested` (the requested
+    run time, log time scale) and `utilization` (busy processors / cluster processors, the same
+    in every row), plus `wait` (log time scale) with `wait=True` (the paper's reward I study).
+    Padding rows are zero. The paper leaves the normalisation open; these are the toolkit's.
+    """
+
+    def __init__(self, window: int, procs: int | None = None, wait: bool = False) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        self.window, self.procs = int(window), procs
+        self.COLUMNS = ("size", "requested", "utilization", "wait")[:4 if wait else 3]
+        self.size = self.window * len(self.COLUMNS)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.window, len(self.COLUMNS))
+
+    def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
+        q = observation["queue"]
+        n = min(len(q["id"]), self.window)
+        if not n:
+            return
+        procs = self.procs or observation["procs"]
+        table = out.reshape(self.window, len(self.COLUMNS))
+        table[:n, 0] = np.minimum(np.asarray(q["size"][:n], np.float64) / procs, 1.0)
+        table[:n, 1] = _log_time(np.array(q["requested"][:n], np.float64))
+        table[:n, 2] = min(max(1.0 - observation["free"] / procs, 0.0), 1.0)
+        if len(self.COLUMNS) == 4:
+            table[:n, 3] = _log_time(np.array(q["wait"][:n], np.float64))
+
+
 #: Base encoders by name: factory(window, procs, **options).
 ENCODERS: dict[str, Callable[..., Encoder]] = {
     "jobs": lambda window, procs, max_rejections=72, **_: JobTableEncoder(window, procs, max_rejections),
@@ -376,6 +411,8 @@ ENCODERS: dict[str, Callable[..., Encoder]] = {
     "nodes": lambda window, procs, **_: NodeAvailabilityEncoder(procs),
     "dras": lambda window, procs, priority_size=None, **_: DRASEncoder(window, procs, priority_size),
     "schedinspector": lambda window, procs, **_: InspectorEncoder(),
+    "irl": lambda window, procs, **_: IRLEncoder(window, procs),
+    "irl_wait": lambda window, procs, **_: IRLEncoder(window, procs, wait=True),
 }
 #: The encoder of each decision kind when none is named (the Gymnasium env's, decision records').
 DEFAULT_ENCODERS = {"select": "jobs+nodes", "backfill": "jobs+nodes", "inspect": "jobs+nodes", "kill": "running+nodes"}
