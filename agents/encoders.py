@@ -162,15 +162,10 @@ class JobTableEncoder(Encoder):
                 table[:n, 7] = np.isin(np.array(ids[:n]), marked)
 
 
-class RunningJobEncoder(Encoder):
-    """The running jobs (by estimated end, as the kill decision lists them) as `window` rows.
+class WindowTableEncoder(Encoder):
+    """Base of the tables of `window` rows x `len(COLUMNS)` features (one row per job)."""
 
-    Columns (in [0, 1]; padding rows zero): `present`; `elapsed` (`now - start`, log time scale);
-    `requested` (log time scale); `remaining` (estimated end - now, at least 0, log time scale);
-    `size` (/ processors); `overdue` (1 if it runs past its estimated end).
-    """
-
-    COLUMNS = ("present", "elapsed", "requested", "remaining", "size", "overdue")
+    COLUMNS: tuple[str, ...] = ()
 
     def __init__(self, window: int, procs: int | None = None) -> None:
         if window < 1:
@@ -182,6 +177,17 @@ class RunningJobEncoder(Encoder):
     @property
     def shape(self) -> tuple[int, ...]:
         return (self.window, len(self.COLUMNS))
+
+
+class RunningJobEncoder(WindowTableEncoder):
+    """The running jobs (by estimated end, as the kill decision lists them) as `window` rows.
+
+    Columns (in [0, 1]; padding rows zero): `present`; `elapsed` (`now - start`, log time scale);
+    `requested` (log time scale); `remaining` (estimated end - now, at least 0, log time scale);
+    `size` (/ processors); `overdue` (1 if it runs past its estimated end).
+    """
+
+    COLUMNS = ("present", "elapsed", "requested", "remaining", "size", "overdue")
 
     def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
         r = observation["running"]
@@ -371,7 +377,7 @@ class InspectorEncoder(Encoder):
                   min(delay, self.HIGH))
 
 
-class IRLEncoder(Encoder):
+class IRLEncoder(WindowTableEncoder):
     """IRL's per-job state (interpretable RL scheduling, seed paper 004, section III-A): one row
     per queue-window job of `size` (processors / cluster processors), `requested` (the requested
     run time, log time scale) and `utilization` (busy processors / cluster processors, the same
@@ -380,15 +386,8 @@ class IRLEncoder(Encoder):
     """
 
     def __init__(self, window: int, procs: int | None = None, wait: bool = False) -> None:
-        if window < 1:
-            raise ValueError(f"window must be at least 1, got {window}")
-        self.window, self.procs = int(window), procs
         self.COLUMNS = ("size", "requested", "utilization", "wait")[:4 if wait else 3]
-        self.size = self.window * len(self.COLUMNS)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (self.window, len(self.COLUMNS))
+        super().__init__(window, procs)
 
     def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
         q = observation["queue"]
