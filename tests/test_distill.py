@@ -165,3 +165,35 @@ def test_a_file_that_is_not_a_tree_is_refused(tmp_path):
         assert "tree file" in out
     with pytest.raises(HpcgymError, match="not a tree file"):
         TreeAgent(records)
+
+
+def test_the_irl_teacher_trains_and_distils_by_regression_on_its_q_values(tmp_path):
+    """`hpcgym train irl-dqn` (a small real run) makes the paper's teacher: the irl encoder's
+    3 inputs per job, window 20, 32-16-8 ReLU per-job layers, select and backfill, reward A. Its
+    tree is fitted on the Q-values: the R^2 on held-out states is reported and the tree reads the
+    paper's features."""
+    from hpcgym.agents.rl.checkpoint import load_checkpoint
+
+    trace = write_trace(tmp_path / "t.swf", jobs=400, procs=32, seed=7)
+    r = CliRunner().invoke(main, ["train", "irl-dqn", "--trace", str(trace), "--jobs", "80", "--epochs", "1",
+                                  "--trajectories", "2", "--envs", "1", "--eval-episodes", "0", "--device", "cpu",
+                                  "--no-progress", "--out", str(tmp_path / "dqn")])
+    assert r.exit_code == 0, r.output
+    ckpt = load_checkpoint(tmp_path / "dqn" / "model.pt")
+    settings = ckpt.trainer["settings"]
+    assert (ckpt.algorithm, ckpt.kind, ckpt.encoder, ckpt.window) == ("dql", "select+backfill", "irl", 20)
+    assert (ckpt.config["net"], ckpt.config["hidden"], ckpt.config["activation"], ckpt.config["eps_decay"]) == (
+        "conv", [32, 16, 8], "relu", 0.995)
+    assert (settings["reward"], settings["no_wait"], ckpt.config["table"]) == ("system_slowdown", True, [0, 20, 3])
+    out = tmp_path / "trees"
+    r = CliRunner().invoke(main, ["distill", f"model:{tmp_path / 'dqn' / 'model.pt'}", "--trace", str(trace),
+                                  "--train-jobs", "250", "--test-jobs", "150", "--depth", "6", "--iterations", "2",
+                                  "--methods", "irl", "--no-relative", "--out", str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    result = json.loads((out / "distill.json").read_text())
+    assert result["mode"] == "regression"
+    last = result["iterations"][-1]
+    assert 0.5 < last["r2"] <= 1.0 and 0.0 < last["agreement"] <= 1.0
+    tree = load_tree(out / "irl-d6.npz")
+    assert tree.features == ["size", "requested", "utilization", "kind=select", "kind=backfill"]
+    assert tree.meta["mode"] == "regression" and tree.depth <= 6
