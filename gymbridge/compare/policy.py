@@ -212,8 +212,9 @@ def _agent(kinds: tuple[str, ...], what: str, text: str) -> AgentSpec:
     if source in CHECKPOINT_SOURCES and ":" in what:
         path = what.split(":", 1)[1].strip()
         if not path:
-            example = "runs/irl/tree.npz" if source == "tree" else "runs/ppo/model.pt"
-            raise ConfigError(f"policy {text!r}: {source}: needs a file path, e.g. {source}:{example}")
+            example = "a tree file path, e.g. tree:runs/irl/irl-d10.npz" if source == "tree" else \
+                f"a checkpoint path, e.g. {source}:runs/ppo/model.pt"
+            raise ConfigError(f"policy {text!r}: {source}: needs {example}")
         return AgentSpec(kinds, source, path)
     if what.lower() in POLICIES or what.lower() in BUILTIN_AGENTS:
         takes = "/".join(builtin_kinds(what))
