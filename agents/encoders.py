@@ -19,6 +19,8 @@ Encoders (by name in `ENCODERS`; `get_encoder("a+b", ...)` concatenates any of t
   (inspect decisions only).
 - `rlbf`: `BackfillEncoder`, RL backfilling's 6 features per window job (backfill decisions
   only).
+- `irl`, `irl_wait`: `IRLEncoder`, IRL's per-job rows (size, requested time, utilization; and
+  the wait).
 
 Tables are flattened row by row: `vector[:window * len(COLUMNS)].reshape(window, len(COLUMNS))`
 gives the table back (`Encoder.parts` lists each part's offset and shape for concatenations).
@@ -162,15 +164,10 @@ class JobTableEncoder(Encoder):
                 table[:n, 7] = np.isin(np.array(ids[:n]), marked)
 
 
-class RunningJobEncoder(Encoder):
-    """The running jobs (by estimated end, as the kill decision lists them) as `window` rows.
+class WindowTableEncoder(Encoder):
+    """Base of the tables of `window` rows x `len(COLUMNS)` features (one row per job)."""
 
-    Columns (in [0, 1]; padding rows zero): `present`; `elapsed` (`now - start`, log time scale);
-    `requested` (log time scale); `remaining` (estimated end - now, at least 0, log time scale);
-    `size` (/ processors); `overdue` (1 if it runs past its estimated end).
-    """
-
-    COLUMNS = ("present", "elapsed", "requested", "remaining", "size", "overdue")
+    COLUMNS: tuple[str, ...] = ()
 
     def __init__(self, window: int, procs: int | None = None) -> None:
         if window < 1:
@@ -182,6 +179,17 @@ class RunningJobEncoder(Encoder):
     @property
     def shape(self) -> tuple[int, ...]:
         return (self.window, len(self.COLUMNS))
+
+
+class RunningJobEncoder(WindowTableEncoder):
+    """The running jobs (by estimated end, as the kill decision lists them) as `window` rows.
+
+    Columns (in [0, 1]; padding rows zero): `present`; `elapsed` (`now - start`, log time scale);
+    `requested` (log time scale); `remaining` (estimated end - now, at least 0, log time scale);
+    `size` (/ processors); `overdue` (1 if it runs past its estimated end).
+    """
+
+    COLUMNS = ("present", "elapsed", "requested", "remaining", "size", "overdue")
 
     def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
         r = observation["running"]
@@ -424,6 +432,30 @@ class BackfillEncoder(Encoder):
             row = (q["wait"][k] / self.MAX_WAIT, requested / max_run, size / procs, requested / until_shadow,
                    size / free, 0.0)
             table[k] = [min(max(v, 0.0), self.HIGH) for v in row]
+class IRLEncoder(WindowTableEncoder):
+    """IRL's per-job state (interpretable RL scheduling, seed paper 004, section III-A): one row
+    per queue-window job of `size` (processors / cluster processors), `requested` (the requested
+    run time, log time scale) and `utilization` (busy processors / cluster processors, the same
+    in every row), plus `wait` (log time scale) with `wait=True` (the paper's reward I study).
+    Padding rows are zero. The paper leaves the normalisation open; these are the toolkit's.
+    """
+
+    def __init__(self, window: int, procs: int | None = None, wait: bool = False) -> None:
+        self.COLUMNS = ("size", "requested", "utilization", "wait")[:4 if wait else 3]
+        super().__init__(window, procs)
+
+    def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
+        q = observation["queue"]
+        n = min(len(q["id"]), self.window)
+        if not n:
+            return
+        procs = self.procs or observation["procs"]
+        table = out.reshape(self.window, len(self.COLUMNS))
+        table[:n, 0] = np.minimum(np.asarray(q["size"][:n], np.float64) / procs, 1.0)
+        table[:n, 1] = _log_time(np.array(q["requested"][:n], np.float64))
+        table[:n, 2] = min(max(1.0 - observation["free"] / procs, 0.0), 1.0)
+        if len(self.COLUMNS) == 4:
+            table[:n, 3] = _log_time(np.array(q["wait"][:n], np.float64))
 
 
 #: Base encoders by name: factory(window, procs, **options).
@@ -434,6 +466,8 @@ ENCODERS: dict[str, Callable[..., Encoder]] = {
     "dras": lambda window, procs, priority_size=None, **_: DRASEncoder(window, procs, priority_size),
     "schedinspector": lambda window, procs, **_: InspectorEncoder(),
     "rlbf": lambda window, procs, **_: BackfillEncoder(window),
+    "irl": lambda window, procs, **_: IRLEncoder(window, procs),
+    "irl_wait": lambda window, procs, **_: IRLEncoder(window, procs, wait=True),
 }
 #: The encoder of each decision kind when none is named (the Gymnasium env's, decision records').
 DEFAULT_ENCODERS = {"select": "jobs+nodes", "backfill": "jobs+nodes", "inspect": "jobs+nodes", "kill": "running+nodes"}

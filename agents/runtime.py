@@ -162,7 +162,8 @@ def _expect(reply: dict[str, Any], *types: str) -> str:
 def load_agent(spec: str, **kwargs: Any) -> Agent:
     """An agent by built-in name (a priority policy such as `sjf`, or one of `BUILTIN_AGENTS`
     such as `knapsack`), as `module:Class`, as `model:PATH`: a trained checkpoint (`hpcgym
-    train`), served greedily unless `greedy=False` is passed, taking the checkpoint's kind, or as
+    train`), served greedily unless `greedy=False` is passed, taking the checkpoint's kind, as
+    `tree:PATH`: a tree file (`hpcgym distill`, `agents.tree.TreeAgent`), or as
     `online:PATH`: the same checkpoint adapting online (`OnlineRLAgent`, keyword arguments pass
     on), scoring its episodes from their end metrics (`reward="metrics"`), since in process and
     in `hpcgym compare` no env reward reaches it."""
@@ -174,10 +175,14 @@ def load_agent(spec: str, **kwargs: Any) -> Agent:
         return load_model(spec[6:].strip(), **kwargs)
     if spec[:7].lower() == "online:":
         return load_model(spec[7:].strip(), online=True, **{"reward": "metrics", **kwargs})
+    if spec[:5].lower() == "tree:":
+        from .tree import TreeAgent
+
+        return TreeAgent(spec[5:].strip(), **kwargs)
     module_name, _, class_name = spec.partition(":")
     if not class_name:
         raise HpcgymError(f"unknown agent {spec!r}: use a built-in name "
-                          f"({', '.join([*POLICIES, *BUILTIN_AGENTS])}), module:Class, model:PATH or online:PATH")
+                          f"({', '.join([*POLICIES, *BUILTIN_AGENTS])}), module:Class, model:PATH, online:PATH or tree:PATH")
     # `hpcgym agent mymodule:MyAgent` runs from a console script, whose sys.path holds the
     # script's folder, not the working directory: look there too, as `python -m` would.
     if "" not in sys.path and os.getcwd() not in sys.path:

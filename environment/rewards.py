@@ -6,7 +6,9 @@ every participant's account, and each agent receives its account with its own ne
 `end` is added once, at the episode's end. `dras_capability` and `dras_capacity` are DRAS's
 equations (1) and (2), earned for the jobs started between two decisions. The `relative:` family
 (`RelativeReward`) compares the episode with a re-run of the same jobs by a base policy alone
-(SchedInspector, RL backfilling); its names are parsed, not listed (`get_reward`).
+(SchedInspector, RL backfilling); its names are parsed, not listed (`get_reward`). The
+`system_*` specs (`SystemSlowdown`) are DeepRM's dense slowdown reward over every job in the
+system (IRL's rewards A and I, RLSchert).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from .config import BACKFILL_ORDERS
 from .errors import ConfigError
@@ -161,6 +165,53 @@ class DRASCapacityRuntime(DRASCapacity):
     """
 
     queue_times = "queue_estimates"
+
+
+class SystemSlowdown(Reward):
+    """DeepRM's slowdown reward over every job in the system (Mao et al., HotNets 2016; IRL's
+    reward A; RLSchert eq. 9): at each instant, minus the sum of 1/t_j over the jobs queued or
+    running, t_j the job's run time (`times="run"`, the ideal time the papers mean) or its
+    estimate (`"estimate"`, what reservations use), at least 1 s. Dense: each `step` returns
+    the integral over the time since the previous one, so over an episode the rewards add up to
+    minus the sum of (end - submit) / t_j, the jobs' slowdowns. With `wait=True` the rate is
+    minus the sum of (w_j + t_j) / t_j, w_j the job's wait so far (IRL's reward I), integrated
+    over hours. A job requeued by a kill waits again from its submit. Cost: O(jobs in the
+    system) per decision.
+    """
+
+    def __init__(self, times: str = "run", wait: bool = False) -> None:
+        self.times, self.wait = times, wait
+        self.since: int | None = None
+        self.tracked = np.zeros(0, np.int64)   # job indices in the system at the previous step
+        self.submitted = 0
+
+    def step(self, sim: Any) -> float:
+        now = sim.now
+        since = now if self.since is None else self.since
+        jobs = np.concatenate([self.tracked, np.arange(self.submitted, sim.submitted_count)])
+        self.since, self.submitted = now, sim.submitted_count
+        if not len(jobs):
+            return 0.0
+        t = sim.job_times(jobs)
+        self.tracked = jobs[~t["done"]]
+        lo = np.maximum(since, t["submit"]).astype(np.float64)
+        hi = np.where(t["done"], np.minimum(t["end"], now), now).astype(np.float64)
+        hi = np.maximum(hi, lo)
+        ideal = np.maximum(t[self.times], 1).astype(np.float64)
+        if not self.wait:
+            return -float(np.sum((hi - lo) / ideal))
+        start = np.where(t["start"] >= 0, t["start"], np.inf)
+        waited = _waited_area(hi, t["submit"], start) - _waited_area(lo, t["submit"], start)
+        return -float(np.sum((hi - lo) + waited / ideal)) / 3600.0
+
+    def end(self, sim: Any, summary: dict[str, Any]) -> float:
+        return self.step(sim)
+
+
+def _waited_area(x: np.ndarray, submit: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The integral from submit to x of a job's wait so far (min(tau, start) - submit)."""
+    waited = np.minimum(x, start) - submit
+    return waited * waited / 2 + np.maximum(x - start, 0) * waited
 
 
 #: Relative rewards' metrics: name -> (summary key, scale, True if lower is better).
@@ -350,6 +401,16 @@ REWARDS: dict[str, RewardSpec] = {
                    DRASCapacity),
         RewardSpec("dras_capacity_runtime", "as dras_capacity with 1/estimated run time (s, at least 1) in place "
                                             "of 1/wait (DeepRM's slowdown reward over the queue)", DRASCapacityRuntime),
+        RewardSpec("system_slowdown", "dense: minus the integral since the previous decision of the sum of 1/run "
+                                      "time (s, at least 1) over the jobs queued or running (DeepRM; IRL's reward A); "
+                                      "an episode's rewards add up to minus the sum of the slowdowns",
+                   SystemSlowdown),
+        RewardSpec("system_slowdown_estimate", "as system_slowdown with the estimated run time (what reservations "
+                                               "use) in place of the run time",
+                   lambda: SystemSlowdown("estimate")),
+        RewardSpec("system_wait_slowdown", "dense: minus the integral in hours since the previous decision of the "
+                                           "sum of (wait so far + run time) / run time over the jobs queued or "
+                                           "running (IRL's reward I)", lambda: SystemSlowdown(wait=True)),
     )
 }
 

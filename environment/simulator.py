@@ -585,6 +585,20 @@ class Simulation:
         submit, est = self._submit, self._est
         return [est[i] for i in self._queue if submit[i] <= at]
 
+    @property
+    def submitted_count(self) -> int:
+        """How many jobs (by index, in submit order) have been submitted so far."""
+        return self._next_submit
+
+    def job_times(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """Per job index: submit, start (-1 while queued), end (-1 while queued; the planned end
+        while running), run time, estimate and whether it is done, as int64/bool arrays
+        (per-decision rewards over the jobs in the system)."""
+        cols = {name: np.array([col[i] for i in indices], np.int64) for name, col in
+                (("submit", self._submit), ("start", self._start), ("end", self._end), ("run", self._run),
+                 ("estimate", self._est))}
+        return {**cols, "done": np.array([self._state[i] == DONE for i in indices], bool)}
+
     def total_size(self, job_ids: Iterable[int]) -> int:
         return sum(self._size[self._index[j]] for j in job_ids)
 

@@ -24,6 +24,7 @@ from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
 from .compare import compare
 from .compare.record import record
+from .distill import distill, tree_command
 from .protocol_commands import protocol as protocol_group
 from .training.command import train
 from .usage import check_part
@@ -61,6 +62,8 @@ def main() -> None:
 main.add_command(protocol_group)
 main.add_command(train)
 main.add_command(compare)
+main.add_command(distill)
+main.add_command(tree_command)
 main.add_command(record)
 
 
@@ -265,7 +268,8 @@ class _AgentCommand(click.Command):
 @main.command("agent", cls=_AgentCommand)
 @click.argument("agent", required=False)
 @click.option("--model", type=click.Path(path_type=Path, dir_okay=False, exists=True),
-              help="Serve a trained checkpoint (from `hpcgym train`) instead of AGENT.")
+              help="Serve a trained checkpoint (from `hpcgym train`) or a tree file (from `hpcgym distill`) "
+                   "instead of AGENT.")
 @click.option("--greedy/--sampling", default=True, show_default=True,
               help="With --model: take the best action, or sample from the policy.")
 @click.option("--sampling-seed", type=int, default=0, show_default=True, help="Seed of --sampling (and of --online).")
@@ -317,7 +321,13 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
         raise click.UsageError("--online adapts a trained checkpoint: give --model CHECKPOINT")
     elif greedy and ctx.get_parameter_source("greedy") == click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("--online samples its actions (on-policy data for its updates): drop --greedy")
-    if model is not None:
+    from ..agents.tree import TreeAgent, is_tree_file
+
+    if model is not None and is_tree_file(model):  # a tree of `hpcgym distill`: numpy only, no torch
+        if online:
+            raise click.UsageError(f"{model} is a tree file; --online adapts a trained checkpoint")
+        policy, name = TreeAgent(model), agent_name(f"tree-{model.stem}")
+    elif model is not None:
         try:
             import torch
         except ImportError:

@@ -17,10 +17,12 @@ Items:
   agent that applies it to the visible window; `accept-all` and `reject-large` take `inspect`;
   `hpcgym agent --help` lists them all), `module:Class`, `model:PATH` (a checkpoint of
   `hpcgym train`, served greedily), `online:PATH` (the same checkpoint adapting online while it
-  serves, `agents/rl/online.py`, with its defaults), or `cmd:COMMAND LINE`, an external program
+  serves, `agents/rl/online.py`, with its defaults), `tree:PATH` (a tree file of `hpcgym
+  distill`), or `cmd:COMMAND LINE`, an external program
   started with `{addr}` replaced by the env's address;
 - `agent:module:Class` or a bare `module:Class`: a Python agent taking the kinds its class declares;
-- a bare `model:PATH` or `online:PATH`: a trained checkpoint taking the decision kind it was trained on;
+- a bare `model:PATH`, `online:PATH` or `tree:PATH`: a trained checkpoint (or tree) taking the decision
+  kinds it was trained on;
 - a bare `cmd:COMMAND LINE`: an external program taking `select`.
 
 A separator splits only where the text after it starts a new item (a known word, `KEY:` or
@@ -49,8 +51,9 @@ from ...environment.spec import CONFIG_KEYS
 OPTION_KEYS = CONFIG_KEYS
 INT_OPTIONS = ("window", "max_interval", "max_rejections")
 BOOL_OPTIONS = {name: {"true": True, "false": False} for name in BOOL_FIELDS}
-#: Agent sources that are a trained checkpoint: `model:PATH` (frozen) and `online:PATH` (adapting).
-CHECKPOINT_SOURCES = ("model", "online")
+#: Agent sources that are a trained file: `model:PATH` (frozen), `online:PATH` (adapting) and
+#: `tree:PATH` (a tree of `hpcgym distill`).
+CHECKPOINT_SOURCES = ("model", "online", "tree")
 ITEM_KEYS = ("priority", "agent", "cmd", *CHECKPOINT_SOURCES) + tuple(k for k in OPTION_KEYS if k != "backfill") + KINDS
 
 _NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.\-]*)=(.+)$", re.S)
@@ -148,14 +151,14 @@ def parse_policy(text: str) -> PolicySpec:
             agents.append(_agent((), item.split(":", 1)[1].strip(), text))
         elif lowered.startswith("cmd:"):
             agents.append(_agent((SELECT,), item, text))
-        elif lowered.startswith(("model:", "online:")):
+        elif lowered.startswith(("model:", "online:", "tree:")):
             agents.append(_agent((), item, text))
         elif _MODULE_CLASS.match(item):
             agents.append(_agent((), item, text))
         else:
             raise ConfigError(f"policy {text!r}: cannot read {item!r}; items are a priority ({', '.join(POLICIES)}), "
                               f"a backfill mode ({', '.join(BACKFILL_MODES)}), KIND:AGENT (KIND among "
-                              f"{', '.join(KINDS)}), agent:module:Class, model:PATH, online:PATH, cmd:COMMAND "
+                              f"{', '.join(KINDS)}), agent:module:Class, model:PATH, online:PATH, tree:PATH, cmd:COMMAND "
                               "or OPTION:VALUE")
     policy = PolicySpec(name, spec, priority or "fcfs", options, tuple(agents))
     _check(policy)
@@ -211,7 +214,9 @@ def _agent(kinds: tuple[str, ...], what: str, text: str) -> AgentSpec:
     if source in CHECKPOINT_SOURCES and ":" in what:
         path = what.split(":", 1)[1].strip()
         if not path:
-            raise ConfigError(f"policy {text!r}: {source}: needs a checkpoint path, e.g. {source}:runs/ppo/model.pt")
+            example = "a tree file path, e.g. tree:runs/irl/irl-d10.npz" if source == "tree" else \
+                f"a checkpoint path, e.g. {source}:runs/ppo/model.pt"
+            raise ConfigError(f"policy {text!r}: {source}: needs {example}")
         return AgentSpec(kinds, source, path)
     if what.lower() in POLICIES or what.lower() in BUILTIN_AGENTS:
         takes = "/".join(builtin_kinds(what))
@@ -222,7 +227,7 @@ def _agent(kinds: tuple[str, ...], what: str, text: str) -> AgentSpec:
         return AgentSpec(kinds, "python", what)
     raise ConfigError(f"policy {text!r}: agent {what!r} is not a built-in name "
                       f"({', '.join([*POLICIES, *BUILTIN_AGENTS])}), "
-                      "module:Class, model:PATH, online:PATH or cmd:COMMAND")
+                      "module:Class, model:PATH, online:PATH, tree:PATH or cmd:COMMAND")
 
 
 def _set_once(what: str, old: str | None, new: str, text: str) -> str:

@@ -28,10 +28,11 @@ from ...environment.spec import resolve_trace
 
 BASE_ALGORITHMS = ("pg", "a2c", "ppo", "dql")
 #: dras-ALGO: ALGO with DRAS's defaults (`agents.dras.TRAINING_DEFAULTS`); schedinspector and rlbf: PPO
-#: with SchedInspector's and RL backfilling's (`agents.schedinspector`, `agents.rlbf`). Flags still win.
+#: with SchedInspector's and RL backfilling's (`agents.schedinspector`, `agents.rlbf`); irl-dqn: DQL
+#: with IRL's teacher's (`agents.irl.TRAINING_DEFAULTS`). Flags still win.
 #: Papers' agents trained by PPO with their module's TRAINING_DEFAULTS and SEMANTICS (agents/NAME.py).
 PAPER_AGENTS = ("schedinspector", "rlbf")
-ALGORITHMS = (*BASE_ALGORITHMS, *(f"dras-{a}" for a in BASE_ALGORITHMS), *PAPER_AGENTS)
+ALGORITHMS = (*BASE_ALGORITHMS, *(f"dras-{a}" for a in BASE_ALGORITHMS), *PAPER_AGENTS, "irl-dqn")
 SEMANTICS = ("code", "public", "scw", "textbook")
 KIND_CHOICES = (*KINDS, "select+backfill")
 
@@ -105,7 +106,8 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
 @click.option("--wait/--no-wait", "allow_wait", default=True, show_default=True,
               help="select: may the agent wait (the env's last action) while a job could start? "
                    "--no-wait picks a job at every decision, as the RL scheduling papers do.")
-@click.option("--reward", default="bsld", show_default=True, help="Reward spec (bsld, wait, utilization, queue_wait).")
+@click.option("--reward", default="bsld", show_default=True,
+              help="Reward spec (bsld, wait, utilization, queue_wait, system_slowdown, ...; `hpcgym env` lists all).")
 @click.option("--encoder", help="Observation encoder (default: the env's, jobs+nodes for select).")
 @click.option("--net", type=click.Choice(["mlp", "conv", "dras"]),
               help="Network (default mlp; dras: DRAS's network, needs --encoder dras).")
@@ -148,8 +150,8 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
           discard_after, epochs, trajectories, envs, seed, out, checkpoint_every, resume, eval_episodes, baselines,
           device, threads, progress) -> None:
     """Train ALGORITHM (pg, a2c, ppo or dql; dras-pg, dras-a2c, dras-ppo or dras-dql: the same with
-    DRAS's defaults; schedinspector, rlbf: PPO with SchedInspector's or RL backfilling's) and write curve.csv, checkpoints and
-    eval.json to OUT."""
+    DRAS's defaults; schedinspector, rlbf: PPO with SchedInspector's or RL backfilling's; irl-dqn: DQL
+    with IRL's teacher's) and write curve.csv, checkpoints and eval.json to OUT."""
     try:
         import gymnasium  # noqa: F401
         import torch
@@ -181,6 +183,19 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         if curriculum is None and trace is not None and start is None and not sampled_jobset:
             curriculum = D["curriculum"]
     options, first_jobs, workload_keys = {"backfill": backfill}, None, {}
+    if algorithm == "irl-dqn":
+        from ...agents.irl import TRAINING_DEFAULTS as I
+
+        algorithm = "dql"
+        kind, window, reward = (I[k] if unset(k) else v for k, v in (("kind", kind), ("window", window),
+                                                                       ("reward", reward)))
+        encoder, net = encoder or I["encoder"], net or I["config"]["net"]
+        allow_wait = not I["no_wait"] if unset("allow_wait") else allow_wait
+        hidden = hidden or ",".join(map(str, I["config"]["hidden"]))
+        gamma = I["config"]["gamma"] if gamma is None else gamma
+        sets = (*(f"{k}={v}" for k, v in I["dql_config"].items()), f"activation={I['config']['activation']}", *sets)
+        if trace is not None and train_fraction is None and start is None:
+            first_jobs = I["first_jobs"]
     if algorithm in PAPER_AGENTS:  # a paper's agent: PPO with its defaults, in the chosen semantics
         paper = importlib.import_module(f"...agents.{algorithm}", __package__)
         S = paper.TRAINING_DEFAULTS

@@ -1,0 +1,285 @@
+"""Distil any agent into a decision tree: DAgger (Ross, Gordon and Bagnell, AISTATS 2011) with
+IRL's critical states (interpretable RL scheduling, seed paper 004, Algorithm 1).
+
+    D <- the teacher's decisions on the training jobs, labelled by the teacher
+    for i = 1..N:
+        tree_i <- a tree fitted on the samples of D taken in critical states (queue > threshold)
+        D <- D + the decisions tree_i takes on the training jobs, labelled by the teacher
+
+Plain DAgger is the same with no filter (`critical=None`). The tree drives from the first
+iteration on (no mixing with the teacher); tree_N is the result.
+
+Labels: a teacher with scores (a checkpoint of `hpcgym train`: its Q-values or logits per slot)
+gives each candidate row its score, and the tree is a regression tree on them, as in the paper;
+any other teacher (a heuristic, a `module:Class` agent) gives only its choice, and the tree is a
+classification tree on "was this candidate the one chosen". Either way the tree scores each
+candidate (`agents.candidates`) and the best allowed one is taken (`agents.tree.TreeAgent`).
+
+Fidelity (which the paper does not measure), on held-out states (the decisions the tree takes
+on the test jobs, each also labelled by the teacher): top-1 agreement with the teacher's choice,
+over all decisions where the teacher took a job and over those with two or more candidates; and,
+with scores, R^2 of the tree's scores against the teacher's. scikit-learn is needed here only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..environment.config import SimConfig
+from ..environment.decisions import Action, Decision
+from ..environment.errors import HpcgymError
+from ..environment.simulator import simulate
+from ..environment.workload import Workload
+from .base import Agent
+from .candidates import CandidateFeatures
+from .slots import action_slot, slot_action
+from .tree import TreeModel
+
+
+class Teacher:
+    """What a tree learns from: per decision, the teacher's action, its slot (-1: none of the
+    candidate slots, e.g. wait), and its per-slot scores (None for a teacher without scores)."""
+
+    kinds: tuple[str, ...] = ()
+    has_scores = False
+    window = 0
+
+    def label(self, decision: Decision) -> tuple[Action, int, np.ndarray | None]:
+        raise NotImplementedError
+
+
+class CheckpointTeacher(Teacher):
+    """A served checkpoint (`agents.rl.serve.RLAgent`): its greedy action and its network's
+    scores (Q-values or logits) of the candidate slots."""
+
+    has_scores = True
+
+    def __init__(self, agent: Any) -> None:
+        self.agent, self.kinds, self.window = agent, tuple(agent.kinds), agent.window
+
+    def label(self, decision: Decision) -> tuple[Action, int, np.ndarray]:
+        obs, mask, ids = self.agent.observe(decision)
+        scores = self.agent.algorithm.scores(obs[None], mask[None])[0]
+        slot = int(np.argmax(scores))
+        action = slot_action(decision.kind, slot, ids, self.window)
+        slots = 2 if len(scores) == 2 else self.window
+        return action, slot if slot < slots else -1, scores[:slots]
+
+
+class AgentTeacher(Teacher):
+    """Any agent: its action only."""
+
+    def __init__(self, agent: Agent, window: int) -> None:
+        self.agent, self.kinds, self.window = agent, tuple(agent.kinds), int(window)
+
+    def label(self, decision: Decision) -> tuple[Action, int, None]:
+        from .slots import slot_mask
+
+        action = self.agent.act(decision)
+        _, ids = slot_mask(decision, self.window)
+        slot = action_slot(decision.kind, action, ids, self.window)
+        return action, slot if 0 <= slot < (2 if decision.kind == "inspect" else self.window) else -1, None
+
+
+def make_teacher(agent: Agent, window: int) -> Teacher:
+    """The teacher of an agent: with scores for a served checkpoint, else by its actions."""
+    if hasattr(agent, "observe") and hasattr(agent, "algorithm"):
+        return CheckpointTeacher(agent)
+    return AgentTeacher(agent, window)
+
+
+@dataclass
+class Samples:
+    """Labelled decisions: per candidate row (allowed slots only) its features and target, and
+    per decision its queue length and row range."""
+
+    rows: list[np.ndarray] = field(default_factory=list)
+    targets: list[np.ndarray] = field(default_factory=list)
+    queue: list[int] = field(default_factory=list)
+
+    def add(self, rows: np.ndarray, target: np.ndarray, queue_length: int) -> None:
+        self.rows.append(rows)
+        self.targets.append(target)
+        self.queue.append(queue_length)
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+    def extend(self, other: Samples) -> None:
+        self.rows += other.rows
+        self.targets += other.targets
+        self.queue += other.queue
+
+    def arrays(self, critical: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(X, y) of every row, or only of the decisions whose queue was longer than `critical`."""
+        keep = [i for i, q in enumerate(self.queue) if critical is None or q > critical]
+        if not keep:
+            return np.zeros((0, 0), np.float32), np.zeros(0)
+        return (np.concatenate([self.rows[i] for i in keep]).astype(np.float32),
+                np.concatenate([self.targets[i] for i in keep]))
+
+
+@dataclass
+class Rollout:
+    """One episode driven by the teacher or a tree, every decision labelled by the teacher."""
+
+    samples: Samples
+    summary: dict[str, Any]
+    decisions: int = 0
+    taught: int = 0       # decisions where the teacher chose a candidate slot
+    agreed: int = 0       # ... and the driver chose the same
+    choice: int = 0       # ... of those, decisions with two or more allowed candidates
+    choice_agreed: int = 0
+    scores: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)   # (teacher, tree) per decision
+    seconds: float = 0.0
+    teacher_seconds: float = 0.0   # labelling: the teacher's decisions (a network's forward pass)
+    driver_seconds: float = 0.0    # the tree's decisions (scoring the candidate rows)
+
+    @property
+    def agreement(self) -> float:
+        return self.agreed / self.taught if self.taught else float("nan")
+
+    @property
+    def choice_agreement(self) -> float:
+        return self.choice_agreed / self.choice if self.choice else float("nan")
+
+    @property
+    def r2(self) -> float:
+        if not self.scores:
+            return float("nan")
+        y = np.concatenate([s[0] for s in self.scores])
+        pred = np.concatenate([s[1] for s in self.scores])
+        total = float(np.sum((y - y.mean()) ** 2))
+        return 1.0 - float(np.sum((y - pred) ** 2)) / total if total > 0 else float("nan")
+
+
+class _Labeller(Agent):
+    """Drives an episode with the teacher (tree None) or a tree, labelling every decision."""
+
+    def __init__(self, teacher: Teacher, features: CandidateFeatures, tree: TreeModel | None, mode: str,
+                 out: Rollout) -> None:
+        self.teacher, self.features, self.tree, self.mode, self.out = teacher, features, tree, mode, out
+        self.kinds = features.kinds
+
+    def act(self, decision: Decision) -> Action:
+        out = self.out
+        start = time.perf_counter()
+        rows, mask, ids = self.features.rows(decision)
+        encoded = time.perf_counter() - start
+        start = time.perf_counter()
+        action, slot, scores = self.teacher.label(decision)
+        out.teacher_seconds += time.perf_counter() - start
+        out.decisions += 1
+        allowed = np.flatnonzero(mask)
+        if self.mode == "regression":
+            if scores is None:
+                raise HpcgymError("the teacher gives no scores: distil it by classification")
+            target = scores[allowed].astype(np.float64)
+        else:
+            target = (allowed == slot).astype(np.int64)
+        if len(allowed):
+            out.samples.add(rows[allowed], target, decision.observation["queue_length"])
+        if self.tree is None:
+            return action
+        start = time.perf_counter()
+        predicted = self.tree.predict(rows[allowed]) if len(allowed) else np.zeros(0)
+        mine = int(allowed[np.argmax(predicted)]) if len(allowed) else self.features.slots
+        chosen = slot_action(decision.kind, mine, ids, self.features.window)
+        out.driver_seconds += encoded + time.perf_counter() - start
+        if slot >= 0:
+            out.taught += 1
+            out.agreed += mine == slot
+            if len(allowed) > 1:
+                out.choice += 1
+                out.choice_agreed += mine == slot
+        if scores is not None and len(allowed):
+            out.scores.append((target, predicted))
+        return chosen
+
+
+def rollout(workload: Workload, config: SimConfig, policy: str, teacher: Teacher, features: CandidateFeatures,
+            mode: str, tree: TreeModel | None = None) -> Rollout:
+    """One episode on `workload`, driven by `tree` (or the teacher), labelled by the teacher."""
+    out = Rollout(Samples(), {})
+    agent = _Labeller(teacher, features, tree, mode, out)
+    start = time.perf_counter()
+    result = simulate(workload, config, policy=policy, agents={k: agent for k in features.kinds})
+    out.seconds = time.perf_counter() - start
+    out.summary = dict(result.summary)
+    return out
+
+
+def fit_tree(samples: Samples, depth: int, mode: str, critical: int | None, seed: int,
+             meta: dict[str, Any]) -> TreeModel:
+    """A tree of at most `depth` levels on the samples (of critical states only, if given)."""
+    try:
+        from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+    except ImportError as exc:
+        raise HpcgymError(f"fitting trees needs scikit-learn (pip install 'hpcgym[distill]'): {exc}") from None
+    x, y = samples.arrays(critical)
+    if not len(y):
+        where = f" with a queue longer than {critical} jobs" if critical is not None else ""
+        raise HpcgymError(f"no decision{where} to fit a tree on (of {len(samples)}); "
+                          + ("lower --critical" if critical is not None else "give more jobs"))
+    cls = DecisionTreeRegressor if mode == "regression" else DecisionTreeClassifier
+    estimator = cls(max_depth=depth, random_state=seed).fit(x, y)
+    return TreeModel.from_sklearn(estimator, {**meta, "mode": mode, "depth": depth, "critical": critical,
+                                              "samples": int(len(y))})
+
+
+@dataclass
+class Iteration:
+    """What one DAgger iteration made and measured."""
+
+    method: str
+    depth: int
+    iteration: int
+    tree: TreeModel
+    train_samples: int
+    test: Rollout
+
+    def row(self) -> dict[str, Any]:
+        s, t = self.test.summary, self.test
+        return {"method": self.method, "depth": self.depth, "iteration": self.iteration,
+                "nodes": self.tree.node_count, "fit_rows": self.tree.meta["samples"],
+                "data_decisions": self.train_samples, "agreement": t.agreement,
+                "agreement_choice": t.choice_agreement, "r2": t.r2, "mean_wait": s.get("mean_wait"),
+                "mean_slowdown": s.get("mean_slowdown"), "mean_bsld": s.get("mean_bsld"),
+                "utilization": s.get("utilization"),
+                "tree_us_per_decision": 1e6 * t.driver_seconds / max(t.decisions, 1)}
+
+
+def dagger(teacher: Teacher, features: CandidateFeatures, train: Workload, test: Workload, config: SimConfig,
+           policy: str, depth: int, iterations: int, critical: int | None, mode: str, meta: dict[str, Any],
+           seed: int = 0, start: Samples | None = None,
+           progress: Callable[[Iteration], None] | None = None) -> list[Iteration]:
+    """Algorithm 1 for one depth; `start` is D (the teacher's own labelled decisions on `train`;
+    made here when not given). Returns every iteration, the last one's tree being the result."""
+    data = Samples()
+    data.extend(start if start is not None else rollout(train, config, policy, teacher, features, mode).samples)
+    if not len(data):
+        raise HpcgymError("the teacher took no decision on the training jobs: nothing to learn from")
+    method = "dagger" if critical is None else "irl"
+    done: list[Iteration] = []
+    for i in range(1, iterations + 1):
+        tree = fit_tree(data, depth, mode, critical, seed, {**meta, "method": method, "iteration": i})
+        data.extend(rollout(train, config, policy, teacher, features, mode, tree).samples)
+        step = Iteration(method, depth, i, tree, len(data), rollout(test, config, policy, teacher, features, mode,
+                                                                     tree))
+        done.append(step)
+        if progress is not None:
+            progress(step)
+    return done
+
+
+def check_teacher_kinds(teacher_kinds: Sequence[str], asked: Sequence[str], name: str) -> None:
+    """One clear line when the teacher does not take the kinds asked for."""
+    missing = [k for k in asked if k not in teacher_kinds]
+    if missing:
+        raise HpcgymError(f"teacher {name} takes {'/'.join(teacher_kinds) or 'no'} decisions, not "
+                          f"{'/'.join(missing)}; distil the kinds it takes (--kind {'+'.join(teacher_kinds)})")
