@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import subprocess
 import sys
@@ -47,3 +48,19 @@ def epoch_seconds(folder: Path) -> tuple[int, float]:
     with open(folder / "curve.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     return len(rows), sum(float(r["seconds"]) for r in rows) / max(len(rows), 1)
+
+
+def argument_parser(doc: str, out: str, epochs: int, samples: int, jobs: int, seeds: str,
+                    traces: list[str]) -> argparse.ArgumentParser:
+    """The options every paper evaluation takes: where agents are and results go, training of
+    missing agents, and the sequences compared."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=Path, default=ROOT / "runs")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / out)
+    parser.add_argument("--train", action="store_true", help="Train missing agents first.")
+    parser.add_argument("--epochs", type=int, default=epochs)
+    parser.add_argument("--samples", type=int, default=samples)
+    parser.add_argument("--jobs", type=int, default=jobs)
+    parser.add_argument("--seeds", default=seeds, help="First seed of each disjoint seed set.")
+    parser.add_argument("--traces", default=",".join(traces))
+    return parser

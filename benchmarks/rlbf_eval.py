@@ -16,13 +16,12 @@ Outputs in OUT: compare folders, results.json and results.md.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import time
 from pathlib import Path
 
-from paper_runs import HPCGYM, ROOT, TRACES_DIR, compare, epoch_seconds, run
+from paper_runs import HPCGYM, TRACES_DIR, argument_parser, compare, epoch_seconds, run
 
 from hpcgym.environment.spec import WorkloadCache
 
@@ -230,16 +229,7 @@ def markdown(results: dict, seeds: list[int]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=ROOT / "runs")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "rlbf-eval")
-    parser.add_argument("--train", action="store_true", help="Train missing agents first.")
-    parser.add_argument("--epochs", type=int, default=50)
-    parser.add_argument("--samples", type=int, default=10)
-    parser.add_argument("--jobs", type=int, default=1024)
-    parser.add_argument("--seeds", default="0,100", help="First seed of each disjoint seed set.")
-    parser.add_argument("--traces", default=",".join(TRACES))
-    args = parser.parse_args()
+    args = argument_parser(__doc__, "rlbf-eval", 50, 10, 1024, "0,100", list(TRACES)).parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     traces = [t for t in TRACES if t in args.traces.split(",")]
     if args.train:

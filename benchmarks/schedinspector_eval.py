@@ -15,14 +15,13 @@ compare folders, results.json and results.md (the tables of docs/schedinspector.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import time
 from pathlib import Path
 
 import paper_runs
-from paper_runs import HPCGYM, ROOT, TRACES_DIR, epoch_seconds, run
+from paper_runs import HPCGYM, TRACES_DIR, argument_parser, epoch_seconds, run
 
 TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "CTC-SP2": "CTC-SP2-1996-3.1-cln",
           "HPC2N": "HPC2N-2002-2.2-cln", "Lublin": "lublin_256"}
@@ -177,16 +176,8 @@ def fmt_diff(row: dict, key: str, scale: float = 1.0) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=ROOT / "runs")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "si-eval")
-    parser.add_argument("--train", action="store_true", help="Train missing agents first.")
-    parser.add_argument("--epochs", type=int, default=40)
-    parser.add_argument("--samples", type=int, default=50)
-    parser.add_argument("--jobs", type=int, default=256)
-    parser.add_argument("--seeds", default="0,100000", help="First seed of each disjoint seed set.")
+    parser = argument_parser(__doc__, "si-eval", 40, 50, 256, "0,100000", list(TRACES))
     parser.add_argument("--semantics", default="code,textbook")
-    parser.add_argument("--traces", default=",".join(TRACES))
     parser.add_argument("--replay", action="store_true",
                         help="Section 5: the SDSC-SP2 agent over the whole trace, rejections by queue delay.")
     parser.add_argument("--bases", default="fcfs,lcfs,srf,saf,sjf",
