@@ -12,6 +12,8 @@ heartbeat interval (with `pending` if nothing else), so neither side can wait fo
 
 from __future__ import annotations
 
+import re
+
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +31,10 @@ from .spec import WorkloadCache, sim_config
 
 Reply = tuple[bytes, dict[str, Any]]
 AGENT_LOST_MODES = ("fallback", "end")
+
+
+#: What a hello's `protocol` must look like: MAJOR.MINOR, digits only.
+VERSION = re.compile(r"\d+\.\d+\Z")
 
 
 @dataclass(eq=False)
@@ -159,6 +165,9 @@ class EnvService:
     def _on_hello(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
         if peer is not None:
             raise m.ProtocolError(m.NOT_ALLOWED, "this connection already said hello; send bye first")
+        if not VERSION.match(msg["protocol"]):
+            raise m.ProtocolError(m.BAD_FIELD, f"hello: protocol must be MAJOR.MINOR, e.g. {m.PROTOCOL_VERSION}; "
+                                               f"got {msg['protocol']!r}")
         major = msg["protocol"].split(".")[0]
         if major != m.MAJOR:
             raise m.ProtocolError(m.VERSION_MISMATCH, f"this env speaks protocol {m.PROTOCOL_VERSION}, "

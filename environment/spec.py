@@ -70,6 +70,8 @@ def resolve_trace(path: str | os.PathLike[str]) -> Path:
     """The file a trace argument names: the path itself when it exists; else, for a bare file name
     (no folder part), the first folder of $HPCGYM_TRACES that holds it. Every place that takes a
     trace (CLI, gymbridge.make, the env service, compare, train) goes through here."""
+    if "\x00" in os.fspath(path):
+        raise TraceNotFound(f"{os.fspath(path)!r}: a trace path cannot contain a NUL byte; check the path")
     given = Path(path).expanduser()
     if given.exists():
         return given

@@ -739,3 +739,18 @@ def test_agents_run_one_after_another_each_count_episodes_from_1():
     fourth_ids, fourth = _one_episode(svc, b"fourth")
     assert (third, fourth) == (1, 2)
     assert fourth_ids[0] == third_ids[-1] + 1  # decision ids stay unique within the session
+
+
+@pytest.mark.parametrize("version", ["1", "1.", "1.abc", "1.0.0", "v1.2", " 1.2"])
+def test_a_version_that_is_not_major_dot_minor_is_a_bad_field(version):
+    net = Net()
+    err = net.request(b"a", hello("odd", ["select"], protocol=version))
+    assert err["code"] == m.BAD_FIELD and err["recoverable"] is True and "MAJOR.MINOR" in err["message"]
+    assert net.request(b"a", hello("odd", ["select"], protocol="1.2"))["type"] == "welcome"
+
+
+def test_a_nul_byte_in_a_trace_path_is_a_bad_request_not_internal(trace):
+    net = Net()
+    assert net.request(b"a", hello("a", ["select"]))["type"] == "welcome"
+    err = net.request(b"a", {"type": "reset", "workload": {"trace": str(trace) + "\x00x", "jobs": 10}})
+    assert err["code"] == m.BAD_REQUEST and "NUL byte" in err["message"]
