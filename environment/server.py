@@ -34,6 +34,20 @@ def check_address(bind: str) -> None:
                           "or ipc://PATH")
 
 
+def check_listening(bind: str, authenticated: bool, allow_remote: bool, insecure: bool) -> None:
+    """Listening for other hosts is an explicit choice, and without CURVE an insecure one: anyone
+    who reaches the port could use the env and its traces."""
+    check_address(bind)
+    if bind.startswith(LOOPBACK_PREFIXES):
+        return
+    if not allow_remote:
+        raise ConfigError(f"{bind} is not a loopback address: listening for other hosts is an explicit choice "
+                          "(--allow-remote), with CURVE keys (--curve-secret, --curve-allow)")
+    if not authenticated and not insecure:
+        raise ConfigError(f"--allow-remote without CURVE lets anyone who reaches {bind} use this env: give "
+                          "--curve-secret and --curve-allow (hpcgym keys makes them), or say --insecure")
+
+
 class CurveKeys:
     """CURVE authentication: the server's key pair and the agent public keys it accepts."""
 
@@ -42,12 +56,9 @@ class CurveKeys:
 
 
 def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, allow_remote: bool = False,
-          ready: Any = None) -> None:
+          insecure: bool = False, ready: Any = None) -> None:
     """Serve until SIGINT/SIGTERM (or `service.stop` is set). `ready` (an Event) is set once bound."""
-    check_address(bind)
-    if not bind.startswith(LOOPBACK_PREFIXES) and not allow_remote:
-        raise ConfigError(f"{bind} is not a loopback address: listening for other hosts is an explicit choice "
-                          "(--allow-remote), best with CURVE keys (--curve-secret, --curve-allow)")
+    check_listening(bind, curve is not None, allow_remote, insecure)
     ctx = zmq.Context()
     auth = None
     sock = ctx.socket(zmq.ROUTER)

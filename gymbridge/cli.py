@@ -7,6 +7,7 @@ status 2; nothing here prints a traceback for a problem the user can fix.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,9 @@ from ..environment.config import BACKFILL_MODES, OVERRUN_MODES, PRESETS, Estimat
 from ..environment.errors import HpcgymError
 from ..environment.lublin import generate_lublin
 from ..environment.simulator import simulate
-from ..environment.spec import DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload, resolve_trace
+from ..environment.rewards import get_reward
+from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload,
+                                 resolve_trace, sim_config)
 from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
 from .compare import compare
@@ -215,27 +218,30 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 @click.option("--on-agent-lost", type=click.Choice(["fallback", "end"]), default="fallback", show_default=True,
               help="When an agent stops answering: its kinds fall back to the built-in defaults, or the episode ends.")
 @click.option("--allow-remote", is_flag=True, help="Allow binding an address other hosts can reach.")
+@click.option("--insecure", is_flag=True, help="With --allow-remote: listen without CURVE authentication.")
 @click.option("--curve-secret", type=click.Path(path_type=Path, dir_okay=False),
               help="Server secret key file (from `hpcgym keys`): turns on CURVE authentication.")
 @click.option("--curve-allow", type=click.Path(path_type=Path, exists=True), multiple=True,
               help="Public key file, or folder of them, of agents allowed to connect.")
 @click.pass_context
 def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, reward, decision_timeout,
-                on_agent_lost, allow_remote, curve_secret, curve_allow) -> None:
+                on_agent_lost, allow_remote, insecure, curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md)."""
-    from ..environment.server import check_address, serve
+    from ..environment.server import check_listening, serve
     from ..environment.service import EnvService
 
-    check_address(bind)  # before saying "listening"
-    workload = {"trace": str(resolve_trace(trace)) if trace else None, "procs": procs}  # fail now, not at a reset
-    service = EnvService({"workload": {k: v for k, v in workload.items() if v is not None},
-                          "options": _rules(ctx, backfill=backfill, exact_requests=exact_requests,
-                                            commit_pick=commit_pick, preset=preset),
-                          "policy": policy, "reward": reward},
-                         decision_timeout=decision_timeout, on_agent_lost=on_agent_lost)
     curve = _server_curve(curve_secret, curve_allow)
+    check_listening(bind, curve is not None, allow_remote, insecure)  # before saying "listening"
+    workload = {k: v for k, v in (("trace", str(resolve_trace(trace)) if trace else None), ("procs", procs))
+                if v is not None}
+    options = _rules(ctx, backfill=backfill, exact_requests=exact_requests, commit_pick=commit_pick, preset=preset)
+    if trace is not None:
+        load_workload(workload)  # a truncated or non-SWF trace fails now, not at the first reset
+    get_reward(reward).check(sim_config(options))  # so do an unknown reward and bad options
+    service = EnvService({"workload": workload, "options": options, "policy": policy, "reward": reward},
+                         decision_timeout=decision_timeout, on_agent_lost=on_agent_lost)
     click.echo(f"hpcgym env listening on {bind}{' with CURVE' if curve else ''}", err=True)
-    serve(service, bind, curve=curve, allow_remote=allow_remote)
+    serve(service, bind, curve=curve, allow_remote=allow_remote, insecure=insecure)
 
 
 class _AgentCommand(click.Command):
@@ -419,7 +425,8 @@ def keys_command(name, folder) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     public, secret = zmq.auth.create_certificates(str(folder), name)
-    click.echo(f"wrote {public} and {secret}")
+    os.chmod(secret, 0o600)  # a secret key is for its owner's eyes only
+    click.echo(f"wrote {public} and {secret} (readable by you only)")
 
 
 def _load_key(path: Path, secret: bool) -> tuple[bytes, bytes | None]:

@@ -231,3 +231,21 @@ def test_agent_model_without_torch_is_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "needs PyTorch" in done.stderr and "torch==2.13.0" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_env_checks_its_trace_reward_and_exposure_before_listening(tmp_path):
+    prose = tmp_path / "notes.txt"
+    prose.write_text("not a trace\n")
+    one_line_error(invoke("env", "--bind", f"ipc://{tmp_path}/e.ipc", "--trace", prose), "not an SWF file")
+    one_line_error(invoke("env", "--bind", f"ipc://{tmp_path}/e.ipc", "--reward", "nosuch"), "unknown reward 'nosuch'")
+    one_line_error(invoke("env", "--bind", f"ipc://{tmp_path}/e.ipc", "--reward", "delay_penalty"),
+                   "backfill_candidates: unguarded")
+    one_line_error(invoke("env", "--bind", "tcp://0.0.0.0:5599", "--allow-remote"), "--insecure", "--curve-secret")
+
+
+def test_keys_writes_the_secret_key_for_its_owner_only(tmp_path):
+    import stat
+
+    result = invoke("keys", "me", "--dir", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert stat.S_IMODE((tmp_path / "me.key_secret").stat().st_mode) == 0o600
