@@ -277,6 +277,8 @@ class EnvService:
     def _start_episode(self, session: Session, controller: Peer, msg: dict[str, Any]) -> None:
         d = self.defaults
         seed = msg.get("seed", d["seed"])
+        if seed < 0:  # every workload, trace or generated, takes the same seeds
+            raise m.ProtocolError(m.BAD_FIELD, f"reset: seed must be a non-negative integer, got {seed}")
         options = {**d["options"], **msg.get("options", {})}
         policy = options.pop("policy", d["policy"])
         try:

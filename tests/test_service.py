@@ -754,3 +754,11 @@ def test_a_nul_byte_in_a_trace_path_is_a_bad_request_not_internal(trace):
     assert net.request(b"a", hello("a", ["select"]))["type"] == "welcome"
     err = net.request(b"a", {"type": "reset", "workload": {"trace": str(trace) + "\x00x", "jobs": 10}})
     assert err["code"] == m.BAD_REQUEST and "NUL byte" in err["message"]
+
+
+def test_a_negative_seed_is_a_bad_field_for_traces_and_generated_workloads_alike(trace):
+    net = Net()
+    assert net.request(b"a", hello("a", []))["type"] == "welcome"
+    for workload in ({"trace": str(trace), "jobs": 10}, {"generate_jobs": 50}):
+        err = net.request(b"a", {"type": "reset", "seed": -1, "workload": workload})
+        assert err["code"] == m.BAD_FIELD and "non-negative" in err["message"]
