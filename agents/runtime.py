@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,9 +125,13 @@ def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str =
                               "kinds": list(agent.kinds), "session": session}), "welcome")
         for _ in range(episodes):
             reply = conn.request({"type": "reset", **reset} if reset is not None else {"type": "join"})
+            asked = time.monotonic()
             while True:
                 kind = _expect(reply, "decision", "pending", "episode_end")
                 if kind == "pending":
+                    if not reply.get("episode") and time.monotonic() - asked > timeout:
+                        raise EnvUnreachable(f"no episode started at {address} within {timeout:g} s; start the "
+                                             "agent that resets (without --join) too, or give a longer --timeout")
                     reply = conn.request({"type": "poll"})
                 elif kind == "decision":
                     if reply["reward"]:

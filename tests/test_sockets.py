@@ -285,6 +285,17 @@ def test_killing_the_env_mid_episode_ends_the_agent_within_its_timeout(children,
     assert "Traceback" not in children.stderr(agent)
 
 
+def test_a_joining_agent_gives_up_when_no_episode_starts(children, ipc_dir, trace):
+    """`--join` with nobody resetting: the env answers `pending` at every heartbeat; the agent
+    stops after its --timeout with one line, instead of polling forever."""
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    start_env(children, bind, "--trace", str(trace))
+    agent = children.start("agent", "reject-large", "--join", "--connect", bind, "--timeout", "2", name="joiner")
+    rc, _ = wait_exit(agent, 30)
+    assert rc == 2
+    assert "no episode started" in children.stderr(agent) and "Traceback" not in children.stderr(agent)
+
+
 def test_sigterm_ends_episodes_answers_waiting_agents_exits_0_and_removes_the_ipc_file(children, ipc_dir, trace,
                                                                                       tmp_path):
     path = ipc_dir / "env.ipc"
