@@ -86,7 +86,12 @@ class Connection:
         self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES + 1024)
         if curve is not None:
             self._sock.curve_serverkey, self._sock.curve_publickey, self._sock.curve_secretkey = curve
-        self._sock.connect(address)
+        try:
+            self._sock.connect(address)
+        except zmq.ZMQError as exc:
+            self._sock.close(0)
+            raise HpcgymError(f"cannot connect to {address!r} ({zmq.strerror(exc.errno)}); use tcp://HOST:PORT "
+                              "(e.g. tcp://127.0.0.1:5555) or ipc://PATH") from None
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         self._sock.send_multipart([b"", encode(message)])

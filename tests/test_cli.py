@@ -249,3 +249,7 @@ def test_keys_writes_the_secret_key_for_its_owner_only(tmp_path):
     result = invoke("keys", "me", "--dir", tmp_path)
     assert result.exit_code == 0, result.output
     assert stat.S_IMODE((tmp_path / "me.key_secret").stat().st_mode) == 0o600
+
+
+def test_agent_refuses_an_address_that_is_not_zeromq():
+    one_line_error(invoke("agent", "sjf", "--connect", "garbage"), "cannot connect to 'garbage'", "tcp://HOST:PORT")
