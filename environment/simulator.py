@@ -54,6 +54,7 @@ class Simulation:
         if len(set(workload.job_id.tolist())) != len(workload):
             raise ConfigError(f"workload {workload.name!r} has duplicate job ids; renumber its jobs")
         self.procs = workload.procs
+        self._conservative = config.backfill == "conservative"
         self._max_run = workload.max_run
         self._rejection_cap = NEVER if config.max_rejections is None else config.max_rejections
         self._prepare_jobs()
@@ -107,7 +108,10 @@ class Simulation:
         self._queue: list[int] = []
         self._running: list[tuple[int, int]] = []   # (estimated end, index), sorted
         self._finishes: list[tuple[int, int]] = []  # heap of (end, index)
-        self._reservations: dict[int, int] = {}     # conservative: index -> reserved start
+        self._reserved: list[tuple[int, int, int]] = []  # conservative: (start, rank, index), sorted
+        self._unplaced: list[int] = []              # conservative: queued jobs with no reservation yet
+        self._freed_until = -1                      # conservative: end of the processors handed back early
+        self._profile = Profile(int(self.workload.submit[0]) if n else 0, self.procs)
         self.free = self.procs
         self.now = int(self.workload.submit[0]) if n else 0
         self._next_submit = 0
@@ -220,7 +224,7 @@ class Simulation:
                     yield from self._schedule(t)
 
     def _schedule(self, now: int):
-        if self.config.backfill == "conservative":
+        if self._conservative:
             self._conservative_pass(now)
             return
         queue, size = self._queue, self._size
@@ -270,6 +274,7 @@ class Simulation:
     # ----------------------------------------------------------------- job transitions
     def _enqueue(self, i: int) -> None:
         self._state[i] = QUEUED
+        self._unplaced.append(i)
         if self.policy.dynamic:
             self._queue.append(i)
         else:
@@ -293,9 +298,12 @@ class Simulation:
 
     def _release(self, i: int) -> None:
         running = self._running
-        entry = (self._start[i] + self._est[i], i)
-        del running[bisect_left(running, entry)]
+        est_end = self._start[i] + self._est[i]
+        del running[bisect_left(running, (est_end, i))]
         self.free += self._size[i]
+        if self._conservative and est_end > self.now:  # ends before its estimate: the profile gets the processors back
+            self._profile.add(self.now, est_end, self._size[i])
+            self._freed_until = max(self._freed_until, est_end)
 
     def _complete(self, i: int) -> None:
         self._release(i)
@@ -388,37 +396,130 @@ class Simulation:
     def _conservative_pass(self, now: int) -> None:
         """Conservative: every queued job holds a reservation, placed in queue order at the
         earliest time it delays no earlier reservation; reservations are re-placed (never later)
-        at each pass; jobs whose place is now start now."""
-        if self.policy.dynamic and len(self._queue) > 1:
-            self._resort(now)
-        profile = Profile(now, self.free)
-        for est_end, i in self._running:
-            profile.release(max(est_end, now), self._size[i])
-        old = self._reservations
-        rank = {i: r for r, i in enumerate(self._queue)}
-        order = sorted(old, key=lambda i: (old[i], rank[i])) + [i for i in self._queue if i not in old]
-        reservations: dict[int, int] = {}
+        at each pass, in the order of their start times; jobs whose place is now start now.
+
+        Re-placing is incremental and gives what re-placing every job from scratch gives. With
+        the profile unchanged since the last pass, every reservation stays where it is (it was
+        the earliest then, and what lies after it cannot block an earlier start). Processors
+        handed back early can only pull reservations earlier, and only into the time they free:
+        a job moves only if it fits somewhere in it (`_compress`). A reservation left in the past
+        (a running job outlived its estimate) can push others later: then all are re-placed.
+        """
+        queue = self._queue
+        if self.policy.dynamic:
+            if len(queue) > 1:
+                self._resort(now)
+            rank = {i: r for r, i in enumerate(queue)}.__getitem__
+            self._reserved = sorted((t, rank(i), i) for t, _, i in self._reserved)
+        else:
+            rank = self._rank.__getitem__
+        self._profile.advance(now)
+        reserved = self._reserved
+        if reserved and reserved[0][0] < now:
+            reserved = self._replace_all(now, reserved)
+            due = [i for t, _, i in reserved if t == now]
+        elif reserved and self._freed_until > now:
+            reserved = self._compress(now, reserved)
+            due = [i for t, _, i in reserved if t == now]
+        else:
+            due = [i for t, _, i in reserved[:bisect_left(reserved, (now + 1,))]]
+        self._freed_until = -1
+        profile = self._profile
+        new = sorted(self._unplaced, key=rank)
+        self._unplaced = []
+        size, est = self._size, self._est
+        for i in new:
+            t = profile.earliest(size[i], est[i])
+            profile.add(t, t + est[i], -size[i])
+            reserved.append((t, rank(i), i))
+            if t == now:
+                due.append(i)
+        reserved.sort()
+        self._reserved = reserved
         started = []
-        for i in order:
-            size, est = self._size[i], self._est[i]
-            start = profile.earliest(size, est)
-            profile.occupy(start, start + est, size)
-            if start == now and size <= self.free:
+        for i in due:  # in placement order, as if each started when it was placed
+            if size[i] <= self.free:
                 self._start_job(i, now, READY)
                 started.append(i)
-            else:
-                reservations[i] = start
-        self._reservations = reservations
         if started:
+            # started jobs were placed at now: they lead the sorted reservations
+            gone = set(started)
+            k = bisect_left(reserved, (now + 1,))
+            reserved[:k] = [entry for entry in reserved[:k] if entry[2] not in gone]
             # a start behind a job that still waits (in queue order) is BACKFILLED; otherwise one
             # that held a reservation from an earlier pass is RESERVED; the rest stay READY
-            first_waiting = min([rank[i] for i in reservations], default=NEVER)
+            first_waiting = rank(queue[0]) if queue else NEVER
             kinds = self._start_kind
+            fresh = set(new)
             for i in started:
-                if rank[i] > first_waiting:
+                if rank(i) > first_waiting:
                     kinds[i] = BACKFILLED
-                elif i in old:
+                elif i not in fresh:
                     kinds[i] = RESERVED
+
+    @property
+    def _reservations(self) -> dict[int, int]:
+        """Conservative: index -> reserved start of every job still waiting."""
+        return {i: t for t, _, i in self._reserved}
+
+    def _compress(self, now: int, reserved: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """Re-place the reservations in order after processors came back early.
+
+        A job was blocked everywhere before its reservation; it can move only into time where the
+        profile has gained processors since (before `until`), and only if it is no larger than the
+        most processors free there (`room`). A job that moves frees the tail of its old place.
+        A job no smaller and no shorter than one that found no earlier place cannot start where
+        that one could not (`failed`: size, duration, and the start it was looked at up to),
+        as long as no move gave processors back where that one's run would reach.
+        """
+        profile, size, est = self._profile, self._size, self._est
+        earliest, add, most_free = profile.earliest, profile.add, profile.most_free
+        until = self._freed_until
+        room = most_free(now, until)
+        failed: list[tuple[int, int, int]] = []
+        placed = []
+        for entry in reserved:
+            t, key, i = entry
+            s = size[i]
+            if s <= room and t > now:
+                e = est[i]
+                before = until if until < t else t
+                since = now
+                for fs, fe, f_before in failed:
+                    if fs <= s and fe <= e and f_before > since:
+                        since = f_before
+                if since >= before:
+                    placed.append(entry)
+                    continue
+                new = earliest(s, e, t, before, since)
+                if new is None:
+                    failed = [f for f in failed if f[0] < s or f[1] < e]
+                    failed.append((s, e, before))
+                else:
+                    add(t, t + e, s)
+                    add(new, new + e, -s)
+                    if t + e > until:
+                        until = t + e
+                    gained = new + e if new + e > t else t
+                    if failed:  # runs reaching the time given back may fit now
+                        failed = [(fs, fe, min(f_before, gained - fe + 1)) for fs, fe, f_before in failed]
+                    more = most_free(gained, t + e)
+                    if more > room:
+                        room = more
+                    entry = (new, key, i)
+            placed.append(entry)
+        return placed
+
+    def _replace_all(self, now: int, reserved: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """Re-place every reservation from scratch, in the order of their start times."""
+        size, est = self._size, self._est
+        profile = self._profile = Profile(now, self.free, ((max(e, now), size[i]) for e, i in self._running))
+        placed = []
+        for _, key, i in reserved:
+            t = profile.earliest(size[i], est[i])
+            profile.add(t, t + est[i], -size[i])
+            placed.append((t, key, i))
+        return placed
 
     # ----------------------------------------------------------------- observations
     def _decision(self, kind: str, candidates: list[int], context: dict[str, Any],
