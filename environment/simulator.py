@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import heapq
 import sys
-from bisect import bisect_left, insort
+from array import array
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -31,6 +32,8 @@ from .metrics import RunResult
 from .workload import Workload
 
 NEVER = sys.maxsize
+#: From this queue length on, EASY finds its candidates with one vectorised pass over the queue.
+LONG_QUEUE = 64
 PENDING, QUEUED, RUNNING, DONE = 0, 1, 2, 3
 # How a job started (the `start_kind` column; names in metrics.START_KINDS; docs/semantics.md 11)
 READY, RESERVED, BACKFILLED = 0, 1, 2
@@ -106,6 +109,9 @@ class Simulation:
         self._start_kind = [-1] * n  # how the job's latest start came about: READY, RESERVED, BACKFILLED
         self._held = [READY] * n     # EASY/none: RESERVED once the job was the reserved job of a pass
         self._queue: list[int] = []
+        # sizes and estimates of the queued jobs, in queue order: a long queue is searched at once
+        self._queue_size = array("q")
+        self._queue_est = array("q")
         self._running: list[tuple[int, int]] = []   # (estimated end, index), sorted
         self._finishes: list[tuple[int, int]] = []  # heap of (end, index)
         self._reserved: list[tuple[int, int, int]] = []  # conservative: (start, rank, index), sorted
@@ -275,17 +281,21 @@ class Simulation:
     def _enqueue(self, i: int) -> None:
         self._state[i] = QUEUED
         self._unplaced.append(i)
-        if self.policy.dynamic:
-            self._queue.append(i)
-        else:
-            insort(self._queue, i, key=self._rank.__getitem__)
-
-    def _start_job(self, i: int, now: int, kind: int) -> None:
         queue = self._queue
-        if queue[0] == i:
-            del queue[0]
+        if self.policy.dynamic:
+            k = len(queue)
         else:
-            queue.remove(i)
+            rank = self._rank
+            k = bisect_right(queue, rank[i], key=rank.__getitem__)
+        queue.insert(k, i)
+        self._queue_size.insert(k, self._size[i])
+        self._queue_est.insert(k, self._est[i])
+
+    def _start_job(self, i: int, now: int, kind: int, position: int | None = None) -> None:
+        """Start queued job `i` (at `position` in the queue, when the caller knows it)."""
+        queue = self._queue
+        k = position if position is not None else 0 if queue[0] == i else queue.index(i)
+        del queue[k], self._queue_size[k], self._queue_est[k]
         self._state[i] = RUNNING
         self._start[i] = now
         self._start_kind[i] = kind
@@ -326,6 +336,8 @@ class Simulation:
         idx = np.fromiter(queue, dtype=np.int64, count=len(queue))
         jobs = {name: col[idx] for name, col in self._columns.items()}
         queue[:] = idx[self.policy.order(jobs, now)].tolist()
+        self._queue_size = array("q", [self._size[i] for i in queue])
+        self._queue_est = array("q", [self._est[i] for i in queue])
 
     # ----------------------------------------------------------------- backfilling
     def _shadow(self, head: int, now: int) -> tuple[int, int]:
@@ -355,27 +367,39 @@ class Simulation:
         uses only processors the head's reservation does not need."""
         shadow, extra = self._shadow(head, now)
         free = self.free
-        size, est = self._size, self._est
+        size, est, queue = self._size, self._est, self._queue
         chosen = []
-        for i in self._queue:
+        for k in self._may_backfill(shadow - now, extra):
             if free == 0:
                 break
+            i = queue[k]
             s = size[i]
             if s > free or i == head:
                 continue
             if now + est[i] <= shadow:
-                chosen.append(i)
+                chosen.append(k)
                 free -= s
             elif s <= extra:
-                chosen.append(i)
+                chosen.append(k)
                 free -= s
                 extra -= s
-        for i in chosen:
-            self._start_job(i, now, BACKFILLED)
+        for started, k in enumerate(chosen):  # each start moves the later positions up by one
+            self._start_job(queue[k - started], now, BACKFILLED, k - started)
+
+    def _may_backfill(self, window: int, extra: int) -> Iterable[int]:
+        """Queue positions of the jobs that could be backfilled now, in order: all of a short
+        queue; of a long one those that fit the free processors and end within `window` or fit
+        the `extra` ones (a superset of what a backfill pass starts: it only uses processors up)."""
+        if len(self._queue) < LONG_QUEUE:
+            return range(len(self._queue))
+        sizes = np.frombuffer(self._queue_size, dtype=np.int64)
+        ests = np.frombuffer(self._queue_est, dtype=np.int64)
+        fits = (sizes <= self.free) & ((ests <= window) | (sizes <= extra))
+        return np.flatnonzero(fits).tolist()
 
     def _backfill_candidates(self, head: int, now: int, shadow: int, extra: int) -> list[int]:
-        free, size, est = self.free, self._size, self._est
-        return [i for i in self._queue
+        free, size, est, queue = self.free, self._size, self._est, self._queue
+        return [i for i in map(queue.__getitem__, self._may_backfill(shadow - now, extra))
                 if i != head and size[i] <= free and (now + est[i] <= shadow or size[i] <= extra)]
 
     def _backfill_by_agent(self, head: int, now: int):
