@@ -280,16 +280,19 @@ class Simulation:
     # ----------------------------------------------------------------- job transitions
     def _enqueue(self, i: int) -> None:
         self._state[i] = QUEUED
-        self._unplaced.append(i)
+        if self._conservative:
+            self._unplaced.append(i)
         queue = self._queue
-        if self.policy.dynamic:
-            k = len(queue)
+        if self.policy.dynamic or not queue or self._rank[queue[-1]] < self._rank[i]:
+            queue.append(i)
+            self._queue_size.append(self._size[i])
+            self._queue_est.append(self._est[i])
         else:
             rank = self._rank
             k = bisect_right(queue, rank[i], key=rank.__getitem__)
-        queue.insert(k, i)
-        self._queue_size.insert(k, self._size[i])
-        self._queue_est.insert(k, self._est[i])
+            queue.insert(k, i)
+            self._queue_size.insert(k, self._size[i])
+            self._queue_est.insert(k, self._est[i])
 
     def _start_job(self, i: int, now: int, kind: int, position: int | None = None) -> None:
         """Start queued job `i` (at `position` in the queue, when the caller knows it)."""
@@ -364,15 +367,19 @@ class Simulation:
 
     def _backfill_easy(self, head: int, now: int) -> None:
         """EASY: start, in queue order, every job that fits now and ends by the shadow time or
-        uses only processors the head's reservation does not need."""
+        uses only processors the head's reservation does not need.
+
+        The front of the queue is scanned job by job: a pass mostly ends there, every processor
+        taken. Beyond it, in a long queue, each next job that fits is found in one vectorised
+        search, so the jobs that do not fit cost no Python step.
+        """
         shadow, extra = self._shadow(head, now)
         free = self.free
         size, est, queue = self._size, self._est, self._queue
         chosen = []
-        for k in self._may_backfill(shadow - now, extra):
+        for k, i in enumerate(queue[:LONG_QUEUE]):
             if free == 0:
                 break
-            i = queue[k]
             s = size[i]
             if s > free or i == head:
                 continue
@@ -383,23 +390,40 @@ class Simulation:
                 chosen.append(k)
                 free -= s
                 extra -= s
+        k = LONG_QUEUE
+        while free and k < len(queue):
+            k = self._next_fit(k, free, shadow - now, extra)
+            if k < 0:
+                break
+            i = queue[k]
+            if i != head:
+                chosen.append(k)
+                free -= size[i]
+                if now + est[i] > shadow:
+                    extra -= size[i]
+            k += 1
         for started, k in enumerate(chosen):  # each start moves the later positions up by one
             self._start_job(queue[k - started], now, BACKFILLED, k - started)
 
-    def _may_backfill(self, window: int, extra: int) -> Iterable[int]:
-        """Queue positions of the jobs that could be backfilled now, in order: all of a short
-        queue; of a long one those that fit the free processors and end within `window` or fit
-        the `extra` ones (a superset of what a backfill pass starts: it only uses processors up)."""
-        if len(self._queue) < LONG_QUEUE:
-            return range(len(self._queue))
-        sizes = np.frombuffer(self._queue_size, dtype=np.int64)
-        ests = np.frombuffer(self._queue_est, dtype=np.int64)
-        fits = (sizes <= self.free) & ((ests <= window) | (sizes <= extra))
-        return np.flatnonzero(fits).tolist()
+    def _next_fit(self, first: int, free: int, window: int, extra: int) -> int:
+        """The first queue position from `first` on of a job that fits; -1 if none does."""
+        fits = self._fits(first, free, window, extra)
+        k = int(fits.argmax())
+        return first + k if fits[k] else -1
+
+    def _fits(self, first: int, free: int, window: int, extra: int) -> np.ndarray:
+        """Which queued jobs from position `first` on fit `free` processors and end within
+        `window` or fit the `extra` ones, all at once."""
+        sizes = np.frombuffer(self._queue_size, dtype=np.int64)[first:]
+        ests = np.frombuffer(self._queue_est, dtype=np.int64)[first:]
+        return (sizes <= free) & ((ests <= window) | (sizes <= extra))
 
     def _backfill_candidates(self, head: int, now: int, shadow: int, extra: int) -> list[int]:
         free, size, est, queue = self.free, self._size, self._est, self._queue
-        return [i for i in map(queue.__getitem__, self._may_backfill(shadow - now, extra))
+        if len(queue) > LONG_QUEUE:  # the same test, vectorised
+            fitting = [queue[k] for k in np.flatnonzero(self._fits(0, free, shadow - now, extra)).tolist()]
+            return [i for i in fitting if i != head]
+        return [i for i in queue
                 if i != head and size[i] <= free and (now + est[i] <= shadow or size[i] <= extra)]
 
     def _backfill_by_agent(self, head: int, now: int):
