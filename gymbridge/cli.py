@@ -6,6 +6,7 @@ status 2; nothing here prints a traceback for a problem the user can fix.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
@@ -22,10 +23,6 @@ from ..environment.simulator import simulate
 from ..environment.spec import DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload, resolve_trace
 from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload
-from .compare import compare
-from .compare.record import record
-from .protocol_commands import protocol as protocol_group
-from .training.command import train
 
 SUMMARY_LABELS = [
     ("jobs", "jobs", "{:d}"),
@@ -40,8 +37,23 @@ SUMMARY_LABELS = [
 ]
 
 
+#: Commands defined in other modules, imported only when they run: `hpcgym run` starts without
+#: loading the comparison, training and protocol machinery.
+LAZY_COMMANDS = {"protocol": ".protocol_commands:protocol", "train": ".training.command:train",
+                 "compare": ".compare:compare", "record": ".compare.record:record"}
+
+
 class HpcgymGroup(click.Group):
     """Turns HpcgymError anywhere below into one clear line and exit status 2."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS:
+            module, attribute = LAZY_COMMANDS[name].split(":")
+            return getattr(importlib.import_module(module, __package__), attribute)
+        return super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -55,12 +67,6 @@ class HpcgymGroup(click.Group):
 @click.version_option(package_name="hpcgym")
 def main() -> None:
     """hpcgym: simulate HPC batch scheduling and compare policies on identical job sequences."""
-
-
-main.add_command(protocol_group)
-main.add_command(train)
-main.add_command(compare)
-main.add_command(record)
 
 
 def _estimate(ctx: click.Context, param: click.Parameter, value: str) -> EstimateSpec:
