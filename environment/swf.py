@@ -3,9 +3,9 @@
 An SWF file holds `;`-prefixed header lines (`; Key: value`) and one data line per job with 18
 whitespace-separated numeric fields; `-1` marks a missing value. `read_swf` turns a trace into a
 cleaned `Workload`, counting every job it leaves out by reason so that papers' trace tables can be
-reproduced and checked. Parsing goes through numpy's C reader on the common, well-formed path and
-only falls back to a line-by-line scan when something is wrong, so that the error names the exact
-line while the largest archive traces (~450k jobs) still load in about a second.
+reproduced and checked. Well-formed traces are parsed as one numpy array (swf_fast.py); anything
+unusual falls back to numpy's line reader and a line-by-line scan, so that an error names the
+exact line while the largest archive traces (~450k jobs) still load in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcgym.environment.errors import WorkloadError
+from hpcgym.environment.swf_fast import parse_plain
 from hpcgym.environment.workload import Workload
 
 __all__ = ["SWF_FIELDS", "DROP_REASONS", "read_swf", "write_swf", "trace_stats"]
@@ -32,8 +33,10 @@ SWF_FIELDS = (
 )
 N_FIELDS = len(SWF_FIELDS)
 
-# Column indices of the fields a Workload keeps.
-_JOB, _SUBMIT, _RUN, _ALLOC, _REQ_PROCS, _REQ_TIME, _USER = 0, 1, 3, 4, 7, 8, 11
+# Column indices of the fields a Workload keeps: job, submit, run, allocated and requested
+# processors, requested time, user.
+_KEPT = (0, 1, 3, 4, 7, 8, 11)
+_JOB, _SUBMIT, _RUN, _ALLOC, _REQ_PROCS, _REQ_TIME, _USER = _KEPT
 
 #: Why a job line was left out, checked in this order (a job is counted under the first that
 #: applies, so the counts add up to the number of dropped lines).
@@ -56,8 +59,8 @@ _HEADER = re.compile(r";\s{0,2}([A-Za-z][A-Za-z0-9_]*)\s*:(?!//)\s*(.*)\Z")
 _LEADING_INT = re.compile(r"\s*\+?(\d+)")
 
 
-def _read_text(path: Path) -> str:
-    """The file's text, gunzipped when it starts with the gzip magic bytes (whatever its name)."""
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, gunzipped when it starts with the gzip magic bytes (whatever its name)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -74,12 +77,28 @@ def _read_text(path: Path) -> str:
         except (OSError, EOFError, zlib.error) as exc:
             raise WorkloadError(f"{path}: corrupt or truncated gzip data ({exc}); re-download or "
                                 "re-compress the trace") from None
+    return data
+
+
+def _decode(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         # Header prose in old logs may be Latin-1; data lines are ASCII either way, and anything
         # non-numeric in them is reported as a malformed line below.
         return data.decode("latin-1")
+
+
+def _header(comment_lines: list[str]) -> dict[str, str]:
+    """`; Key: value` lines as a dict; repeated keys (Queue, Partition, Note) keep every value,
+    one per line."""
+    header: dict[str, str] = {}
+    for line in comment_lines:
+        m = _HEADER.match(line.strip())
+        if m is not None:
+            key, value = m.group(1), m.group(2).strip()
+            header[key] = f"{header[key]}\n{value}" if key in header else value
+    return header
 
 
 def _leading_int(value: str | None) -> int | None:
@@ -168,27 +187,30 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
                               or procs <= 0):
         raise WorkloadError(f"{path}: cluster size (--procs) must be a positive integer, got "
                             f"{procs!r}")
-    text = _read_text(path)
-
-    header: dict[str, str] = {}
-    data_lines: list[str] = []
-    data_numbers: list[int] = []
-    for number, raw in enumerate(text.split("\n"), 1):
-        line = raw.strip()
-        if not line:
-            continue
-        if line[0] == ";":
-            m = _HEADER.match(line)
-            if m is not None:
-                key, value = m.group(1), m.group(2).strip()
-                # Repeated keys (Queue, Partition, Note) keep every value, one per line.
-                header[key] = f"{header[key]}\n{value}" if key in header else value
-            continue
-        data_lines.append(line)
-        data_numbers.append(number)
-    if not data_lines:
-        raise WorkloadError(f"{path}: no job lines found (only comments or empty); is this an "
-                            "SWF trace?")
+    data = _read_bytes(path)
+    plain = parse_plain(data, _KEPT)
+    if plain is not None:
+        comments, ints, line_no = plain
+        header = _header(_decode(b"\n".join(comments)).split("\n"))
+        n_malformed = 0
+    else:
+        comment_lines: list[str] = []
+        data_lines: list[str] = []
+        data_numbers: list[int] = []
+        for number, raw in enumerate(_decode(data).split("\n"), 1):
+            line = raw.strip()
+            if line:
+                if line[0] == ";":
+                    comment_lines.append(line)
+                else:
+                    data_lines.append(line)
+                    data_numbers.append(number)
+        if not data_lines:
+            raise WorkloadError(f"{path}: no job lines found (only comments or empty); is this an "
+                                "SWF trace?")
+        header = _header(comment_lines)
+        rows, line_no, n_malformed = _parse_rows(data_lines, data_numbers, path, on_malformed)
+        ints = np.rint(rows[:, _KEPT]).astype(np.int64)
 
     if procs is None:
         procs = _leading_int(header.get("MaxProcs")) or _leading_int(header.get("MaxNodes"))
@@ -197,14 +219,9 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
                                 "cluster size is unknown; pass --procs N (procs=N)")
     procs = int(procs)
 
-    rows, line_no, n_malformed = _parse_rows(data_lines, data_numbers, path, on_malformed)
-    ints = np.rint(rows).astype(np.int64)
-    job_id = ints[:, _JOB]
-    submit = ints[:, _SUBMIT]
-    run = ints[:, _RUN]
-    size = np.where(ints[:, _ALLOC] > 0, ints[:, _ALLOC], ints[:, _REQ_PROCS])
-    requested = np.where(ints[:, _REQ_TIME] > 0, ints[:, _REQ_TIME], run)
-    user = ints[:, _USER]
+    job_id, submit, run, alloc, req_procs, req_time, user = ints.T
+    size = np.where(alloc > 0, alloc, req_procs)
+    requested = np.where(req_time > 0, req_time, run)
 
     dropped = {reason: 0 for reason in DROP_REASONS}
     dropped["malformed"] = n_malformed
