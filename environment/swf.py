@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcgym.environment import trace_cache
 from hpcgym.environment.errors import WorkloadError
 from hpcgym.environment.swf_fast import parse_plain
 from hpcgym.environment.workload import Workload
@@ -60,7 +61,7 @@ _LEADING_INT = re.compile(r"\s*\+?(\d+)")
 
 
 def _read_bytes(path: Path) -> bytes:
-    """The file's bytes, gunzipped when it starts with the gzip magic bytes (whatever its name)."""
+    """The file's bytes, as stored."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -71,6 +72,11 @@ def _read_bytes(path: Path) -> bytes:
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read trace file ({exc.strerror or exc}); check the "
                             "path and its permissions") from None
+    return data
+
+
+def _gunzipped(data: bytes, path: Path) -> bytes:
+    """The data, gunzipped when it starts with the gzip magic bytes (whatever the file's name)."""
     if data[:2] == _GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
@@ -156,6 +162,43 @@ def _parse_rows(lines: list[str], numbers: list[int], path: Path,
     return rows, line_no[keep], len(lines) - len(keep)
 
 
+def _parse_plain(stored: bytes, path: Path) -> tuple[dict[str, str], np.ndarray, np.ndarray] | None:
+    """(header, kept columns, job line numbers) of a plain trace, from the cache or parsed at
+    numpy speed (and cached); None when the trace is anything but plain."""
+    key = trace_cache.key_of(stored)
+    cached = trace_cache.load(key)
+    if cached is not None:
+        return cached
+    plain = parse_plain(_gunzipped(stored, path), _KEPT)
+    if plain is None:
+        return None
+    comments, ints, line_no = plain
+    header = _header(_decode(b"\n".join(comments)).split("\n"))
+    trace_cache.store(key, header, ints, line_no)
+    return header, ints, line_no
+
+
+def _parse_exact(data: bytes, path: Path,
+                 on_malformed: str) -> tuple[dict[str, str], np.ndarray, np.ndarray, int]:
+    """(header, kept columns, job line numbers, lines skipped as malformed), line by line."""
+    comment_lines: list[str] = []
+    data_lines: list[str] = []
+    data_numbers: list[int] = []
+    for number, raw in enumerate(_decode(data).split("\n"), 1):
+        line = raw.strip()
+        if line:
+            if line[0] == ";":
+                comment_lines.append(line)
+            else:
+                data_lines.append(line)
+                data_numbers.append(number)
+    if not data_lines:
+        raise WorkloadError(f"{path}: no job lines found (only comments or empty); is this an "
+                            "SWF trace?")
+    rows, line_no, n_malformed = _parse_rows(data_lines, data_numbers, path, on_malformed)
+    return _header(comment_lines), np.rint(rows[:, _KEPT]).astype(np.int64), line_no, n_malformed
+
+
 def _workload_name(path: Path) -> str:
     """Trace name without .gz / .swf suffixes ("SDSC-SP2-1998-4.2-cln")."""
     name = path.name
@@ -187,30 +230,13 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
                               or procs <= 0):
         raise WorkloadError(f"{path}: cluster size (--procs) must be a positive integer, got "
                             f"{procs!r}")
-    data = _read_bytes(path)
-    plain = parse_plain(data, _KEPT)
-    if plain is not None:
-        comments, ints, line_no = plain
-        header = _header(_decode(b"\n".join(comments)).split("\n"))
+    stored = _read_bytes(path)
+    parsed = _parse_plain(stored, path)
+    if parsed is not None:
+        header, ints, line_no = parsed
         n_malformed = 0
     else:
-        comment_lines: list[str] = []
-        data_lines: list[str] = []
-        data_numbers: list[int] = []
-        for number, raw in enumerate(_decode(data).split("\n"), 1):
-            line = raw.strip()
-            if line:
-                if line[0] == ";":
-                    comment_lines.append(line)
-                else:
-                    data_lines.append(line)
-                    data_numbers.append(number)
-        if not data_lines:
-            raise WorkloadError(f"{path}: no job lines found (only comments or empty); is this an "
-                                "SWF trace?")
-        header = _header(comment_lines)
-        rows, line_no, n_malformed = _parse_rows(data_lines, data_numbers, path, on_malformed)
-        ints = np.rint(rows[:, _KEPT]).astype(np.int64)
+        header, ints, line_no, n_malformed = _parse_exact(_gunzipped(stored, path), path, on_malformed)
 
     if procs is None:
         procs = _leading_int(header.get("MaxProcs")) or _leading_int(header.get("MaxNodes"))

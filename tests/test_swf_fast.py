@@ -58,3 +58,24 @@ def test_the_exact_reader_still_reads_what_the_fast_one_leaves(tmp_path: Path):
     assert read_swf(write(tmp_path, swf_text([job(1, 5, 10, 1), job(2, "1e3", 10, 1)]))).submit.tolist() == [5, 1000]
     with pytest.raises(WorkloadError, match=r"t\.swf:3: .*non-numeric field 2 '1\.2\.3'"):
         read_swf(write(tmp_path, swf_text([job(1, 5, 10, 1), job(2, "1.2.3", 10, 1)])))
+
+
+def test_a_parsed_trace_is_cached_by_its_bytes(tmp_path: Path, monkeypatch):
+    """The second read of the same bytes parses nothing; a changed file is parsed again."""
+    from hpcgym.environment import swf
+
+    path = write(tmp_path, swf_text([job(1, 5, 10, 1), job(2, 6, 10, 1)]), gz=True, name="t.swf.gz")
+    first = read_swf(path)
+    monkeypatch.setattr(swf, "parse_plain", lambda *args: pytest.fail("parsed again"))
+    again = read_swf(path)
+    assert again.submit.tolist() == first.submit.tolist() == [5, 6] and again.header == first.header
+    monkeypatch.undo()
+    write(tmp_path, swf_text([job(1, 5, 10, 1), job(2, 6, 10, 1), job(3, 7, 10, 1)]), gz=True, name="t.swf.gz")
+    assert read_swf(path).submit.tolist() == [5, 6, 7]
+
+
+def test_an_empty_cache_setting_turns_the_cache_off(tmp_path: Path, monkeypatch, private_trace_cache):
+    monkeypatch.setenv("HPCGYM_CACHE", "")
+    before = set(private_trace_cache.iterdir())
+    read_swf(write(tmp_path, swf_text([job(1, 5, 10, 1), job(2, 9, 10, 1)])))
+    assert set(private_trace_cache.iterdir()) == before
