@@ -73,6 +73,11 @@ class Profile:
         times = self.times
         return max(self.free[bisect_right(times, start) - 1:bisect_left(times, end)])
 
+    def least_free(self, start: int, end: int) -> int:
+        """The fewest processors free at any time in [start, end) (negative: overdrawn)."""
+        times = self.times
+        return min(self.free[bisect_right(times, start) - 1:bisect_left(times, end)])
+
     def earliest(self, size: int, duration: int, held: int = FOREVER, before: int = FOREVER,
                  since: int = 0) -> int | None:
         """The earliest time at which `size` processors stay free for `duration`.

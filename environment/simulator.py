@@ -449,9 +449,9 @@ class Simulation:
         Re-placing is incremental and gives what re-placing every job from scratch gives. With
         the profile unchanged since the last pass, every reservation stays where it is (it was
         the earliest then, and what lies after it cannot block an earlier start). Processors
-        handed back early can only pull reservations earlier, and only into the time they free:
-        a job moves only if it fits somewhere in it (`_compress`). A reservation left in the past
-        (a running job outlived its estimate) can push others later: then all are re-placed.
+        handed back early can only pull reservations earlier, and only into the time they free.
+        A reservation left in the past (a running job outlived its estimate) is placed again and
+        can push others later. `_replace` handles both.
         """
         queue = self._queue
         if self.policy.dynamic:
@@ -463,11 +463,8 @@ class Simulation:
             rank = self._rank.__getitem__
         self._profile.advance(now)
         reserved = self._reserved
-        if reserved and reserved[0][0] < now:
-            reserved = self._replace_all(now, reserved)
-            due = [i for t, _, i in reserved if t == now]
-        elif reserved and self._freed_until > now:
-            reserved = self._compress(now, reserved)
+        if reserved and (reserved[0][0] < now or self._freed_until > now):
+            reserved = self._replace(now, reserved)
             due = [i for t, _, i in reserved if t == now]
         else:
             due = [i for t, _, i in reserved[:bisect_left(reserved, (now + 1,))]]
@@ -510,36 +507,65 @@ class Simulation:
         """Conservative: index -> reserved start of every job still waiting."""
         return {i: t for t, _, i in self._reserved}
 
-    def _compress(self, now: int, reserved: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-        """Re-place the reservations in order after processors came back early.
+    def _replace(self, now: int, reserved: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """Re-place the reservations in order, as if into a profile rebuilt from the running jobs,
+        after processors came back early or a reservation was left in the past.
 
-        A job was blocked everywhere before its reservation; it can move only into time where the
-        profile has gained processors since (before `until`), and only if it is no larger than the
-        most processors free there (`room`). A job that moves frees the tail of its old place.
-        A job no smaller and no shorter than one that found no earlier place cannot start where
-        that one could not (`failed`: size, duration, and the start it was looked at up to),
-        as long as no move gave processors back where that one's run would reach.
+        A reservation in the past (`stale`: a running job outlived its estimate) comes first in
+        the order, so it is placed exactly, among the running jobs and the stale ones before it;
+        its new place, later than its old one, takes processors from time after its old end
+        (`lost`). Then, in order, every other job:
+        - whose reserved run no longer fits there (it meets lost time and the profile, still
+          holding it and the jobs after it, is overdrawn) has to move later: it and all after it
+          are taken out and placed afresh, each at its earliest fit;
+        - otherwise it stays, or moves earlier (what comes after it cannot change that: it still
+          fits its old place). It was blocked everywhere before its reservation,
+          so it can move only into time that gained processors since (before `until`), and only if
+          it is no larger than the most processors free there (`room`). A job no smaller and no
+          shorter than one that found no earlier place cannot start where that one could not
+          (`failed`: size, duration, and the start it was looked at up to), as long as no move
+          gave processors back where that one's run would reach. A job that moves frees the tail
+          of its old place.
         """
         profile, size, est = self._profile, self._size, self._est
         earliest, add, most_free = profile.earliest, profile.add, profile.most_free
         until = self._freed_until
-        room = most_free(now, until)
-        failed: list[tuple[int, int, int]] = []
+        stale = bisect_left(reserved, (now,))
+        lost: list[tuple[int, int]] = []
         placed = []
-        for entry in reserved:
+        if stale:
+            exact = Profile(now, self.free, ((max(e, now), size[i]) for e, i in self._running))
+            for t, key, i in reserved[:stale]:
+                s, e = size[i], est[i]
+                new = exact.earliest(s, e)
+                exact.add(new, new + e, -s)
+                if t + e > now:
+                    add(now, t + e, s)
+                add(new, new + e, -s)
+                until = max(until, min(new, t + e))
+                lost.append((max(new, t + e), new + e))
+                placed.append((new, key, i))
+        room = most_free(now, until) if until > now else 0
+        failed: list[tuple[int, int, int]] = []
+        for k in range(stale, len(reserved)):
+            entry = reserved[k]
             t, key, i = entry
-            s = size[i]
+            s, e = size[i], est[i]
+            if lost and profile.least_free(t, t + e) < 0 and any(start < t + e and t < end for start, end in lost):
+                for t, _, i in reserved[k:]:
+                    add(t, t + est[i], size[i])
+                for t, key, i in reserved[k:]:
+                    new = earliest(size[i], est[i])
+                    add(new, new + est[i], -size[i])
+                    placed.append((new, key, i))
+                return placed
             if s <= room and t > now:
-                e = est[i]
                 before = until if until < t else t
                 since = now
                 for fs, fe, f_before in failed:
                     if fs <= s and fe <= e and f_before > since:
                         since = f_before
-                if since >= before:
-                    placed.append(entry)
-                    continue
-                new = earliest(s, e, t, before, since)
+                new = earliest(s, e, t, before, since) if since < before else None
                 if new is None:
                     failed = [f for f in failed if f[0] < s or f[1] < e]
                     failed.append((s, e, before))
@@ -556,17 +582,6 @@ class Simulation:
                         room = more
                     entry = (new, key, i)
             placed.append(entry)
-        return placed
-
-    def _replace_all(self, now: int, reserved: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-        """Re-place every reservation from scratch, in the order of their start times."""
-        size, est = self._size, self._est
-        profile = self._profile = Profile(now, self.free, ((max(e, now), size[i]) for e, i in self._running))
-        placed = []
-        for _, key, i in reserved:
-            t = profile.earliest(size[i], est[i])
-            profile.add(t, t + est[i], -size[i])
-            placed.append((t, key, i))
         return placed
 
     # ----------------------------------------------------------------- observations
