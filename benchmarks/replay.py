@@ -1,16 +1,21 @@
-"""Replay whole real traces and report simulation speed and peak memory.
+"""Replay whole real traces with hpcgym and with an independent textbook simulator, side by side.
 
-    python benchmarks/replay.py                      # SDSC-SP2 and HPC2N, FCFS+EASY and SJF+EASY
-    python benchmarks/replay.py --trace RICC-2010-2 --policy wfp3 --repeat 3
+    python benchmarks/replay.py                                   # every shared trace, none/easy/conservative
+    python benchmarks/replay.py --trace SDSC-SP2-1998-4.2-cln --load 1 --load 2 --load 3
+    python benchmarks/replay.py --cli HPC2N-2002-2.2-cln          # whole-process cost of `hpcgym run`
 
-Each case runs in a fresh process so its peak resident memory is its own. Jobs per second
-counts simulated jobs over the simulation alone (loading the trace is reported apart). For
-FCFS+EASY the plain textbook replay of tests/textbook_easy.py is timed in the same process as a
-yardstick: compare the two columns as a ratio, never across machines.
+Both simulators replay the same cleaned workload (FCFS, requested times as estimates) under the
+same conditions: each case runs in a fresh process, each simulator `--repeat` times, the fastest
+wall-clock run counts, and the trace is read before the clock starts (its load time is reported
+apart). The yardstick is benchmarks/reference_sim.py, written apart from hpcgym; the last column
+says whether the two produced the same start time for every job. `--load K` makes arrivals K
+times faster (submit times divided by K), which lengthens the queue: per-job cost should not grow
+with it. Compare the columns as ratios measured in one run, never across machines.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
@@ -21,8 +26,8 @@ from pathlib import Path
 
 import click
 
-DEFAULT_TRACES = ("SDSC-SP2-1998-4.2-cln", "HPC2N-2002-2.2-cln")
-DEFAULT_POLICIES = ("fcfs", "sjf")
+BACKFILLS = ("none", "easy", "conservative")
+SIMULATORS = ("hpcgym", "reference")
 
 
 def traces_dir() -> Path:
@@ -30,7 +35,10 @@ def traces_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 
 
-def measure(trace: str, policy: str, backfill: str, repeat: int) -> dict:
+def measure(trace: str, load: int, backfill: str, simulator: str, repeat: int) -> dict:
+    """One case in this process: the fastest of `repeat` replays, and a digest of the schedule."""
+    import numpy as np
+
     from hpcgym.environment.config import SimConfig
     from hpcgym.environment.simulator import simulate
     from hpcgym.environment.swf import read_swf
@@ -38,54 +46,94 @@ def measure(trace: str, policy: str, backfill: str, repeat: int) -> dict:
     t0 = time.perf_counter()
     workload = read_swf(traces_dir() / f"{trace}.swf.gz")
     load_s = time.perf_counter() - t0
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if load > 1:
+        first = int(workload.submit[0])
+        workload = workload.with_columns(submit=first + (workload.submit - first) // load)
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
-        result = simulate(workload, SimConfig(backfill=backfill), policy=policy)
-        best = min(best, time.perf_counter() - t0)
-    textbook_s = None
-    if policy == "fcfs" and backfill == "easy":
-        # the yardstick: the plain replay the tests use as an oracle, timed in the same process
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from tests.textbook_easy import textbook_easy
+        if simulator == "hpcgym":
+            start = simulate(workload, SimConfig(backfill=backfill)).jobs["start"]
+        else:
+            sys.path.insert(0, str(Path(__file__).resolve().parent))
+            from reference_sim import replay
 
-        cols = [workload.submit.tolist(), workload.run.tolist(), workload.size.tolist(), workload.requested.tolist()]
-        t0 = time.perf_counter()
-        textbook_easy(workload.procs, *cols)
-        textbook_s = round(time.perf_counter() - t0, 3)
-    return {
-        "trace": trace, "policy": policy, "backfill": backfill, "jobs": len(workload),
-        "load_s": round(load_s, 3), "sim_s": round(best, 3), "jobs_per_s": round(len(workload) / best),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "rss_after_load_mb": round(rss_before / 1024, 1),
-        "mean_bsld": round(result.summary["mean_bsld"], 2),
-        "textbook_s": textbook_s,
-    }
+            start = replay(workload.procs, workload.job_id.tolist(), workload.submit.tolist(),
+                           workload.run.tolist(), workload.size.tolist(), workload.requested.tolist(), backfill)
+        best = min(best, time.perf_counter() - t0)
+    start = np.asarray(start, dtype=np.int64)
+    span = int(start.max() - workload.submit.min()) or 1
+    return {"jobs": len(workload), "load_s": load_s, "sim_s": best, "jobs_per_s": len(workload) / best,
+            "mean_queue": float((start - workload.submit).sum()) / span,
+            "schedule": hashlib.sha256(start.tobytes()).hexdigest()}
+
+
+def run_case(trace: str, load: int, backfill: str, simulator: str, repeat: int, timeout: float) -> dict | None:
+    """`measure` in a fresh process; None when it ran out of time."""
+    command = [sys.executable, __file__, "--one", simulator, "--trace", trace, "--load", str(load),
+               "--backfill", backfill, "--repeat", str(repeat)]
+    try:
+        out = subprocess.run(command, check=True, capture_output=True, text=True, timeout=timeout).stdout
+    except subprocess.TimeoutExpired:
+        return None
+    return json.loads(out)
+
+
+def cli_cost(trace: str, repeat: int) -> None:
+    """CPU seconds (user + system) of whole `hpcgym run` processes: start-up alone, then a replay."""
+    hpcgym = str(Path(sys.executable).with_name("hpcgym"))
+    commands = {"python -c pass": [sys.executable, "-c", "pass"],
+                "python -c 'import numpy, click'": [sys.executable, "-c", "import numpy, click"],
+                "hpcgym run --help": [hpcgym, "run", "--help"],
+                f"hpcgym run --trace {trace} --json": [hpcgym, "run", "--trace", str(traces_dir() / f"{trace}.swf.gz"),
+                                                       "--json"]}
+    for label, command in commands.items():
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        for _ in range(repeat):
+            subprocess.run(command, check=True, capture_output=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / repeat
+        click.echo(f"{cpu:7.3f} s CPU  {label}")
 
 
 @click.command()
-@click.option("--trace", "traces", multiple=True, default=DEFAULT_TRACES, show_default=True,
-              help="Trace name in the traces folder (without .swf.gz); repeatable.")
-@click.option("--policy", "policies", multiple=True, default=DEFAULT_POLICIES, show_default=True)
-@click.option("--backfill", default="easy", show_default=True)
-@click.option("--repeat", default=3, show_default=True, help="Runs per case; the fastest counts.")
-@click.option("--one", is_flag=True, hidden=True)
-def main(traces, policies, backfill, repeat, one) -> None:
+@click.option("--trace", "traces", multiple=True, help="Trace name in the traces folder (without .swf.gz); "
+              "repeatable. Default: every .swf.gz there.")
+@click.option("--backfill", "backfills", multiple=True, type=click.Choice(BACKFILLS), default=BACKFILLS,
+              show_default=True)
+@click.option("--load", "loads", multiple=True, type=click.IntRange(min=1), default=(1,), show_default=True,
+              help="Arrivals this many times faster; repeatable.")
+@click.option("--repeat", default=1, show_default=True, help="Runs per case and simulator; the fastest counts.")
+@click.option("--timeout", default=300.0, show_default=True, help="Seconds one case may take per simulator.")
+@click.option("--skip-reference", is_flag=True, help="Time hpcgym alone.")
+@click.option("--cli", "cli_trace", default=None, help="Measure whole `hpcgym run` processes on this trace instead.")
+@click.option("--one", type=click.Choice(SIMULATORS), hidden=True)
+def main(traces, backfills, loads, repeat, timeout, skip_reference, cli_trace, one) -> None:
     if one:
-        click.echo(json.dumps(measure(traces[0], policies[0], backfill, repeat)))
+        click.echo(json.dumps(measure(traces[0], loads[0], backfills[0], one, repeat)))
         return
-    header = f"{'trace':<24}{'policy':<8}{'jobs':>8}{'load s':>8}{'sim s':>8}{'jobs/s':>10}{'peak MB':>9}{'bsld':>9}{'textbook s':>12}"
-    click.echo(header)
+    if cli_trace:
+        cli_cost(cli_trace, repeat)
+        return
+    traces = traces or sorted(p.name[:-len(".swf.gz")] for p in traces_dir().glob("*.swf.gz"))
+    simulators = SIMULATORS[:1] if skip_reference else SIMULATORS
+    click.echo(f"{'trace':<24}{'load':>5}{'backfill':>14}{'jobs':>8}{'queue':>8}{'load s':>8}"
+               f"{'hpcgym s':>10}{'jobs/s':>9}{'ref s':>10}{'jobs/s':>9}{'speed-up':>9}  same")
     for trace in traces:
-        for policy in policies:
-            out = subprocess.run([sys.executable, __file__, "--one", "--trace", trace, "--policy", policy,
-                                  "--backfill", backfill, "--repeat", str(repeat)],
-                                 check=True, capture_output=True, text=True).stdout
-            r = json.loads(out)
-            click.echo(f"{trace[:23]:<24}{policy:<8}{r['jobs']:>8}{r['load_s']:>8.2f}{r['sim_s']:>8.2f}"
-                       f"{r['jobs_per_s']:>10}{r['peak_rss_mb']:>9.1f}{r['mean_bsld']:>9.2f}"
-                       f"{'' if r['textbook_s'] is None else format(r['textbook_s'], '.2f'):>12}")
+        for load in loads:
+            for backfill in backfills:
+                got = {sim: run_case(trace, load, backfill, sim, repeat, timeout) for sim in simulators}
+                ours, ref = got["hpcgym"], got.get("reference")
+                known = ours or ref
+                cells = [f"{trace[:23]:<24}{load:>5}{backfill:>14}",
+                         f"{known['jobs']:>8}{known['mean_queue']:>8.0f}{known['load_s']:>8.2f}" if known else f"{'':>24}"]
+                for sim in SIMULATORS:
+                    r = got.get(sim)
+                    cells.append(f"{r['sim_s']:>10.2f}{r['jobs_per_s']:>9.0f}" if r else
+                                 f"{'> ' + str(int(timeout)) if sim in got else '-':>10}{'':>9}")
+                if ours and ref:
+                    cells.append(f"{ref['sim_s'] / ours['sim_s']:>9.1f}  {'yes' if ours['schedule'] == ref['schedule'] else 'NO'}")
+                click.echo("".join(cells), nl=True)
 
 
 if __name__ == "__main__":

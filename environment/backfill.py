@@ -1,56 +1,109 @@
-"""The availability profile conservative backfilling places reservations in."""
+"""The availability profile conservative backfilling places reservations in.
+
+One profile lives for the whole episode: running jobs and reservations are carved out of it as
+they are placed, processors are handed back when a job ends before its estimate, and the past is
+cut off as time advances. A pass therefore only touches what changed, never the whole queue.
+"""
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
+
+#: Beyond every time a trace reaches.
+FOREVER = 2**62
 
 
 class Profile:
     """Free processors over time as a step function from `now` on.
 
-    `times[k]` starts a segment with `free[k]` processors free until `times[k + 1]`.
+    `times[k]` starts a segment with `free[k]` processors free until `times[k + 1]`; the last
+    segment lasts forever. Equal neighbours are merged where a change leaves them; a boundary
+    between equal segments would change no answer (the earliest feasible start is always at a
+    change of the step function), only slow scans down.
     """
 
     __slots__ = ("times", "free")
 
-    def __init__(self, now: int, free: int) -> None:
+    def __init__(self, now: int, free: int, releases: Iterable[tuple[int, int]] = ()) -> None:
+        """`free` processors at `now`, plus (time, size) releases given in time order."""
         self.times = [now]
         self.free = [free]
+        for t, size in releases:
+            if t == self.times[-1]:
+                self.free[-1] += size
+            else:
+                self.times.append(t)
+                self.free.append(self.free[-1] + size)
+
+    def advance(self, now: int) -> None:
+        """Forget what lies before `now`."""
+        times = self.times
+        k = bisect_right(times, now) - 1
+        if k > 0:
+            del times[:k]
+            del self.free[:k]
+        times[0] = now
 
     def _split(self, t: int) -> int:
         """Index of the segment starting exactly at `t`, creating it if needed."""
-        k = bisect_right(self.times, t) - 1
-        if self.times[k] != t:
-            self.times.insert(k + 1, t)
-            self.free.insert(k + 1, self.free[k])
+        times = self.times
+        k = bisect_right(times, t) - 1
+        if times[k] != t:
             k += 1
+            times.insert(k, t)
+            self.free.insert(k, self.free[k - 1])
         return k
 
-    def release(self, t: int, size: int) -> None:
-        """`size` processors become free at `t` (a running job's estimated end)."""
-        k = self._split(t)
-        for j in range(k, len(self.free)):
-            self.free[j] += size
-
-    def occupy(self, start: int, end: int, size: int) -> None:
-        """Reserve `size` processors over [start, end)."""
+    def add(self, start: int, end: int, size: int) -> None:
+        """`size` more processors free over [start, end) (negative: reserve them)."""
         k = self._split(start)
         stop = self._split(end)
-        for j in range(k, stop):
-            self.free[j] -= size
-
-    def earliest(self, size: int, duration: int) -> int:
-        """The earliest segment start at which `size` processors stay free for `duration`."""
         times, free = self.times, self.free
-        k = 0
-        while True:
+        for j in range(k, stop):
+            free[j] += size
+        # merge equal neighbours, so that scans pass over changes of the step function only
+        if stop < len(free) and free[stop] == free[stop - 1]:
+            del times[stop], free[stop]
+        if k > 0 and free[k] == free[k - 1]:
+            del times[k], free[k]
+
+    def most_free(self, start: int, end: int) -> int:
+        """The most processors free at any time in [start, end)."""
+        times = self.times
+        return max(self.free[bisect_right(times, start) - 1:bisect_left(times, end)])
+
+    def least_free(self, start: int, end: int) -> int:
+        """The fewest processors free at any time in [start, end) (negative: overdrawn)."""
+        times = self.times
+        return min(self.free[bisect_right(times, start) - 1:bisect_left(times, end)])
+
+    def earliest(self, size: int, duration: int, held: int = FOREVER, before: int = FOREVER,
+                 since: int = 0) -> int | None:
+        """The earliest time at which `size` processors stay free for `duration`.
+
+        For a job that already holds [held, held + duration), only starts before `before`
+        (<= held) are looked at and None means none fits. Its own processors are free to it:
+        any segment from `held` on, within its run, has room for it. A caller that knows no start
+        before `since` fits passes it to skip them.
+        """
+        times, free = self.times, self.free
+        n = len(times)
+        k = bisect_right(times, since) - 1 if since > times[0] else 0
+        while k < n:
             start = times[k]
-            end = start + duration
-            j = k
-            while j < len(times) and times[j] < end:
-                if free[j] < size:
-                    break
+            if start >= before:
+                return None
+            if free[k] < size:
+                k += 1
+                continue
+            limit = start + duration
+            if held < limit:
+                limit = held
+            j = k + 1
+            while j < n and times[j] < limit and free[j] >= size:
                 j += 1
-            else:
+            if j == n or times[j] >= limit:
                 return start
             k = j + 1
+        raise AssertionError("the last segment of a profile has every processor free")

@@ -17,7 +17,8 @@ from __future__ import annotations
 import heapq
 import math
 import sys
-from bisect import bisect_left, insort
+from array import array
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -32,6 +33,8 @@ from .metrics import RunResult
 from .workload import Workload
 
 NEVER = sys.maxsize
+#: From this queue length on, EASY finds its candidates with one vectorised pass over the queue.
+LONG_QUEUE = 64
 PENDING, QUEUED, RUNNING, DONE = 0, 1, 2, 3
 # How a job started (the `start_kind` column; names in metrics.START_KINDS; docs/semantics.md 11)
 READY, RESERVED, BACKFILLED = 0, 1, 2
@@ -55,6 +58,7 @@ class Simulation:
         if len(set(workload.job_id.tolist())) != len(workload):
             raise ConfigError(f"workload {workload.name!r} has duplicate job ids; renumber its jobs")
         self.procs = workload.procs
+        self._conservative = config.backfill == "conservative"
         self._max_run = workload.max_run
         self._rejection_cap = NEVER if config.max_rejections is None else config.max_rejections
         self._prepare_jobs()
@@ -108,9 +112,15 @@ class Simulation:
         self._start_kind = [-1] * n  # how the job's latest start came about: READY, RESERVED, BACKFILLED
         self._held = [READY] * n     # EASY/none: RESERVED once the job was the reserved job of a pass
         self._queue: list[int] = []
+        # sizes and estimates of the queued jobs, in queue order: a long queue is searched at once
+        self._queue_size = array("q")
+        self._queue_est = array("q")
         self._running: list[tuple[int, int]] = []   # (estimated end, index), sorted
         self._finishes: list[tuple[int, int]] = []  # heap of (end, index)
-        self._reservations: dict[int, int] = {}     # conservative: index -> reserved start
+        self._reserved: list[tuple[int, int, int]] = []  # conservative: (start, rank, index), sorted
+        self._unplaced: list[int] = []              # conservative: queued jobs with no reservation yet
+        self._freed_until = -1                      # conservative: end of the processors handed back early
+        self._profile = Profile(int(self.workload.submit[0]) if n else 0, self.procs)
         self.free = self.procs
         self.now = int(self.workload.submit[0]) if n else 0
         self._next_submit = 0
@@ -245,7 +255,7 @@ class Simulation:
         return False
 
     def _schedule(self, now: int):
-        if self.config.backfill == "conservative":
+        if self._conservative:
             self._conservative_pass(now)
             return
         queue, size = self._queue, self._size
@@ -299,17 +309,25 @@ class Simulation:
     # ----------------------------------------------------------------- job transitions
     def _enqueue(self, i: int) -> None:
         self._state[i] = QUEUED
-        if self.policy.dynamic:
-            self._queue.append(i)
-        else:
-            insort(self._queue, i, key=self._rank.__getitem__)
-
-    def _start_job(self, i: int, now: int, kind: int) -> None:
+        if self._conservative:
+            self._unplaced.append(i)
         queue = self._queue
-        if queue[0] == i:
-            del queue[0]
+        if self.policy.dynamic or not queue or self._rank[queue[-1]] < self._rank[i]:
+            queue.append(i)
+            self._queue_size.append(self._size[i])
+            self._queue_est.append(self._est[i])
         else:
-            queue.remove(i)
+            rank = self._rank
+            k = bisect_right(queue, rank[i], key=rank.__getitem__)
+            queue.insert(k, i)
+            self._queue_size.insert(k, self._size[i])
+            self._queue_est.insert(k, self._est[i])
+
+    def _start_job(self, i: int, now: int, kind: int, position: int | None = None) -> None:
+        """Start queued job `i` (at `position` in the queue, when the caller knows it)."""
+        queue = self._queue
+        k = position if position is not None else 0 if queue[0] == i else queue.index(i)
+        del queue[k], self._queue_size[k], self._queue_est[k]
         self._state[i] = RUNNING
         self._start[i] = now
         self._start_kind[i] = kind
@@ -324,11 +342,14 @@ class Simulation:
 
     def _release(self, i: int) -> None:
         running = self._running
-        entry = (self._start[i] + self._est[i], i)
-        del running[bisect_left(running, entry)]
+        est_end = self._start[i] + self._est[i]
+        del running[bisect_left(running, (est_end, i))]
         self.free += self._size[i]
         if self.policy.usage:
             self._charge(i, -self._size[i], self.now)
+        if self._conservative and est_end > self.now:  # ends before its estimate: the profile gets the processors back
+            self._profile.add(self.now, est_end, self._size[i])
+            self._freed_until = max(self._freed_until, est_end)
 
     def _complete(self, i: int) -> None:
         self._release(i)
@@ -372,6 +393,8 @@ class Simulation:
             share = {u: self._decayed(u, now) / total if total > 0 else 0.0 for u in {self._user[i] for i in queue}}
             jobs["usage"] = np.array([share[self._user[i]] for i in queue])
         queue[:] = idx[self.policy.order(jobs, now)].tolist()
+        self._queue_size = array("q", [self._size[i] for i in queue])
+        self._queue_est = array("q", [self._est[i] for i in queue])
 
     # ----------------------------------------------------------------- backfilling
     def _shadow(self, head: int, now: int) -> tuple[int, int]:
@@ -418,7 +441,50 @@ class Simulation:
     def _backfill_easy(self, head: int, now: int, shadow: int, extra: int) -> int:
         """EASY: start, in scan order, every job that fits now and ends by the shadow time (before
         it, under `strict_shadow`) or, under `easy_extra`, uses only processors the head's
-        reservation does not need. Returns the extra processors left."""
+        reservation does not need. Returns the extra processors left.
+
+        Textbook EASY scans the front of the queue job by job: a pass mostly ends there, every
+        processor taken. Beyond it, in a long queue, each next job that fits is found in one
+        vectorised search, so the jobs that do not fit cost no Python step.
+        """
+        cfg = self.config
+        if cfg.backfill_order != "queue" or cfg.strict_shadow or not cfg.easy_extra:
+            return self._backfill_variant(head, now, shadow, extra)
+        free = self.free
+        size, est, queue = self._size, self._est, self._queue
+        chosen = []
+        for k, i in enumerate(queue[:LONG_QUEUE]):
+            if free == 0:
+                break
+            s = size[i]
+            if s > free or i == head:
+                continue
+            if now + est[i] <= shadow:
+                chosen.append(k)
+                free -= s
+            elif s <= extra:
+                chosen.append(k)
+                free -= s
+                extra -= s
+        k = LONG_QUEUE
+        while free and k < len(queue):
+            k = self._next_fit(k, free, shadow - now, extra)
+            if k < 0:
+                break
+            i = queue[k]
+            if i != head:
+                chosen.append(k)
+                free -= size[i]
+                if now + est[i] > shadow:
+                    extra -= size[i]
+            k += 1
+        for started, k in enumerate(chosen):  # each start moves the later positions up by one
+            self._start_job(queue[k - started], now, BACKFILLED, k - started)
+        return extra
+
+    def _backfill_variant(self, head: int, now: int, shadow: int, extra: int) -> int:
+        """`_backfill_easy` under the EASY variants (another scan order, a strict shadow time, no
+        extra-processor rule), job by job."""
         free = self.free
         size, est = self._size, self._est
         strict, use_extra = self.config.strict_shadow, self.config.easy_extra
@@ -440,6 +506,19 @@ class Simulation:
         for i in chosen:
             self._start_job(i, now, BACKFILLED)
         return extra
+
+    def _next_fit(self, first: int, free: int, window: int, extra: int) -> int:
+        """The first queue position from `first` on of a job that fits; -1 if none does."""
+        fits = self._fits(first, free, window, extra)
+        k = int(fits.argmax())
+        return first + k if fits[k] else -1
+
+    def _fits(self, first: int, free: int, window: int, extra: int) -> np.ndarray:
+        """Which queued jobs from position `first` on fit `free` processors and end within
+        `window` or fit the `extra` ones, all at once."""
+        sizes = np.frombuffer(self._queue_size, dtype=np.int64)[first:]
+        ests = np.frombuffer(self._queue_est, dtype=np.int64)[first:]
+        return (sizes <= free) & ((ests <= window) | (sizes <= extra))
 
     def _backfill_candidates(self, head: int, now: int, shadow: int, extra: int) -> list[int]:
         """An agent's candidates: jobs of the queue window (those it sees), in scan order."""
@@ -490,37 +569,145 @@ class Simulation:
     def _conservative_pass(self, now: int) -> None:
         """Conservative: every queued job holds a reservation, placed in queue order at the
         earliest time it delays no earlier reservation; reservations are re-placed (never later)
-        at each pass; jobs whose place is now start now."""
-        if self.policy.dynamic and len(self._queue) > 1:
-            self._resort(now)
-        profile = Profile(now, self.free)
-        for est_end, i in self._running:
-            profile.release(max(est_end, now), self._size[i])
-        old = self._reservations
-        rank = {i: r for r, i in enumerate(self._queue)}
-        order = sorted(old, key=lambda i: (old[i], rank[i])) + [i for i in self._queue if i not in old]
-        reservations: dict[int, int] = {}
+        at each pass, in the order of their start times; jobs whose place is now start now.
+
+        Re-placing is incremental and gives what re-placing every job from scratch gives. With
+        the profile unchanged since the last pass, every reservation stays where it is (it was
+        the earliest then, and what lies after it cannot block an earlier start). Processors
+        handed back early can only pull reservations earlier, and only into the time they free.
+        A reservation left in the past (a running job outlived its estimate) is placed again and
+        can push others later. `_replace` handles both.
+        """
+        queue = self._queue
+        if self.policy.dynamic:
+            if len(queue) > 1:
+                self._resort(now)
+            rank = {i: r for r, i in enumerate(queue)}.__getitem__
+            self._reserved = sorted((t, rank(i), i) for t, _, i in self._reserved)
+        else:
+            rank = self._rank.__getitem__
+        self._profile.advance(now)
+        reserved = self._reserved
+        if reserved and (reserved[0][0] < now or self._freed_until > now):
+            reserved = self._replace(now, reserved)
+            due = [i for t, _, i in reserved if t == now]
+        else:
+            due = [i for t, _, i in reserved[:bisect_left(reserved, (now + 1,))]]
+        self._freed_until = -1
+        profile = self._profile
+        new = sorted(self._unplaced, key=rank)
+        self._unplaced = []
+        size, est = self._size, self._est
+        for i in new:
+            t = profile.earliest(size[i], est[i])
+            profile.add(t, t + est[i], -size[i])
+            reserved.append((t, rank(i), i))
+            if t == now:
+                due.append(i)
+        reserved.sort()
+        self._reserved = reserved
         started = []
-        for i in order:
-            size, est = self._size[i], self._est[i]
-            start = profile.earliest(size, est)
-            profile.occupy(start, start + est, size)
-            if start == now and size <= self.free:
+        for i in due:  # in placement order, as if each started when it was placed
+            if size[i] <= self.free:
                 self._start_job(i, now, READY)
                 started.append(i)
-            else:
-                reservations[i] = start
-        self._reservations = reservations
         if started:
+            # started jobs were placed at now: they lead the sorted reservations
+            gone = set(started)
+            k = bisect_left(reserved, (now + 1,))
+            reserved[:k] = [entry for entry in reserved[:k] if entry[2] not in gone]
             # a start behind a job that still waits (in queue order) is BACKFILLED; otherwise one
             # that held a reservation from an earlier pass is RESERVED; the rest stay READY
-            first_waiting = min([rank[i] for i in reservations], default=NEVER)
+            first_waiting = rank(queue[0]) if queue else NEVER
             kinds = self._start_kind
+            fresh = set(new)
             for i in started:
-                if rank[i] > first_waiting:
+                if rank(i) > first_waiting:
                     kinds[i] = BACKFILLED
-                elif i in old:
+                elif i not in fresh:
                     kinds[i] = RESERVED
+
+    @property
+    def _reservations(self) -> dict[int, int]:
+        """Conservative: index -> reserved start of every job still waiting."""
+        return {i: t for t, _, i in self._reserved}
+
+    def _replace(self, now: int, reserved: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+        """Re-place the reservations in order, as if into a profile rebuilt from the running jobs,
+        after processors came back early or a reservation was left in the past.
+
+        A reservation in the past (`stale`: a running job outlived its estimate) comes first in
+        the order, so it is placed exactly, among the running jobs and the stale ones before it;
+        its new place, later than its old one, takes processors from time after its old end
+        (`lost`). Then, in order, every other job:
+        - whose reserved run no longer fits there (it meets lost time and the profile, still
+          holding it and the jobs after it, is overdrawn) has to move later: it and all after it
+          are taken out and placed afresh, each at its earliest fit;
+        - otherwise it stays, or moves earlier (what comes after it cannot change that: it still
+          fits its old place). It was blocked everywhere before its reservation,
+          so it can move only into time that gained processors since (before `until`), and only if
+          it is no larger than the most processors free there (`room`). A job no smaller and no
+          shorter than one that found no earlier place cannot start where that one could not
+          (`failed`: size, duration, and the start it was looked at up to), as long as no move
+          gave processors back where that one's run would reach. A job that moves frees the tail
+          of its old place.
+        """
+        profile, size, est = self._profile, self._size, self._est
+        earliest, add, most_free = profile.earliest, profile.add, profile.most_free
+        until = self._freed_until
+        stale = bisect_left(reserved, (now,))
+        lost: list[tuple[int, int]] = []
+        placed = []
+        if stale:
+            exact = Profile(now, self.free, ((max(e, now), size[i]) for e, i in self._running))
+            for t, key, i in reserved[:stale]:
+                s, e = size[i], est[i]
+                new = exact.earliest(s, e)
+                exact.add(new, new + e, -s)
+                if t + e > now:
+                    add(now, t + e, s)
+                add(new, new + e, -s)
+                until = max(until, min(new, t + e))
+                lost.append((max(new, t + e), new + e))
+                placed.append((new, key, i))
+        room = most_free(now, until) if until > now else 0
+        failed: list[tuple[int, int, int]] = []
+        for k in range(stale, len(reserved)):
+            entry = reserved[k]
+            t, key, i = entry
+            s, e = size[i], est[i]
+            if lost and profile.least_free(t, t + e) < 0 and any(start < t + e and t < end for start, end in lost):
+                for t, _, i in reserved[k:]:
+                    add(t, t + est[i], size[i])
+                for t, key, i in reserved[k:]:
+                    new = earliest(size[i], est[i])
+                    add(new, new + est[i], -size[i])
+                    placed.append((new, key, i))
+                return placed
+            if s <= room and t > now:
+                before = until if until < t else t
+                since = now
+                for fs, fe, f_before in failed:
+                    if fs <= s and fe <= e and f_before > since:
+                        since = f_before
+                new = earliest(s, e, t, before, since) if since < before else None
+                if new is None:
+                    failed = [f for f in failed if f[0] < s or f[1] < e]
+                    failed.append((s, e, before))
+                else:
+                    add(t, t + e, s)
+                    add(new, new + e, -s)
+                    if t + e > until:
+                        until = t + e
+                    gained = new + e if new + e > t else t
+                    if failed:  # runs reaching the time given back may fit now
+                        failed = [(fs, fe, min(f_before, gained - fe + 1)) for fs, fe, f_before in failed]
+                    more = most_free(gained, t + e)
+                    if more > room:
+                        room = more
+                    entry = (new, key, i)
+            placed.append(entry)
+        return placed
 
     # ----------------------------------------------------------------- observations
     def _decision(self, kind: str, candidates: list[int], context: dict[str, Any],

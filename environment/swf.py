@@ -3,9 +3,9 @@
 An SWF file holds `;`-prefixed header lines (`; Key: value`) and one data line per job with 18
 whitespace-separated numeric fields; `-1` marks a missing value. `read_swf` turns a trace into a
 cleaned `Workload`, counting every job it leaves out by reason so that papers' trace tables can be
-reproduced and checked. Parsing goes through numpy's C reader on the common, well-formed path and
-only falls back to a line-by-line scan when something is wrong, so that the error names the exact
-line while the largest archive traces (~450k jobs) still load in about a second.
+reproduced and checked. Well-formed traces are parsed as one numpy array (swf_fast.py); anything
+unusual falls back to numpy's line reader and a line-by-line scan, so that an error names the
+exact line while the largest archive traces (~450k jobs) still load in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcgym.environment import trace_cache
 from hpcgym.environment.errors import WorkloadError
+from hpcgym.environment.swf_fast import parse_plain
 from hpcgym.environment.workload import Workload
 
 __all__ = ["SWF_FIELDS", "DROP_REASONS", "CLEANINGS", "read_swf", "write_swf", "trace_stats"]
@@ -32,8 +34,10 @@ SWF_FIELDS = (
 )
 N_FIELDS = len(SWF_FIELDS)
 
-# Column indices of the fields a Workload keeps.
-_JOB, _SUBMIT, _RUN, _ALLOC, _REQ_PROCS, _REQ_TIME, _USER, _QUEUE = 0, 1, 3, 4, 7, 8, 11, 14
+# Column indices of the fields a Workload keeps: job, submit, run, allocated and requested
+# processors, requested time, user, queue.
+_KEPT = (0, 1, 3, 4, 7, 8, 11, 14)
+_JOB, _SUBMIT, _RUN, _ALLOC, _REQ_PROCS, _REQ_TIME, _USER, _QUEUE = _KEPT
 
 #: Why a job line was left out, checked in this order (a job is counted under the first that
 #: applies, so the counts add up to the number of dropped lines).
@@ -58,8 +62,8 @@ _HEADER = re.compile(r";\s{0,2}([A-Za-z][A-Za-z0-9_]*)\s*:(?!//)\s*(.*)\Z")
 _LEADING_INT = re.compile(r"\s*\+?(\d+)")
 
 
-def _read_text(path: Path) -> str:
-    """The file's text, gunzipped when it starts with the gzip magic bytes (whatever its name)."""
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, as stored."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -70,18 +74,39 @@ def _read_text(path: Path) -> str:
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read trace file ({exc.strerror or exc}); check the "
                             "path and its permissions") from None
+    return data
+
+
+def _gunzipped(data: bytes, path: Path) -> bytes:
+    """The data, gunzipped when it starts with the gzip magic bytes (whatever the file's name)."""
     if data[:2] == _GZIP_MAGIC:
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as exc:
             raise WorkloadError(f"{path}: corrupt or truncated gzip data ({exc}); re-download or "
                                 "re-compress the trace") from None
+    return data
+
+
+def _decode(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         # Header prose in old logs may be Latin-1; data lines are ASCII either way, and anything
         # non-numeric in them is reported as a malformed line below.
         return data.decode("latin-1")
+
+
+def _header(comment_lines: list[str]) -> dict[str, str]:
+    """`; Key: value` lines as a dict; repeated keys (Queue, Partition, Note) keep every value,
+    one per line."""
+    header: dict[str, str] = {}
+    for line in comment_lines:
+        m = _HEADER.match(line.strip())
+        if m is not None:
+            key, value = m.group(1), m.group(2).strip()
+            header[key] = f"{header[key]}\n{value}" if key in header else value
+    return header
 
 
 def _leading_int(value: str | None) -> int | None:
@@ -131,12 +156,53 @@ def _parse_rows(lines: list[str], numbers: list[int], path: Path,
             keep.append(idx)
         elif on_malformed == "error":
             raise WorkloadError(
-                f"{path}:{numbers[idx]}: {problem}; fix the line or pass --skip-malformed "
-                "(on_malformed='skip') to leave such lines out")
+                f"{path}:{numbers[idx]}: {problem}; fix the line or pass --skip-malformed to leave such "
+                "lines out")
     good = [lines[i] for i in keep]
     rows = (np.loadtxt(good, dtype=np.float64, comments=None, ndmin=2) if good
             else np.empty((0, N_FIELDS)))
     return rows, line_no[keep], len(lines) - len(keep)
+
+
+def _parse_plain(stored: bytes, path: Path) -> tuple[dict[str, str], np.ndarray, np.ndarray] | None:
+    """(header, kept columns, job line numbers) of a plain trace, from the cache or parsed at
+    numpy speed (and cached); None when the trace is anything but plain."""
+    key = trace_cache.key_of(stored)
+    cached = trace_cache.load(key)
+    if cached is not None:
+        return cached
+    plain = parse_plain(_gunzipped(stored, path), _KEPT)
+    if plain is None:
+        return None
+    comments, ints, line_no = plain
+    header = _header(_decode(b"\n".join(comments)).split("\n"))
+    trace_cache.store(key, header, ints, line_no)
+    return header, ints, line_no
+
+
+def _parse_exact(data: bytes, path: Path,
+                 on_malformed: str) -> tuple[dict[str, str], np.ndarray, np.ndarray, int]:
+    """(header, kept columns, job line numbers, lines skipped as malformed), line by line."""
+    comment_lines: list[str] = []
+    data_lines: list[str] = []
+    data_numbers: list[int] = []
+    for number, raw in enumerate(_decode(data).split("\n"), 1):
+        line = raw.strip()
+        if line:
+            if line[0] == ";":
+                comment_lines.append(line)
+            else:
+                data_lines.append(line)
+                data_numbers.append(number)
+    if not data_lines:
+        raise WorkloadError(f"{path}: no job lines found (only comments or empty); is this an "
+                            "SWF trace?")
+    problems = [_check_line(line) for line in data_lines[:_SNIFF_LINES]]
+    if on_malformed == "error" and all(problems):
+        raise WorkloadError(f"{path}:{data_numbers[0]}: {problems[0]}; this is not an SWF file (none of its first "
+                            "job lines holds 18 numbers): give a Standard Workload Format trace (.swf or .swf.gz)")
+    rows, line_no, n_malformed = _parse_rows(data_lines, data_numbers, path, on_malformed)
+    return _header(comment_lines), np.rint(rows[:, _KEPT]).astype(np.int64), line_no, n_malformed
 
 
 def _workload_name(path: Path) -> str:
@@ -181,31 +247,13 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
                               or procs <= 0):
         raise WorkloadError(f"{path}: cluster size (--procs) must be a positive integer, got "
                             f"{procs!r}")
-    text = _read_text(path)
-
-    header: dict[str, str] = {}
-    data_lines: list[str] = []
-    data_numbers: list[int] = []
-    for number, raw in enumerate(text.split("\n"), 1):
-        line = raw.strip()
-        if not line:
-            continue
-        if line[0] == ";":
-            m = _HEADER.match(line)
-            if m is not None:
-                key, value = m.group(1), m.group(2).strip()
-                # Repeated keys (Queue, Partition, Note) keep every value, one per line.
-                header[key] = f"{header[key]}\n{value}" if key in header else value
-            continue
-        data_lines.append(line)
-        data_numbers.append(number)
-    if not data_lines:
-        raise WorkloadError(f"{path}: no job lines found (only comments or empty); is this an "
-                            "SWF trace?")
-    problems = [_check_line(line) for line in data_lines[:_SNIFF_LINES]]
-    if on_malformed == "error" and all(problems):
-        raise WorkloadError(f"{path}:{data_numbers[0]}: {problems[0]}; this is not an SWF file (none of its first "
-                            "job lines holds 18 numbers): give a Standard Workload Format trace (.swf or .swf.gz)")
+    stored = _read_bytes(path)
+    parsed = _parse_plain(stored, path)
+    if parsed is not None:
+        header, ints, line_no = parsed
+        n_malformed = 0
+    else:
+        header, ints, line_no, n_malformed = _parse_exact(_gunzipped(stored, path), path, on_malformed)
 
     if procs is None:
         procs = _leading_int(header.get("MaxProcs")) or _leading_int(header.get("MaxNodes"))
@@ -214,20 +262,14 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
                                 "cluster size is unknown; give it (--procs N on the command line)")
     procs = int(procs)
 
-    rows, line_no, n_malformed = _parse_rows(data_lines, data_numbers, path, on_malformed)
-    ints = np.rint(rows).astype(np.int64)
-    job_id = ints[:, _JOB]
-    submit = ints[:, _SUBMIT]
-    run = ints[:, _RUN]
-    size = np.where(ints[:, _ALLOC] > 0, ints[:, _ALLOC], ints[:, _REQ_PROCS])
-    requested = np.where(ints[:, _REQ_TIME] > 0, ints[:, _REQ_TIME], run)
-    user = ints[:, _USER]
-    queue = ints[:, _QUEUE]
+    job_id, submit, run, alloc, req_procs, req_time, user, queue = ints.T
+    size = np.where(alloc > 0, alloc, req_procs)
+    requested = np.where(req_time > 0, req_time, run)
     if cleaning == "rlbf-scw":
         recorded = run
         run = np.where(recorded < 0, 10, recorded)
-        size = np.maximum(ints[:, _ALLOC], ints[:, _REQ_PROCS])
-        held = np.where(ints[:, _REQ_TIME] == -1, recorded, ints[:, _REQ_TIME])
+        size = np.maximum(alloc, req_procs)
+        held = np.where(req_time == -1, recorded, req_time)
         requested = np.where(held > 0, held, run)
 
     dropped = {reason: 0 for reason in DROP_REASONS}

@@ -6,6 +6,7 @@ status 2; nothing here prints a traceback for a problem the user can fix.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -25,11 +26,6 @@ from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBL
                                  resolve_trace, sim_config)
 from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
-from .compare import compare
-from .compare.record import record
-from .distill import distill, tree_command
-from .protocol_commands import protocol as protocol_group
-from .training.command import train
 from .usage import check_part
 
 SUMMARY_LABELS = [
@@ -45,8 +41,24 @@ SUMMARY_LABELS = [
 ]
 
 
+#: Commands defined in other modules, imported only when they run: `hpcgym run` starts without
+#: loading the comparison, training and protocol machinery.
+LAZY_COMMANDS = {"protocol": ".protocol_commands:protocol", "train": ".training.command:train",
+                 "compare": ".compare:compare", "record": ".compare.record:record", "distill": ".distill:distill",
+                 "tree": ".distill:tree_command"}
+
+
 class HpcgymGroup(click.Group):
     """Turns HpcgymError anywhere below into one clear line and exit status 2."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in LAZY_COMMANDS:
+            module, attribute = LAZY_COMMANDS[name].split(":")
+            return getattr(importlib.import_module(module, __package__), attribute)
+        return super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -60,14 +72,6 @@ class HpcgymGroup(click.Group):
 @click.version_option(package_name="hpcgym")
 def main() -> None:
     """hpcgym: simulate HPC batch scheduling and compare policies on identical job sequences."""
-
-
-main.add_command(protocol_group)
-main.add_command(train)
-main.add_command(compare)
-main.add_command(distill)
-main.add_command(tree_command)
-main.add_command(record)
 
 
 def _estimate(ctx: click.Context, param: click.Parameter, value: str) -> EstimateSpec:

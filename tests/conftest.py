@@ -21,6 +21,21 @@ def locate_traces() -> Path | None:
     return None
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_trace_cache():
+    """Parsed traces are cached on disk (environment/trace_cache.py): the tests, and the
+    processes they start, keep theirs in a folder of their own, removed at the end."""
+    folder = tempfile.mkdtemp(prefix="hpcgym-cache-")
+    before = os.environ.get("HPCGYM_CACHE")
+    os.environ["HPCGYM_CACHE"] = folder
+    yield Path(folder)
+    if before is None:
+        del os.environ["HPCGYM_CACHE"]
+    else:
+        os.environ["HPCGYM_CACHE"] = before
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def traces_dir() -> Path:
     """The real-trace folder, or skip the test with the places that were looked in."""

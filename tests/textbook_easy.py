@@ -1,7 +1,7 @@
 """A deliberately plain FCFS+EASY replay, written independently of the simulator.
 
-It serves twice: as an oracle (the simulator must produce the very same schedule on real
-traces) and as the speed yardstick of benchmarks/replay.py (the issue's "textbook replay").
+It is the oracle of test_fidelity.py: the simulator must produce the very same schedule on real
+traces. (benchmarks/replay.py times hpcgym against its own yardstick, benchmarks/reference_sim.py.)
 It follows the rules of docs/semantics.md: finishes before submits, one pass per instant, a
 running job past its estimate is expected to end now, and the extra processors count every job
 ending by the shadow time.
