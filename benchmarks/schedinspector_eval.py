@@ -33,6 +33,9 @@ PAPER_TABLE4 = {"SDSC-SP2": (149.5, 130.75, 130.75), "CTC-SP2": (13.36, 10.79, 1
 #: Table 5, SJF: utilization (%) base / inspected, without and with backfilling
 PAPER_TABLE5_SJF = {"SDSC-SP2": ((59.64, 59.37), (78.45, 78.37)), "CTC-SP2": ((51.35, 49.92), (74.98, 74.89)),
                     "Lublin": ((61.49, 61.06), (79.38, 77.71)), "HPC2N": ((23.72, 23.47), (56.81, 57.10))}
+#: Table 5, F1: the same
+PAPER_TABLE5_F1 = {"SDSC-SP2": ((60.18, 60.59), (76.71, 76.93)), "CTC-SP2": ((54.40, 54.23), (75.47, 76.05)),
+                   "Lublin": ((67.37, 63.04), (80.38, 78.08)), "HPC2N": ((24.00, 23.79), (57.11, 56.57))}
 
 
 def agent_dir(runs: Path, trace: str, base: str, semantics: str) -> Path:
@@ -224,7 +227,7 @@ def main() -> None:
             results["fig7"][base] = compare(args.out, f"fig7-{base}", "SDSC-SP2",
                                             {"base": f"{base},{rules}", "agent": f"{base},{rules},inspect:model:{agent}"},
                                             seeds[0], args.samples, args.jobs, record=True)
-    results["fig8"] = {}
+    results["fig8"], results["table5_f1"] = {}, {}
     for trace in traces if args.fig8 else ():
         for base in ("sjf", "f1"):
             agent = agent_dir(args.runs, trace, base, "code") / "model.pt"
@@ -234,6 +237,12 @@ def main() -> None:
                     args.out, f"fig8-{base}", trace, {"base": f"{base},{rules}",
                                                       "agent": f"{base},{rules},inspect:model:{agent}"},
                     seeds[0], args.samples, args.jobs, record=True)
+                if base == "f1":  # Table 5's F1 rows need its utilization with backfilling too
+                    easy = rules.replace("backfill:none", "backfill:easy")
+                    results["table5_f1"][trace] = compare(
+                        args.out, "fig8-f1-easy", trace, {"base": f"f1,{easy}",
+                                                          "agent": f"f1,{easy},inspect:model:{agent}"},
+                        seeds[0], args.samples, args.jobs)
     slurm = agent_dir(args.runs, "SDSC-SP2", "multifactor", "code") / "model.pt"
     if args.slurm and slurm.is_file():
         rules = RULES["code"].replace("backfill:none", "backfill:easy")
@@ -304,6 +313,16 @@ def markdown(results: dict, seeds: list[int], traces: list[str], semantics_list:
             lines.append(f"| {trace} | {base} | {b:.2f} | {a['mean_bsld_mean']:.2f} ({fmt_diff(a, 'mean_bsld')}) | "
                          f"{100 * (b - a['mean_bsld_mean']) / b:.1f}% | {100 * (a['rejection_ratio'] or 0):.1f}% |")
         lines += ["", "Paper (Fig. 8): improvements from 13.6% (F1, CTC-SP2) to 91.6% (SJF, Lublin).", ""]
+    if results.get("table5_f1"):
+        lines += ["## Table 5, F1 base: utilization (%), base / inspected (code semantics)", "",
+                  "| trace | no backfilling | EASY | paper: no backfilling; EASY |", "|---|---|---|---|"]
+        for trace, easy in results["table5_f1"].items():
+            none = results["fig8"][f"{trace}/f1"]
+            (pn, pi), (pen, pei) = PAPER_TABLE5_F1[trace]
+            lines.append(f"| {trace} | {100 * none['base']['utilization_mean']:.2f} / "
+                         f"{100 * none['agent']['utilization_mean']:.2f} | {100 * easy['base']['utilization_mean']:.2f} / "
+                         f"{100 * easy['agent']['utilization_mean']:.2f} | {pn} / {pi}; {pen} / {pei} |")
+        lines.append("")
     if results.get("slurm"):
         lines += ["## Section 4.5: Slurm's multifactor priority with EASY, SDSC-SP2 (code semantics)", "",
                   "| seeds | base bsld | inspected bsld (diff, 95% CI) | utilization base / inspected | rejected |",
