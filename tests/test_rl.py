@@ -227,6 +227,28 @@ def test_masked_actions_are_never_chosen_even_with_the_largest_logit(net):
     assert torch.isfinite(empty.entropy()).all()
 
 
+def test_slot_conv_computing_repeated_rows_once_gives_the_convolution_over_every_slot():
+    """The conv network computes rows equal to an observation's last row (padding) once; its
+    outputs and gradients must be those of the plain kernel-size-1 convolution over all slots."""
+    from hpcgym.agents.rl.networks import SlotConv
+
+    torch.manual_seed(3)
+    rows = torch.rand(5, 8, 3)
+    rows[0, 4:] = torch.tensor([0.0, 1.0, 1.0])        # a short queue, padded
+    rows[1, 2] = rows[1, 7]                           # a row equal to the last, not at the end
+    rows[2, :] = rows[2, 0]                           # every row the same
+    obs = torch.cat([rows.flatten(1), torch.rand(5, 2)], dim=1)   # two globals after the table
+    net = SlotConv((obs.shape[1],), 8 + 2, (6, 4), "relu", table=(0, 8, 3))
+    got = net(obs)
+    full = torch.cat([rows, obs[:, 24:].unsqueeze(1).expand(-1, 8, -1)], dim=2).transpose(1, 2)
+    h = net.body(full)                                # the nn.Conv1d layers themselves
+    want = torch.cat([net.score(h).squeeze(1), net.pooled(h.mean(dim=2))], dim=1)
+    assert torch.allclose(got, want, atol=1e-6)
+    (g_got,) = torch.autograd.grad(got.square().sum(), net.body[0].weight)
+    (g_want,) = torch.autograd.grad(want.square().sum(), net.body[0].weight)
+    assert torch.allclose(g_got, g_want, atol=1e-5)
+
+
 def test_dql_target_takes_the_max_over_valid_actions_only():
     """Q(s, .) = (7.5, 0, 0) and Q_target(s', .) = (5, 100, 7) everywhere; two transitions
     taking action 0 with reward 1: one into s' with action 1 masked, one into a terminal s'.

@@ -94,9 +94,16 @@ class SlotConv(nn.Module):
         if self.n_globals:
             glob = torch.cat([flat[:, :self.offset], flat[:, end:]], dim=1)      # (B, globals)
             rows = torch.cat([rows, glob.unsqueeze(1).expand(-1, self.slots, -1)], dim=2)
-        h = rows
+        # Rows equal to the last one (a short queue's padding, mostly) get the same hidden
+        # features: compute them once per observation, and the rest once each.
+        distinct = (rows != rows[:, -1:]).any(dim=2)
+        distinct[:, -1] = True
+        order = distinct.flatten().cumsum(0).view(distinct.shape) - 1           # (B, slots)
+        source = torch.where(distinct, order, order[:, -1:])
+        h = rows[distinct]
         for layer in self.body:
-            h = _per_row(layer, h) if isinstance(layer, nn.Conv1d) else layer(h)   # (B, slots, hidden)
+            h = _per_row(layer, h) if isinstance(layer, nn.Conv1d) else layer(h)   # (distinct rows, hidden)
+        h = h[source]                                                              # (B, slots, hidden)
         parts = []
         if self.score is not None:
             parts.append(_per_row(self.score, h).squeeze(2))   # (B, slots)
@@ -108,8 +115,7 @@ class SlotConv(nn.Module):
 def _per_row(conv: nn.Conv1d, rows: torch.Tensor) -> torch.Tensor:
     """A kernel-size-1 convolution applied to (B, slots, channels) rows as one matrix product:
     the same function as `conv` on the transposed batch, 1.4-1.7x faster forward and backward on
-    CPU for RL backfilling's 128-slot tables (the convolution's weights stay as they are, so
-    checkpoints are unchanged)."""
+    CPU (the convolution's weights stay as they are, so checkpoints are unchanged)."""
     return nn.functional.linear(rows, conv.weight[:, :, 0], conv.bias)
 
 
