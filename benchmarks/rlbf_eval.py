@@ -229,17 +229,20 @@ def markdown(results: dict, seeds: list[int]) -> str:
 
 
 def main() -> None:
-    args = argument_parser(__doc__, "rlbf-eval", 50, 10, 1024, "0,100", list(TRACES)).parse_args()
+    parser = argument_parser(__doc__, "rlbf-eval", 50, 10, 1024, "0,100", list(TRACES))
+    parser.add_argument("--semantics", default=",".join(SEMANTICS), help="Comma-separated: scw, public.")
+    args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     traces = [t for t in TRACES if t in args.traces.split(",")]
+    semantics_list = [s for s in SEMANTICS if s in args.semantics.split(",")]
     if args.train:
-        for semantics in SEMANTICS:
+        for semantics in semantics_list:
             for trace in traces:
                 for base in BASES:
                     train(args.runs, args.out, trace, base, semantics, args.epochs)
     results: dict = {"samples": args.samples, "jobs": args.jobs, "table4": {}, "table5": {}, "fig1": {},
                      "delays": {}, "cost": {}}
-    for semantics in SEMANTICS:
+    for semantics in semantics_list:
         for trace in traces:
             for seed in seeds:
                 results["table4"][f"{semantics}/{trace}/{seed}"] = table4(args, semantics, trace, seed)
