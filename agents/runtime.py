@@ -104,6 +104,18 @@ class Connection:
         except ProtocolError as exc:  # an HpcgymError, so the CLI prints one line, not a traceback
             raise EnvRefused(f"the env at {self.address} sent a malformed reply: {exc.message}") from None
 
+    def leave(self, wait_s: float = 1.0) -> None:
+        """Say bye and wait a little for the env's `bye` (replies still due before it are
+        dropped). Also after an error or Ctrl-C: an env that is gone costs at most `wait_s`."""
+        try:
+            self._sock.send_multipart([b"", encode({"type": "bye"})], zmq.NOBLOCK)
+            end = time.monotonic() + wait_s
+            while (left := end - time.monotonic()) > 0 and self._sock.poll(int(left * 1000)):
+                if decode(self._sock.recv_multipart()[-1]).get("type") == "bye":
+                    return
+        except (zmq.ZMQError, ProtocolError, AttributeError):
+            pass  # nothing more to do on the way out
+
     def close(self) -> None:
         self._sock.close(0)
 
@@ -129,36 +141,38 @@ def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str =
         _expect(conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": name,
                               "kinds": list(agent.kinds), "session": session}), "welcome")
         for _ in range(episodes):
-            reply = conn.request({"type": "reset", **reset} if reset is not None else {"type": "join"})
-            asked = time.monotonic()
-            while True:
-                kind = _expect(reply, "decision", "pending", "episode_end")
-                if kind == "pending":
-                    if not reply.get("episode") and time.monotonic() - asked > timeout:
-                        raise EnvUnreachable(f"no episode started at {address} within {timeout:g} s; start the "
-                                             "agent that resets (without --join) too, or give a longer --timeout")
-                    reply = conn.request({"type": "poll"})
-                elif kind == "decision":
-                    if reply["reward"]:
-                        agent.on_reward(float(reply["reward"]))
-                    run.decisions += 1
-                    decision = Decision.from_message(reply)
-                    if progress is not None:
-                        progress(run, decision)
-                    action = agent.act(decision)
-                    reply = conn.request({"type": "act", "decision": reply["decision"], "action": action})
-                else:
-                    agent.on_reward(float(reply["reward"]))
-                    agent.on_episode_end(reply["metrics"])
-                    run.episodes.append(reply)
-                    break
-        try:
-            conn.request({"type": "bye"})
-        except EnvUnreachable:
-            pass  # every episode is over; an env that shut down (and ended them) cannot answer bye
+            _serve_episode(conn, agent, run, reset, address, timeout, progress)
     finally:
+        conn.leave()  # on every way out, so that its kinds are free for the next agent at once
         conn.close()
     return run
+
+
+def _serve_episode(conn: Connection, agent: Agent, run: AgentRun, reset: dict[str, Any] | None, address: str,
+                   timeout: float, progress: Callable[[AgentRun, Decision], None] | None) -> None:
+    reply = conn.request({"type": "reset", **reset} if reset is not None else {"type": "join"})
+    asked = time.monotonic()
+    while True:
+        kind = _expect(reply, "decision", "pending", "episode_end")
+        if kind == "pending":
+            if not reply.get("episode") and time.monotonic() - asked > timeout:
+                raise EnvUnreachable(f"no episode started at {address} within {timeout:g} s; start the "
+                                     "agent that resets (without --join) too, or give a longer --timeout")
+            reply = conn.request({"type": "poll"})
+        elif kind == "decision":
+            if reply["reward"]:
+                agent.on_reward(float(reply["reward"]))
+            run.decisions += 1
+            decision = Decision.from_message(reply)
+            if progress is not None:
+                progress(run, decision)
+            action = agent.act(decision)
+            reply = conn.request({"type": "act", "decision": reply["decision"], "action": action})
+        else:
+            agent.on_reward(float(reply["reward"]))
+            agent.on_episode_end(reply["metrics"])
+            run.episodes.append(reply)
+            return
 
 
 def _expect(reply: dict[str, Any], *types: str) -> str:

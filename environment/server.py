@@ -1,14 +1,16 @@
 """The env server process: one ZeroMQ ROUTER socket in front of an `EnvService`.
 
 Agents connect with DEALER (sending an empty delimiter frame before the body) or REQ (which
-adds it). Replies go back with the same envelope. SIGINT and SIGTERM end the current episodes
+adds it). Replies go back with the same envelope. This loop only routes messages: each session's
+requests run on a thread of their own (`EnvService.run_sessions_concurrently`), which wakes the
+loop through a pipe when it has replies, so a long episode never holds up another session. SIGINT and SIGTERM end the current episodes
 with reason "shutdown", answer every waiting agent, close the socket and remove an ipc file.
 """
 
 from __future__ import annotations
 
+import os
 import re
-
 import signal
 import sys
 import time
@@ -86,15 +88,24 @@ def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, all
     previous = {sig: signal.signal(sig, lambda *_: stopping.append(sig)) for sig in (signal.SIGINT, signal.SIGTERM)} \
         if _main_thread() else {}
     envelopes: dict[bytes, bool] = {}  # peer -> replies need the empty delimiter frame
+    wake_in, wake_out = os.pipe()
+    os.set_blocking(wake_in, False)
+    os.set_blocking(wake_out, False)
+    service.run_sessions_concurrently(lambda: _poke(wake_out))
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
+    poller.register(wake_in, zmq.POLLIN)
     if ready is not None:
         ready.set()
     tick_every = max(0.01, service.heartbeat / 4)
     next_tick = 0.0
     try:
         while not stopping and not getattr(service, "stop", False):
-            if poller.poll(int(tick_every * 1000)):
+            events = dict(poller.poll(int(tick_every * 1000)))
+            if wake_in in events:  # a session thread has replies: collect them with the tick below
+                _drain(wake_in)
+                next_tick = 0.0
+            if sock in events:
                 while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     frames = sock.recv_multipart()
                     peer, rest = frames[0], frames[1:]
@@ -112,6 +123,8 @@ def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, all
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        os.close(wake_in)
+        os.close(wake_out)
         sock.close()
         if auth is not None:
             auth.stop()
@@ -127,6 +140,21 @@ def _send_all(sock: zmq.Socket, envelopes: dict[bytes, bool], replies: list[tupl
             sock.send_multipart(frames, zmq.NOBLOCK)
         except zmq.ZMQError:
             pass  # the peer is gone or its queue is full: its timeout will tell it
+
+
+def _poke(fd: int) -> None:
+    try:
+        os.write(fd, b"!")
+    except (BlockingIOError, OSError):
+        pass  # the pipe is full (the loop will wake anyway) or closed (the server stopped)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
 
 
 class _AllowList:

@@ -8,14 +8,21 @@ same schedule over any transport.
 
 Every peer has at most one unanswered request, and every request is answered within one
 heartbeat interval (with `pending` if nothing else), so neither side can wait forever.
+
+Called from one thread, everything happens inside `handle` and `tick`. The socket server calls
+`run_sessions_concurrently` first: then each session's requests run in order on a thread of that
+session (`SessionWorker`), and the simulation runs with the service's lock released, so one
+session's long reset never delays another session's replies, nor the heartbeats of its own.
 """
 
 from __future__ import annotations
 
 import re
-
+import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,8 +51,12 @@ class Peer:
     kinds: frozenset[str]
     session: Session
     waiting_since: float | None = None      # time of its unanswered request
+    arrived: int = 0                        # its requests so far, counted as they arrive
+    answered: int = 0                       # `arrived` when it was last sent a reply
+    refused: bool = False                   # its last reset could not start (its kinds are up for grabs)
     last_seen: float = 0.0                  # time of its last request
-    undelivered: dict[str, Any] | None = None  # an episode end (or a refused held reset) it has not received yet
+    # replies it has no request waiting for (an episode end, a refused held reset): sent with its next join/poll
+    undelivered: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -73,6 +84,42 @@ class Session:
     episodes: int = 0
     decisions: int = 0
     held_reset: tuple[Peer, dict[str, Any], float] | None = None
+    busy: bool = False  # a task of this session is running (its episode may be mid-computation)
+    worker: SessionWorker = field(default_factory=lambda: SessionWorker())
+
+
+class SessionWorker:
+    """Runs one session's tasks in order, on a thread that lingers a while for the next task (an
+    episode's acts come one after another) and ends when the session goes quiet."""
+
+    LINGER_S = 2.0
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition()
+        self._tasks: deque[Callable[[], None]] = deque()
+        self._running = False
+
+    def submit(self, task: Callable[[], None]) -> None:
+        with self._ready:
+            self._tasks.append(task)
+            if self._running:
+                self._ready.notify()
+                return
+            self._running = True
+        threading.Thread(target=self._drain, name="hpcgym-session", daemon=True).start()
+
+    def _drain(self) -> None:
+        with self._ready:
+            while True:
+                if not self._tasks and not self._ready.wait_for(lambda: self._tasks, self.LINGER_S):
+                    self._running = False
+                    return
+                task = self._tasks.popleft()
+                self._ready.release()
+                try:
+                    task()
+                finally:
+                    self._ready.acquire()
 
 
 class EnvService:
@@ -103,6 +150,15 @@ class EnvService:
         self.on_act = on_act
         self._workloads = WorkloadCache()  # a trace is read once, not at every reset
         self._out: list[Reply] = []
+        # Guards everything but a running episode, which only its session's task touches; held
+        # by the entry points, released around simulation work (`_unlocked`).
+        self._lock = threading.Lock()
+        self._wake: Callable[[], None] | None = None  # set: sessions run on their own threads
+
+    def run_sessions_concurrently(self, wake: Callable[[], None]) -> None:
+        """From now on run each session's requests on a thread of its own; `wake()` is called when
+        a session thread has replies to send (collect them with `tick`)."""
+        self._wake = wake
 
     # ---------------------------------------------------------------- entry points
     def handle(self, peer_id: bytes, body: bytes) -> list[tuple[bytes, bytes]]:
@@ -110,56 +166,116 @@ class EnvService:
         return [(p, encode(msg)) for p, msg in self.handle_message(peer_id, body)]
 
     def handle_message(self, peer_id: bytes, body: bytes | dict[str, Any]) -> list[Reply]:
-        now = self.clock()
+        with self._lock:
+            now = self.clock()
+            peer = self.peers.get(peer_id)
+            if peer is not None:
+                peer.last_seen = now
+                if peer.waiting_since is None:
+                    peer.waiting_since = now  # heartbeats count from arrival, also while it waits its turn
+                peer.arrived += 1
+                peer.refused = False
+                seq = peer.arrived
+                self._in_session(peer.session, lambda: self._process(peer_id, body, seq))
+            else:  # hello, or an error: quick, and no session's turn to wait for
+                self._process(peer_id, body)
+            return self._flush()
+
+    def _process(self, peer_id: bytes, body: bytes | dict[str, Any], seq: int = 0) -> None:
+        """Handle request number `seq` of the peer. A join or poll that was answered while it
+        queued behind its session's work (by a decision or episode end) has nothing left to do."""
         peer = self.peers.get(peer_id)
-        if peer is not None:
-            peer.last_seen = now
-            if peer.waiting_since is None:
-                peer.waiting_since = now
+        msg: dict[str, Any] = {}
         try:
             msg = m.validate(decode(body) if isinstance(body, (bytes, bytearray)) else body)
+            if msg["type"] in ("join", "poll") and peer is not None and peer.answered >= seq:
+                return
             getattr(self, f"_on_{msg['type']}")(peer_id, peer, msg)
         except m.ProtocolError as err:
-            self._send(peer_id, m.error(err, self._pending_for(peer)))
+            if peer is not None and msg.get("type") == "reset":
+                peer.refused = True
+            self._answer(peer_id, m.error(err, self._pending_for(peer)))
         except Exception as exc:  # a bug must not take the server down; say so and keep serving
-            self._send(peer_id, m.error(m.ProtocolError(m.INTERNAL, f"{type(exc).__name__}: {exc}"),
-                                        self._pending_for(peer)))
-        return self._flush()
+            self._answer(peer_id, m.error(m.ProtocolError(m.INTERNAL, f"{type(exc).__name__}: {exc}"),
+                                          self._pending_for(peer)))
+
+    def _in_session(self, session: Session, task: Callable[[], None]) -> None:
+        """Run `task` (under the lock) now, or, with concurrent sessions, as the session's next task."""
+        if self._wake is None:
+            task()
+            return
+
+        def run() -> None:
+            with self._lock:
+                session.busy = True
+                try:
+                    task()
+                finally:
+                    session.busy = False
+                    woken = bool(self._out)
+            if woken:
+                self._wake()
+
+        session.worker.submit(run)
+
+    @contextmanager
+    def _unlocked(self) -> Iterator[None]:
+        """Simulation work of the calling session's task, with the other sessions free to go on."""
+        self._lock.release()
+        try:
+            yield
+        finally:
+            self._lock.acquire()
 
     def tick(self) -> list[tuple[bytes, bytes]]:
-        """Heartbeats for requests that have waited a heartbeat interval; agent timeouts."""
-        now = self.clock()
-        for session in list(self.sessions.values()):
-            held = session.held_reset
-            if held is not None and now > held[2]:
-                session.held_reset = None
-                # The holder may be between a `pending` and its next poll: then the refusal waits
-                # for that poll instead of going out as a reply to no request.
-                self._reply_or_keep(held[0], m.error(m.ProtocolError(
-                    m.BAD_REQUEST, f"required kinds not taken within {self.decision_timeout:g} s: "
-                                   f"{', '.join(sorted(self._missing_kinds(session, held[1])))}"), None))
-            ep = session.episode
-            if ep is not None and ep.sim.pending is not None:
-                owner = ep.owners.get(ep.sim.pending.kind)
-                started = ep.sent_at if ep.sent_at is not None else ep.ready_since
-                if owner is not None and ep.sim.pending.kind not in ep.fallback \
-                        and now - started > self.decision_timeout:
-                    self._agent_lost(session, owner, f"no answer within {self.decision_timeout:g} s")
-        for peer in self.peers.values():
-            if peer.waiting_since is not None and now - peer.waiting_since >= self.heartbeat:
-                ep = peer.session.episode
-                self._send(peer.id, {"type": "pending", "episode": ep.number if ep else peer.session.episodes})
-        return [(p, encode(msg)) for p, msg in self._flush()]
+        """Heartbeats for requests that have waited a heartbeat interval; agent timeouts; and,
+        with concurrent sessions, the replies their threads made."""
+        with self._lock:
+            now = self.clock()
+            for session in list(self.sessions.values()):
+                held = session.held_reset
+                if held is not None and now > held[2]:
+                    session.held_reset = None
+                    # The holder may be between a `pending` and its next poll: then the refusal waits
+                    # for that poll instead of going out as a reply to no request.
+                    self._reply_or_keep(held[0], m.error(m.ProtocolError(
+                        m.BAD_REQUEST, f"required kinds not taken within {self.decision_timeout:g} s: "
+                                       f"{', '.join(sorted(self._missing_kinds(session, held[1])))}"), None))
+                if not session.busy and self._overdue(session, now) is not None:
+                    self._in_session(session, lambda session=session: self._apply_timeout(session))
+            for peer in self.peers.values():
+                if peer.waiting_since is not None and now - peer.waiting_since >= self.heartbeat:
+                    ep = peer.session.episode
+                    self._send(peer.id, {"type": "pending", "episode": ep.number if ep else peer.session.episodes})
+            out = self._flush()
+        return [(p, encode(msg)) for p, msg in out]
+
+    def _overdue(self, session: Session, now: float) -> Peer | None:
+        """The agent whose decision has waited longer than the decision timeout, if any."""
+        ep = session.episode
+        if ep is None or ep.sim.pending is None or ep.sim.pending.kind in ep.fallback:
+            return None
+        owner = ep.owners.get(ep.sim.pending.kind)
+        started = ep.sent_at if ep.sent_at is not None else ep.ready_since
+        return owner if owner is not None and now - started > self.decision_timeout else None
+
+    def _apply_timeout(self, session: Session) -> None:
+        owner = self._overdue(session, self.clock())
+        if owner is not None:
+            self._agent_lost(session, owner, f"no answer within {self.decision_timeout:g} s")
 
     def shutdown(self, reason: str = "shutdown") -> list[tuple[bytes, bytes]]:
         """End every episode with `reason` and answer every waiting request."""
-        for session in self.sessions.values():
-            if session.episode is not None:
-                self._end_episode(session, reason)
-        for peer in self.peers.values():
-            if peer.waiting_since is not None:
-                self._send(peer.id, m.error(m.ProtocolError(m.SHUTDOWN, f"the env is shutting down ({reason})"), None))
-        return [(p, encode(msg)) for p, msg in self._flush()]
+        with self._lock:
+            for session in self.sessions.values():
+                if session.episode is not None:  # one mid-computation ends without its metrics
+                    self._end_episode(session, reason, summarize=not session.busy)
+            for peer in self.peers.values():
+                if peer.waiting_since is not None:
+                    self._send(peer.id, m.error(m.ProtocolError(m.SHUTDOWN, f"the env is shutting down ({reason})"),
+                                                None))
+            out = self._flush()
+        return [(p, encode(msg)) for p, msg in out]
 
     # ---------------------------------------------------------------- requests
     def _on_hello(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
@@ -195,12 +311,19 @@ class EnvService:
         self._send(peer_id, {"type": "welcome", "protocol": m.PROTOCOL_VERSION, "session": session.name,
                              "env": self._describe()})
         if session.held_reset is not None and not self._missing_kinds(session, session.held_reset[1]):
-            holder, reset, _ = session.held_reset
-            session.held_reset = None
-            try:
-                self._start_episode(session, holder, reset)
-            except m.ProtocolError as err:
-                self._reply_or_keep(holder, m.error(err, None))  # never a reply to no request
+            self._in_session(session, lambda: self._start_held(session))
+
+    def _start_held(self, session: Session) -> None:
+        """Start the session's held reset, now that its required kinds are taken."""
+        if session.held_reset is None or self._missing_kinds(session, session.held_reset[1]):
+            return
+        holder, reset, _ = session.held_reset
+        session.held_reset = None
+        try:
+            self._start_episode(session, holder, reset)
+        except m.ProtocolError as err:
+            holder.refused = True
+            self._reply_or_keep(holder, m.error(err, None))  # never a reply to no request
 
     def _on_reset(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
         peer = self._registered(peer)
@@ -240,7 +363,8 @@ class EnvService:
                                   + (f"; the pending one is {ep.decision_id}" if self._pending_for(peer) else ""))
         answered_after = self.clock() - ep.sent_at
         try:
-            ep.sim.step(msg["action"])
+            with self._unlocked():
+                ep.sim.step(msg["action"])
         except InvalidAction as exc:
             raise m.ProtocolError(m.INVALID_ACTION, str(exc)) from None
         if self.latency is not None:
@@ -261,10 +385,12 @@ class EnvService:
         self._out.append((peer_id, {"type": "bye"}))
 
     def _idle(self, peer: Peer) -> bool:
+        """Not in an episode nor waiting, and silent for a decision timeout or refused its reset
+        (an agent that exits on that error without a bye must not block its kinds)."""
         ep = peer.session.episode
         in_episode = ep is not None and peer in ep.participants
         return (not in_episode and peer.waiting_since is None
-                and self.clock() - peer.last_seen > self.decision_timeout)
+                and (peer.refused or self.clock() - peer.last_seen > self.decision_timeout))
 
     def _forget(self, peer: Peer) -> None:
         """Unregister a peer, freeing its kinds; a later request from it must say hello again."""
@@ -281,40 +407,60 @@ class EnvService:
             raise m.ProtocolError(m.BAD_FIELD, f"reset: seed must be a non-negative integer, got {seed}")
         options = {**d["options"], **msg.get("options", {})}
         policy = options.pop("policy", d["policy"])
+        participants = [p for p in session.peers.values() if p.kinds or p is controller]
+        owners = {kind: p for p in participants for kind in p.kinds}
         try:
             if not isinstance(policy, str) or policy not in POLICIES:  # a list here was an `internal` TypeError
                 raise HpcgymError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
-            workload = self._workloads.load({**d["workload"], **msg.get("workload", {})}, seed)
-            participants = [p for p in session.peers.values() if p.kinds or p is controller]
-            owners = {kind: p for p in participants for kind in p.kinds}
-            config = sim_config(options, seed)
-            reward_spec = get_reward(msg.get("reward", d["reward"]))
-            reward_spec.check(config)
-            sim = Simulation(workload, config, policy=policy, external=owners)
-            reward = reward_spec.make()
+            with self._unlocked():
+                workload = self._workloads.load({**d["workload"], **msg.get("workload", {})}, seed)
+                config = sim_config(options, seed)
+                reward_spec = get_reward(msg.get("reward", d["reward"]))
+                reward_spec.check(config)
+                sim = Simulation(workload, config, policy=policy, external=owners)
+                reward = reward_spec.make()
         except HpcgymError as exc:
             raise m.ProtocolError(m.BAD_REQUEST, str(exc)) from None
         if session.episode is not None:
             self._end_episode(session, f"reset by {controller.name!r}", skip=controller)
         session.episodes += 1
-        session.episode = Episode(session.episodes, sim, owners, participants, reward, msg.get("records", False),
-                                  rewards={p.id: 0.0 for p in participants})
+        ep = session.episode = Episode(session.episodes, sim, owners, participants, reward, msg.get("records", False),
+                                       rewards={p.id: 0.0 for p in participants})
         # Only the controller's unfetched end is dropped (it started a new episode, so it knows); the
         # others still get theirs with their next join/poll, before the new episode's decisions
         # (clearing every participant's lost the end for an agent between `pending` and its poll).
-        controller.undelivered = None
-        sim.reset()
-        self._dispatch(session)
+        controller.undelivered.clear()
+        with self._unlocked():
+            sim.reset()
+        if session.episode is ep:
+            self._dispatch(session)
 
     def _dispatch(self, session: Session) -> None:
         """Advance the episode past every decision nobody needs to be asked about; hand the
         next one to its owner if it is waiting."""
         ep = session.episode
-        while ep is not None:
+        if ep is None:
+            return
+        with self._unlocked():
+            decision = self._advance(session, ep)
+        if session.episode is not ep:
+            return  # ended meanwhile (the env is shutting down)
+        if decision is None:
+            self._end_episode(session, "completed")
+            return
+        owner = ep.owners[decision.kind]
+        if ep.sent_at is None and owner.waiting_since is not None:
+            ep.sent = self._decision_message(ep, decision, owner)
+            self._send(owner.id, ep.sent)
+            ep.sent_at = self.clock()
+
+    def _advance(self, session: Session, ep: Episode) -> Decision | None:
+        """Step the simulation past the decisions the built-in defaults take; the next one an
+        agent must answer, or None at the end. Touches only the episode (runs unlocked)."""
+        while session.episode is ep:
             decision = ep.sim.pending
             if decision is None:
-                self._end_episode(session, "completed")
-                return
+                return None
             if decision.step != ep.sim_step:
                 ep.sim_step = decision.step
                 earned = ep.reward.step(ep.sim)
@@ -325,15 +471,11 @@ class EnvService:
                 ep.decision_id = session.decisions
                 ep.ready_since = self.clock()
                 ep.sent_at = None
-            owner = ep.owners.get(decision.kind)
-            if owner is None or decision.kind in ep.fallback:
+            if ep.owners.get(decision.kind) is None or decision.kind in ep.fallback:
                 ep.sim.step(decision.default())
                 continue
-            if ep.sent_at is None and owner.waiting_since is not None:
-                ep.sent = self._decision_message(ep, decision, owner)
-                self._send(owner.id, ep.sent)
-                ep.sent_at = self.clock()
-            return
+            return decision
+        return None
 
     def _decision_message(self, ep: Episode, decision: Decision, owner: Peer) -> dict[str, Any]:
         reward = ep.rewards.get(owner.id, 0.0)
@@ -342,23 +484,22 @@ class EnvService:
                 "time": decision.time, "kind": decision.kind, "observation": decision.observation,
                 "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": reward}
 
-    def _end_episode(self, session: Session, reason: str, skip: Peer | None = None) -> None:
-        """Tell every participant (but `skip`, the agent whose reset ended it) how it ended."""
+    def _end_episode(self, session: Session, reason: str, skip: Peer | None = None, summarize: bool = True) -> None:
+        """Tell every participant (but `skip`, the agent whose reset ended it) how it ended.
+        Without `summarize` (its simulation is mid-computation on another thread) no metrics."""
         ep = session.episode
         session.episode = None
-        result = ep.sim.result() if ep.sim.done else None
-        metrics = dict(result.summary) if result is not None else {}
-        final = ep.reward.end(ep.sim, metrics) if result is not None else 0.0
-        jobs = {k: v.tolist() for k, v in result.jobs.items()} if (ep.records and result is not None) else None
+        with self._unlocked():
+            result = ep.sim.result() if summarize and ep.sim.done else None
+            metrics = dict(result.summary) if result is not None else {}
+            final = ep.reward.end(ep.sim, metrics) if result is not None else 0.0
+            jobs = {k: v.tolist() for k, v in result.jobs.items()} if (ep.records and result is not None) else None
         for p in ep.participants:
             end = {"type": "episode_end", "episode": ep.number, "reason": reason, "metrics": metrics,
                    "reward": ep.rewards.get(p.id, 0.0) + final, "jobs": jobs}
             if p.id not in self.peers or p is skip:
                 continue
-            if p.waiting_since is not None:
-                self._send(p.id, end)
-            else:
-                p.undelivered = end
+            self._reply_or_keep(p, end)
 
     def _agent_lost(self, session: Session, peer: Peer, why: str) -> None:
         """An agent stopped answering or left mid-episode: fall back or end, then forget it."""
@@ -374,14 +515,14 @@ class EnvService:
         if session.episode is not None and not any(session.episode.owners[k] in self.peers.values()
                                                    for k in session.episode.owners):
             # nobody is left to ask: let the simulation decide everything itself, at full speed
-            session.episode.sim.decide_internally(session.episode.owners)
+            with self._unlocked():
+                session.episode.sim.decide_internally(session.episode.owners)
             self._dispatch(session)
 
     # ---------------------------------------------------------------- helpers
     def _deliver_or_dispatch(self, peer: Peer) -> None:
-        if peer.undelivered is not None:
-            end, peer.undelivered = peer.undelivered, None
-            self._send(peer.id, end)
+        if peer.undelivered:
+            self._send(peer.id, peer.undelivered.pop(0))
             return
         session = peer.session
         ep = session.episode
@@ -397,12 +538,21 @@ class EnvService:
         if peer.waiting_since is not None:
             self._send(peer.id, msg)
         else:
-            peer.undelivered = msg
+            peer.undelivered.append(msg)
+
+    def _answer(self, peer_id: bytes, msg: dict[str, Any]) -> None:
+        """The reply to a request; kept for the next poll if a heartbeat answered it while it queued."""
+        peer = self.peers.get(peer_id)
+        if peer is None:
+            self._send(peer_id, msg)
+        else:
+            self._reply_or_keep(peer, msg)
 
     def _send(self, peer_id: bytes, msg: dict[str, Any]) -> None:
         peer = self.peers.get(peer_id)
         if peer is not None:
             peer.waiting_since = None
+            peer.answered = peer.arrived
         self._out.append((peer_id, msg))
 
     def _flush(self) -> list[Reply]:

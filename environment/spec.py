@@ -8,6 +8,7 @@ same keys and refuse bad ones with the same messages.
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from collections import OrderedDict
 from pathlib import Path
@@ -195,6 +196,7 @@ class WorkloadCache:
     def __init__(self, size: int = 2) -> None:
         self.size = size
         self._sources: OrderedDict[Any, Workload] = OrderedDict()
+        self._lock = threading.Lock()  # sessions load on threads of their own
 
     def load(self, spec: dict[str, Any], seed: int = 0) -> Workload:
         check_workload_spec(spec)
@@ -205,11 +207,14 @@ class WorkloadCache:
         base = sorted((k, str(v)) for k, v in spec.items() if k not in WINDOW_KEYS)
         stamp = os.stat(trace).st_mtime_ns if trace is not None and os.path.exists(trace) else None
         key = (tuple(base), stamp, seed if trace is None else None)
-        source = self._sources.get(key)
+        with self._lock:
+            source = self._sources.get(key)
         if source is None:
-            source = self._sources[key] = load_source(spec, seed)
-            while len(self._sources) > self.size:
-                self._sources.popitem(last=False)
+            source = load_source(spec, seed)
+            with self._lock:
+                self._sources[key] = source
+                while len(self._sources) > self.size:
+                    self._sources.popitem(last=False)
         return cut_sequence(source, spec)
 
 
