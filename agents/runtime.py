@@ -169,10 +169,24 @@ def _serve_episode(conn: Connection, agent: Agent, run: AgentRun, reset: dict[st
             action = agent.act(decision)
             reply = conn.request({"type": "act", "decision": reply["decision"], "action": action})
         else:
+            if reply.get("records_pages"):
+                reply["jobs"] = _fetch_records(conn, reply["episode"], reply["records_pages"])
             agent.on_reward(float(reply["reward"]))
             agent.on_episode_end(reply["metrics"])
             run.episodes.append(reply)
             return
+
+
+def _fetch_records(conn: Connection, episode: int, pages: int) -> dict[str, list]:
+    """The per-job records of an episode too large for one message, page by page (1.3)."""
+    jobs: dict[str, list] = {}
+    for page in range(pages):
+        reply = conn.request({"type": "records", "episode": episode, "page": page})
+        while _expect(reply, "records", "pending") == "pending":
+            reply = conn.request({"type": "poll"})
+        for column, values in reply["jobs"].items():
+            jobs.setdefault(column, []).extend(values)
+    return jobs
 
 
 def _expect(reply: dict[str, Any], *types: str) -> str:

@@ -17,13 +17,16 @@ session's long reset never delays another session's replies, nor the heartbeats 
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .priorities import POLICIES
@@ -34,7 +37,7 @@ from .errors import HpcgymError, InvalidAction
 from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS, SUM_DESCRIPTION,
                       SUM_SYNTAX, Reward, get_reward)
 from .simulator import Simulation
-from .spec import WorkloadCache, sim_config
+from .spec import TraceNotFound, WorkloadCache, check_workload_spec, sim_config
 
 Reply = tuple[bytes, dict[str, Any]]
 AGENT_LOST_MODES = ("fallback", "end")
@@ -42,6 +45,25 @@ AGENT_LOST_MODES = ("fallback", "end")
 
 #: What a hello's `protocol` must look like: MAJOR.MINOR, digits only.
 VERSION = re.compile(r"\d+\.\d+\Z")
+#: Longest agent or session name: names are kept while their session lives.
+MAX_NAME = 256
+#: Lost peers remembered (so that their late acts get `stale_decision`), the oldest forgotten first.
+MAX_LOST = 10_000
+#: Per-job record columns x the most bytes msgpack spends on one value, plus room for the map:
+#: records of more jobs than fit the message limit by this bound are paged (`records` requests).
+RECORD_BYTES_PER_JOB = 16 * 9
+RECORDS_PAGE_JOBS = 50_000
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one agent may ask of a shared env (`hpcgym env`'s operator options); None: no limit,
+    as for an env a program runs for itself in process."""
+
+    trace_dirs: tuple[Path, ...] | None = None  # traces only from inside these folders
+    max_trace_bytes: int | None = None           # and only regular files up to this size
+    max_jobs: int | None = None                  # `jobs` and `generate_jobs` of a workload
+    idle_timeout: float | None = None            # agents silent this long (not in an episode) are forgotten
 
 
 @dataclass(eq=False)
@@ -84,6 +106,7 @@ class Session:
     episodes: int = 0
     decisions: int = 0
     held_reset: tuple[Peer, dict[str, Any], float] | None = None
+    records: tuple[int, dict[str, list], frozenset[bytes]] | None = None  # the last paged records, who may fetch
     busy: bool = False  # a task of this session is running (its episode may be mid-computation)
     worker: SessionWorker = field(default_factory=lambda: SessionWorker())
 
@@ -128,7 +151,7 @@ class EnvService:
     def __init__(self, defaults: dict[str, Any] | None = None, *, decision_timeout: float = 30.0,
                  heartbeat: float = 1.0, on_agent_lost: str = "fallback",
                  clock: Callable[[], float] = time.monotonic, record_latency: bool = False,
-                 on_act: Callable[[Decision, Any], None] | None = None) -> None:
+                 on_act: Callable[[Decision, Any], None] | None = None, limits: Limits = Limits()) -> None:
         if on_agent_lost not in AGENT_LOST_MODES:
             raise HpcgymError(f"on_agent_lost must be one of {', '.join(AGENT_LOST_MODES)}")
         self.defaults = {"workload": {}, "options": {}, "policy": "fcfs", "seed": 0, "reward": "none",
@@ -137,11 +160,14 @@ class EnvService:
         self.heartbeat = heartbeat
         self.on_agent_lost = on_agent_lost
         self.clock = clock
+        self.limits = limits
+        self._trace_dirs = None if limits.trace_dirs is None else tuple(d.resolve() for d in limits.trace_dirs)
+        self._next_sweep = 0.0
         self.sessions: dict[str, Session] = {}
         self.peers: dict[bytes, Peer] = {}
         # Peers forgotten because they were lost (timed out, or left mid-episode), with why: a late
         # `act` from one of them is a stale decision (PROTOCOL.md section 7), not an unknown peer.
-        self.lost: dict[bytes, str] = {}
+        self.lost: OrderedDict[bytes, str] = OrderedDict()
         # With record_latency: per agent (its kinds joined by "/"), the seconds from handing out
         # each decision to receiving the act that answered it (opt-in: it grows with every act).
         self.latency: dict[str, list[float]] | None = {} if record_latency else None
@@ -243,12 +269,27 @@ class EnvService:
                                        f"{', '.join(sorted(self._missing_kinds(session, held[1])))}"), None))
                 if not session.busy and self._overdue(session, now) is not None:
                     self._in_session(session, lambda session=session: self._apply_timeout(session))
+            if self.limits.idle_timeout is not None and now >= self._next_sweep:
+                self._next_sweep = now + min(self.limits.idle_timeout, self.heartbeat)
+                self._sweep(now)
             for peer in self.peers.values():
                 if peer.waiting_since is not None and now - peer.waiting_since >= self.heartbeat:
                     ep = peer.session.episode
                     self._send(peer.id, {"type": "pending", "episode": ep.number if ep else peer.session.episodes})
             out = self._flush()
         return [(p, encode(msg)) for p, msg in out]
+
+    def _sweep(self, now: float) -> None:
+        """Forget agents silent for the idle timeout outside an episode, then sessions left with
+        nothing in them: an env left running must not keep every name it was ever sent."""
+        for peer in list(self.peers.values()):
+            ep = peer.session.episode
+            if peer.waiting_since is None and now - peer.last_seen > self.limits.idle_timeout \
+                    and not (ep is not None and peer in ep.participants):
+                self._forget(peer)
+        for name, session in list(self.sessions.items()):
+            if not (session.peers or session.episode or session.held_reset or session.busy):
+                del self.sessions[name]
 
     def _overdue(self, session: Session, now: float) -> Peer | None:
         """The agent whose decision has waited longer than the decision timeout, if any."""
@@ -288,6 +329,10 @@ class EnvService:
         if major != m.MAJOR:
             raise m.ProtocolError(m.VERSION_MISMATCH, f"this env speaks protocol {m.PROTOCOL_VERSION}, "
                                                       f"the agent {msg['protocol']}; use a {m.MAJOR}.x agent")
+        for key in ("agent", "session"):
+            if len(msg.get(key, "")) > MAX_NAME:
+                raise m.ProtocolError(m.BAD_FIELD, f"hello: {key} names are at most {MAX_NAME} characters; "
+                                                   f"got {len(msg[key]):,}")
         kinds = msg["kinds"]
         if not all(isinstance(k, str) and k in KINDS for k in kinds) or len(set(kinds)) != len(kinds):
             raise m.ProtocolError(m.BAD_FIELD, f"hello: kinds must be distinct names among {', '.join(KINDS)}; "
@@ -374,6 +419,21 @@ class EnvService:
         ep.sent_at = None
         self._dispatch(session)
 
+    def _on_records(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
+        """One page of the per-job records of an episode whose end said `records_pages`."""
+        peer = self._registered(peer)
+        kept = peer.session.records
+        if kept is None or kept[0] != msg["episode"] or peer_id not in kept[2]:
+            raise m.ProtocolError(m.BAD_REQUEST, f"records: no paged records of episode {msg['episode']} for this "
+                                                 "agent; only the last episode whose end said records_pages has them")
+        number, jobs, _ = kept
+        pages = -(-len(jobs["job_id"]) // RECORDS_PAGE_JOBS)
+        if not 0 <= msg["page"] < pages:
+            raise m.ProtocolError(m.BAD_FIELD, f"records: page must be within 0..{pages - 1}, got {msg['page']}")
+        cut = slice(msg["page"] * RECORDS_PAGE_JOBS, (msg["page"] + 1) * RECORDS_PAGE_JOBS)
+        self._answer(peer_id, {"type": "records", "episode": number, "page": msg["page"], "pages": pages,
+                               "jobs": {k: v[cut] for k, v in jobs.items()}})
+
     def _on_bye(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
         if peer is not None:
             session = peer.session
@@ -412,15 +472,19 @@ class EnvService:
         try:
             if not isinstance(policy, str) or policy not in POLICIES:  # a list here was an `internal` TypeError
                 raise HpcgymError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
+            spec = self._bounded({**d["workload"], **msg.get("workload", {})})
             with self._unlocked():
-                workload = self._workloads.load({**d["workload"], **msg.get("workload", {})}, seed)
+                workload = self._workloads.load(spec, seed)
                 config = sim_config(options, seed)
                 reward_spec = get_reward(msg.get("reward", d["reward"]))
                 reward_spec.check(config)
                 sim = Simulation(workload, config, policy=policy, external=owners)
                 reward = reward_spec.make()
         except HpcgymError as exc:
-            raise m.ProtocolError(m.BAD_REQUEST, str(exc)) from None
+            raise m.ProtocolError(m.BAD_REQUEST, _without_contents(str(exc))) from None
+        except MemoryError:
+            raise m.ProtocolError(m.BAD_REQUEST, "the workload does not fit in the env's memory; ask for fewer "
+                                                 "jobs") from None
         if session.episode is not None:
             self._end_episode(session, f"reset by {controller.name!r}", skip=controller)
         session.episodes += 1
@@ -434,6 +498,47 @@ class EnvService:
             sim.reset()
         if session.episode is ep:
             self._dispatch(session)
+
+    def _bounded(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The workload spec within the operator's limits, its trace named by its real path."""
+        check_workload_spec(spec)
+        lim = self.limits
+        for key in ("jobs", "generate_jobs"):
+            if lim.max_jobs is not None and (spec.get(key) or 0) > lim.max_jobs:
+                raise HpcgymError(f"workload: {key} {spec[key]:,} is over this env's limit of {lim.max_jobs:,} jobs; "
+                                  "ask for fewer (the operator sets the limit with --max-jobs)")
+        if spec.get("trace") is None or (self._trace_dirs is None and lim.max_trace_bytes is None):
+            return spec
+        return {**spec, "trace": str(self._allowed_trace(os.fspath(spec["trace"])))}
+
+    def _allowed_trace(self, given: str) -> Path:
+        """The file a reset's trace names, if the operator allows it: inside an allowed folder
+        (checked before the file is even looked for), a regular file (not a FIFO or a device),
+        and not over the size limit."""
+        if "\x00" in given:
+            raise TraceNotFound("a trace path cannot contain a NUL byte; check the path")
+        dirs = self._trace_dirs
+        name = Path(given).expanduser()
+        if len(name.parts) == 1 and not name.is_absolute() and dirs is not None:
+            found = [d / name for d in dirs if (d / name).is_file()]
+            if not found:
+                raise TraceNotFound(f"{given}: no such trace in this env's trace folders; ask the operator which "
+                                    "traces it serves")
+            name = found[0]
+        real = Path(os.path.realpath(name))
+        if dirs is not None and not any(real.is_relative_to(d) for d in dirs):
+            raise TraceNotFound(f"{given}: this env serves traces only from its trace folders (the operator adds "
+                                "folders with --trace-dir); give a trace there, by name")
+        try:
+            info = os.stat(real)
+        except OSError:
+            raise TraceNotFound(f"{given}: trace file not found; check the path") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise TraceNotFound(f"{given}: not a regular file; a trace is an .swf or .swf.gz file")
+        if self.limits.max_trace_bytes is not None and info.st_size > self.limits.max_trace_bytes:
+            raise TraceNotFound(f"{given}: {info.st_size:,} bytes is over this env's trace size limit of "
+                                f"{self.limits.max_trace_bytes:,} (the operator sets it with --max-trace-bytes)")
+        return real
 
     def _dispatch(self, session: Session) -> None:
         """Advance the episode past every decision nobody needs to be asked about; hand the
@@ -494,9 +599,17 @@ class EnvService:
             metrics = dict(result.summary) if result is not None else {}
             final = ep.reward.end(ep.sim, metrics) if result is not None else 0.0
             jobs = {k: v.tolist() for k, v in result.jobs.items()} if (ep.records and result is not None) else None
+        pages = 0
+        if jobs is not None and len(jobs["job_id"]) * RECORD_BYTES_PER_JOB > MAX_MESSAGE_BYTES - 65536:
+            # too many to send at once: kept for `records` requests, page by page
+            pages = -(-len(jobs["job_id"]) // RECORDS_PAGE_JOBS)
+            session.records = (ep.number, jobs, frozenset(p.id for p in ep.participants))
+            jobs = None
         for p in ep.participants:
             end = {"type": "episode_end", "episode": ep.number, "reason": reason, "metrics": metrics,
                    "reward": ep.rewards.get(p.id, 0.0) + final, "jobs": jobs}
+            if pages:
+                end["records_pages"] = pages
             if p.id not in self.peers or p is skip:
                 continue
             self._reply_or_keep(p, end)
@@ -504,6 +617,8 @@ class EnvService:
     def _agent_lost(self, session: Session, peer: Peer, why: str) -> None:
         """An agent stopped answering or left mid-episode: fall back or end, then forget it."""
         self.lost[peer.id] = why
+        while len(self.lost) > MAX_LOST:
+            self.lost.popitem(last=False)
         if self.on_agent_lost == "end":
             self._end_episode(session, f"agent {peer.name!r} ({', '.join(sorted(peer.kinds))}) lost: {why}")
             self._forget(peer)
@@ -585,8 +700,16 @@ class EnvService:
                             SUM_SYNTAX: SUM_DESCRIPTION},
                 "defaults": _plain(self.defaults),
                 "limits": {"max_message_bytes": MAX_MESSAGE_BYTES, "heartbeat_s": self.heartbeat,
-                           "decision_timeout_s": self.decision_timeout},
+                           "decision_timeout_s": self.decision_timeout,
+                           **{k: v for k, v in (("max_jobs", self.limits.max_jobs),
+                                                ("max_trace_bytes", self.limits.max_trace_bytes),
+                                                ("idle_timeout_s", self.limits.idle_timeout)) if v is not None}},
                 "on_agent_lost": self.on_agent_lost}
+
+
+def _without_contents(message: str) -> str:
+    """An error about a trace without the bits of the file it quotes (a malformed field's text)."""
+    return re.sub(r"(non-numeric field \d+) ('[^']*'|\"[^\"]*\")", r"\1", message)
 
 
 def kinds_key(kinds: Any) -> str:

@@ -221,6 +221,15 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="Seconds an agent may take to answer a decision.")
 @click.option("--on-agent-lost", type=click.Choice(["fallback", "end"]), default="fallback", show_default=True,
               help="When an agent stops answering: its kinds fall back to the built-in defaults, or the episode ends.")
+@click.option("--trace-dir", "trace_dirs", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              multiple=True, help="A folder agents may name traces from (besides --trace's folder and "
+                                  "$HPCGYM_TRACES); no other file is opened.")
+@click.option("--max-trace-bytes", type=click.IntRange(min=1), default=1 << 30, show_default=True,
+              help="Largest trace file a reset may name.")
+@click.option("--max-jobs", type=click.IntRange(min=1), default=1_000_000, show_default=True,
+              help="Most jobs a reset may ask for (jobs, generate_jobs).")
+@click.option("--idle-timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True,
+              help="Seconds after which a silent agent outside an episode is forgotten (and its empty session).")
 @click.option("--allow-remote", is_flag=True, help="Allow binding an address other hosts can reach.")
 @click.option("--insecure", is_flag=True, help="With --allow-remote: listen without CURVE authentication.")
 @click.option("--curve-secret", type=click.Path(path_type=Path, dir_okay=False),
@@ -229,10 +238,12 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="Public key file, or folder of them, of agents allowed to connect.")
 @click.pass_context
 def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, reward, decision_timeout,
-                on_agent_lost, allow_remote, insecure, curve_secret, curve_allow) -> None:
-    """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md)."""
+                on_agent_lost, trace_dirs, max_trace_bytes, max_jobs, idle_timeout, allow_remote, insecure,
+                curve_secret, curve_allow) -> None:
+    """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md and docs/server.md)."""
     from ..environment.server import check_listening, serve
-    from ..environment.service import EnvService
+    from ..environment.service import EnvService, Limits
+    from ..environment.spec import TRACES_ENV
 
     curve = _server_curve(curve_secret, curve_allow)
     check_listening(bind, curve is not None, allow_remote, insecure)  # before saying "listening"
@@ -240,10 +251,16 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
                 if v is not None}
     options = _rules(ctx, backfill=backfill, exact_requests=exact_requests, commit_pick=commit_pick, preset=preset)
     if trace is not None:
+        if os.path.getsize(workload["trace"]) > max_trace_bytes:
+            raise HpcgymError(f"{trace} is larger than --max-trace-bytes {max_trace_bytes:,}; raise the limit")
         load_workload(workload)  # a truncated or non-SWF trace fails now, not at the first reset
     get_reward(reward).check(sim_config(options))  # so do an unknown reward and bad options
+    folders = [*([Path(workload["trace"]).parent] if trace else []), *trace_dirs,
+               *(Path(f) for f in os.environ.get(TRACES_ENV, "").split(os.pathsep) if f)]
+    limits = Limits(trace_dirs=tuple(folders), max_trace_bytes=max_trace_bytes, max_jobs=max_jobs,
+                    idle_timeout=idle_timeout)
     service = EnvService({"workload": workload, "options": options, "policy": policy, "reward": reward},
-                         decision_timeout=decision_timeout, on_agent_lost=on_agent_lost)
+                         decision_timeout=decision_timeout, on_agent_lost=on_agent_lost, limits=limits)
     click.echo(f"hpcgym env listening on {bind}{' with CURVE' if curve else ''}", err=True)
     serve(service, bind, curve=curve, allow_remote=allow_remote, insecure=insecure)
 

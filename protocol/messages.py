@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-PROTOCOL_VERSION = "1.2"
+PROTOCOL_VERSION = "1.3"
 MAJOR = PROTOCOL_VERSION.split(".")[0]
 
 # Error codes (PROTOCOL.md section 6). Only version_mismatch and shutdown are not recoverable.
@@ -70,6 +70,7 @@ REQUESTS: dict[str, tuple[Field, ...]] = {
     "join": (),
     "poll": (),
     "act": (_int("decision"), Field("action", (int, list, bool, NIL))),
+    "records": (_int("episode"), _int("page")),
     "bye": (),
 }
 
@@ -81,7 +82,8 @@ REPLIES: dict[str, tuple[Field, ...]] = {
                  Field("reward", (float, int))),
     "pending": (_int("episode", False),),
     "episode_end": (_int("episode"), _str("reason"), Field("metrics", (dict,)), Field("reward", (float, int)),
-                    Field("jobs", (dict, NIL), False)),
+                    Field("jobs", (dict, NIL), False), _int("records_pages", False)),
+    "records": (_int("episode"), _int("page"), _int("pages"), Field("jobs", (dict,))),
     "error": (_str("code"), _str("message"), Field("recoverable", (bool,)), Field("pending", (dict, NIL))),
     "bye": (),
 }

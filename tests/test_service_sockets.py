@@ -4,6 +4,7 @@ where the rule is the handler's alone (then `EnvService` directly, as in test_se
 
 from __future__ import annotations
 
+import os
 import time
 
 import msgpack
@@ -11,6 +12,10 @@ import pytest
 
 from hpcgym.agents.base import PriorityAgent
 from hpcgym.agents.runtime import EnvRefused, run_agent
+from hpcgym.environment.service import EnvService, Limits
+from hpcgym.protocol.codec import MAX_MESSAGE_BYTES
+
+from .agents_for_tests import write_trace
 
 from .test_service import Net
 from .test_sockets import ask, children, dealer, start_env, trace  # noqa: F401 - fixtures
@@ -89,3 +94,111 @@ def test_the_agent_runtime_says_bye_when_its_reset_is_refused(children, ipc_dir)
         assert ask(sock, {**HELLO, "kinds": ["select"]})["type"] == "welcome"
     finally:
         sock.close()
+
+
+# ------------------------------------------------------------------------------------------ bounded
+def reset_error(sock, workload: dict) -> dict:
+    reply = ask(sock, {"type": "reset", "workload": workload}, timeout_s=5)
+    assert reply is not None and reply["type"] == "error" and reply["recoverable"], reply
+    return reply
+
+
+def test_traces_come_only_from_allowed_folders_as_regular_files_within_the_size_limit(children, ipc_dir, tmp_path):  # noqa: F811
+    served = tmp_path / "served"
+    served.mkdir()
+    trace = write_trace(served / "t.swf", jobs=30, procs=8)
+    big = write_trace(served / "big.swf", jobs=400, procs=8)
+    os.mkfifo(served / "fifo.swf")
+    (served / "notes.swf").write_text("1 0 5 the-secret-word 1 -1 -1 -1 -1 -1 1 7 3 -1 1 -1 -1 -1\n" * 5)
+    outside = write_trace(tmp_path / "private.swf", jobs=30, procs=8)
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    start_env(children, bind, "--trace", str(trace), "--max-trace-bytes", str(big.stat().st_size - 1))
+    sock = dealer(bind)
+    try:
+        assert ask(sock, HELLO)["type"] == "welcome"
+        for name in (str(outside), "/dev/zero", "/etc/passwd", str(served / ".." / "private.swf"), "/no/such.swf"):
+            err = reset_error(sock, {"trace": name})
+            assert err["code"] == "bad_request" and "trace folders" in err["message"], err
+        assert "not a regular file" in reset_error(sock, {"trace": str(served / "fifo.swf")})["message"]
+        assert "size limit" in reset_error(sock, {"trace": "big.swf"})["message"]
+        err = reset_error(sock, {"trace": "notes.swf"})
+        assert err["code"] == "bad_request" and "secret" not in err["message"], err
+        # the allowed trace, by name and by path, still works (the FIFO did not block the env)
+        for name in ("t.swf", str(trace)):
+            end = ask(sock, {"type": "reset", "workload": {"trace": name}}, timeout_s=10)
+            assert end["type"] == "episode_end" and end["metrics"]["jobs"] == 30, end
+    finally:
+        sock.close()
+
+
+def test_workloads_are_bounded_by_max_jobs(children, ipc_dir):  # noqa: F811
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    start_env(children, bind, "--max-jobs", "1000")
+    sock = dealer(bind)
+    try:
+        assert ask(sock, HELLO)["type"] == "welcome"
+        for workload in ({"generate_jobs": 10_000_000}, {"generate_jobs": 5000, "jobs": 2000, "sample": 1,
+                                                          "sampled_jobset": True}):
+            err = reset_error(sock, workload)
+            assert err["code"] == "bad_request" and "--max-jobs" in err["message"], err
+        assert ask(sock, {"type": "reset", "workload": {"generate_jobs": 1000, "procs": 64}})["type"] == "episode_end"
+    finally:
+        sock.close()
+
+
+def test_idle_agents_and_their_sessions_are_freed():
+    net = Net(limits=Limits(idle_timeout=600))
+    for k in range(50):
+        net.request(b"p%d" % k, {**HELLO, "session": f"s{k}" * 100})
+    net.request(b"busy", {**HELLO, "session": "kept"})
+    net.tick(300)
+    assert net.request(b"busy", {"type": "poll"}) is None  # still active (answered `pending` at the next tick)
+    net.tick(301)
+    assert set(net.svc.sessions) == {"kept"} and set(net.svc.peers) == {b"busy"}
+    assert net.request(b"p1", {"type": "poll"})["code"] == "not_allowed"  # must say hello again
+    assert net.pop(b"busy")["type"] == "pending"
+
+
+def test_records_too_large_for_one_message_are_paged(monkeypatch, ipc_dir):
+    """A (shrunken) message limit: the records come page by page, the same as in one piece."""
+    import threading
+
+    from hpcgym.environment import service as service_module
+    from hpcgym.environment.server import serve
+
+    workload = {"generate_jobs": 23, "procs": 8}
+    svc = EnvService({"workload": workload})
+    reference = run_in_process(svc, workload)
+    monkeypatch.setattr(service_module, "RECORD_BYTES_PER_JOB", MAX_MESSAGE_BYTES // 10)
+    monkeypatch.setattr(service_module, "RECORDS_PAGE_JOBS", 5)
+    svc = EnvService({"workload": workload})
+    svc.handle_message(b"a", {**HELLO, "kinds": []})
+    (_, end), = svc.handle_message(b"a", {"type": "reset", "records": True})
+    assert end["jobs"] is None and end["records_pages"] == 5
+    (_, page), = svc.handle_message(b"a", {"type": "records", "episode": 1, "page": 4})
+    assert page["jobs"]["job_id"] == reference["job_id"][20:]
+    (_, err), = svc.handle_message(b"a", {"type": "records", "episode": 1, "page": 5})
+    assert err["code"] == "bad_field"
+    (_, err), = svc.handle_message(b"b", {**HELLO, "kinds": []})
+    (_, err), = svc.handle_message(b"b", {"type": "records", "episode": 1, "page": 0})
+    assert err["code"] == "bad_request"  # not a participant of that episode
+    # over real sockets, the agent runtime fetches the pages itself
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    ready = threading.Event()
+    server = EnvService({"workload": workload})
+    thread = threading.Thread(target=serve, args=(server, bind), kwargs={"ready": ready}, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(10)
+        run = run_agent(PriorityAgent("fcfs"), bind, reset={"records": True}, timeout=10)
+        assert run.episodes[0]["records_pages"] == 5 and run.episodes[0]["jobs"] == reference
+    finally:
+        server.stop = True
+        thread.join(10)
+
+
+def run_in_process(svc: EnvService, workload: dict) -> dict:
+    svc.handle_message(b"ref", {**HELLO, "kinds": []})
+    (_, end), = svc.handle_message(b"ref", {"type": "reset", "records": True})
+    assert end["type"] == "episode_end" and len(end["jobs"]["job_id"]) == 23
+    return end["jobs"]

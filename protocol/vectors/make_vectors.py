@@ -33,7 +33,7 @@ from typing import Any
 import msgpack
 
 HERE = Path(__file__).resolve().parent
-PROTOCOL = "1.2"
+PROTOCOL = "1.3"
 HEX_UP_TO = 512
 ABOUT = ("Each vector is one message body (file) and its expected outcome. valid: decoded is the message as "
          "JSON (a number with a decimal point is a msgpack float, one without an integer). invalid: error is "
@@ -131,6 +131,8 @@ valid("reset_full", "request",
       "reset with every optional field present")
 valid("reset_records_false", "request", {"type": "reset", "seed": -1, "records": False},
       "records false; a negative seed is an integer like any other (the env may refuse its value)")
+valid("records_request", "request", {"type": "records", "episode": 4, "page": 0},
+      "1.3: the first page of the per-job records an episode_end announced with records_pages")
 valid("join", "request", {"type": "join"}, "join has no fields")
 valid("poll", "request", {"type": "poll"}, "poll has no fields")
 valid("bye_request", "request", {"type": "bye"}, "bye has no fields")
@@ -231,6 +233,8 @@ invalid("reset_require_str", "request", {"type": "reset", "require": "select"}, 
         "require as a string, not an array")
 invalid("reset_unknown_field", "request", {"type": "reset", "policy": "sjf"}, "bad_field", "validate",
         "policy belongs in options, not at the top level")
+invalid("records_page_missing", "request", {"type": "records", "episode": 4}, "bad_field", "validate",
+        "records without page")
 invalid("join_unknown_field", "request", {"type": "join", "session": "default"}, "bad_field", "validate",
         "join has no fields (the session is chosen at hello)")
 invalid("poll_unknown_field", "request", {"type": "poll", "decision": 3}, "bad_field", "validate",
@@ -303,6 +307,12 @@ valid("episode_end_records", "reply",
 valid("episode_end_reset", "reply",
       {"type": "episode_end", "episode": 3, "reason": "reset by 'sjf@12'", "metrics": {}, "reward": 0.0},
       "an episode ended early: empty metrics, optional jobs absent")
+valid("episode_end_paged", "reply",
+      {"type": "episode_end", "episode": 4, "reason": "completed", "metrics": METRICS, "reward": 0.0, "jobs": None,
+       "records_pages": 9},
+      "1.3: records too many for one message: jobs nil, fetch pages 0..8 with `records` requests")
+valid("records_reply", "reply", {"type": "records", "episode": 4, "page": 0, "pages": 9, "jobs": JOBS},
+      "1.3: one page of per-job records, the same columns as episode_end's jobs")
 valid("error_stale", "reply",
       {"type": "error", "code": "stale_decision", "message": "decision 99 is not pending for this agent",
        "recoverable": True, "pending": None}, "an error with no decision standing")
