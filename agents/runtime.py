@@ -131,15 +131,18 @@ class AgentRun:
 def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str = "default",
               reset: dict[str, Any] | None = None, episodes: int = 1, timeout: float = 10.0,
               curve: tuple[bytes, bytes, bytes] | None = None,
-              progress: Callable[[AgentRun, Decision], None] | None = None) -> AgentRun:
+              progress: Callable[[AgentRun, Decision], None] | None = None, token: str | None = None) -> AgentRun:
     """Serve `agent` for `episodes` episodes. With `reset` (a reset message's fields) this agent
     starts each episode; without, it joins the episodes others start. `progress`, if given, is
-    called with the run so far and each decision as it arrives (before the agent acts)."""
+    called with the run so far and each decision as it arrives (before the agent acts). `token`:
+    the session's (1.3): what it is created with, or what joining it takes on an env with private
+    sessions."""
     conn = Connection(address, timeout, curve)
     run = AgentRun()
     try:
         _expect(conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": name,
-                              "kinds": list(agent.kinds), "session": session}), "welcome")
+                              "kinds": list(agent.kinds), "session": session, **({"token": token} if token else {})}),
+                "welcome")
         for _ in range(episodes):
             _serve_episode(conn, agent, run, reset, address, timeout, progress)
     finally:

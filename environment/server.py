@@ -66,7 +66,8 @@ def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, all
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 500)
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES + 1024)
-    sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+    # No handover: a second connection with a peer's routing id must not take over its state.
+    sock.setsockopt(zmq.ROUTER_HANDOVER, 0)
     if curve is not None:
         from zmq.auth.thread import ThreadAuthenticator
 

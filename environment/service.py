@@ -17,8 +17,10 @@ session's long reset never delays another session's replies, nor the heartbeats 
 
 from __future__ import annotations
 
+import hmac
 import os
 import re
+import secrets
 import stat
 import threading
 import time
@@ -101,6 +103,7 @@ class Episode:
 @dataclass(eq=False)
 class Session:
     name: str
+    token: str = ""  # what another agent's hello must present to join (unless sessions are open)
     peers: dict[bytes, Peer] = field(default_factory=dict)
     episode: Episode | None = None
     episodes: int = 0
@@ -151,7 +154,8 @@ class EnvService:
     def __init__(self, defaults: dict[str, Any] | None = None, *, decision_timeout: float = 30.0,
                  heartbeat: float = 1.0, on_agent_lost: str = "fallback",
                  clock: Callable[[], float] = time.monotonic, record_latency: bool = False,
-                 on_act: Callable[[Decision, Any], None] | None = None, limits: Limits = Limits()) -> None:
+                 on_act: Callable[[Decision, Any], None] | None = None, limits: Limits = Limits(),
+                 private: bool = False) -> None:
         if on_agent_lost not in AGENT_LOST_MODES:
             raise HpcgymError(f"on_agent_lost must be one of {', '.join(AGENT_LOST_MODES)}")
         self.defaults = {"workload": {}, "options": {}, "policy": "fcfs", "seed": 0, "reward": "none",
@@ -161,6 +165,9 @@ class EnvService:
         self.on_agent_lost = on_agent_lost
         self.clock = clock
         self.limits = limits
+        # Private sessions: joining one that has agents takes its token (`hpcgym env` by default;
+        # in process, where one program runs all its agents, sessions are open).
+        self.private = private
         self._trace_dirs = None if limits.trace_dirs is None else tuple(d.resolve() for d in limits.trace_dirs)
         self._next_sweep = 0.0
         self.sessions: dict[str, Session] = {}
@@ -329,7 +336,7 @@ class EnvService:
         if major != m.MAJOR:
             raise m.ProtocolError(m.VERSION_MISMATCH, f"this env speaks protocol {m.PROTOCOL_VERSION}, "
                                                       f"the agent {msg['protocol']}; use a {m.MAJOR}.x agent")
-        for key in ("agent", "session"):
+        for key in ("agent", "session", "token"):
             if len(msg.get(key, "")) > MAX_NAME:
                 raise m.ProtocolError(m.BAD_FIELD, f"hello: {key} names are at most {MAX_NAME} characters; "
                                                    f"got {len(msg[key]):,}")
@@ -337,7 +344,16 @@ class EnvService:
         if not all(isinstance(k, str) and k in KINDS for k in kinds) or len(set(kinds)) != len(kinds):
             raise m.ProtocolError(m.BAD_FIELD, f"hello: kinds must be distinct names among {', '.join(KINDS)}; "
                                                f"got {kinds!r}")
-        session = self.sessions.setdefault(msg.get("session", "default"), Session(msg.get("session", "default")))
+        name = msg.get("session", "default")
+        session = self.sessions.setdefault(name, Session(name))
+        if session.episode is None and session.peers and all(self._idle(p) for p in session.peers.values()):
+            for gone in list(session.peers.values()):  # all silent for a decision timeout: the name is free
+                self._forget(gone)
+        if self.private and (session.peers or session.episode is not None) \
+                and not hmac.compare_digest(msg.get("token", "").encode(), session.token.encode()):
+            raise m.ProtocolError(m.NOT_ALLOWED, f"session {name!r} belongs to the agents in it: give its token "
+                                                 "(hello's `token`; hpcgym agent --token or $HPCGYM_SESSION_TOKEN), "
+                                                 "pick another session name, or ask the operator for --open-sessions")
         for other in list(session.peers.values()):
             taken = set(kinds) & other.kinds
             if taken and self._idle(other):
@@ -348,13 +364,13 @@ class EnvService:
         if not session.peers and session.episode is None:
             # A session lasts while one of its agents is there: after the last one left, this
             # hello starts a new one, whose episodes and decision ids count from 1 again.
-            session = self.sessions[session.name] = Session(session.name)
+            session = self.sessions[name] = Session(name, msg.get("token") or secrets.token_hex(16))
         peer = Peer(peer_id, msg["agent"], frozenset(kinds), session, last_seen=self.clock())
         self.lost.pop(peer_id, None)
         self.peers[peer_id] = peer
         session.peers[peer_id] = peer
         self._send(peer_id, {"type": "welcome", "protocol": m.PROTOCOL_VERSION, "session": session.name,
-                             "env": self._describe()})
+                             "env": self._describe(), "token": session.token})
         if session.held_reset is not None and not self._missing_kinds(session, session.held_reset[1]):
             self._in_session(session, lambda: self._start_held(session))
 
@@ -704,7 +720,7 @@ class EnvService:
                            **{k: v for k, v in (("max_jobs", self.limits.max_jobs),
                                                 ("max_trace_bytes", self.limits.max_trace_bytes),
                                                 ("idle_timeout_s", self.limits.idle_timeout)) if v is not None}},
-                "on_agent_lost": self.on_agent_lost}
+                "on_agent_lost": self.on_agent_lost, "sessions": "private" if self.private else "open"}
 
 
 def _without_contents(message: str) -> str:

@@ -230,6 +230,9 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="Most jobs a reset may ask for (jobs, generate_jobs).")
 @click.option("--idle-timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True,
               help="Seconds after which a silent agent outside an episode is forgotten (and its empty session).")
+@click.option("--open-sessions", is_flag=True,
+              help="Let any agent join any session by name (agents that do not know session tokens, protocol "
+                   "< 1.3); by default joining a session that has agents takes its token.")
 @click.option("--allow-remote", is_flag=True, help="Allow binding an address other hosts can reach.")
 @click.option("--insecure", is_flag=True, help="With --allow-remote: listen without CURVE authentication.")
 @click.option("--curve-secret", type=click.Path(path_type=Path, dir_okay=False),
@@ -238,7 +241,7 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="Public key file, or folder of them, of agents allowed to connect.")
 @click.pass_context
 def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, reward, decision_timeout,
-                on_agent_lost, trace_dirs, max_trace_bytes, max_jobs, idle_timeout, allow_remote, insecure,
+                on_agent_lost, trace_dirs, max_trace_bytes, max_jobs, idle_timeout, open_sessions, allow_remote, insecure,
                 curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md and docs/server.md)."""
     from ..environment.server import check_listening, serve
@@ -260,7 +263,8 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
     limits = Limits(trace_dirs=tuple(folders), max_trace_bytes=max_trace_bytes, max_jobs=max_jobs,
                     idle_timeout=idle_timeout)
     service = EnvService({"workload": workload, "options": options, "policy": policy, "reward": reward},
-                         decision_timeout=decision_timeout, on_agent_lost=on_agent_lost, limits=limits)
+                         decision_timeout=decision_timeout, on_agent_lost=on_agent_lost, limits=limits,
+                         private=not open_sessions)
     click.echo(f"hpcgym env listening on {bind}{' with CURVE' if curve else ''}", err=True)
     serve(service, bind, curve=curve, allow_remote=allow_remote, insecure=insecure)
 
@@ -317,6 +321,9 @@ class _AgentCommand(click.Command):
               help="Start the episodes (reset) or join the ones another agent starts.")
 @click.option("--episodes", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--session", default="default", show_default=True)
+@click.option("--token", envvar="HPCGYM_SESSION_TOKEN",
+              help="The session's token: the first agent creates the session with it, the others join with it "
+                   "(an env's sessions are private unless it runs with --open-sessions) [env: HPCGYM_SESSION_TOKEN].")
 @click.option("--seed", type=int, help="Episode seed sent with reset.")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), help="Window length sent with reset.")
 @click.option("--sample", type=int, help="Random window seed sent with reset.")
@@ -330,7 +337,7 @@ class _AgentCommand(click.Command):
               help="Progress (decisions served, simulated time, elapsed time): a bar when stderr is a "
                    "terminal, else a line every this many seconds; 0: none.")
 def agent_command(agent, model, greedy, sampling_seed, online, online_every, online_lr, online_save, online_reward,
-                  connect, controls, episodes, session, seed, n_jobs, sample, require, timeout, curve_server,
+                  connect, controls, episodes, session, token, seed, n_jobs, sample, require, timeout, curve_server,
                   curve_secret, as_json, progress_every) -> None:
     """Serve AGENT (a built-in name such as sjf, or module:Class), or a checkpoint (--model), to an env;
     with --online the checkpoint keeps learning while it serves."""
@@ -383,7 +390,7 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
     progress = _AgentProgress(progress_every) if progress_every else None
     try:
         run = run_agent(policy, connect, name=name, session=session, reset=reset, episodes=episodes,
-                        timeout=timeout, curve=_client_curve(curve_server, curve_secret), progress=progress)
+                        timeout=timeout, curve=_client_curve(curve_server, curve_secret), progress=progress, token=token)
     finally:
         if progress is not None:
             progress.close()

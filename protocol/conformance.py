@@ -128,6 +128,8 @@ class _EnvChecker:
         self.reward: str | None = None
         self.seen_ids: set[int] = set()
         self.session = f"conformance-{os.getpid()}-{secrets.token_hex(3)}"
+        self.token: str | None = None  # the session's, from the first welcome (1.3)
+        self.private = False           # the env said its sessions are private (1.3)
         self.ctx = zmq.Context()
         self.clients: list[_Client] = []
 
@@ -218,8 +220,9 @@ class _EnvChecker:
         return self.results
 
     def hello(self, name: str = "conformance", kinds: Sequence[str] = ("select",)) -> dict[str, Any]:
+        """A hello into the checker's session, with its token once the env gave one."""
         return {"type": "hello", "protocol": PROTOCOL_VERSION, "agent": name, "kinds": list(kinds),
-                "session": self.session}
+                "session": self.session, **({"token": self.token} if self.token else {})}
 
     def script(self) -> None:
         a = self.client()
@@ -234,6 +237,13 @@ class _EnvChecker:
         r = self.ask(a, self.hello(), "hello")
         if not self.check_welcome(r):
             return
+        if isinstance(r.get("token"), str) and r["token"]:
+            self.token = r["token"]
+        if self.private:  # 1.3: joining a session that has agents takes its token
+            intruder = self.client()
+            r = self.ask(intruder, {**self.hello("conformance-intruder", ()), "token": "not-the-token"},
+                         "hello with a wrong token")
+            self.expect_error("private_session", r, "not_allowed", None)
         r = self.ask(a, self.hello(), "second hello")
         self.expect_error("hello_twice", r, "not_allowed", None)
         c = self.client()
@@ -330,6 +340,9 @@ class _EnvChecker:
                 problems.append(f"env.kinds {env['kinds']} lacks some of {list(KINDS)}")
             if env.get("on_agent_lost") not in ("fallback", "end"):
                 problems.append(f"env.on_agent_lost {env.get('on_agent_lost')!r}")
+            self.private = env.get("sessions") == "private"
+            if self.private and not (isinstance(r.get("token"), str) and r["token"]):
+                problems.append("private sessions but no token in the welcome")
         return self.check("welcome", not problems,
                           "; ".join(problems)
                           or f"protocol {protocol}, session {r.get('session')!r}, env keys complete")

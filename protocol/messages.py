@@ -64,7 +64,7 @@ NIL = type(None)
 
 #: Requests an agent sends, with their fields.
 REQUESTS: dict[str, tuple[Field, ...]] = {
-    "hello": (_str("protocol"), _str("agent"), Field("kinds", (list,)), _str("session", False)),
+    "hello": (_str("protocol"), _str("agent"), Field("kinds", (list,)), _str("session", False), _str("token", False)),
     "reset": (Field("workload", (dict,), False), _int("seed", False), Field("options", (dict,), False),
               _str("reward", False), Field("require", (list,), False), Field("records", (bool,), False)),
     "join": (),
@@ -76,7 +76,7 @@ REQUESTS: dict[str, tuple[Field, ...]] = {
 
 #: Replies the env sends (documented and checked by the conformance vectors and the checkers).
 REPLIES: dict[str, tuple[Field, ...]] = {
-    "welcome": (_str("protocol"), _str("session"), Field("env", (dict,))),
+    "welcome": (_str("protocol"), _str("session"), Field("env", (dict,)), _str("token", False)),
     "decision": (_int("episode"), _int("decision"), _int("step"), _int("time"), _str("kind"),
                  Field("observation", (dict,)), Field("candidates", (list,)), Field("can_wait", (bool,)),
                  Field("reward", (float, int))),

@@ -9,6 +9,7 @@ import time
 
 import msgpack
 import pytest
+import zmq
 
 from hpcgym.agents.base import PriorityAgent
 from hpcgym.agents.runtime import EnvRefused, run_agent
@@ -202,3 +203,53 @@ def run_in_process(svc: EnvService, workload: dict) -> dict:
     (_, end), = svc.handle_message(b"ref", {"type": "reset", "records": True})
     assert end["type"] == "episode_end" and len(end["jobs"]["job_id"]) == 23
     return end["jobs"]
+
+
+# ------------------------------------------------------------------------------------------ private sessions
+def test_another_client_cannot_join_reset_or_take_over_a_session(children, ipc_dir, trace):  # noqa: F811
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    start_env(children, bind, "--trace", str(trace))
+    owner = dealer_with_id(bind, b"owner-routing-id")
+    intruder, twin = dealer(bind), dealer_with_id(bind, b"owner-routing-id")
+    try:
+        welcome = ask(owner, {**HELLO, "agent": "owner", "kinds": ["select"], "session": "lab"})
+        assert welcome["env"]["sessions"] == "private" and len(welcome["token"]) >= 16
+        first = ask(owner, {"type": "reset", "seed": 1})
+        assert first["type"] == "decision"
+        for token in ({}, {"token": "guess"}, {"token": ""}):
+            err = ask(intruder, {**HELLO, "agent": "intruder", "kinds": ["inspect"], "session": "lab", **token})
+            assert err["code"] == "not_allowed" and "token" in err["message"], err
+        for request in ({"type": "reset"}, {"type": "join"}, {"type": "act", "decision": first["decision"],
+                                                                "action": first["candidates"][0]}):
+            assert ask(intruder, request)["code"] == "not_allowed"
+        # the same routing id on a second connection does not take over the owner's pending decision
+        assert ask(twin, {"type": "act", "decision": first["decision"], "action": first["candidates"][0]}, 1.0) is None
+        after = ask(owner, {"type": "act", "decision": first["decision"], "action": first["candidates"][0]})
+        assert after["type"] in ("decision", "episode_end") and after.get("decision") != first["decision"]
+        # with the token, a second agent joins (and takes a kind) as before
+        joined = ask(intruder, {**HELLO, "agent": "helper", "kinds": ["inspect"], "session": "lab",
+                                "token": welcome["token"]})
+        assert joined["type"] == "welcome" and joined["token"] == welcome["token"]
+    finally:
+        for sock in (owner, intruder, twin):
+            sock.close()
+
+
+def test_open_sessions_let_agents_join_without_a_token(children, ipc_dir):  # noqa: F811
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    start_env(children, bind, "--open-sessions")
+    a, b = dealer(bind), dealer(bind)
+    try:
+        assert ask(a, {**HELLO, "kinds": ["select"]})["env"]["sessions"] == "open"
+        assert ask(b, {**HELLO, "protocol": "1.0", "kinds": ["inspect"]})["type"] == "welcome"
+    finally:
+        a.close()
+        b.close()
+
+
+def dealer_with_id(address: str, routing_id: bytes):
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.IDENTITY, routing_id)
+    sock.connect(address)
+    return sock

@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 _local = Path(sys.executable).parent / "hpcgym"
 HPCGYM = str(_local) if _local.exists() else (shutil.which("hpcgym") or "hpcgym")
 JOBS = 120
+#: The session token the agents of one test share (`hpcgym env` sessions are private).
+TOKEN = {"HPCGYM_SESSION_TOKEN": "test-session-token"}
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -196,9 +198,9 @@ def test_select_and_inspect_served_by_two_processes(children, ipc_dir, trace, tm
     start_env(children, bind, "--trace", str(trace))
     log = tmp_path / "rejected.txt"
     inspector = children.start("agent", "tests.agents_for_tests:HalfClusterInspector", "--join", "--connect", bind,
-                               "--timeout", "20", "--json", name="inspector", env={"HPCGYM_TEST_LOG": str(log)})
+                               "--timeout", "20", "--json", name="inspector", env={"HPCGYM_TEST_LOG": str(log), **TOKEN})
     run = run_agent(PriorityAgent("sjf"), bind, name="sjf", reset={"require": ["inspect"], "records": True},
-                    timeout=20)
+                    timeout=20, token=TOKEN["HPCGYM_SESSION_TOKEN"])
     rc, _ = wait_exit(inspector, 20)
     assert rc == 0, children.stderr(inspector)
     end = run.episodes[0]
@@ -250,9 +252,9 @@ def test_killing_the_inspect_agent_mid_episode(children, ipc_dir, trace, tmp_pat
     env = start_env(children, bind, "--trace", str(trace), "--on-agent-lost", mode, "--decision-timeout", "2")
     marker = tmp_path / "stuck"
     inspector = children.start("agent", "tests.agents_for_tests:StuckInspector", "--join", "--connect", bind,
-                               name="inspector", env={"HPCGYM_TEST_MARKER": str(marker)})
+                               name="inspector", env={"HPCGYM_TEST_MARKER": str(marker), **TOKEN})
     select = children.start("agent", "sjf", "--connect", bind, "--require", "inspect", "--json", "--timeout", "10",
-                            name="select")
+                            name="select", env=TOKEN)
     wait_for(marker, inspector)
     inspector.send_signal(signal.SIGKILL)
     rc, took = wait_exit(select, 30)
@@ -304,9 +306,9 @@ def test_sigterm_ends_episodes_answers_waiting_agents_exits_0_and_removes_the_ip
     assert path.exists()
     marker = tmp_path / "stuck"
     inspector = children.start("agent", "tests.agents_for_tests:StuckInspector", "--join", "--connect", bind,
-                               name="inspector", env={"HPCGYM_TEST_MARKER": str(marker)})
+                               name="inspector", env={"HPCGYM_TEST_MARKER": str(marker), **TOKEN})
     select = children.start("agent", "sjf", "--connect", bind, "--require", "inspect", "--json", "--timeout", "3",
-                            name="select")
+                            name="select", env=TOKEN)
     wait_for(marker, inspector)
     idle = dealer(bind)
     try:
@@ -375,7 +377,8 @@ def test_a_message_over_the_limit_does_not_kill_the_server(children, ipc_dir, tr
     try:
         err = ask(sock, msgpack.packb({"type": "poll"}) + b"\x00" * MAX_MESSAGE_BYTES, 10)
         assert err is not None and err["type"] == "error" and err["code"] == "too_large"
-        assert ask(sock, {"type": "hello", "protocol": "1.0", "agent": "x", "kinds": []})["type"] == "welcome"
+        assert ask(sock, {"type": "hello", "protocol": "1.0", "agent": "x", "kinds": [],
+                          "session": "x"})["type"] == "welcome"
     finally:
         sock.close()
     assert env.poll() is None
@@ -435,12 +438,14 @@ def test_req_sockets_and_single_frame_dealers_get_their_own_envelope(children, i
     try:
         req.send(msgpack.packb({"type": "hello", "protocol": "1.0", "agent": "req", "kinds": ["select"]}))
         assert req.poll(5000)
-        assert msgpack.unpackb(req.recv())["type"] == "welcome"
+        welcome = msgpack.unpackb(req.recv())
+        assert welcome["type"] == "welcome"
         req.send(msgpack.packb({"type": "reset", "seed": 3}))
         assert req.poll(5000)
         first = msgpack.unpackb(req.recv())
         assert first["type"] == "decision" and first["kind"] == "select"
-        single.send(msgpack.packb({"type": "hello", "protocol": "1.0", "agent": "one", "kinds": ["select"]}))
+        single.send(msgpack.packb({"type": "hello", "protocol": "1.3", "agent": "one", "kinds": ["select"],
+                                   "token": welcome["token"]}))
         assert single.poll(5000)
         frames = single.recv_multipart()
         assert len(frames) == 1

@@ -116,6 +116,13 @@ valid("hello_minimal", "request", {"type": "hello", "protocol": "1.0", "agent": 
 valid("hello_session", "request",
       {"type": "hello", "protocol": "1.0", "agent": "inspector", "kinds": ["inspect"], "session": "exp-7"},
       "hello with the optional session")
+valid("hello_token", "request",
+      {"type": "hello", "protocol": "1.3", "agent": "inspector", "kinds": ["inspect"], "session": "exp-7",
+       "token": "3f9c2a7d41e0b8a6"},
+      "1.3: joining a private session that has agents takes its token (the first agent's hello sets it)")
+invalid("hello_token_int", "request",
+        {"type": "hello", "protocol": "1.3", "agent": "a", "kinds": [], "token": 42}, "bad_field", "validate",
+        "token as an integer, not a string")
 valid("hello_no_kinds", "request", {"type": "hello", "protocol": "1.0", "agent": "driver", "kinds": []},
       "a driver that only resets takes no kinds (empty array)")
 valid("hello_all_kinds", "request",
@@ -273,6 +280,10 @@ invalid("too_long_array", "request", {"type": "act", "decision": 1, "action": [0
 # ---- replies, valid
 valid("welcome", "reply", {"type": "welcome", "protocol": "1.0", "session": "default", "env": WELCOME_ENV},
       "welcome with a full env description")
+valid("welcome_token", "reply",
+      {"type": "welcome", "protocol": "1.3", "session": "exp-7", "env": {**WELCOME_ENV, "sessions": "private"},
+       "token": "3f9c2a7d41e0b8a6"},
+      "1.3: the session's token, which other agents present to join it; env.sessions says private or open")
 valid("decision_select", "reply", decision("select"), "a select decision with its observation")
 valid("decision_select_no_wait", "reply",
       decision("select", decision=13, step=41, time=500, observation=OBSERVATION_EMPTY, candidates=[9],
