@@ -252,5 +252,15 @@ def load_model(path: str | os.PathLike, online: bool = False, **kwargs: Any) -> 
     return OnlineRLAgent(path, **kwargs) if online else RLAgent(path, **kwargs)
 
 
+def episode_policy(agent: str | None, policy: str | None = None) -> str | None:
+    """The env priority policy an agent's resets ask for: `policy` if given, else the agent's own
+    name when it is a priority policy (the window and the built-in backfill scan then follow the
+    agent's order, so the episode is the built-in policy's job for job), else None (the env's)."""
+    if policy is not None:
+        return policy.lower()
+    name = (agent or "").lower()
+    return name if name in POLICIES and not POLICIES[name].env_only else None
+
+
 def agent_name(spec: str) -> str:
     return f"{spec}@{os.getpid()}"

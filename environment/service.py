@@ -39,7 +39,7 @@ from .errors import HpcgymError, InvalidAction
 from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS, SUM_DESCRIPTION,
                       SUM_SYNTAX, Reward, get_reward)
 from .simulator import Simulation
-from .spec import TraceNotFound, WorkloadCache, check_workload_spec, sim_config
+from .spec import TraceNotFound, WorkloadCache, check_workload_spec, reset_workload, sim_config
 
 Reply = tuple[bytes, dict[str, Any]]
 AGENT_LOST_MODES = ("fallback", "end")
@@ -482,13 +482,13 @@ class EnvService:
         if seed < 0:  # every workload, trace or generated, takes the same seeds
             raise m.ProtocolError(m.BAD_FIELD, f"reset: seed must be a non-negative integer, got {seed}")
         options = {**d["options"], **msg.get("options", {})}
-        policy = options.pop("policy", d["policy"])
+        policy = options.get("policy", d["policy"])
         participants = [p for p in session.peers.values() if p.kinds or p is controller]
         owners = {kind: p for p in participants for kind in p.kinds}
         try:
             if not isinstance(policy, str) or policy not in POLICIES:  # a list here was an `internal` TypeError
                 raise HpcgymError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
-            spec = self._bounded({**d["workload"], **msg.get("workload", {})})
+            spec = self._bounded(reset_workload(d["workload"], msg.get("workload", {})))
             with self._unlocked():
                 workload = self._workloads.load(spec, seed)
                 config = sim_config(options, seed)
@@ -603,7 +603,7 @@ class EnvService:
         ep.rewards[owner.id] = 0.0
         return {"type": "decision", "episode": ep.number, "decision": ep.decision_id, "step": decision.step,
                 "time": decision.time, "kind": decision.kind, "observation": decision.observation,
-                "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": reward}
+                "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": float(reward)}
 
     def _end_episode(self, session: Session, reason: str, skip: Peer | None = None, summarize: bool = True) -> None:
         """Tell every participant (but `skip`, the agent whose reset ended it) how it ended.
@@ -623,7 +623,7 @@ class EnvService:
             jobs = None
         for p in ep.participants:
             end = {"type": "episode_end", "episode": ep.number, "reason": reason, "metrics": metrics,
-                   "reward": ep.rewards.get(p.id, 0.0) + final, "jobs": jobs}
+                   "reward": float(ep.rewards.get(p.id, 0.0) + final), "jobs": jobs}
             if pages:
                 end["records_pages"] = pages
             if p.id not in self.peers or p is skip:
@@ -714,7 +714,9 @@ class EnvService:
                 "rewards": {**{name: r.description for name, r in REWARDS.items()},
                             RELATIVE_SYNTAX: RELATIVE_DESCRIPTION, DELAY_SYNTAX: DELAY_DESCRIPTION,
                             SUM_SYNTAX: SUM_DESCRIPTION},
-                "defaults": _plain(self.defaults),
+                # `policy` inside `options`, as a reset gives it (1.3); at the top level for older readers
+                "defaults": _plain({**self.defaults, "options": {**self.defaults["options"],
+                                                                 "policy": self.defaults["policy"]}}),
                 "limits": {"max_message_bytes": MAX_MESSAGE_BYTES, "heartbeat_s": self.heartbeat,
                            "decision_timeout_s": self.decision_timeout,
                            **{k: v for k, v in (("max_jobs", self.limits.max_jobs),

@@ -111,8 +111,9 @@ def check_workload_spec(spec: dict[str, Any]) -> None:
         wanted = WORKLOAD_TYPES[key]
         if value is not None and (not isinstance(value, wanted) or (isinstance(value, bool) and wanted is int)):
             raise ConfigError(f"workload key {key!r} has the wrong type: {value!r}")
-    if spec.get("procs") is not None and spec["procs"] < 1:
-        raise ConfigError(f"procs must be at least 1, got {spec['procs']}")
+    for key, least in (("procs", 1), ("jobs", 1), ("start", 0), ("first_jobs", 1)):
+        if spec.get(key) is not None and spec[key] < least:
+            raise ConfigError(f"{key} must be at least {least}, got {spec[key]}")
     if not 1 <= (spec.get("generate_jobs") or 1) <= MAX_GENERATED_JOBS:
         raise ConfigError(f"generate_jobs must be within 1..{MAX_GENERATED_JOBS:,}")
     start, sample, jobs = spec.get("start"), spec.get("sample"), spec.get("jobs")
@@ -187,6 +188,15 @@ def _fitted(workload: Workload) -> WorkloadModel:
 
 
 WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset", "synthetic")
+#: Workload keys that name a job source: a reset's workload with one of them does not take the
+#: env's default workload keys (PROTOCOL.md section 4), or it would get another trace's `procs`.
+SOURCE_KEYS = ("trace", "generate_jobs", "model")
+
+
+def reset_workload(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """The workload a reset asks for: its own keys over the env's defaults, or alone if it
+    names its own source."""
+    return dict(given) if any(given.get(k) is not None for k in SOURCE_KEYS) else {**defaults, **given}
 
 
 class WorkloadCache:
@@ -219,9 +229,10 @@ class WorkloadCache:
 
 
 def sim_config(options: dict[str, Any], seed: int = 0) -> SimConfig:
-    """SimConfig from a map of option names (policy excluded) and a seed."""
-    _check_keys(options, CONFIG_KEYS, "simulation option")
+    """SimConfig from a map of option names and a seed. `policy`, which a reset's options hold
+    too, is known here but not part of the config (the simulation takes it apart)."""
+    _check_keys(options, ("policy", *CONFIG_KEYS), "simulation option")
     try:
-        return SimConfig(seed=seed, **expand_preset(options))
+        return SimConfig(seed=seed, **expand_preset({k: v for k, v in options.items() if k != "policy"}))
     except TypeError as exc:
         raise ConfigError(f"bad simulation option: {exc}") from None

@@ -324,7 +324,10 @@ class _AgentCommand(click.Command):
 @click.option("--token", envvar="HPCGYM_SESSION_TOKEN",
               help="The session's token: the first agent creates the session with it, the others join with it "
                    "(an env's sessions are private unless it runs with --open-sessions) [env: HPCGYM_SESSION_TOKEN].")
-@click.option("--seed", type=int, help="Episode seed sent with reset.")
+@click.option("--seed", type=int, help="Episode seed sent with reset (and the random policy's seed).")
+@click.option("--policy", "env_policy", type=click.Choice(list(POLICIES), case_sensitive=False),
+              help="The env's priority policy for the episodes this agent resets: it orders the queue window and "
+                   "the built-in backfill scan [default: AGENT when it is a priority policy, else the env's].")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), help="Window length sent with reset.")
 @click.option("--sample", type=int, help="Random window seed sent with reset.")
 @click.option("--require", multiple=True, help="Kinds the episode must wait for (with --reset).")
@@ -337,11 +340,11 @@ class _AgentCommand(click.Command):
               help="Progress (decisions served, simulated time, elapsed time): a bar when stderr is a "
                    "terminal, else a line every this many seconds; 0: none.")
 def agent_command(agent, model, greedy, sampling_seed, online, online_every, online_lr, online_save, online_reward,
-                  connect, controls, episodes, session, token, seed, n_jobs, sample, require, timeout, curve_server,
-                  curve_secret, as_json, progress_every) -> None:
+                  connect, controls, episodes, session, token, seed, env_policy, n_jobs, sample, require, timeout,
+                  curve_server, curve_secret, as_json, progress_every) -> None:
     """Serve AGENT (a built-in name such as sjf, or module:Class), or a checkpoint (--model), to an env;
     with --online the checkpoint keeps learning while it serves."""
-    from ..agents.runtime import agent_name, load_agent, run_agent
+    from ..agents.runtime import agent_name, episode_policy, load_agent, run_agent
 
     if (agent is None) == (model is None):
         raise click.UsageError("name an AGENT or give --model CHECKPOINT (one of the two)")
@@ -379,14 +382,19 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
             from ..agents.rl.serve import RLAgent
 
             policy, name = RLAgent(model, greedy=greedy, seed=sampling_seed), agent_name(f"rl-{model.stem}")
+    elif agent.lower() in POLICIES:  # seeded as the env seeds its policy, by the episode seed
+        policy, name = load_agent(agent, seed=seed or 0), agent_name(agent)
     else:
         policy, name = load_agent(agent), agent_name(agent)
 
+    if env_policy is not None and not controls:
+        raise click.UsageError("--policy sets the env's policy for the episodes this agent resets: not with --join")
     reset = None
     if controls:
         workload = {k: v for k, v in (("jobs", n_jobs), ("sample", sample)) if v is not None}
-        reset = {k: v for k, v in (("seed", seed), ("workload", workload or None), ("require", list(require) or None))
-                 if v is not None}
+        order = episode_policy(None if model is not None else agent, env_policy)
+        reset = {k: v for k, v in (("seed", seed), ("workload", workload or None), ("require", list(require) or None),
+                                   ("options", {"policy": order} if order else None)) if v is not None}
     progress = _AgentProgress(progress_every) if progress_every else None
     try:
         run = run_agent(policy, connect, name=name, session=session, reset=reset, episodes=episodes,

@@ -254,6 +254,13 @@ class _EnvChecker:
         if self.expect_error("reset_bad_request", r, "bad_request", None):
             self.check("bad_request_names_key", "no_such_option" in str(r.get("message")),
                        f"message: {_short(r.get('message'))}")
+            if self.strict:  # 1.3: the known keys listed include policy, an option like the others
+                self.check("bad_request_lists_policy", "policy" in str(r.get("message")),
+                           f"message: {_short(r.get('message'))}")
+        # keys inside `workload` are not message fields: bad_request, not bad_field (section 3)
+        r = self.ask(a, {"type": "reset", "workload": {**self.workload, "no_such_key": 1}},
+                     "reset with an unknown workload key")
+        self.expect_error("reset_bad_request_nested", r, "bad_request", None)
         # -------- episode 1: the first decision and wrong answers to it
         r = self.settle(a, self.ask(a, {"type": "reset", "seed": 1, "workload": self.workload}, "reset"), "reset")
         if not self.check("reset_decision", r.get("type") == "decision" and r.get("kind") == "select",
@@ -341,6 +348,10 @@ class _EnvChecker:
             if env.get("on_agent_lost") not in ("fallback", "end"):
                 problems.append(f"env.on_agent_lost {env.get('on_agent_lost')!r}")
             self.private = env.get("sessions") == "private"
+            defaults = env.get("defaults")
+            if self.strict and not (isinstance(defaults, dict) and isinstance(defaults.get("options"), dict)
+                                    and "policy" in defaults["options"]):
+                problems.append("env.defaults.options lacks 'policy' (1.3: the defaults have a reset's shape)")
             if self.private and not (isinstance(r.get("token"), str) and r["token"]):
                 problems.append("private sessions but no token in the welcome")
         return self.check("welcome", not problems,
@@ -440,6 +451,8 @@ class _EnvChecker:
         self.check("episode_end",
                    end.get("reason") == "completed" and (episode is None or end.get("episode") == episode),
                    f"episode {end.get('episode')} ended: {end.get('reason')!r}")
+        self.check("reward_is_float", isinstance(end.get("reward"), float),
+                   f"episode_end reward {end.get('reward')!r} (an env sends rewards as floats, section 3)")
         metrics = end.get("metrics") or {}
         missing = [k for k in METRICS_KEYS if k not in metrics]
         numeric = [k for k in METRICS_KEYS if k in metrics and not isinstance(metrics[k], (int, float))]

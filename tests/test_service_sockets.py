@@ -253,3 +253,27 @@ def dealer_with_id(address: str, routing_id: bytes):
     sock.setsockopt(zmq.IDENTITY, routing_id)
     sock.connect(address)
     return sock
+
+
+# ------------------------------------------------------------------------------------------ the spec
+def test_a_reset_naming_its_own_workload_takes_none_of_the_env_default_workload(tmp_path):
+    trace = write_trace(tmp_path / "t.swf", jobs=40, procs=32)
+    other = write_trace(tmp_path / "o.swf", jobs=30, procs=64)
+    net = Net(defaults={"workload": {"trace": str(trace), "procs": 16}})
+    net.request(b"a", {**HELLO, "kinds": ["select"]})
+    first = net.request(b"a", {"type": "reset", "workload": {"trace": str(other)}})
+    assert first["observation"]["procs"] == 64  # not the env's --procs 16, meant for its own trace
+    first = net.request(b"a", {"type": "reset", "workload": {"jobs": 10}})
+    assert first["observation"]["procs"] == 16  # window keys only: cut from the env's default workload
+    net.request(b"b", {**HELLO, "session": "other"})
+    end = net.request(b"b", {"type": "reset", "workload": {"generate_jobs": 25, "procs": 8}})
+    assert end["metrics"]["jobs"] == 25  # not the env's trace, whose 40 jobs ignored generate_jobs
+
+
+def test_an_unknown_option_lists_the_known_ones_policy_included():
+    net = Net()
+    net.request(b"a", HELLO)
+    err = net.request(b"a", {"type": "reset", "options": {"polcy": "sjf"}})
+    assert err["code"] == "bad_request" and "polcy" in err["message"] and "policy" in err["message"].split("known:")[1]
+    ok = net.request(b"a", {"type": "reset", "options": {"policy": "sjf"}, "workload": {"generate_jobs": 20}})
+    assert ok["type"] == "episode_end" and isinstance(ok["reward"], float)

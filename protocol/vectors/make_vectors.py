@@ -81,7 +81,8 @@ WELCOME_ENV = {
     "kinds": ["select", "inspect", "backfill", "kill"],
     "policies": ["fcfs", "sjf"],
     "rewards": {"none": "no reward", "bsld": "minus the mean bounded slowdown at the end"},
-    "defaults": {"workload": {}, "options": {"backfill": "easy"}, "policy": "fcfs", "seed": 0, "reward": "none"},
+    "defaults": {"workload": {}, "options": {"backfill": "easy", "policy": "fcfs"}, "policy": "fcfs", "seed": 0,
+                 "reward": "none"},
     "limits": {"max_message_bytes": 16777216, "heartbeat_s": 1.0, "decision_timeout_s": 30.0},
     "on_agent_lost": "fallback",
 }
@@ -140,6 +141,9 @@ valid("reset_records_false", "request", {"type": "reset", "seed": -1, "records":
       "records false; a negative seed is an integer like any other (the env may refuse its value)")
 valid("records_request", "request", {"type": "records", "episode": 4, "page": 0},
       "1.3: the first page of the per-job records an episode_end announced with records_pages")
+valid("reset_window_start", "request",
+      {"type": "reset", "workload": {"jobs": 256, "start": 1000}, "options": {"policy": "sjf"}},
+      "a window from the trace's job 1000 (start, by position), queued in SJF order (the policy option)")
 valid("join", "request", {"type": "join"}, "join has no fields")
 valid("poll", "request", {"type": "poll"}, "poll has no fields")
 valid("bye_request", "request", {"type": "bye"}, "bye has no fields")
@@ -306,9 +310,13 @@ valid("reset_easy_variants", "request",
        "options": {"preset": "rlbf-public", "backfill_order": "sjf", "easy_extra": False},
        "reward": "relative:bsld:pct:fcfs:sjf+delay_penalty:0.001"},
       "1.2: a preset with options over it, the rlbf-scw cleaning, a sum of rewards")
+valid("decision_reward_int", "reply", decision("select", reward=0),
+      "an integer reward: an env sends floats, a reader accepts an integer too (section 3)")
 valid("decision_kill", "reply", decision("kill", candidates=[1], reward=0.25), "kill: candidates are running jobs")
 valid("pending", "reply", {"type": "pending", "episode": 2}, "pending with the episode number")
 valid("pending_bare", "reply", {"type": "pending"}, "pending without the optional episode")
+valid("pending_episode_zero", "reply", {"type": "pending", "episode": 0},
+      "pending before the session's first episode: episode 0")
 valid("episode_end_completed", "reply",
       {"type": "episode_end", "episode": 1, "reason": "completed", "metrics": METRICS, "reward": -4.27,
        "jobs": None}, "episode end with metrics and jobs nil")
