@@ -181,9 +181,10 @@ def test_the_same_episode_in_process_over_ipc_and_over_tcp(children, ipc_dir, tr
         assert [e["reason"] for e in run.episodes] == ["completed"]
         assert run.episodes[0]["jobs"] == reference, bind
         assert run.decisions > JOBS / 2
-        # and the command-line agent over the same transport gets the same metrics
+        # and the command-line agent over the same transport gets the same metrics (with the env's
+        # order FCFS as above: by default `hpcgym agent sjf` would ask for SJF's, test_policy_agents.py)
         cli = children.start("agent", "sjf", "--connect", bind, "--seed", "3", "--json", "--timeout", "10",
-                             name=f"agent-{bind[:3]}")
+                             "--policy", "fcfs", name=f"agent-{bind[:3]}")
         rc, _ = wait_exit(cli, 60)
         assert rc == 0, children.stderr(cli)
         line = json.loads(children.stdout(cli))
