@@ -5,6 +5,8 @@ where the rule is the handler's alone (then `EnvService` directly, as in test_se
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 
 import msgpack
@@ -13,13 +15,14 @@ import zmq
 
 from hpcgym.agents.base import PriorityAgent
 from hpcgym.agents.runtime import EnvRefused, run_agent
+from hpcgym.environment.decisions import Decision
 from hpcgym.environment.service import EnvService, Limits
 from hpcgym.protocol.codec import MAX_MESSAGE_BYTES
 
 from .agents_for_tests import write_trace
 
 from .test_service import Net
-from .test_sockets import ask, children, dealer, start_env, trace  # noqa: F401 - fixtures
+from .test_sockets import ask, children, dealer, start_env, trace, wait_for  # noqa: F401 - fixtures
 
 HELLO = {"type": "hello", "protocol": "1.2", "agent": "probe", "kinds": []}
 
@@ -277,3 +280,87 @@ def test_an_unknown_option_lists_the_known_ones_policy_included():
     assert err["code"] == "bad_request" and "polcy" in err["message"] and "policy" in err["message"].split("known:")[1]
     ok = net.request(b"a", {"type": "reset", "options": {"policy": "sjf"}, "workload": {"generate_jobs": 20}})
     assert ok["type"] == "episode_end" and isinstance(ok["reward"], float)
+
+
+def test_ctrl_c_on_an_agent_mid_episode_frees_its_kinds_at_once(children, ipc_dir, trace, tmp_path):  # noqa: F811
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    start_env(children, bind, "--trace", str(trace))
+    marker = tmp_path / "started"
+    agent = children.start("agent", "tests.agents_for_tests:SlowSJF", "--connect", bind, name="agent",
+                           env={"HPCGYM_TEST_MARKER": str(marker)})
+    wait_for(marker, agent)
+    agent.send_signal(signal.SIGINT)
+    assert agent.wait(timeout=10) != 0
+    sock = dealer(bind)
+    try:  # it said bye on its way out: the kind is free now, not after the decision timeout (30 s)
+        assert ask(sock, {**HELLO, "kinds": ["select"]})["type"] == "welcome"
+    finally:
+        sock.close()
+
+
+# ------------------------------------------------------------------------------------------ load
+def test_fifty_sessions_and_a_hostile_client_get_the_undisturbed_results(children, ipc_dir, tmp_path):  # noqa: F811
+    served = tmp_path / "traces"
+    served.mkdir()
+    trace = write_trace(served / "t.swf", jobs=300, procs=32, seed=3)
+    os.mkfifo(served / "fifo.swf")
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    start_env(children, bind, "--trace", str(trace), "--max-jobs", "5000")
+    resets = [{"seed": k, "workload": {"jobs": 30, "sample": k}, "records": True} for k in range(50)]
+    undisturbed = [run_in_process_records(trace, reset) for reset in resets]
+    results: dict[int, dict] = {}
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def honest(k: int) -> None:
+        try:
+            run = run_agent(PriorityAgent("sjf"), bind, name=f"honest-{k}", session=f"s{k}", reset=resets[k],
+                            timeout=30)
+            results[k] = run.episodes[0]["jobs"]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    def hostile() -> None:
+        sock = dealer(bind)
+        attacks = [{"type": "reset", "workload": {"generate_jobs": 10_000_000}},
+                   {"type": "reset", "workload": {"trace": str(served / "fifo.swf")}},
+                   {"type": "reset", "workload": {"trace": "/dev/zero"}},
+                   {"type": "act", "decision": 1, "action": 1}, b"\xc1garbage"]
+        try:
+            assert ask(sock, {**HELLO, "agent": "hostile", "session": "mine"})["type"] == "welcome"
+            k = 0
+            while k < 2 * len(attacks) or not stop.is_set():  # every attack at least twice
+                reply = ask(sock, attacks[k % len(attacks)])
+                assert reply["type"] == "error" and reply["recoverable"] and reply["code"] != "internal", reply
+                intruder = dealer(bind)  # and a hijack attempt on an honest session
+                reply = ask(intruder, {**HELLO, "agent": "intruder", "kinds": ["select"], "session": f"s{k % 50}"})
+                intruder.close()
+                assert reply["type"] == "welcome" or reply["code"] == "not_allowed", reply
+                k += 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+        finally:
+            sock.close()
+
+    threads = [threading.Thread(target=honest, args=(k,)) for k in range(50)]
+    attacker = threading.Thread(target=hostile)
+    attacker.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    stop.set()
+    attacker.join(30)
+    assert not failures, failures[:3]
+    assert [results.get(k) for k in range(50)] == undisturbed
+
+
+def run_in_process_records(trace, reset: dict) -> dict:
+    svc = EnvService({"workload": {"trace": str(trace)}})
+    agent = PriorityAgent("sjf")
+    svc.handle_message(b"me", {**HELLO, "kinds": ["select"]})
+    (_, reply), = svc.handle_message(b"me", {"type": "reset", **reset})
+    while reply["type"] == "decision":
+        (_, reply), = svc.handle_message(b"me", {"type": "act", "decision": reply["decision"],
+                                                  "action": agent.act(Decision.from_message(reply))})
+    return reply["jobs"]
