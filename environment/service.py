@@ -115,37 +115,42 @@ class Session:
 
 
 class SessionWorker:
-    """Runs one session's tasks in order, on a thread that lingers a while for the next task (an
-    episode's acts come one after another) and ends when the session goes quiet."""
-
-    LINGER_S = 2.0
+    """Runs one session's tasks one at a time, in order: in the calling thread when the session
+    is idle, else after the running one, on a thread of the session's (which ends when the
+    queue is empty)."""
 
     def __init__(self) -> None:
-        self._ready = threading.Condition()
+        self._lock = threading.Lock()
         self._tasks: deque[Callable[[], None]] = deque()
         self._running = False
 
-    def submit(self, task: Callable[[], None]) -> None:
-        with self._ready:
-            self._tasks.append(task)
+    def run(self, task: Callable[[], None]) -> None:
+        with self._lock:
             if self._running:
-                self._ready.notify()
+                self._tasks.append(task)
                 return
             self._running = True
-        threading.Thread(target=self._drain, name="hpcgym-session", daemon=True).start()
+        self._run_then_drain(task, spawn=True)
 
-    def _drain(self) -> None:
-        with self._ready:
-            while True:
-                if not self._tasks and not self._ready.wait_for(lambda: self._tasks, self.LINGER_S):
-                    self._running = False
-                    return
-                task = self._tasks.popleft()
-                self._ready.release()
-                try:
-                    task()
-                finally:
-                    self._ready.acquire()
+    def _run_then_drain(self, task: Callable[[], None], spawn: bool) -> None:
+        """Run `task`, then what was queued meanwhile: on a new thread if `spawn` (the caller
+        must not stay: it serves other sessions), else in this one."""
+        while True:
+            try:
+                task()
+            finally:
+                with self._lock:
+                    if not self._tasks:
+                        self._running = False
+                        task = None
+                    else:
+                        task = self._tasks.popleft()
+            if task is None:
+                return
+            if spawn:
+                threading.Thread(target=self._run_then_drain, args=(task, False), name="hpcgym-session",
+                                 daemon=True).start()
+                return
 
 
 class EnvService:
@@ -186,11 +191,14 @@ class EnvService:
         # Guards everything but a running episode, which only its session's task touches; held
         # by the entry points, released around simulation work (`_unlocked`).
         self._lock = threading.Lock()
-        self._wake: Callable[[], None] | None = None  # set: sessions run on their own threads
+        self._wake: Callable[[], None] | None = None  # set: sessions run concurrently
+        self._deferred: list[tuple[Session, Callable[[], None]]] = []  # session tasks for after the lock
 
     def run_sessions_concurrently(self, wake: Callable[[], None]) -> None:
-        """From now on run each session's requests on a thread of its own; `wake()` is called when
-        a session thread has replies to send (collect them with `tick`)."""
+        """From now on a session's tasks run outside the service lock (but its simulation work),
+        one at a time per session: in the calling thread when the session is idle, else on a
+        thread of the session's, which calls `wake()` when it has replies (collect them with
+        `tick`). The caller (the socket server) makes sure a long task does not hold it up."""
         self._wake = wake
 
     # ---------------------------------------------------------------- entry points
@@ -200,19 +208,22 @@ class EnvService:
 
     def handle_message(self, peer_id: bytes, body: bytes | dict[str, Any]) -> list[Reply]:
         with self._lock:
-            now = self.clock()
-            peer = self.peers.get(peer_id)
-            if peer is not None:
-                peer.last_seen = now
-                if peer.waiting_since is None:
-                    peer.waiting_since = now  # heartbeats count from arrival, also while it waits its turn
-                peer.arrived += 1
-                peer.refused = False
-                seq = peer.arrived
-                self._in_session(peer.session, lambda: self._process(peer_id, body, seq))
-            else:  # hello, or an error: quick, and no session's turn to wait for
-                self._process(peer_id, body)
-            return self._flush()
+            self._handle_locked(peer_id, body)
+        return self._run_deferred()
+
+    def _handle_locked(self, peer_id: bytes, body: bytes | dict[str, Any]) -> None:
+        now = self.clock()
+        peer = self.peers.get(peer_id)
+        if peer is not None:
+            peer.last_seen = now
+            if peer.waiting_since is None:
+                peer.waiting_since = now  # heartbeats count from arrival, also while it waits its turn
+            peer.arrived += 1
+            peer.refused = False
+            seq = peer.arrived
+            self._in_session(peer.session, lambda: self._process(peer_id, body, seq))
+        else:  # hello, or an error: quick, and no session's turn to wait for
+            self._process(peer_id, body)
 
     def _process(self, peer_id: bytes, body: bytes | dict[str, Any], seq: int = 0) -> None:
         """Handle request number `seq` of the peer. A join or poll that was answered while it
@@ -233,23 +244,35 @@ class EnvService:
                                           self._pending_for(peer)))
 
     def _in_session(self, session: Session, task: Callable[[], None]) -> None:
-        """Run `task` (under the lock) now, or, with concurrent sessions, as the session's next task."""
+        """Run `task` (under the lock) now, or, with concurrent sessions, as the session's next
+        task once the entry point has released the lock (`_run_deferred`)."""
         if self._wake is None:
             task()
             return
+        self._deferred.append((session, task))
 
-        def run() -> None:
+    def _run_deferred(self) -> list[Reply]:
+        """Run the session tasks the request or tick made (each in this thread if its session is
+        idle), then return every reply made so far. Called without the lock."""
+        if self._wake is not None:
             with self._lock:
-                session.busy = True
-                try:
-                    task()
-                finally:
-                    session.busy = False
-                    woken = bool(self._out)
-            if woken:
-                self._wake()
+                deferred, self._deferred = self._deferred, []
+            caller = threading.current_thread()
+            for session, task in deferred:
+                session.worker.run(lambda session=session, task=task: self._run_task(session, task, caller))
+        with self._lock:
+            return self._flush()
 
-        session.worker.submit(run)
+    def _run_task(self, session: Session, task: Callable[[], None], caller: threading.Thread) -> None:
+        with self._lock:
+            session.busy = True
+            try:
+                task()
+            finally:
+                session.busy = False
+                woken = bool(self._out) and threading.current_thread() is not caller
+        if woken:  # it ran on the session's thread: the caller has moved on
+            self._wake()
 
     @contextmanager
     def _unlocked(self) -> Iterator[None]:
@@ -264,27 +287,29 @@ class EnvService:
         """Heartbeats for requests that have waited a heartbeat interval; agent timeouts; and,
         with concurrent sessions, the replies their threads made."""
         with self._lock:
-            now = self.clock()
-            for session in list(self.sessions.values()):
-                held = session.held_reset
-                if held is not None and now > held[2]:
-                    session.held_reset = None
-                    # The holder may be between a `pending` and its next poll: then the refusal waits
-                    # for that poll instead of going out as a reply to no request.
-                    self._reply_or_keep(held[0], m.error(m.ProtocolError(
-                        m.BAD_REQUEST, f"required kinds not taken within {self.decision_timeout:g} s: "
-                                       f"{', '.join(sorted(self._missing_kinds(session, held[1])))}"), None))
-                if not session.busy and self._overdue(session, now) is not None:
-                    self._in_session(session, lambda session=session: self._apply_timeout(session))
-            if self.limits.idle_timeout is not None and now >= self._next_sweep:
-                self._next_sweep = now + min(self.limits.idle_timeout, self.heartbeat)
-                self._sweep(now)
-            for peer in self.peers.values():
-                if peer.waiting_since is not None and now - peer.waiting_since >= self.heartbeat:
-                    ep = peer.session.episode
-                    self._send(peer.id, {"type": "pending", "episode": ep.number if ep else peer.session.episodes})
-            out = self._flush()
-        return [(p, encode(msg)) for p, msg in out]
+            self._tick_locked()
+        return [(p, encode(msg)) for p, msg in self._run_deferred()]
+
+    def _tick_locked(self) -> None:
+        now = self.clock()
+        for session in list(self.sessions.values()):
+            held = session.held_reset
+            if held is not None and now > held[2]:
+                session.held_reset = None
+                # The holder may be between a `pending` and its next poll: then the refusal waits
+                # for that poll instead of going out as a reply to no request.
+                self._reply_or_keep(held[0], m.error(m.ProtocolError(
+                    m.BAD_REQUEST, f"required kinds not taken within {self.decision_timeout:g} s: "
+                                   f"{', '.join(sorted(self._missing_kinds(session, held[1])))}"), None))
+            if not session.busy and self._overdue(session, now) is not None:
+                self._in_session(session, lambda session=session: self._apply_timeout(session))
+        if self.limits.idle_timeout is not None and now >= self._next_sweep:
+            self._next_sweep = now + min(self.limits.idle_timeout, self.heartbeat)
+            self._sweep(now)
+        for peer in self.peers.values():
+            if peer.waiting_since is not None and now - peer.waiting_since >= self.heartbeat:
+                ep = peer.session.episode
+                self._send(peer.id, {"type": "pending", "episode": ep.number if ep else peer.session.episodes})
 
     def _sweep(self, now: float) -> None:
         """Forget agents silent for the idle timeout outside an episode, then sessions left with

@@ -311,11 +311,12 @@ def test_fifty_sessions_and_a_hostile_client_get_the_undisturbed_results(childre
     results: dict[int, dict] = {}
     failures: list[BaseException] = []
     stop = threading.Event()
+    started = [threading.Event() for _ in range(50)]  # the session exists (an intruder must not create it)
 
     def honest(k: int) -> None:
         try:
             run = run_agent(PriorityAgent("sjf"), bind, name=f"honest-{k}", session=f"s{k}", reset=resets[k],
-                            timeout=30)
+                            timeout=30, progress=lambda run, decision: started[k].set())
             results[k] = run.episodes[0]["jobs"]
         except BaseException as exc:  # noqa: BLE001 - reported below
             failures.append(exc)
@@ -332,10 +333,14 @@ def test_fifty_sessions_and_a_hostile_client_get_the_undisturbed_results(childre
             while k < 2 * len(attacks) or not stop.is_set():  # every attack at least twice
                 reply = ask(sock, attacks[k % len(attacks)])
                 assert reply["type"] == "error" and reply["recoverable"] and reply["code"] != "internal", reply
-                intruder = dealer(bind)  # and a hijack attempt on an honest session
-                reply = ask(intruder, {**HELLO, "agent": "intruder", "kinds": ["select"], "session": f"s{k % 50}"})
-                intruder.close()
-                assert reply["type"] == "welcome" or reply["code"] == "not_allowed", reply
+                target = next((j for j in range(k, k + 50) if started[j % 50].is_set()), None)
+                if target is not None:  # and a hijack attempt on a running honest session
+                    intruder = dealer(bind)
+                    reply = ask(intruder, {**HELLO, "agent": "intruder", "kinds": ["select"],
+                                           "session": f"s{target % 50}"})
+                    intruder.close()
+                    # refused, or welcome into a new session once the honest agent has finished and left
+                    assert reply["type"] == "welcome" or reply["code"] == "not_allowed", reply
                 k += 1
         except BaseException as exc:  # noqa: BLE001 - reported below
             failures.append(exc)
