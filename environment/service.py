@@ -10,9 +10,10 @@ Every peer has at most one unanswered request, and every request is answered wit
 heartbeat interval (with `pending` if nothing else), so neither side can wait forever.
 
 Called from one thread, everything happens inside `handle` and `tick`. The socket server calls
-`run_sessions_concurrently` first: then each session's requests run in order on a thread of that
-session (`SessionWorker`), and the simulation runs with the service's lock released, so one
-session's long reset never delays another session's replies, nor the heartbeats of its own.
+`run_sessions_concurrently` first: then a session's requests run one at a time and in order
+(`SessionWorker`: in the calling thread when the session is idle, else behind the running one),
+with the simulation outside the service's lock, so that while one thread is caught in a long
+reset another can serve the other sessions and the heartbeats (environment/server.py).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ where the rule is the handler's alone (then `EnvService` directly, as in test_se
 from __future__ import annotations
 
 import os
+import random
 import signal
 import threading
 import time
@@ -369,3 +370,52 @@ def run_in_process_records(trace, reset: dict) -> dict:
         (_, reply), = svc.handle_message(b"me", {"type": "act", "decision": reply["decision"],
                                                   "action": agent.act(Decision.from_message(reply))})
     return reply["jobs"]
+
+
+def garbage(rng: random.Random) -> bytes:
+    """One malformed or refused request of a client that never said hello."""
+    kind = rng.randrange(6)
+    if kind == 0:
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(40)))
+    if kind == 1:
+        return msgpack.packb([rng.randrange(100), "act"])
+    if kind == 2:
+        return msgpack.packb({"type": rng.choice(["act", "reset", "poll", "join", "records", "nope", 7]),
+                              "decision": rng.choice([1, -1, "x", None, 2**64 - 1]), "action": rng.randrange(9)})
+    if kind == 3:
+        return msgpack.packb({"type": "hello", "protocol": rng.choice(["1", "1.0.0", "x.y", "99.0"]),
+                              "agent": "fuzz", "kinds": []})
+    if kind == 4:
+        return msgpack.packb({"type": "hello", "protocol": "1.3", "agent": "fuzz",
+                              "kinds": rng.choice([["nope"], ["select", "select"], "select", [1]])})
+    return msgpack.packb({"type": "reset", "workload": {"trace": rng.choice(["/dev/zero", "/etc/passwd", "\x00"])}})
+
+
+def test_ten_thousand_malformed_messages_beside_a_valid_episode(children, ipc_dir, trace):  # noqa: F811
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    start_env(children, bind, "--trace", str(trace))
+    reset = {"seed": 4, "records": True}
+    reference = run_in_process_records(trace, reset)
+    honest: list = []
+    thread = threading.Thread(target=lambda: honest.append(
+        run_agent(PriorityAgent("sjf"), bind, name="honest", session="honest", reset=reset, timeout=30)))
+    rng = random.Random(14)
+    sock = dealer(bind)
+    codes: dict[str, int] = {}
+    began = time.monotonic()
+    try:
+        thread.start()
+        for _ in range(100):  # 100 batches of 100, sent at once, then their 100 replies
+            for _ in range(100):
+                sock.send_multipart([b"", garbage(rng)])
+            for _ in range(100):
+                assert sock.poll(10_000), "an error reply is missing"
+                reply = msgpack.unpackb(sock.recv_multipart()[1])
+                assert reply["type"] == "error" and reply["code"] != "internal", reply
+                codes[reply["code"]] = codes.get(reply["code"], 0) + 1
+        thread.join(60)
+    finally:
+        sock.close()
+    assert sum(codes.values()) == 10_000 and time.monotonic() - began < 60
+    assert {"bad_message", "bad_field", "not_allowed", "version_mismatch"} <= set(codes), codes
+    assert honest and honest[0].episodes[0]["jobs"] == reference  # the episode beside them unchanged

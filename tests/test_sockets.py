@@ -116,13 +116,17 @@ def ask(sock: zmq.Socket, message: dict | bytes, timeout_s: float = 5.0) -> dict
 
 
 def wait_until_serving(address: str, proc: subprocess.Popen, curve=None, deadline_s: float = 30.0) -> None:
-    """Hello (no kinds) then bye until the env answers."""
+    """Hello (no kinds) then bye until the env answers. Each probe in a session of its own: one
+    whose reply came too late stays registered, and would keep a later probe out of its session."""
     end = time.monotonic() + deadline_s
+    attempt = 0
     while time.monotonic() < end:
         assert proc.poll() is None, f"hpcgym env exited early with {proc.returncode}"
         sock = dealer(address, curve)
+        attempt += 1
         try:
-            reply = ask(sock, {"type": "hello", "protocol": "1.0", "agent": "probe", "kinds": []}, 0.5)
+            reply = ask(sock, {"type": "hello", "protocol": "1.0", "agent": "probe", "kinds": [],
+                               "session": f"probe-{attempt}"}, 0.5)
             if reply is not None:
                 assert reply["type"] == "welcome", reply
                 assert ask(sock, {"type": "bye"}) == {"type": "bye"}
