@@ -516,7 +516,7 @@ class EnvService:
                 raise HpcgymError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
             spec = self._bounded(reset_workload(d["workload"], msg.get("workload", {})))
             with self._unlocked():
-                workload = self._workloads.load(spec, seed)
+                workload = self._workloads.load(spec, seed, self.limits.max_trace_bytes)
                 config = sim_config(options, seed)
                 reward_spec = get_reward(msg.get("reward", d["reward"]))
                 reward_spec.check(config)

@@ -225,7 +225,7 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               multiple=True, help="A folder agents may name traces from (besides --trace's folder and "
                                   "$HPCGYM_TRACES); no other file is opened.")
 @click.option("--max-trace-bytes", type=click.IntRange(min=1), default=1 << 30, show_default=True,
-              help="Largest trace file a reset may name.")
+              help="Largest trace file a reset may name, on disk and unpacked.")
 @click.option("--max-jobs", type=click.IntRange(min=1), default=1_000_000, show_default=True,
               help="Most jobs a reset may ask for (jobs, generate_jobs).")
 @click.option("--idle-timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True,

@@ -4,6 +4,7 @@ where the rule is the handler's alone (then `EnvService` directly, as in test_se
 
 from __future__ import annotations
 
+import gzip
 import os
 import random
 import signal
@@ -114,6 +115,7 @@ def test_traces_come_only_from_allowed_folders_as_regular_files_within_the_size_
     trace = write_trace(served / "t.swf", jobs=30, procs=8)
     big = write_trace(served / "big.swf", jobs=400, procs=8)
     os.mkfifo(served / "fifo.swf")
+    (served / "bomb.swf.gz").write_bytes(gzip.compress(b"\0" * (big.stat().st_size * 4)))  # a few kB
     (served / "notes.swf").write_text("1 0 5 the-secret-word 1 -1 -1 -1 -1 -1 1 7 3 -1 1 -1 -1 -1\n" * 5)
     outside = write_trace(tmp_path / "private.swf", jobs=30, procs=8)
     bind = f"ipc://{ipc_dir / 'env.ipc'}"
@@ -126,6 +128,7 @@ def test_traces_come_only_from_allowed_folders_as_regular_files_within_the_size_
             assert err["code"] == "bad_request" and "trace folders" in err["message"], err
         assert "not a regular file" in reset_error(sock, {"trace": str(served / "fifo.swf")})["message"]
         assert "size limit" in reset_error(sock, {"trace": "big.swf"})["message"]
+        assert "unpacks to more than" in reset_error(sock, {"trace": "bomb.swf.gz"})["message"]
         err = reset_error(sock, {"trace": "notes.swf"})
         assert err["code"] == "bad_request" and "secret" not in err["message"], err
         # the allowed trace, by name and by path, still works (the FIFO did not block the env)
