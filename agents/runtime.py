@@ -104,6 +104,18 @@ class Connection:
         except ProtocolError as exc:  # an HpcgymError, so the CLI prints one line, not a traceback
             raise EnvRefused(f"the env at {self.address} sent a malformed reply: {exc.message}") from None
 
+    def leave(self, wait_s: float = 1.0) -> None:
+        """Say bye and wait a little for the env's `bye` (replies still due before it are
+        dropped). Also after an error or Ctrl-C: an env that is gone costs at most `wait_s`."""
+        try:
+            self._sock.send_multipart([b"", encode({"type": "bye"})], zmq.NOBLOCK)
+            end = time.monotonic() + wait_s
+            while (left := end - time.monotonic()) > 0 and self._sock.poll(int(left * 1000)):
+                if decode(self._sock.recv_multipart()[-1]).get("type") == "bye":
+                    return
+        except (zmq.ZMQError, ProtocolError, AttributeError):
+            pass  # nothing more to do on the way out
+
     def close(self) -> None:
         self._sock.close(0)
 
@@ -119,46 +131,65 @@ class AgentRun:
 def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str = "default",
               reset: dict[str, Any] | None = None, episodes: int = 1, timeout: float = 10.0,
               curve: tuple[bytes, bytes, bytes] | None = None,
-              progress: Callable[[AgentRun, Decision], None] | None = None) -> AgentRun:
+              progress: Callable[[AgentRun, Decision], None] | None = None, token: str | None = None) -> AgentRun:
     """Serve `agent` for `episodes` episodes. With `reset` (a reset message's fields) this agent
     starts each episode; without, it joins the episodes others start. `progress`, if given, is
-    called with the run so far and each decision as it arrives (before the agent acts)."""
+    called with the run so far and each decision as it arrives (before the agent acts). `token`:
+    the session's (1.3): what it is created with, or what joining it takes on an env with private
+    sessions."""
     conn = Connection(address, timeout, curve)
     run = AgentRun()
     try:
         _expect(conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": name,
-                              "kinds": list(agent.kinds), "session": session}), "welcome")
+                              "kinds": list(agent.kinds), "session": session, **({"token": token} if token else {})}),
+                "welcome")
         for _ in range(episodes):
-            reply = conn.request({"type": "reset", **reset} if reset is not None else {"type": "join"})
-            asked = time.monotonic()
-            while True:
-                kind = _expect(reply, "decision", "pending", "episode_end")
-                if kind == "pending":
-                    if not reply.get("episode") and time.monotonic() - asked > timeout:
-                        raise EnvUnreachable(f"no episode started at {address} within {timeout:g} s; start the "
-                                             "agent that resets (without --join) too, or give a longer --timeout")
-                    reply = conn.request({"type": "poll"})
-                elif kind == "decision":
-                    if reply["reward"]:
-                        agent.on_reward(float(reply["reward"]))
-                    run.decisions += 1
-                    decision = Decision.from_message(reply)
-                    if progress is not None:
-                        progress(run, decision)
-                    action = agent.act(decision)
-                    reply = conn.request({"type": "act", "decision": reply["decision"], "action": action})
-                else:
-                    agent.on_reward(float(reply["reward"]))
-                    agent.on_episode_end(reply["metrics"])
-                    run.episodes.append(reply)
-                    break
-        try:
-            conn.request({"type": "bye"})
-        except EnvUnreachable:
-            pass  # every episode is over; an env that shut down (and ended them) cannot answer bye
+            _serve_episode(conn, agent, run, reset, address, timeout, progress)
     finally:
+        conn.leave()  # on every way out, so that its kinds are free for the next agent at once
         conn.close()
     return run
+
+
+def _serve_episode(conn: Connection, agent: Agent, run: AgentRun, reset: dict[str, Any] | None, address: str,
+                   timeout: float, progress: Callable[[AgentRun, Decision], None] | None) -> None:
+    reply = conn.request({"type": "reset", **reset} if reset is not None else {"type": "join"})
+    asked = time.monotonic()
+    while True:
+        kind = _expect(reply, "decision", "pending", "episode_end")
+        if kind == "pending":
+            if not reply.get("episode") and time.monotonic() - asked > timeout:
+                raise EnvUnreachable(f"no episode started at {address} within {timeout:g} s; start the "
+                                     "agent that resets (without --join) too, or give a longer --timeout")
+            reply = conn.request({"type": "poll"})
+        elif kind == "decision":
+            if reply["reward"]:
+                agent.on_reward(float(reply["reward"]))
+            run.decisions += 1
+            decision = Decision.from_message(reply)
+            if progress is not None:
+                progress(run, decision)
+            action = agent.act(decision)
+            reply = conn.request({"type": "act", "decision": reply["decision"], "action": action})
+        else:
+            if reply.get("records_pages"):
+                reply["jobs"] = _fetch_records(conn, reply["episode"], reply["records_pages"])
+            agent.on_reward(float(reply["reward"]))
+            agent.on_episode_end(reply["metrics"])
+            run.episodes.append(reply)
+            return
+
+
+def _fetch_records(conn: Connection, episode: int, pages: int) -> dict[str, list]:
+    """The per-job records of an episode too large for one message, page by page (1.3)."""
+    jobs: dict[str, list] = {}
+    for page in range(pages):
+        reply = conn.request({"type": "records", "episode": episode, "page": page})
+        while _expect(reply, "records", "pending") == "pending":
+            reply = conn.request({"type": "poll"})
+        for column, values in reply["jobs"].items():
+            jobs.setdefault(column, []).extend(values)
+    return jobs
 
 
 def _expect(reply: dict[str, Any], *types: str) -> str:
@@ -219,6 +250,16 @@ def load_model(path: str | os.PathLike, online: bool = False, **kwargs: Any) -> 
     except ImportError as exc:
         raise HpcgymError(f"serving the model {path} needs the rl extra (pip install 'hpcgym[rl]'): {exc}") from None
     return OnlineRLAgent(path, **kwargs) if online else RLAgent(path, **kwargs)
+
+
+def episode_policy(agent: str | None, policy: str | None = None) -> str | None:
+    """The env priority policy an agent's resets ask for: `policy` if given, else the agent's own
+    name when it is a priority policy (the window and the built-in backfill scan then follow the
+    agent's order, so the episode is the built-in policy's job for job), else None (the env's)."""
+    if policy is not None:
+        return policy.lower()
+    name = (agent or "").lower()
+    return name if name in POLICIES and not POLICIES[name].env_only else None
 
 
 def agent_name(spec: str) -> str:

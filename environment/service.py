@@ -8,15 +8,28 @@ same schedule over any transport.
 
 Every peer has at most one unanswered request, and every request is answered within one
 heartbeat interval (with `pending` if nothing else), so neither side can wait forever.
+
+Called from one thread, everything happens inside `handle` and `tick`. The socket server calls
+`run_sessions_concurrently` first: then a session's requests run one at a time and in order
+(`SessionWorker`: in the calling thread when the session is idle, else behind the running one),
+with the simulation outside the service's lock, so that while one thread is caught in a long
+reset another can serve the other sessions and the heartbeats (environment/server.py).
 """
 
 from __future__ import annotations
 
+import hmac
+import os
 import re
-
+import secrets
+import stat
+import threading
 import time
-from collections.abc import Callable
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .priorities import POLICIES
@@ -27,7 +40,7 @@ from .errors import HpcgymError, InvalidAction
 from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS, SUM_DESCRIPTION,
                       SUM_SYNTAX, Reward, get_reward)
 from .simulator import Simulation
-from .spec import WorkloadCache, sim_config
+from .spec import TraceNotFound, WorkloadCache, check_workload_spec, reset_workload, sim_config
 
 Reply = tuple[bytes, dict[str, Any]]
 AGENT_LOST_MODES = ("fallback", "end")
@@ -35,6 +48,25 @@ AGENT_LOST_MODES = ("fallback", "end")
 
 #: What a hello's `protocol` must look like: MAJOR.MINOR, digits only.
 VERSION = re.compile(r"\d+\.\d+\Z")
+#: Longest agent or session name: names are kept while their session lives.
+MAX_NAME = 256
+#: Lost peers remembered (so that their late acts get `stale_decision`), the oldest forgotten first.
+MAX_LOST = 10_000
+#: Per-job record columns x the most bytes msgpack spends on one value, plus room for the map:
+#: records of more jobs than fit the message limit by this bound are paged (`records` requests).
+RECORD_BYTES_PER_JOB = 16 * 9
+RECORDS_PAGE_JOBS = 50_000
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one agent may ask of a shared env (`hpcgym env`'s operator options); None: no limit,
+    as for an env a program runs for itself in process."""
+
+    trace_dirs: tuple[Path, ...] | None = None  # traces only from inside these folders
+    max_trace_bytes: int | None = None           # and only regular files up to this size
+    max_jobs: int | None = None                  # `jobs` and `generate_jobs` of a workload
+    idle_timeout: float | None = None            # agents silent this long (not in an episode) are forgotten
 
 
 @dataclass(eq=False)
@@ -44,8 +76,12 @@ class Peer:
     kinds: frozenset[str]
     session: Session
     waiting_since: float | None = None      # time of its unanswered request
+    arrived: int = 0                        # its requests so far, counted as they arrive
+    answered: int = 0                       # `arrived` when it was last sent a reply
+    refused: bool = False                   # its last reset could not start (its kinds are up for grabs)
     last_seen: float = 0.0                  # time of its last request
-    undelivered: dict[str, Any] | None = None  # an episode end (or a refused held reset) it has not received yet
+    # replies it has no request waiting for (an episode end, a refused held reset): sent with its next join/poll
+    undelivered: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -68,11 +104,54 @@ class Episode:
 @dataclass(eq=False)
 class Session:
     name: str
+    token: str = ""  # what another agent's hello must present to join (unless sessions are open)
     peers: dict[bytes, Peer] = field(default_factory=dict)
     episode: Episode | None = None
     episodes: int = 0
     decisions: int = 0
     held_reset: tuple[Peer, dict[str, Any], float] | None = None
+    records: tuple[int, dict[str, list], frozenset[bytes]] | None = None  # the last paged records, who may fetch
+    busy: bool = False  # a task of this session is running (its episode may be mid-computation)
+    worker: SessionWorker = field(default_factory=lambda: SessionWorker())
+
+
+class SessionWorker:
+    """Runs one session's tasks one at a time, in order: in the calling thread when the session
+    is idle, else after the running one, on a thread of the session's (which ends when the
+    queue is empty)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tasks: deque[Callable[[], None]] = deque()
+        self._running = False
+
+    def run(self, task: Callable[[], None]) -> None:
+        with self._lock:
+            if self._running:
+                self._tasks.append(task)
+                return
+            self._running = True
+        self._run_then_drain(task, spawn=True)
+
+    def _run_then_drain(self, task: Callable[[], None], spawn: bool) -> None:
+        """Run `task`, then what was queued meanwhile: on a new thread if `spawn` (the caller
+        must not stay: it serves other sessions), else in this one."""
+        while True:
+            try:
+                task()
+            finally:
+                with self._lock:
+                    if not self._tasks:
+                        self._running = False
+                        task = None
+                    else:
+                        task = self._tasks.popleft()
+            if task is None:
+                return
+            if spawn:
+                threading.Thread(target=self._run_then_drain, args=(task, False), name="hpcgym-session",
+                                 daemon=True).start()
+                return
 
 
 class EnvService:
@@ -81,7 +160,8 @@ class EnvService:
     def __init__(self, defaults: dict[str, Any] | None = None, *, decision_timeout: float = 30.0,
                  heartbeat: float = 1.0, on_agent_lost: str = "fallback",
                  clock: Callable[[], float] = time.monotonic, record_latency: bool = False,
-                 on_act: Callable[[Decision, Any], None] | None = None) -> None:
+                 on_act: Callable[[Decision, Any], None] | None = None, limits: Limits = Limits(),
+                 private: bool = False) -> None:
         if on_agent_lost not in AGENT_LOST_MODES:
             raise HpcgymError(f"on_agent_lost must be one of {', '.join(AGENT_LOST_MODES)}")
         self.defaults = {"workload": {}, "options": {}, "policy": "fcfs", "seed": 0, "reward": "none",
@@ -90,11 +170,17 @@ class EnvService:
         self.heartbeat = heartbeat
         self.on_agent_lost = on_agent_lost
         self.clock = clock
+        self.limits = limits
+        # Private sessions: joining one that has agents takes its token (`hpcgym env` by default;
+        # in process, where one program runs all its agents, sessions are open).
+        self.private = private
+        self._trace_dirs = None if limits.trace_dirs is None else tuple(d.resolve() for d in limits.trace_dirs)
+        self._next_sweep = 0.0
         self.sessions: dict[str, Session] = {}
         self.peers: dict[bytes, Peer] = {}
         # Peers forgotten because they were lost (timed out, or left mid-episode), with why: a late
         # `act` from one of them is a stale decision (PROTOCOL.md section 7), not an unknown peer.
-        self.lost: dict[bytes, str] = {}
+        self.lost: OrderedDict[bytes, str] = OrderedDict()
         # With record_latency: per agent (its kinds joined by "/"), the seconds from handing out
         # each decision to receiving the act that answered it (opt-in: it grows with every act).
         self.latency: dict[str, list[float]] | None = {} if record_latency else None
@@ -103,6 +189,18 @@ class EnvService:
         self.on_act = on_act
         self._workloads = WorkloadCache()  # a trace is read once, not at every reset
         self._out: list[Reply] = []
+        # Guards everything but a running episode, which only its session's task touches; held
+        # by the entry points, released around simulation work (`_unlocked`).
+        self._lock = threading.Lock()
+        self._wake: Callable[[], None] | None = None  # set: sessions run concurrently
+        self._deferred: list[tuple[Session, Callable[[], None]]] = []  # session tasks for after the lock
+
+    def run_sessions_concurrently(self, wake: Callable[[], None]) -> None:
+        """From now on a session's tasks run outside the service lock (but its simulation work),
+        one at a time per session: in the calling thread when the session is idle, else on a
+        thread of the session's, which calls `wake()` when it has replies (collect them with
+        `tick`). The caller (the socket server) makes sure a long task does not hold it up."""
+        self._wake = wake
 
     # ---------------------------------------------------------------- entry points
     def handle(self, peer_id: bytes, body: bytes) -> list[tuple[bytes, bytes]]:
@@ -110,24 +208,90 @@ class EnvService:
         return [(p, encode(msg)) for p, msg in self.handle_message(peer_id, body)]
 
     def handle_message(self, peer_id: bytes, body: bytes | dict[str, Any]) -> list[Reply]:
+        with self._lock:
+            self._handle_locked(peer_id, body)
+        return self._run_deferred()
+
+    def _handle_locked(self, peer_id: bytes, body: bytes | dict[str, Any]) -> None:
         now = self.clock()
         peer = self.peers.get(peer_id)
         if peer is not None:
             peer.last_seen = now
             if peer.waiting_since is None:
-                peer.waiting_since = now
+                peer.waiting_since = now  # heartbeats count from arrival, also while it waits its turn
+            peer.arrived += 1
+            peer.refused = False
+            seq = peer.arrived
+            self._in_session(peer.session, lambda: self._process(peer_id, body, seq))
+        else:  # hello, or an error: quick, and no session's turn to wait for
+            self._process(peer_id, body)
+
+    def _process(self, peer_id: bytes, body: bytes | dict[str, Any], seq: int = 0) -> None:
+        """Handle request number `seq` of the peer. A join or poll that was answered while it
+        queued behind its session's work (by a decision or episode end) has nothing left to do."""
+        peer = self.peers.get(peer_id)
+        msg: dict[str, Any] = {}
         try:
             msg = m.validate(decode(body) if isinstance(body, (bytes, bytearray)) else body)
+            if msg["type"] in ("join", "poll") and peer is not None and peer.answered >= seq:
+                return
             getattr(self, f"_on_{msg['type']}")(peer_id, peer, msg)
         except m.ProtocolError as err:
-            self._send(peer_id, m.error(err, self._pending_for(peer)))
+            if peer is not None and msg.get("type") == "reset":
+                peer.refused = True
+            self._answer(peer_id, m.error(err, self._pending_for(peer)))
         except Exception as exc:  # a bug must not take the server down; say so and keep serving
-            self._send(peer_id, m.error(m.ProtocolError(m.INTERNAL, f"{type(exc).__name__}: {exc}"),
-                                        self._pending_for(peer)))
-        return self._flush()
+            self._answer(peer_id, m.error(m.ProtocolError(m.INTERNAL, f"{type(exc).__name__}: {exc}"),
+                                          self._pending_for(peer)))
+
+    def _in_session(self, session: Session, task: Callable[[], None]) -> None:
+        """Run `task` (under the lock) now, or, with concurrent sessions, as the session's next
+        task once the entry point has released the lock (`_run_deferred`)."""
+        if self._wake is None:
+            task()
+            return
+        self._deferred.append((session, task))
+
+    def _run_deferred(self) -> list[Reply]:
+        """Run the session tasks the request or tick made (each in this thread if its session is
+        idle), then return every reply made so far. Called without the lock."""
+        if self._wake is not None:
+            with self._lock:
+                deferred, self._deferred = self._deferred, []
+            caller = threading.current_thread()
+            for session, task in deferred:
+                session.worker.run(lambda session=session, task=task: self._run_task(session, task, caller))
+        with self._lock:
+            return self._flush()
+
+    def _run_task(self, session: Session, task: Callable[[], None], caller: threading.Thread) -> None:
+        with self._lock:
+            session.busy = True
+            try:
+                task()
+            finally:
+                session.busy = False
+                woken = bool(self._out) and threading.current_thread() is not caller
+        if woken:  # it ran on the session's thread: the caller has moved on
+            self._wake()
+
+    @contextmanager
+    def _unlocked(self) -> Iterator[None]:
+        """Simulation work of the calling session's task, with the other sessions free to go on."""
+        self._lock.release()
+        try:
+            yield
+        finally:
+            self._lock.acquire()
 
     def tick(self) -> list[tuple[bytes, bytes]]:
-        """Heartbeats for requests that have waited a heartbeat interval; agent timeouts."""
+        """Heartbeats for requests that have waited a heartbeat interval; agent timeouts; and,
+        with concurrent sessions, the replies their threads made."""
+        with self._lock:
+            self._tick_locked()
+        return [(p, encode(msg)) for p, msg in self._run_deferred()]
+
+    def _tick_locked(self) -> None:
         now = self.clock()
         for session in list(self.sessions.values()):
             held = session.held_reset
@@ -138,28 +302,54 @@ class EnvService:
                 self._reply_or_keep(held[0], m.error(m.ProtocolError(
                     m.BAD_REQUEST, f"required kinds not taken within {self.decision_timeout:g} s: "
                                    f"{', '.join(sorted(self._missing_kinds(session, held[1])))}"), None))
-            ep = session.episode
-            if ep is not None and ep.sim.pending is not None:
-                owner = ep.owners.get(ep.sim.pending.kind)
-                started = ep.sent_at if ep.sent_at is not None else ep.ready_since
-                if owner is not None and ep.sim.pending.kind not in ep.fallback \
-                        and now - started > self.decision_timeout:
-                    self._agent_lost(session, owner, f"no answer within {self.decision_timeout:g} s")
+            if not session.busy and self._overdue(session, now) is not None:
+                self._in_session(session, lambda session=session: self._apply_timeout(session))
+        if self.limits.idle_timeout is not None and now >= self._next_sweep:
+            self._next_sweep = now + min(self.limits.idle_timeout, self.heartbeat)
+            self._sweep(now)
         for peer in self.peers.values():
             if peer.waiting_since is not None and now - peer.waiting_since >= self.heartbeat:
                 ep = peer.session.episode
                 self._send(peer.id, {"type": "pending", "episode": ep.number if ep else peer.session.episodes})
-        return [(p, encode(msg)) for p, msg in self._flush()]
+
+    def _sweep(self, now: float) -> None:
+        """Forget agents silent for the idle timeout outside an episode, then sessions left with
+        nothing in them: an env left running must not keep every name it was ever sent."""
+        for peer in list(self.peers.values()):
+            ep = peer.session.episode
+            if peer.waiting_since is None and now - peer.last_seen > self.limits.idle_timeout \
+                    and not (ep is not None and peer in ep.participants):
+                self._forget(peer)
+        for name, session in list(self.sessions.items()):
+            if not (session.peers or session.episode or session.held_reset or session.busy):
+                del self.sessions[name]
+
+    def _overdue(self, session: Session, now: float) -> Peer | None:
+        """The agent whose decision has waited longer than the decision timeout, if any."""
+        ep = session.episode
+        if ep is None or ep.sim.pending is None or ep.sim.pending.kind in ep.fallback:
+            return None
+        owner = ep.owners.get(ep.sim.pending.kind)
+        started = ep.sent_at if ep.sent_at is not None else ep.ready_since
+        return owner if owner is not None and now - started > self.decision_timeout else None
+
+    def _apply_timeout(self, session: Session) -> None:
+        owner = self._overdue(session, self.clock())
+        if owner is not None:
+            self._agent_lost(session, owner, f"no answer within {self.decision_timeout:g} s")
 
     def shutdown(self, reason: str = "shutdown") -> list[tuple[bytes, bytes]]:
         """End every episode with `reason` and answer every waiting request."""
-        for session in self.sessions.values():
-            if session.episode is not None:
-                self._end_episode(session, reason)
-        for peer in self.peers.values():
-            if peer.waiting_since is not None:
-                self._send(peer.id, m.error(m.ProtocolError(m.SHUTDOWN, f"the env is shutting down ({reason})"), None))
-        return [(p, encode(msg)) for p, msg in self._flush()]
+        with self._lock:
+            for session in self.sessions.values():
+                if session.episode is not None:  # one mid-computation ends without its metrics
+                    self._end_episode(session, reason, summarize=not session.busy)
+            for peer in self.peers.values():
+                if peer.waiting_since is not None:
+                    self._send(peer.id, m.error(m.ProtocolError(m.SHUTDOWN, f"the env is shutting down ({reason})"),
+                                                None))
+            out = self._flush()
+        return [(p, encode(msg)) for p, msg in out]
 
     # ---------------------------------------------------------------- requests
     def _on_hello(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
@@ -172,11 +362,24 @@ class EnvService:
         if major != m.MAJOR:
             raise m.ProtocolError(m.VERSION_MISMATCH, f"this env speaks protocol {m.PROTOCOL_VERSION}, "
                                                       f"the agent {msg['protocol']}; use a {m.MAJOR}.x agent")
+        for key in ("agent", "session", "token"):
+            if len(msg.get(key, "")) > MAX_NAME:
+                raise m.ProtocolError(m.BAD_FIELD, f"hello: {key} names are at most {MAX_NAME} characters; "
+                                                   f"got {len(msg[key]):,}")
         kinds = msg["kinds"]
         if not all(isinstance(k, str) and k in KINDS for k in kinds) or len(set(kinds)) != len(kinds):
             raise m.ProtocolError(m.BAD_FIELD, f"hello: kinds must be distinct names among {', '.join(KINDS)}; "
                                                f"got {kinds!r}")
-        session = self.sessions.setdefault(msg.get("session", "default"), Session(msg.get("session", "default")))
+        name = msg.get("session", "default")
+        session = self.sessions.setdefault(name, Session(name))
+        if session.episode is None and session.peers and all(self._idle(p) for p in session.peers.values()):
+            for gone in list(session.peers.values()):  # all silent for a decision timeout: the name is free
+                self._forget(gone)
+        if self.private and (session.peers or session.episode is not None) \
+                and not hmac.compare_digest(msg.get("token", "").encode(), session.token.encode()):
+            raise m.ProtocolError(m.NOT_ALLOWED, f"session {name!r} belongs to the agents in it: give its token "
+                                                 "(hello's `token`; hpcgym agent --token or $HPCGYM_SESSION_TOKEN), "
+                                                 "pick another session name, or ask the operator for --open-sessions")
         for other in list(session.peers.values()):
             taken = set(kinds) & other.kinds
             if taken and self._idle(other):
@@ -187,20 +390,27 @@ class EnvService:
         if not session.peers and session.episode is None:
             # A session lasts while one of its agents is there: after the last one left, this
             # hello starts a new one, whose episodes and decision ids count from 1 again.
-            session = self.sessions[session.name] = Session(session.name)
+            session = self.sessions[name] = Session(name, msg.get("token") or secrets.token_hex(16))
         peer = Peer(peer_id, msg["agent"], frozenset(kinds), session, last_seen=self.clock())
         self.lost.pop(peer_id, None)
         self.peers[peer_id] = peer
         session.peers[peer_id] = peer
         self._send(peer_id, {"type": "welcome", "protocol": m.PROTOCOL_VERSION, "session": session.name,
-                             "env": self._describe()})
+                             "env": self._describe(), "token": session.token})
         if session.held_reset is not None and not self._missing_kinds(session, session.held_reset[1]):
-            holder, reset, _ = session.held_reset
-            session.held_reset = None
-            try:
-                self._start_episode(session, holder, reset)
-            except m.ProtocolError as err:
-                self._reply_or_keep(holder, m.error(err, None))  # never a reply to no request
+            self._in_session(session, lambda: self._start_held(session))
+
+    def _start_held(self, session: Session) -> None:
+        """Start the session's held reset, now that its required kinds are taken."""
+        if session.held_reset is None or self._missing_kinds(session, session.held_reset[1]):
+            return
+        holder, reset, _ = session.held_reset
+        session.held_reset = None
+        try:
+            self._start_episode(session, holder, reset)
+        except m.ProtocolError as err:
+            holder.refused = True
+            self._reply_or_keep(holder, m.error(err, None))  # never a reply to no request
 
     def _on_reset(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
         peer = self._registered(peer)
@@ -240,7 +450,8 @@ class EnvService:
                                   + (f"; the pending one is {ep.decision_id}" if self._pending_for(peer) else ""))
         answered_after = self.clock() - ep.sent_at
         try:
-            ep.sim.step(msg["action"])
+            with self._unlocked():
+                ep.sim.step(msg["action"])
         except InvalidAction as exc:
             raise m.ProtocolError(m.INVALID_ACTION, str(exc)) from None
         if self.latency is not None:
@@ -249,6 +460,21 @@ class EnvService:
             self.on_act(decision, msg["action"])
         ep.sent_at = None
         self._dispatch(session)
+
+    def _on_records(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
+        """One page of the per-job records of an episode whose end said `records_pages`."""
+        peer = self._registered(peer)
+        kept = peer.session.records
+        if kept is None or kept[0] != msg["episode"] or peer_id not in kept[2]:
+            raise m.ProtocolError(m.BAD_REQUEST, f"records: no paged records of episode {msg['episode']} for this "
+                                                 "agent; only the last episode whose end said records_pages has them")
+        number, jobs, _ = kept
+        pages = -(-len(jobs["job_id"]) // RECORDS_PAGE_JOBS)
+        if not 0 <= msg["page"] < pages:
+            raise m.ProtocolError(m.BAD_FIELD, f"records: page must be within 0..{pages - 1}, got {msg['page']}")
+        cut = slice(msg["page"] * RECORDS_PAGE_JOBS, (msg["page"] + 1) * RECORDS_PAGE_JOBS)
+        self._answer(peer_id, {"type": "records", "episode": number, "page": msg["page"], "pages": pages,
+                               "jobs": {k: v[cut] for k, v in jobs.items()}})
 
     def _on_bye(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
         if peer is not None:
@@ -261,10 +487,12 @@ class EnvService:
         self._out.append((peer_id, {"type": "bye"}))
 
     def _idle(self, peer: Peer) -> bool:
+        """Not in an episode nor waiting, and silent for a decision timeout or refused its reset
+        (an agent that exits on that error without a bye must not block its kinds)."""
         ep = peer.session.episode
         in_episode = ep is not None and peer in ep.participants
         return (not in_episode and peer.waiting_since is None
-                and self.clock() - peer.last_seen > self.decision_timeout)
+                and (peer.refused or self.clock() - peer.last_seen > self.decision_timeout))
 
     def _forget(self, peer: Peer) -> None:
         """Unregister a peer, freeing its kinds; a later request from it must say hello again."""
@@ -280,41 +508,106 @@ class EnvService:
         if seed < 0:  # every workload, trace or generated, takes the same seeds
             raise m.ProtocolError(m.BAD_FIELD, f"reset: seed must be a non-negative integer, got {seed}")
         options = {**d["options"], **msg.get("options", {})}
-        policy = options.pop("policy", d["policy"])
+        policy = options.get("policy", d["policy"])
+        participants = [p for p in session.peers.values() if p.kinds or p is controller]
+        owners = {kind: p for p in participants for kind in p.kinds}
         try:
             if not isinstance(policy, str) or policy not in POLICIES:  # a list here was an `internal` TypeError
                 raise HpcgymError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
-            workload = self._workloads.load({**d["workload"], **msg.get("workload", {})}, seed)
-            participants = [p for p in session.peers.values() if p.kinds or p is controller]
-            owners = {kind: p for p in participants for kind in p.kinds}
-            config = sim_config(options, seed)
-            reward_spec = get_reward(msg.get("reward", d["reward"]))
-            reward_spec.check(config)
-            sim = Simulation(workload, config, policy=policy, external=owners)
-            reward = reward_spec.make()
+            spec = self._bounded(reset_workload(d["workload"], msg.get("workload", {})))
+            with self._unlocked():
+                workload = self._workloads.load(spec, seed, self.limits.max_trace_bytes)
+                config = sim_config(options, seed)
+                reward_spec = get_reward(msg.get("reward", d["reward"]))
+                reward_spec.check(config)
+                sim = Simulation(workload, config, policy=policy, external=owners)
+                reward = reward_spec.make()
         except HpcgymError as exc:
-            raise m.ProtocolError(m.BAD_REQUEST, str(exc)) from None
+            raise m.ProtocolError(m.BAD_REQUEST, _without_contents(str(exc))) from None
+        except MemoryError:
+            raise m.ProtocolError(m.BAD_REQUEST, "the workload does not fit in the env's memory; ask for fewer "
+                                                 "jobs") from None
         if session.episode is not None:
             self._end_episode(session, f"reset by {controller.name!r}", skip=controller)
         session.episodes += 1
-        session.episode = Episode(session.episodes, sim, owners, participants, reward, msg.get("records", False),
-                                  rewards={p.id: 0.0 for p in participants})
+        ep = session.episode = Episode(session.episodes, sim, owners, participants, reward, msg.get("records", False),
+                                       rewards={p.id: 0.0 for p in participants})
         # Only the controller's unfetched end is dropped (it started a new episode, so it knows); the
         # others still get theirs with their next join/poll, before the new episode's decisions
         # (clearing every participant's lost the end for an agent between `pending` and its poll).
-        controller.undelivered = None
-        sim.reset()
-        self._dispatch(session)
+        controller.undelivered.clear()
+        with self._unlocked():
+            sim.reset()
+        if session.episode is ep:
+            self._dispatch(session)
+
+    def _bounded(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The workload spec within the operator's limits, its trace named by its real path."""
+        check_workload_spec(spec)
+        lim = self.limits
+        for key in ("jobs", "generate_jobs"):
+            if lim.max_jobs is not None and (spec.get(key) or 0) > lim.max_jobs:
+                raise HpcgymError(f"workload: {key} {spec[key]:,} is over this env's limit of {lim.max_jobs:,} jobs; "
+                                  "ask for fewer (the operator sets the limit with --max-jobs)")
+        if spec.get("trace") is None or (self._trace_dirs is None and lim.max_trace_bytes is None):
+            return spec
+        return {**spec, "trace": str(self._allowed_trace(os.fspath(spec["trace"])))}
+
+    def _allowed_trace(self, given: str) -> Path:
+        """The file a reset's trace names, if the operator allows it: inside an allowed folder
+        (checked before the file is even looked for), a regular file (not a FIFO or a device),
+        and not over the size limit."""
+        if "\x00" in given:
+            raise TraceNotFound("a trace path cannot contain a NUL byte; check the path")
+        dirs = self._trace_dirs
+        name = Path(given).expanduser()
+        if len(name.parts) == 1 and not name.is_absolute() and dirs is not None:
+            found = [d / name for d in dirs if (d / name).is_file()]
+            if not found:
+                raise TraceNotFound(f"{given}: no such trace in this env's trace folders; ask the operator which "
+                                    "traces it serves")
+            name = found[0]
+        real = Path(os.path.realpath(name))
+        if dirs is not None and not any(real.is_relative_to(d) for d in dirs):
+            raise TraceNotFound(f"{given}: this env serves traces only from its trace folders (the operator adds "
+                                "folders with --trace-dir); give a trace there, by name")
+        try:
+            info = os.stat(real)
+        except OSError:
+            raise TraceNotFound(f"{given}: trace file not found; check the path") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise TraceNotFound(f"{given}: not a regular file; a trace is an .swf or .swf.gz file")
+        if self.limits.max_trace_bytes is not None and info.st_size > self.limits.max_trace_bytes:
+            raise TraceNotFound(f"{given}: {info.st_size:,} bytes is over this env's trace size limit of "
+                                f"{self.limits.max_trace_bytes:,} (the operator sets it with --max-trace-bytes)")
+        return real
 
     def _dispatch(self, session: Session) -> None:
         """Advance the episode past every decision nobody needs to be asked about; hand the
         next one to its owner if it is waiting."""
         ep = session.episode
-        while ep is not None:
+        if ep is None:
+            return
+        with self._unlocked():
+            decision = self._advance(session, ep)
+        if session.episode is not ep:
+            return  # ended meanwhile (the env is shutting down)
+        if decision is None:
+            self._end_episode(session, "completed")
+            return
+        owner = ep.owners[decision.kind]
+        if ep.sent_at is None and owner.waiting_since is not None:
+            ep.sent = self._decision_message(ep, decision, owner)
+            self._send(owner.id, ep.sent)
+            ep.sent_at = self.clock()
+
+    def _advance(self, session: Session, ep: Episode) -> Decision | None:
+        """Step the simulation past the decisions the built-in defaults take; the next one an
+        agent must answer, or None at the end. Touches only the episode (runs unlocked)."""
+        while session.episode is ep:
             decision = ep.sim.pending
             if decision is None:
-                self._end_episode(session, "completed")
-                return
+                return None
             if decision.step != ep.sim_step:
                 ep.sim_step = decision.step
                 earned = ep.reward.step(ep.sim)
@@ -325,44 +618,49 @@ class EnvService:
                 ep.decision_id = session.decisions
                 ep.ready_since = self.clock()
                 ep.sent_at = None
-            owner = ep.owners.get(decision.kind)
-            if owner is None or decision.kind in ep.fallback:
+            if ep.owners.get(decision.kind) is None or decision.kind in ep.fallback:
                 ep.sim.step(decision.default())
                 continue
-            if ep.sent_at is None and owner.waiting_since is not None:
-                ep.sent = self._decision_message(ep, decision, owner)
-                self._send(owner.id, ep.sent)
-                ep.sent_at = self.clock()
-            return
+            return decision
+        return None
 
     def _decision_message(self, ep: Episode, decision: Decision, owner: Peer) -> dict[str, Any]:
         reward = ep.rewards.get(owner.id, 0.0)
         ep.rewards[owner.id] = 0.0
         return {"type": "decision", "episode": ep.number, "decision": ep.decision_id, "step": decision.step,
                 "time": decision.time, "kind": decision.kind, "observation": decision.observation,
-                "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": reward}
+                "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": float(reward)}
 
-    def _end_episode(self, session: Session, reason: str, skip: Peer | None = None) -> None:
-        """Tell every participant (but `skip`, the agent whose reset ended it) how it ended."""
+    def _end_episode(self, session: Session, reason: str, skip: Peer | None = None, summarize: bool = True) -> None:
+        """Tell every participant (but `skip`, the agent whose reset ended it) how it ended.
+        Without `summarize` (its simulation is mid-computation on another thread) no metrics."""
         ep = session.episode
         session.episode = None
-        result = ep.sim.result() if ep.sim.done else None
-        metrics = dict(result.summary) if result is not None else {}
-        final = ep.reward.end(ep.sim, metrics) if result is not None else 0.0
-        jobs = {k: v.tolist() for k, v in result.jobs.items()} if (ep.records and result is not None) else None
+        with self._unlocked():
+            result = ep.sim.result() if summarize and ep.sim.done else None
+            metrics = dict(result.summary) if result is not None else {}
+            final = ep.reward.end(ep.sim, metrics) if result is not None else 0.0
+            jobs = {k: v.tolist() for k, v in result.jobs.items()} if (ep.records and result is not None) else None
+        pages = 0
+        if jobs is not None and len(jobs["job_id"]) * RECORD_BYTES_PER_JOB > MAX_MESSAGE_BYTES - 65536:
+            # too many to send at once: kept for `records` requests, page by page
+            pages = -(-len(jobs["job_id"]) // RECORDS_PAGE_JOBS)
+            session.records = (ep.number, jobs, frozenset(p.id for p in ep.participants))
+            jobs = None
         for p in ep.participants:
             end = {"type": "episode_end", "episode": ep.number, "reason": reason, "metrics": metrics,
-                   "reward": ep.rewards.get(p.id, 0.0) + final, "jobs": jobs}
+                   "reward": float(ep.rewards.get(p.id, 0.0) + final), "jobs": jobs}
+            if pages:
+                end["records_pages"] = pages
             if p.id not in self.peers or p is skip:
                 continue
-            if p.waiting_since is not None:
-                self._send(p.id, end)
-            else:
-                p.undelivered = end
+            self._reply_or_keep(p, end)
 
     def _agent_lost(self, session: Session, peer: Peer, why: str) -> None:
         """An agent stopped answering or left mid-episode: fall back or end, then forget it."""
         self.lost[peer.id] = why
+        while len(self.lost) > MAX_LOST:
+            self.lost.popitem(last=False)
         if self.on_agent_lost == "end":
             self._end_episode(session, f"agent {peer.name!r} ({', '.join(sorted(peer.kinds))}) lost: {why}")
             self._forget(peer)
@@ -374,14 +672,14 @@ class EnvService:
         if session.episode is not None and not any(session.episode.owners[k] in self.peers.values()
                                                    for k in session.episode.owners):
             # nobody is left to ask: let the simulation decide everything itself, at full speed
-            session.episode.sim.decide_internally(session.episode.owners)
+            with self._unlocked():
+                session.episode.sim.decide_internally(session.episode.owners)
             self._dispatch(session)
 
     # ---------------------------------------------------------------- helpers
     def _deliver_or_dispatch(self, peer: Peer) -> None:
-        if peer.undelivered is not None:
-            end, peer.undelivered = peer.undelivered, None
-            self._send(peer.id, end)
+        if peer.undelivered:
+            self._send(peer.id, peer.undelivered.pop(0))
             return
         session = peer.session
         ep = session.episode
@@ -397,12 +695,21 @@ class EnvService:
         if peer.waiting_since is not None:
             self._send(peer.id, msg)
         else:
-            peer.undelivered = msg
+            peer.undelivered.append(msg)
+
+    def _answer(self, peer_id: bytes, msg: dict[str, Any]) -> None:
+        """The reply to a request; kept for the next poll if a heartbeat answered it while it queued."""
+        peer = self.peers.get(peer_id)
+        if peer is None:
+            self._send(peer_id, msg)
+        else:
+            self._reply_or_keep(peer, msg)
 
     def _send(self, peer_id: bytes, msg: dict[str, Any]) -> None:
         peer = self.peers.get(peer_id)
         if peer is not None:
             peer.waiting_since = None
+            peer.answered = peer.arrived
         self._out.append((peer_id, msg))
 
     def _flush(self) -> list[Reply]:
@@ -433,10 +740,20 @@ class EnvService:
                 "rewards": {**{name: r.description for name, r in REWARDS.items()},
                             RELATIVE_SYNTAX: RELATIVE_DESCRIPTION, DELAY_SYNTAX: DELAY_DESCRIPTION,
                             SUM_SYNTAX: SUM_DESCRIPTION},
-                "defaults": _plain(self.defaults),
+                # `policy` inside `options`, as a reset gives it (1.3); at the top level for older readers
+                "defaults": _plain({**self.defaults, "options": {**self.defaults["options"],
+                                                                 "policy": self.defaults["policy"]}}),
                 "limits": {"max_message_bytes": MAX_MESSAGE_BYTES, "heartbeat_s": self.heartbeat,
-                           "decision_timeout_s": self.decision_timeout},
-                "on_agent_lost": self.on_agent_lost}
+                           "decision_timeout_s": self.decision_timeout,
+                           **{k: v for k, v in (("max_jobs", self.limits.max_jobs),
+                                                ("max_trace_bytes", self.limits.max_trace_bytes),
+                                                ("idle_timeout_s", self.limits.idle_timeout)) if v is not None}},
+                "on_agent_lost": self.on_agent_lost, "sessions": "private" if self.private else "open"}
+
+
+def _without_contents(message: str) -> str:
+    """An error about a trace without the bits of the file it quotes (a malformed field's text)."""
+    return re.sub(r"(non-numeric field \d+) ('[^']*'|\"[^\"]*\")", r"\1", message)
 
 
 def kinds_key(kinds: Any) -> str:

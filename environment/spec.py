@@ -8,6 +8,7 @@ same keys and refuse bad ones with the same messages.
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from collections import OrderedDict
 from pathlib import Path
@@ -110,8 +111,9 @@ def check_workload_spec(spec: dict[str, Any]) -> None:
         wanted = WORKLOAD_TYPES[key]
         if value is not None and (not isinstance(value, wanted) or (isinstance(value, bool) and wanted is int)):
             raise ConfigError(f"workload key {key!r} has the wrong type: {value!r}")
-    if spec.get("procs") is not None and spec["procs"] < 1:
-        raise ConfigError(f"procs must be at least 1, got {spec['procs']}")
+    for key, least in (("procs", 1), ("jobs", 1), ("start", 0), ("first_jobs", 1)):
+        if spec.get(key) is not None and spec[key] < least:
+            raise ConfigError(f"{key} must be at least {least}, got {spec[key]}")
     if not 1 <= (spec.get("generate_jobs") or 1) <= MAX_GENERATED_JOBS:
         raise ConfigError(f"generate_jobs must be within 1..{MAX_GENERATED_JOBS:,}")
     start, sample, jobs = spec.get("start"), spec.get("sample"), spec.get("jobs")
@@ -132,9 +134,10 @@ def check_workload_spec(spec: dict[str, Any]) -> None:
         raise ConfigError("sampled_jobset and synthetic exclude each other: pick one kind of episode")
 
 
-def load_source(spec: dict[str, Any], seed: int = 0) -> Workload:
-    """The whole (split) workload a checked spec draws its sequences from: the trace, or the
-    generated workload for `seed`. Window keys are ignored here (see `cut_sequence`)."""
+def load_source(spec: dict[str, Any], seed: int = 0, max_bytes: int | None = None) -> Workload:
+    """The whole (split) workload a checked spec draws its sequences from: the trace (refused if
+    it unpacks to more than `max_bytes`), or the generated workload for `seed`. Window keys are
+    ignored here (see `cut_sequence`)."""
     if spec.get("trace") is None:
         model = spec.get("model", DEFAULT_MODEL)
         if model not in LUBLIN_MODELS:
@@ -145,7 +148,7 @@ def load_source(spec: dict[str, Any], seed: int = 0) -> Workload:
     else:
         workload = read_swf(resolve_trace(spec["trace"]), spec.get("procs"), strict=bool(spec.get("strict")),
                             on_malformed="skip" if spec.get("skip_malformed") else "error",
-                            cleaning=spec.get("cleaning") or "hpcgym")
+                            cleaning=spec.get("cleaning") or "hpcgym", max_bytes=max_bytes)
     if spec.get("train_fraction") is not None:
         part = spec.get("part", "test")
         if part not in ("train", "test"):
@@ -186,6 +189,15 @@ def _fitted(workload: Workload) -> WorkloadModel:
 
 
 WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset", "synthetic")
+#: Workload keys that name a job source: a reset's workload with one of them does not take the
+#: env's default workload keys (PROTOCOL.md section 4), or it would get another trace's `procs`.
+SOURCE_KEYS = ("trace", "generate_jobs", "model")
+
+
+def reset_workload(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """The workload a reset asks for: its own keys over the env's defaults, or alone if it
+    names its own source."""
+    return dict(given) if any(given.get(k) is not None for k in SOURCE_KEYS) else {**defaults, **given}
 
 
 class WorkloadCache:
@@ -195,8 +207,9 @@ class WorkloadCache:
     def __init__(self, size: int = 2) -> None:
         self.size = size
         self._sources: OrderedDict[Any, Workload] = OrderedDict()
+        self._lock = threading.Lock()  # sessions load on threads of their own
 
-    def load(self, spec: dict[str, Any], seed: int = 0) -> Workload:
+    def load(self, spec: dict[str, Any], seed: int = 0, max_bytes: int | None = None) -> Workload:
         check_workload_spec(spec)
         trace = spec.get("trace")
         if trace is not None:  # a bare name is keyed (and its stamp taken) by the file it resolves to
@@ -205,18 +218,22 @@ class WorkloadCache:
         base = sorted((k, str(v)) for k, v in spec.items() if k not in WINDOW_KEYS)
         stamp = os.stat(trace).st_mtime_ns if trace is not None and os.path.exists(trace) else None
         key = (tuple(base), stamp, seed if trace is None else None)
-        source = self._sources.get(key)
+        with self._lock:
+            source = self._sources.get(key)
         if source is None:
-            source = self._sources[key] = load_source(spec, seed)
-            while len(self._sources) > self.size:
-                self._sources.popitem(last=False)
+            source = load_source(spec, seed, max_bytes)
+            with self._lock:
+                self._sources[key] = source
+                while len(self._sources) > self.size:
+                    self._sources.popitem(last=False)
         return cut_sequence(source, spec)
 
 
 def sim_config(options: dict[str, Any], seed: int = 0) -> SimConfig:
-    """SimConfig from a map of option names (policy excluded) and a seed."""
-    _check_keys(options, CONFIG_KEYS, "simulation option")
+    """SimConfig from a map of option names and a seed. `policy`, which a reset's options hold
+    too, is known here but not part of the config (the simulation takes it apart)."""
+    _check_keys(options, ("policy", *CONFIG_KEYS), "simulation option")
     try:
-        return SimConfig(seed=seed, **expand_preset(options))
+        return SimConfig(seed=seed, **expand_preset({k: v for k, v in options.items() if k != "policy"}))
     except TypeError as exc:
         raise ConfigError(f"bad simulation option: {exc}") from None

@@ -88,6 +88,23 @@ def _gunzipped(data: bytes, path: Path) -> bytes:
     return data
 
 
+def _check_unpacked_size(data: bytes, path: Path, limit: int) -> None:
+    """Refuse gzip data that unpacks to more than `limit` bytes, unpacking no more than that
+    (a small file must not fill the memory of an env that reads it for others)."""
+    size = 0
+    while data[:2] == _GZIP_MAGIC and size <= limit:  # every gzip member, one after the other
+        unpacker = zlib.decompressobj(wbits=31)
+        try:
+            size += len(unpacker.decompress(data, 1 << 20))
+            while not unpacker.eof and unpacker.unconsumed_tail and size <= limit:
+                size += len(unpacker.decompress(unpacker.unconsumed_tail, 1 << 20))
+        except zlib.error:
+            return  # corrupt: the reader says so
+        data = unpacker.unused_data if unpacker.eof else b""
+    if size > limit:
+        raise WorkloadError(f"{path}: unpacks to more than {limit:,} bytes, over the trace size limit")
+
+
 def _decode(data: bytes) -> str:
     try:
         return data.decode("utf-8")
@@ -220,7 +237,7 @@ CLEANINGS = ("hpcgym", "rlbf-scw")
 
 
 def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: bool = False,
-             on_malformed: str = "error", cleaning: str = "hpcgym") -> Workload:
+             on_malformed: str = "error", cleaning: str = "hpcgym", max_bytes: int | None = None) -> Workload:
     """Load and clean an SWF trace (plain or gzip) into a `Workload` sorted by submit time.
 
     Cleaning: size = allocated procs (field 5), else requested procs (field 8) when field 5 is
@@ -236,6 +253,8 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
     `cleaning="rlbf-scw"` cleans as RL backfilling's SC-W code does: a negative run time becomes
     10 s (only run time 0 is dropped), size = max(allocated, requested procs), a missing request
     takes the recorded run time (then the run time), and jobs stay in job-id order.
+
+    `max_bytes` refuses a gzip trace that unpacks to more (an env serving others sets it).
     """
     if cleaning not in CLEANINGS:
         raise WorkloadError(f"unknown cleaning {cleaning!r}; use one of {', '.join(CLEANINGS)}")
@@ -248,6 +267,8 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
         raise WorkloadError(f"{path}: cluster size (--procs) must be a positive integer, got "
                             f"{procs!r}")
     stored = _read_bytes(path)
+    if max_bytes is not None:
+        _check_unpacked_size(stored, path, max_bytes)
     parsed = _parse_plain(stored, path)
     if parsed is not None:
         header, ints, line_no = parsed

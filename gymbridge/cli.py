@@ -221,6 +221,18 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="Seconds an agent may take to answer a decision.")
 @click.option("--on-agent-lost", type=click.Choice(["fallback", "end"]), default="fallback", show_default=True,
               help="When an agent stops answering: its kinds fall back to the built-in defaults, or the episode ends.")
+@click.option("--trace-dir", "trace_dirs", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              multiple=True, help="A folder agents may name traces from (besides --trace's folder and "
+                                  "$HPCGYM_TRACES); no other file is opened.")
+@click.option("--max-trace-bytes", type=click.IntRange(min=1), default=1 << 30, show_default=True,
+              help="Largest trace file a reset may name, on disk and unpacked.")
+@click.option("--max-jobs", type=click.IntRange(min=1), default=1_000_000, show_default=True,
+              help="Most jobs a reset may ask for (jobs, generate_jobs).")
+@click.option("--idle-timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True,
+              help="Seconds after which a silent agent outside an episode is forgotten (and its empty session).")
+@click.option("--open-sessions", is_flag=True,
+              help="Let any agent join any session by name (agents that do not know session tokens, protocol "
+                   "< 1.3); by default joining a session that has agents takes its token.")
 @click.option("--allow-remote", is_flag=True, help="Allow binding an address other hosts can reach.")
 @click.option("--insecure", is_flag=True, help="With --allow-remote: listen without CURVE authentication.")
 @click.option("--curve-secret", type=click.Path(path_type=Path, dir_okay=False),
@@ -229,10 +241,12 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="Public key file, or folder of them, of agents allowed to connect.")
 @click.pass_context
 def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, reward, decision_timeout,
-                on_agent_lost, allow_remote, insecure, curve_secret, curve_allow) -> None:
-    """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md)."""
+                on_agent_lost, trace_dirs, max_trace_bytes, max_jobs, idle_timeout, open_sessions, allow_remote, insecure,
+                curve_secret, curve_allow) -> None:
+    """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md and docs/server.md)."""
     from ..environment.server import check_listening, serve
-    from ..environment.service import EnvService
+    from ..environment.service import EnvService, Limits
+    from ..environment.spec import TRACES_ENV
 
     curve = _server_curve(curve_secret, curve_allow)
     check_listening(bind, curve is not None, allow_remote, insecure)  # before saying "listening"
@@ -240,10 +254,17 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
                 if v is not None}
     options = _rules(ctx, backfill=backfill, exact_requests=exact_requests, commit_pick=commit_pick, preset=preset)
     if trace is not None:
+        if os.path.getsize(workload["trace"]) > max_trace_bytes:
+            raise HpcgymError(f"{trace} is larger than --max-trace-bytes {max_trace_bytes:,}; raise the limit")
         load_workload(workload)  # a truncated or non-SWF trace fails now, not at the first reset
     get_reward(reward).check(sim_config(options))  # so do an unknown reward and bad options
+    folders = [*([Path(workload["trace"]).parent] if trace else []), *trace_dirs,
+               *(Path(f) for f in os.environ.get(TRACES_ENV, "").split(os.pathsep) if f)]
+    limits = Limits(trace_dirs=tuple(folders), max_trace_bytes=max_trace_bytes, max_jobs=max_jobs,
+                    idle_timeout=idle_timeout)
     service = EnvService({"workload": workload, "options": options, "policy": policy, "reward": reward},
-                         decision_timeout=decision_timeout, on_agent_lost=on_agent_lost)
+                         decision_timeout=decision_timeout, on_agent_lost=on_agent_lost, limits=limits,
+                         private=not open_sessions)
     click.echo(f"hpcgym env listening on {bind}{' with CURVE' if curve else ''}", err=True)
     serve(service, bind, curve=curve, allow_remote=allow_remote, insecure=insecure)
 
@@ -300,7 +321,13 @@ class _AgentCommand(click.Command):
               help="Start the episodes (reset) or join the ones another agent starts.")
 @click.option("--episodes", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--session", default="default", show_default=True)
-@click.option("--seed", type=int, help="Episode seed sent with reset.")
+@click.option("--token", envvar="HPCGYM_SESSION_TOKEN",
+              help="The session's token: the first agent creates the session with it, the others join with it "
+                   "(an env's sessions are private unless it runs with --open-sessions) [env: HPCGYM_SESSION_TOKEN].")
+@click.option("--seed", type=int, help="Episode seed sent with reset (and the random policy's seed).")
+@click.option("--policy", "env_policy", type=click.Choice(list(POLICIES), case_sensitive=False),
+              help="The env's priority policy for the episodes this agent resets: it orders the queue window and "
+                   "the built-in backfill scan [default: AGENT when it is a priority policy, else the env's].")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), help="Window length sent with reset.")
 @click.option("--sample", type=int, help="Random window seed sent with reset.")
 @click.option("--require", multiple=True, help="Kinds the episode must wait for (with --reset).")
@@ -313,11 +340,11 @@ class _AgentCommand(click.Command):
               help="Progress (decisions served, simulated time, elapsed time): a bar when stderr is a "
                    "terminal, else a line every this many seconds; 0: none.")
 def agent_command(agent, model, greedy, sampling_seed, online, online_every, online_lr, online_save, online_reward,
-                  connect, controls, episodes, session, seed, n_jobs, sample, require, timeout, curve_server,
-                  curve_secret, as_json, progress_every) -> None:
+                  connect, controls, episodes, session, token, seed, env_policy, n_jobs, sample, require, timeout,
+                  curve_server, curve_secret, as_json, progress_every) -> None:
     """Serve AGENT (a built-in name such as sjf, or module:Class), or a checkpoint (--model), to an env;
     with --online the checkpoint keeps learning while it serves."""
-    from ..agents.runtime import agent_name, load_agent, run_agent
+    from ..agents.runtime import agent_name, episode_policy, load_agent, run_agent
 
     if (agent is None) == (model is None):
         raise click.UsageError("name an AGENT or give --model CHECKPOINT (one of the two)")
@@ -355,18 +382,23 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
             from ..agents.rl.serve import RLAgent
 
             policy, name = RLAgent(model, greedy=greedy, seed=sampling_seed), agent_name(f"rl-{model.stem}")
+    elif agent.lower() in POLICIES:  # seeded as the env seeds its policy, by the episode seed
+        policy, name = load_agent(agent, seed=seed or 0), agent_name(agent)
     else:
         policy, name = load_agent(agent), agent_name(agent)
 
+    if env_policy is not None and not controls:
+        raise click.UsageError("--policy sets the env's policy for the episodes this agent resets: not with --join")
     reset = None
     if controls:
         workload = {k: v for k, v in (("jobs", n_jobs), ("sample", sample)) if v is not None}
-        reset = {k: v for k, v in (("seed", seed), ("workload", workload or None), ("require", list(require) or None))
-                 if v is not None}
+        order = episode_policy(None if model is not None else agent, env_policy)
+        reset = {k: v for k, v in (("seed", seed), ("workload", workload or None), ("require", list(require) or None),
+                                   ("options", {"policy": order} if order else None)) if v is not None}
     progress = _AgentProgress(progress_every) if progress_every else None
     try:
         run = run_agent(policy, connect, name=name, session=session, reset=reset, episodes=episodes,
-                        timeout=timeout, curve=_client_curve(curve_server, curve_secret), progress=progress)
+                        timeout=timeout, curve=_client_curve(curve_server, curve_secret), progress=progress, token=token)
     finally:
         if progress is not None:
             progress.close()

@@ -128,6 +128,8 @@ class _EnvChecker:
         self.reward: str | None = None
         self.seen_ids: set[int] = set()
         self.session = f"conformance-{os.getpid()}-{secrets.token_hex(3)}"
+        self.token: str | None = None  # the session's, from the first welcome (1.3)
+        self.private = False           # the env said its sessions are private (1.3)
         self.ctx = zmq.Context()
         self.clients: list[_Client] = []
 
@@ -218,8 +220,9 @@ class _EnvChecker:
         return self.results
 
     def hello(self, name: str = "conformance", kinds: Sequence[str] = ("select",)) -> dict[str, Any]:
+        """A hello into the checker's session, with its token once the env gave one."""
         return {"type": "hello", "protocol": PROTOCOL_VERSION, "agent": name, "kinds": list(kinds),
-                "session": self.session}
+                "session": self.session, **({"token": self.token} if self.token else {})}
 
     def script(self) -> None:
         a = self.client()
@@ -234,6 +237,13 @@ class _EnvChecker:
         r = self.ask(a, self.hello(), "hello")
         if not self.check_welcome(r):
             return
+        if isinstance(r.get("token"), str) and r["token"]:
+            self.token = r["token"]
+        if self.private:  # 1.3: joining a session that has agents takes its token
+            intruder = self.client()
+            r = self.ask(intruder, {**self.hello("conformance-intruder", ()), "token": "not-the-token"},
+                         "hello with a wrong token")
+            self.expect_error("private_session", r, "not_allowed", None)
         r = self.ask(a, self.hello(), "second hello")
         self.expect_error("hello_twice", r, "not_allowed", None)
         c = self.client()
@@ -244,6 +254,13 @@ class _EnvChecker:
         if self.expect_error("reset_bad_request", r, "bad_request", None):
             self.check("bad_request_names_key", "no_such_option" in str(r.get("message")),
                        f"message: {_short(r.get('message'))}")
+            if self.strict:  # 1.3: the known keys listed include policy, an option like the others
+                self.check("bad_request_lists_policy", "policy" in str(r.get("message")),
+                           f"message: {_short(r.get('message'))}")
+        # keys inside `workload` are not message fields: bad_request, not bad_field (section 3)
+        r = self.ask(a, {"type": "reset", "workload": {**self.workload, "no_such_key": 1}},
+                     "reset with an unknown workload key")
+        self.expect_error("reset_bad_request_nested", r, "bad_request", None)
         # -------- episode 1: the first decision and wrong answers to it
         r = self.settle(a, self.ask(a, {"type": "reset", "seed": 1, "workload": self.workload}, "reset"), "reset")
         if not self.check("reset_decision", r.get("type") == "decision" and r.get("kind") == "select",
@@ -330,6 +347,13 @@ class _EnvChecker:
                 problems.append(f"env.kinds {env['kinds']} lacks some of {list(KINDS)}")
             if env.get("on_agent_lost") not in ("fallback", "end"):
                 problems.append(f"env.on_agent_lost {env.get('on_agent_lost')!r}")
+            self.private = env.get("sessions") == "private"
+            defaults = env.get("defaults")
+            if self.strict and not (isinstance(defaults, dict) and isinstance(defaults.get("options"), dict)
+                                    and "policy" in defaults["options"]):
+                problems.append("env.defaults.options lacks 'policy' (1.3: the defaults have a reset's shape)")
+            if self.private and not (isinstance(r.get("token"), str) and r["token"]):
+                problems.append("private sessions but no token in the welcome")
         return self.check("welcome", not problems,
                           "; ".join(problems)
                           or f"protocol {protocol}, session {r.get('session')!r}, env keys complete")
@@ -427,6 +451,8 @@ class _EnvChecker:
         self.check("episode_end",
                    end.get("reason") == "completed" and (episode is None or end.get("episode") == episode),
                    f"episode {end.get('episode')} ended: {end.get('reason')!r}")
+        self.check("reward_is_float", isinstance(end.get("reward"), float),
+                   f"episode_end reward {end.get('reward')!r} (an env sends rewards as floats, section 3)")
         metrics = end.get("metrics") or {}
         missing = [k for k in METRICS_KEYS if k not in metrics]
         numeric = [k for k in METRICS_KEYS if k in metrics and not isinstance(metrics[k], (int, float))]

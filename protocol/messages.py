@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-PROTOCOL_VERSION = "1.2"
+PROTOCOL_VERSION = "1.3"
 MAJOR = PROTOCOL_VERSION.split(".")[0]
 
 # Error codes (PROTOCOL.md section 6). Only version_mismatch and shutdown are not recoverable.
@@ -64,24 +64,26 @@ NIL = type(None)
 
 #: Requests an agent sends, with their fields.
 REQUESTS: dict[str, tuple[Field, ...]] = {
-    "hello": (_str("protocol"), _str("agent"), Field("kinds", (list,)), _str("session", False)),
+    "hello": (_str("protocol"), _str("agent"), Field("kinds", (list,)), _str("session", False), _str("token", False)),
     "reset": (Field("workload", (dict,), False), _int("seed", False), Field("options", (dict,), False),
               _str("reward", False), Field("require", (list,), False), Field("records", (bool,), False)),
     "join": (),
     "poll": (),
     "act": (_int("decision"), Field("action", (int, list, bool, NIL))),
+    "records": (_int("episode"), _int("page")),
     "bye": (),
 }
 
 #: Replies the env sends (documented and checked by the conformance vectors and the checkers).
 REPLIES: dict[str, tuple[Field, ...]] = {
-    "welcome": (_str("protocol"), _str("session"), Field("env", (dict,))),
+    "welcome": (_str("protocol"), _str("session"), Field("env", (dict,)), _str("token", False)),
     "decision": (_int("episode"), _int("decision"), _int("step"), _int("time"), _str("kind"),
                  Field("observation", (dict,)), Field("candidates", (list,)), Field("can_wait", (bool,)),
                  Field("reward", (float, int))),
     "pending": (_int("episode", False),),
     "episode_end": (_int("episode"), _str("reason"), Field("metrics", (dict,)), Field("reward", (float, int)),
-                    Field("jobs", (dict, NIL), False)),
+                    Field("jobs", (dict, NIL), False), _int("records_pages", False)),
+    "records": (_int("episode"), _int("page"), _int("pages"), Field("jobs", (dict,))),
     "error": (_str("code"), _str("message"), Field("recoverable", (bool,)), Field("pending", (dict, NIL))),
     "bye": (),
 }

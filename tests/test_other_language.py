@@ -111,7 +111,8 @@ def env_address(tmp_path):
     write_swf(trace)
     address = f"ipc://{folder / 'env.ipc'}"
     log = open(tmp_path / "env.log", "wb")
-    proc = subprocess.Popen([str(HPCGYM), "env", "--bind", address, "--trace", str(trace)],
+    # --open-sessions: the C agent speaks protocol 1.0, which has no session tokens
+    proc = subprocess.Popen([str(HPCGYM), "env", "--bind", address, "--trace", str(trace), "--open-sessions"],
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_until_serving(address, proc)

@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 _local = Path(sys.executable).parent / "hpcgym"
 HPCGYM = str(_local) if _local.exists() else (shutil.which("hpcgym") or "hpcgym")
 JOBS = 120
+#: The session token the agents of one test share (`hpcgym env` sessions are private).
+TOKEN = {"HPCGYM_SESSION_TOKEN": "test-session-token"}
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -114,13 +116,17 @@ def ask(sock: zmq.Socket, message: dict | bytes, timeout_s: float = 5.0) -> dict
 
 
 def wait_until_serving(address: str, proc: subprocess.Popen, curve=None, deadline_s: float = 30.0) -> None:
-    """Hello (no kinds) then bye until the env answers."""
+    """Hello (no kinds) then bye until the env answers. Each probe in a session of its own: one
+    whose reply came too late stays registered, and would keep a later probe out of its session."""
     end = time.monotonic() + deadline_s
+    attempt = 0
     while time.monotonic() < end:
         assert proc.poll() is None, f"hpcgym env exited early with {proc.returncode}"
         sock = dealer(address, curve)
+        attempt += 1
         try:
-            reply = ask(sock, {"type": "hello", "protocol": "1.0", "agent": "probe", "kinds": []}, 0.5)
+            reply = ask(sock, {"type": "hello", "protocol": "1.0", "agent": "probe", "kinds": [],
+                               "session": f"probe-{attempt}"}, 0.5)
             if reply is not None:
                 assert reply["type"] == "welcome", reply
                 assert ask(sock, {"type": "bye"}) == {"type": "bye"}
@@ -179,9 +185,10 @@ def test_the_same_episode_in_process_over_ipc_and_over_tcp(children, ipc_dir, tr
         assert [e["reason"] for e in run.episodes] == ["completed"]
         assert run.episodes[0]["jobs"] == reference, bind
         assert run.decisions > JOBS / 2
-        # and the command-line agent over the same transport gets the same metrics
+        # and the command-line agent over the same transport gets the same metrics (with the env's
+        # order FCFS as above: by default `hpcgym agent sjf` would ask for SJF's, test_policy_agents.py)
         cli = children.start("agent", "sjf", "--connect", bind, "--seed", "3", "--json", "--timeout", "10",
-                             name=f"agent-{bind[:3]}")
+                             "--policy", "fcfs", name=f"agent-{bind[:3]}")
         rc, _ = wait_exit(cli, 60)
         assert rc == 0, children.stderr(cli)
         line = json.loads(children.stdout(cli))
@@ -196,9 +203,9 @@ def test_select_and_inspect_served_by_two_processes(children, ipc_dir, trace, tm
     start_env(children, bind, "--trace", str(trace))
     log = tmp_path / "rejected.txt"
     inspector = children.start("agent", "tests.agents_for_tests:HalfClusterInspector", "--join", "--connect", bind,
-                               "--timeout", "20", "--json", name="inspector", env={"HPCGYM_TEST_LOG": str(log)})
+                               "--timeout", "20", "--json", name="inspector", env={"HPCGYM_TEST_LOG": str(log), **TOKEN})
     run = run_agent(PriorityAgent("sjf"), bind, name="sjf", reset={"require": ["inspect"], "records": True},
-                    timeout=20)
+                    timeout=20, token=TOKEN["HPCGYM_SESSION_TOKEN"])
     rc, _ = wait_exit(inspector, 20)
     assert rc == 0, children.stderr(inspector)
     end = run.episodes[0]
@@ -250,9 +257,9 @@ def test_killing_the_inspect_agent_mid_episode(children, ipc_dir, trace, tmp_pat
     env = start_env(children, bind, "--trace", str(trace), "--on-agent-lost", mode, "--decision-timeout", "2")
     marker = tmp_path / "stuck"
     inspector = children.start("agent", "tests.agents_for_tests:StuckInspector", "--join", "--connect", bind,
-                               name="inspector", env={"HPCGYM_TEST_MARKER": str(marker)})
+                               name="inspector", env={"HPCGYM_TEST_MARKER": str(marker), **TOKEN})
     select = children.start("agent", "sjf", "--connect", bind, "--require", "inspect", "--json", "--timeout", "10",
-                            name="select")
+                            name="select", env=TOKEN)
     wait_for(marker, inspector)
     inspector.send_signal(signal.SIGKILL)
     rc, took = wait_exit(select, 30)
@@ -304,9 +311,9 @@ def test_sigterm_ends_episodes_answers_waiting_agents_exits_0_and_removes_the_ip
     assert path.exists()
     marker = tmp_path / "stuck"
     inspector = children.start("agent", "tests.agents_for_tests:StuckInspector", "--join", "--connect", bind,
-                               name="inspector", env={"HPCGYM_TEST_MARKER": str(marker)})
+                               name="inspector", env={"HPCGYM_TEST_MARKER": str(marker), **TOKEN})
     select = children.start("agent", "sjf", "--connect", bind, "--require", "inspect", "--json", "--timeout", "3",
-                            name="select")
+                            name="select", env=TOKEN)
     wait_for(marker, inspector)
     idle = dealer(bind)
     try:
@@ -375,7 +382,8 @@ def test_a_message_over_the_limit_does_not_kill_the_server(children, ipc_dir, tr
     try:
         err = ask(sock, msgpack.packb({"type": "poll"}) + b"\x00" * MAX_MESSAGE_BYTES, 10)
         assert err is not None and err["type"] == "error" and err["code"] == "too_large"
-        assert ask(sock, {"type": "hello", "protocol": "1.0", "agent": "x", "kinds": []})["type"] == "welcome"
+        assert ask(sock, {"type": "hello", "protocol": "1.0", "agent": "x", "kinds": [],
+                          "session": "x"})["type"] == "welcome"
     finally:
         sock.close()
     assert env.poll() is None
@@ -435,12 +443,14 @@ def test_req_sockets_and_single_frame_dealers_get_their_own_envelope(children, i
     try:
         req.send(msgpack.packb({"type": "hello", "protocol": "1.0", "agent": "req", "kinds": ["select"]}))
         assert req.poll(5000)
-        assert msgpack.unpackb(req.recv())["type"] == "welcome"
+        welcome = msgpack.unpackb(req.recv())
+        assert welcome["type"] == "welcome"
         req.send(msgpack.packb({"type": "reset", "seed": 3}))
         assert req.poll(5000)
         first = msgpack.unpackb(req.recv())
         assert first["type"] == "decision" and first["kind"] == "select"
-        single.send(msgpack.packb({"type": "hello", "protocol": "1.0", "agent": "one", "kinds": ["select"]}))
+        single.send(msgpack.packb({"type": "hello", "protocol": "1.3", "agent": "one", "kinds": ["select"],
+                                   "token": welcome["token"]}))
         assert single.poll(5000)
         frames = single.recv_multipart()
         assert len(frames) == 1

@@ -316,6 +316,7 @@ def _run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pa
             reply = conn.request({"type": "poll"})
         _expect(reply, "episode_end")
         if reply["reason"] != "completed":
+            agents.wait(5)  # an agent that failed says bye first and exits just after: report its error
             dead = agents.exited()
             raise UnitFailed(agents.describe(*dead[0]) if dead and dead[0][1] != 0
                              else f"the episode ended: {reply['reason']}")

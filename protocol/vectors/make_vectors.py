@@ -33,7 +33,7 @@ from typing import Any
 import msgpack
 
 HERE = Path(__file__).resolve().parent
-PROTOCOL = "1.2"
+PROTOCOL = "1.3"
 HEX_UP_TO = 512
 ABOUT = ("Each vector is one message body (file) and its expected outcome. valid: decoded is the message as "
          "JSON (a number with a decimal point is a msgpack float, one without an integer). invalid: error is "
@@ -81,7 +81,8 @@ WELCOME_ENV = {
     "kinds": ["select", "inspect", "backfill", "kill"],
     "policies": ["fcfs", "sjf"],
     "rewards": {"none": "no reward", "bsld": "minus the mean bounded slowdown at the end"},
-    "defaults": {"workload": {}, "options": {"backfill": "easy"}, "policy": "fcfs", "seed": 0, "reward": "none"},
+    "defaults": {"workload": {}, "options": {"backfill": "easy", "policy": "fcfs"}, "policy": "fcfs", "seed": 0,
+                 "reward": "none"},
     "limits": {"max_message_bytes": 16777216, "heartbeat_s": 1.0, "decision_timeout_s": 30.0},
     "on_agent_lost": "fallback",
 }
@@ -116,6 +117,13 @@ valid("hello_minimal", "request", {"type": "hello", "protocol": "1.0", "agent": 
 valid("hello_session", "request",
       {"type": "hello", "protocol": "1.0", "agent": "inspector", "kinds": ["inspect"], "session": "exp-7"},
       "hello with the optional session")
+valid("hello_token", "request",
+      {"type": "hello", "protocol": "1.3", "agent": "inspector", "kinds": ["inspect"], "session": "exp-7",
+       "token": "3f9c2a7d41e0b8a6"},
+      "1.3: joining a private session that has agents takes its token (the first agent's hello sets it)")
+invalid("hello_token_int", "request",
+        {"type": "hello", "protocol": "1.3", "agent": "a", "kinds": [], "token": 42}, "bad_field", "validate",
+        "token as an integer, not a string")
 valid("hello_no_kinds", "request", {"type": "hello", "protocol": "1.0", "agent": "driver", "kinds": []},
       "a driver that only resets takes no kinds (empty array)")
 valid("hello_all_kinds", "request",
@@ -131,6 +139,11 @@ valid("reset_full", "request",
       "reset with every optional field present")
 valid("reset_records_false", "request", {"type": "reset", "seed": -1, "records": False},
       "records false; a negative seed is an integer like any other (the env may refuse its value)")
+valid("records_request", "request", {"type": "records", "episode": 4, "page": 0},
+      "1.3: the first page of the per-job records an episode_end announced with records_pages")
+valid("reset_window_start", "request",
+      {"type": "reset", "workload": {"jobs": 256, "start": 1000}, "options": {"policy": "sjf"}},
+      "a window from the trace's job 1000 (start, by position), queued in SJF order (the policy option)")
 valid("join", "request", {"type": "join"}, "join has no fields")
 valid("poll", "request", {"type": "poll"}, "poll has no fields")
 valid("bye_request", "request", {"type": "bye"}, "bye has no fields")
@@ -231,6 +244,8 @@ invalid("reset_require_str", "request", {"type": "reset", "require": "select"}, 
         "require as a string, not an array")
 invalid("reset_unknown_field", "request", {"type": "reset", "policy": "sjf"}, "bad_field", "validate",
         "policy belongs in options, not at the top level")
+invalid("records_page_missing", "request", {"type": "records", "episode": 4}, "bad_field", "validate",
+        "records without page")
 invalid("join_unknown_field", "request", {"type": "join", "session": "default"}, "bad_field", "validate",
         "join has no fields (the session is chosen at hello)")
 invalid("poll_unknown_field", "request", {"type": "poll", "decision": 3}, "bad_field", "validate",
@@ -269,6 +284,10 @@ invalid("too_long_array", "request", {"type": "act", "decision": 1, "action": [0
 # ---- replies, valid
 valid("welcome", "reply", {"type": "welcome", "protocol": "1.0", "session": "default", "env": WELCOME_ENV},
       "welcome with a full env description")
+valid("welcome_token", "reply",
+      {"type": "welcome", "protocol": "1.3", "session": "exp-7", "env": {**WELCOME_ENV, "sessions": "private"},
+       "token": "3f9c2a7d41e0b8a6"},
+      "1.3: the session's token, which other agents present to join it; env.sessions says private or open")
 valid("decision_select", "reply", decision("select"), "a select decision with its observation")
 valid("decision_select_no_wait", "reply",
       decision("select", decision=13, step=41, time=500, observation=OBSERVATION_EMPTY, candidates=[9],
@@ -291,9 +310,13 @@ valid("reset_easy_variants", "request",
        "options": {"preset": "rlbf-public", "backfill_order": "sjf", "easy_extra": False},
        "reward": "relative:bsld:pct:fcfs:sjf+delay_penalty:0.001"},
       "1.2: a preset with options over it, the rlbf-scw cleaning, a sum of rewards")
+valid("decision_reward_int", "reply", decision("select", reward=0),
+      "an integer reward: an env sends floats, a reader accepts an integer too (section 3)")
 valid("decision_kill", "reply", decision("kill", candidates=[1], reward=0.25), "kill: candidates are running jobs")
 valid("pending", "reply", {"type": "pending", "episode": 2}, "pending with the episode number")
 valid("pending_bare", "reply", {"type": "pending"}, "pending without the optional episode")
+valid("pending_episode_zero", "reply", {"type": "pending", "episode": 0},
+      "pending before the session's first episode: episode 0")
 valid("episode_end_completed", "reply",
       {"type": "episode_end", "episode": 1, "reason": "completed", "metrics": METRICS, "reward": -4.27,
        "jobs": None}, "episode end with metrics and jobs nil")
@@ -303,6 +326,12 @@ valid("episode_end_records", "reply",
 valid("episode_end_reset", "reply",
       {"type": "episode_end", "episode": 3, "reason": "reset by 'sjf@12'", "metrics": {}, "reward": 0.0},
       "an episode ended early: empty metrics, optional jobs absent")
+valid("episode_end_paged", "reply",
+      {"type": "episode_end", "episode": 4, "reason": "completed", "metrics": METRICS, "reward": 0.0, "jobs": None,
+       "records_pages": 9},
+      "1.3: records too many for one message: jobs nil, fetch pages 0..8 with `records` requests")
+valid("records_reply", "reply", {"type": "records", "episode": 4, "page": 0, "pages": 9, "jobs": JOBS},
+      "1.3: one page of per-job records, the same columns as episode_end's jobs")
 valid("error_stale", "reply",
       {"type": "error", "code": "stale_decision", "message": "decision 99 is not pending for this agent",
        "recoverable": True, "pending": None}, "an error with no decision standing")

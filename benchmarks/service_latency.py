@@ -1,0 +1,182 @@
+"""The env server as a shared service: another session's latency during a long reset, and the
+cost of a decision over ipc:// beside the same decisions in process.
+
+    python benchmarks/service_latency.py
+    python benchmarks/service_latency.py --long-jobs 300000 --jobs 5000 --probes 20
+
+1. Never blocked. An `hpcgym env` process; session A, an agent with no kinds, resets a generated
+   workload of --long-jobs jobs (the whole episode runs inside that reset); meanwhile session B
+   says hello, resets a 50-job episode and says bye, --probes times. Printed: B's hello and reset
+   latencies (median and max), how many probes were answered before A's episode ended, and A's
+   reset time.
+2. Decisions. The SJF agent (`agents.runtime.run_agent`, the code behind `hpcgym agent sjf`) plays
+   one episode of a --jobs-job generated workload against `hpcgym env` over ipc://, then the same
+   episode through `EnvService.handle` in this process. Printed per transport: decisions/s, the
+   env's CPU per decision (over ipc:// read from /proc for the env process, all its threads) and
+   the agent's (this process's CPU, the runtime's validation included).
+
+Timings depend on the machine and what else runs there (the load average is printed): compare
+rows of one run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import msgpack
+import zmq
+
+from hpcgym.agents.base import PriorityAgent
+from hpcgym.agents.runtime import run_agent
+from hpcgym.environment.decisions import Decision
+from hpcgym.environment.service import EnvService
+from hpcgym.protocol.codec import decode, encode
+
+HPCGYM = str(Path(sys.executable).parent / "hpcgym")
+HELLO = {"type": "hello", "protocol": "1.3", "agent": "bench", "kinds": []}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, all its threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_env(address: str) -> subprocess.Popen:
+    env = subprocess.Popen([HPCGYM, "env", "--bind", address, "--max-jobs", "10000000"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sock = dealer(address)
+    try:
+        for _ in range(300):
+            if ask(sock, HELLO, 0.1) is not None:
+                ask(sock, {"type": "bye"})
+                return env
+        raise RuntimeError("hpcgym env did not start")
+    finally:
+        sock.close()
+
+
+def dealer(address: str) -> zmq.Socket:
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(address)
+    return sock
+
+
+def ask(sock: zmq.Socket, msg: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any] | None:
+    sock.send_multipart([b"", msgpack.packb(msg)])
+    if not sock.poll(int(timeout_s * 1000)):
+        return None
+    return msgpack.unpackb(sock.recv_multipart()[-1])
+
+
+def never_blocked(address: str, long_jobs: int, probes: int) -> None:
+    long = dealer(address)
+    ask(long, {**HELLO, "session": "long"})
+    ended: list[float] = []
+
+    def long_reset() -> None:
+        reply = ask(long, {"type": "reset", "workload": {"generate_jobs": long_jobs}}, 600)
+        while reply is not None and reply["type"] == "pending":
+            reply = ask(long, {"type": "poll"}, 600)
+        ended.append(time.monotonic())
+
+    began = time.monotonic()
+    thread = threading.Thread(target=long_reset)
+    thread.start()
+    time.sleep(0.5)  # the long episode is under way
+    hellos, resets, before_end = [], [], 0
+    for k in range(probes):
+        quick = dealer(address)
+        t0 = time.monotonic()
+        assert ask(quick, {**HELLO, "session": f"quick-{k}"})["type"] == "welcome"
+        t1 = time.monotonic()
+        end = ask(quick, {"type": "reset", "workload": {"generate_jobs": 50, "procs": 16}})
+        t2 = time.monotonic()
+        assert end["type"] == "episode_end", end
+        ask(quick, {"type": "bye"})
+        quick.close()
+        hellos.append(t1 - t0)
+        resets.append(t2 - t1)
+        before_end += not ended
+    thread.join()
+    long.close()
+    ms = lambda xs: f"median {statistics.median(xs) * 1000:.1f} ms, max {max(xs) * 1000:.1f} ms"  # noqa: E731
+    print(f"1. a {long_jobs:,}-job reset by an agent with no kinds took {ended[0] - began:.1f} s; meanwhile "
+          f"another session's hello: {ms(hellos)}; its 50-job reset: {ms(resets)}; "
+          f"{before_end} of {probes} probes answered before the long episode ended")
+
+
+def play_socket(address: str, env: subprocess.Popen, jobs: int) -> tuple[int, float, float, float]:
+    reset = {"workload": {"generate_jobs": jobs}, "options": {"policy": "sjf"}}
+    env0, agent0, t0 = cpu_seconds(env.pid), time.process_time(), time.perf_counter()
+    run = run_agent(PriorityAgent("sjf"), address, name="bench-sjf", session="decisions", reset=reset, timeout=60)
+    wall = time.perf_counter() - t0
+    return run.decisions, wall, cpu_seconds(env.pid) - env0, time.process_time() - agent0
+
+
+def play_in_process(jobs: int) -> tuple[int, float, float, float]:
+    svc, agent = EnvService(), PriorityAgent("sjf")
+    svc.handle(b"me", encode({**HELLO, "kinds": ["select"]}))
+    env_cpu = agent_cpu = 0.0
+    decisions = 0
+    t0 = time.perf_counter()
+    c = time.process_time()
+    (_, body), = svc.handle(b"me", encode({"type": "reset", "workload": {"generate_jobs": jobs},
+                                           "options": {"policy": "sjf"}}))
+    env_cpu += time.process_time() - c
+    while True:
+        c = time.process_time()
+        reply = decode(body)
+        if reply["type"] != "decision":
+            break
+        action = agent.act(Decision.from_message(reply))
+        msg = encode({"type": "act", "decision": reply["decision"], "action": action})
+        agent_cpu += time.process_time() - c
+        decisions += 1
+        c = time.process_time()
+        (_, body), = svc.handle(b"me", msg)
+        env_cpu += time.process_time() - c
+    return decisions, time.perf_counter() - t0, env_cpu, agent_cpu
+
+
+@click.command()
+@click.option("--long-jobs", type=click.IntRange(min=1000), default=1_000_000, show_default=True,
+              help="Jobs of the long reset of part 1.")
+@click.option("--probes", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Hello + reset probes of another session during it.")
+@click.option("--jobs", type=click.IntRange(min=100), default=10_000, show_default=True,
+              help="Jobs of the generated workload of part 2.")
+def main(long_jobs: int, probes: int, jobs: int) -> None:
+    """Another session's latency during a long reset; decisions/s and CPU per decision."""
+    folder = Path(tempfile.mkdtemp(prefix="hpcgym-bench-", dir="/tmp"))
+    address = f"ipc://{folder / 'env.ipc'}"
+    env = start_env(address)
+    try:
+        print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
+        never_blocked(address, long_jobs, probes)
+        print(f"2. SJF on {jobs:,} generated jobs (SJF order), one session")
+        print(f"   {'transport':<12}{'decisions':>10}{'decisions/s':>13}{'env CPU/decision':>18}"
+              f"{'agent CPU/decision':>20}")
+        for name, (n, wall, env_cpu, agent_cpu) in (("ipc://", play_socket(address, env, jobs)),
+                                                    ("in-process", play_in_process(jobs))):
+            print(f"   {name:<12}{n:>10,}{n / wall:>13,.0f}{env_cpu / n * 1e6:>15.0f} us"
+                  f"{agent_cpu / n * 1e6:>17.0f} us")
+    finally:
+        env.terminate()
+        env.wait(10)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
