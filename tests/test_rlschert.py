@@ -1,0 +1,86 @@
+"""RLSchert's pieces: kill with re-estimation, the running-job features and the rule-based kill
+teacher, on cases worked out by hand.
+
+Kill with re-estimation (three processors, FCFS, EASY, estimate `predicted`; a predictor that
+says the first value below before a run and the truth from each run's first revision, 100 s in):
+  J1 (1 proc, runs 1000 s, predicted 200) and J2 (1 proc, 3000 s, predicted 3000) start at 0.
+  t=100: J1's prediction becomes 1000 (more than twice 200): the kill agent kills it; 100
+         processor-seconds are lost; it requeues with estimate 1000 and restarts at once (2 free).
+  t=150: J3 (2 procs, 100 s) does not fit: reserved; shadow = J1's estimated end 100 + 1000.
+  t=160: J4 (1 proc, 500 s): 160 + 500 <= 1100: backfilled. (Requeued with its old estimate 200,
+         J1 would be expected to end at 300 and J4 would wait for J1's revision at 200.)
+  t=1100: J1 ends; J3 runs 1100-1200.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from hpcgym.agents.encoders import get_encoder
+from hpcgym.agents.rlschert import RuleKill
+from hpcgym.environment import simulator
+from hpcgym.environment.config import SimConfig
+from hpcgym.environment.errors import ConfigError
+from hpcgym.environment.simulator import simulate
+from tests.test_predictions import Stepped, jobs
+
+
+class KillWhenDoubled:
+    kinds = ("kill",)
+
+    def act(self, decision):
+        r = decision.observation["running"]
+        for job, p0, p in zip(r["id"], r["prediction0"], r["prediction"]):
+            if p > 2 * p0:
+                return job
+        return None
+
+
+def test_a_killed_job_requeues_with_its_current_prediction(monkeypatch):
+    monkeypatch.setattr(simulator, "RunningModel", lambda spec, run, seed: Stepped([200, 3000, 100, 500], True))
+    w = jobs([0, 0, 150, 160], [1000, 3000, 100, 500], [1, 1, 2, 1], [5000, 3000, 100, 500], procs=3)
+    result = simulate(w, SimConfig(prediction="running", estimate="predicted"), agents={"kill": KillWhenDoubled()})
+    j = result.jobs
+    assert j["start"].tolist() == [100, 0, 1100, 160]
+    assert j["end"].tolist() == [1100, 3000, 1200, 660]
+    assert j["kills"].tolist() == [1, 0, 0, 0]
+    assert j["lost_work"].tolist() == [100, 0, 0, 0]
+
+
+def running(now, rows, procs=8):
+    """An observation whose running table has `rows` of (id, start, submit, prediction0, prediction, size)."""
+    cols = list(zip(*rows)) if rows else [[]] * 6
+    names = ("id", "start", "submit", "prediction0", "prediction", "size")
+    return {"time": now, "procs": procs, "running": dict(zip(names, map(list, cols)))}
+
+
+def kill(rows, now=1000):
+    return RuleKill().act(SimpleNamespace(observation=running(now, rows)))
+
+
+def test_rule_kill_on_hand_cases():
+    # elapsed 200 <= 600; 600 < 3000 < 4000; changed by 3400 / 600 > 100%
+    assert kill([(5, 800, 0, 600, 4000, 1)]) == 5
+    assert kill([(5, 0, 0, 600, 4000, 1)]) is None       # ran 1000 s, longer than its pre-run 600
+    assert kill([(5, 800, 0, 3000, 7000, 1)]) is None    # not predicted under 50 min before
+    assert kill([(5, 800, 0, 1400, 3000, 1)]) is None    # not over 50 min now
+    assert kill([(5, 800, 0, 2000, 3500, 1)]) is None    # changed by 75% only
+    assert kill([(5, 400, 0, 600, 1200, 1), (6, 900, 0, 100, 3100, 1), (7, 900, 0, 100, 3100, 1)]) == 6
+    assert kill([]) is None
+    with pytest.raises(ConfigError, match="reads run-time predictions"):
+        RuleKill().act(SimpleNamespace(observation={"time": 0, "running": {"id": [1], "start": [0]}}))
+
+
+def test_running_prediction_features_by_hand():
+    enc = get_encoder("rlschert", 2, 8)
+    table = enc.encode(running(1000, [(5, 800, 500, 600, 1800, 4)])).reshape(2, 7)
+    log = lambda s: math.log1p(s) / math.log1p(7 * 24 * 3600)  # noqa: E731
+    # present, pre-run 600, current 1800, elapsed 200, since submit 500, change 2 -> 2/3, size 4/8
+    assert table[0] == pytest.approx([1, log(600), log(1800), log(200), log(500), 2 / 3, 0.5], rel=1e-6)
+    assert not table[1].any()
+    with pytest.raises(ValueError, match="reads run-time predictions"):
+        enc.encode({"time": 0, "procs": 8, "running": {"id": [1]}})
