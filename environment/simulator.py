@@ -857,11 +857,11 @@ class Simulation:
 
     def job_times(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Per job index: submit, start (-1 while queued), end (-1 while queued; the planned end
-        while running), run time, estimate and whether it is done, as int64/bool arrays
-        (per-decision rewards over the jobs in the system)."""
+        while running), run time, estimate, prediction (current while running, else pre-run) and
+        whether it is done, as int64/bool arrays (per-decision rewards over the jobs in the system)."""
         cols = {name: np.array([col[i] for i in indices], np.int64) for name, col in
                 (("submit", self._submit), ("start", self._start), ("end", self._end), ("run", self._run),
-                 ("estimate", self._est))}
+                 ("estimate", self._est), ("prediction", self._pred))}
         return {**cols, "done": np.array([self._state[i] == DONE for i in indices], bool)}
 
     def total_size(self, job_ids: Iterable[int]) -> int:

@@ -38,8 +38,8 @@ class Stepped:
     """A predictor for the test: `before` before the run, from the first revision on the truth
     (or `before` again, when `revise` is off)."""
 
-    def __init__(self, before: list[int], revise: bool) -> None:
-        self.spec = PredictionSpec("running", period=100)
+    def __init__(self, before: list[int], revise: bool, period: int = 100) -> None:
+        self.spec = PredictionSpec("running", period=period)
         self.prerun = np.array(before)
         self.revise = revise
 

@@ -84,3 +84,46 @@ def test_running_prediction_features_by_hand():
     assert not table[1].any()
     with pytest.raises(ValueError, match="reads run-time predictions"):
         enc.encode({"time": 0, "procs": 8, "running": {"id": [1]}})
+
+
+def dense_rewards(spec: str, monkeypatch) -> tuple[list[tuple[int, float]], float]:
+    """test_system_reward's three jobs on one processor (FCFS, a select agent taking the first
+    candidate: J1 0-100, J2 100-110, J3 110-130), predicted 50, 20 and 40 s before they run; J1's
+    prediction becomes 100 at its revision 40 s in (so a select decision comes at 40 too)."""
+    from hpcgym.environment.rewards import get_reward
+    from hpcgym.environment.simulator import Simulation
+
+    monkeypatch.setattr(simulator, "RunningModel", lambda spec, run, seed: Stepped([50, 20, 40], True, period=40))
+    w = jobs([0, 0, 50], [100, 10, 20], [1, 1, 1], [100, 10, 20], procs=1)
+    sim = Simulation(w, SimConfig(prediction="running"), external=["select"])
+    reward = get_reward(spec).make()
+    decision, steps = sim.reset(), []
+    while decision is not None:
+        steps.append((decision.time, reward.step(sim)))
+        decision = sim.step([decision.candidates[0]])
+    return steps, reward.end(sim, sim.result().summary)
+
+
+def test_eq9_predicted_slowdown_by_hand(monkeypatch):
+    """Rate: minus the sum of 1/prediction, each job's prediction as of the step (J1's is 100 from 40 on).
+    To 40: J1 40/100 + J2 40/20 = 2.4. To 50: 0.1 + 0.5. To 100: J1 0.5 + J2 2.5 + J3 50/40 = 4.25.
+    To 110: J2 0.5 + J3 0.25. End (130): J3 0.5."""
+    steps, end = dense_rewards("system_slowdown_prediction", monkeypatch)
+    assert [t for t, _ in steps] == [0, 0, 40, 50, 100, 100, 110]
+    assert [r for _, r in steps] == pytest.approx([0, 0, -2.4, -0.6, -4.25, 0, -0.75])
+    assert end == pytest.approx(-0.5)
+
+
+def test_eq10_jobs_in_system_by_hand(monkeypatch):
+    """Job-seconds in the system: to 40: 80; to 50: 20; to 100: 150; to 110: 20; end: 20. In all
+    290 = the response times 100 + 110 + 80."""
+    steps, end = dense_rewards("system_jobs", monkeypatch)
+    assert [r * 3600 for _, r in steps] == pytest.approx([0, 0, -80, -20, -150, 0, -20])
+    assert end * 3600 == pytest.approx(-20)
+
+
+def test_eq9_needs_predictions():
+    from hpcgym.environment.rewards import get_reward
+
+    with pytest.raises(ConfigError, match="reads run-time predictions"):
+        get_reward("system_slowdown_prediction").check(SimConfig())
