@@ -48,17 +48,27 @@ class RuleKill(Agent):
         return None
 
 
-#: What `hpcgym train rlschert` sets unless a flag says otherwise: the paper's Table 4 (PPO,
-#: clip 0.2, value coefficient 0.25, imitation 0.5 annealed to 0, entropy 0.02, lr 1e-4, batch 128,
-#: 5 epochs, lambda 0.95, gamma 0.99, KL target 0.01 stopped at 1.5x) and its MLP of 64-64; the
-#: kill decision over 8 running slots (the paper's kill outputs) with the running predictor and
-#: reservations on its predictions. The imitation term falls linearly to 0 over `imitation_decay`
-#: epochs (the paper says "annealed" without a schedule).
+#: Simulation options of each semantics (the env's `options`): hpcgym's event simulator with EASY
+#: reservations on the running predictor's predictions (the paper's own simulator, DeepRM's
+#: discrete-time one, is not built).
+SEMANTICS: dict[str, dict[str, Any]] = {
+    "event": {"backfill": "easy", "prediction": "running", "estimate": "predicted"},
+}
+SEMANTICS_WORKLOAD: dict[str, dict[str, Any]] = {"event": {}}
+#: Eq. (9): minus the sum over the jobs in the system of 1 / predicted length, per second.
+SEMANTICS_REWARD: dict[str, str] = {"event": "system_slowdown_prediction"}
+
+#: What `hpcgym train rlschert` sets unless a flag says otherwise: the paper's Table 4 (PPO, clip
+#: 0.2, value coefficient 0.25, imitation 0.5 annealed to 0, entropy 0.02, lr 1e-4, minibatch
+#: 128, 5 epochs, lambda 0.95, gamma 0.99, KL target 0.01) and its MLP of 64-64; 16 sequences of
+#: 200 jobs per epoch (its num_ex and simu_len); the kill decision over 8 running slots (its kill
+#: outputs) with the rule-based kill as teacher, episodes cut at 3,000 decisions (its max_seq: a
+#: policy that kills at random may never finish a sequence). The paper anneals the imitation weight without
+#: saying how: here it falls linearly to 0 over 20 update epochs (`imitation_epochs`).
 TRAINING_DEFAULTS: dict[str, Any] = {
-    "kind": "kill", "encoder": "rlschert+nodes", "policy": "fcfs", "jobs": 256, "trajectories": 16, "window": 8,
-    "reward": "system_slowdown_prediction", "teacher": "rlschert-rule",
-    "options": {"backfill": "easy", "prediction": "running", "estimate": "predicted"},
+    "kind": "kill", "encoder": "rlschert+nodes", "policy": "fcfs", "jobs": 200, "trajectories": 16, "window": 8,
+    "semantics": "event", "teacher": "rlschert-rule", "max_steps": 3000,
     "config": {"net": "mlp", "hidden": [64, 64], "activation": "tanh", "lr": 1e-4, "gamma": 0.99,
                "gae_lambda": 0.95, "clip": 0.2, "update_epochs": 5, "minibatch_size": 128, "target_kl": 0.01,
-               "vf_coef": 0.25, "ent_coef": 0.02, "imitation_coef": 0.5, "imitation_decay": 20},
+               "vf_coef": 0.25, "ent_coef": 0.02, "imitation_coef": 0.5, "imitation_epochs": 20},
 }
