@@ -17,9 +17,10 @@ import torch
 
 from ..base import Agent
 from ..slots import action_slot, slot_mask
+from .policy import MaskedCategorical
 
 
-def imitation_loss(dist: torch.distributions.Categorical, teacher: torch.Tensor) -> torch.Tensor:
+def imitation_loss(dist: MaskedCategorical, teacher: torch.Tensor) -> torch.Tensor:
     """mean over the labelled rows (teacher >= 0) of -log pi(teacher | s); 0 when none is."""
     labelled = teacher >= 0
     if not bool(labelled.any()):
