@@ -271,6 +271,9 @@ class _AgentCommand(click.Command):
             ("Inspect agents (agents/inspectors.py; serve one with --join while the agent that resets "
              "asks for it with --require inspect)",
              [(n, t) for n, k, t in rows if k == ("inspect",)]),
+            ("Kill agents (agents/rlschert.py; they read run-time predictions, which only in-process "
+             "simulations have for now: docs/rlschert.md)",
+             [(n, t) for n, k, t in rows if k == ("kill",)]),
         ]
         with formatter.section("Built-in agents (AGENT)"):
             for title, items in groups:

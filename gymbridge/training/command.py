@@ -152,8 +152,8 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
 @click.pass_context
 def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fraction, curriculum, backfill,
           policy, base, semantics, teacher, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets,
-          max_steps, discard_after, epochs, trajectories, envs, seed, out, checkpoint_every, resume, eval_episodes, baselines,
-          device, threads, progress) -> None:
+          max_steps, discard_after, epochs, trajectories, envs, seed, out, checkpoint_every, resume, eval_episodes,
+          baselines, device, threads, progress) -> None:
     """Train ALGORITHM (pg, a2c, ppo or dql; dras-pg, dras-a2c, dras-ppo or dras-dql: the same with
     DRAS's defaults; schedinspector, rlbf, rlschert: PPO with SchedInspector's, RL backfilling's or
     RLSchert's; irl-dqn: DQL with IRL's teacher's) and write curve.csv, checkpoints and eval.json to OUT."""
