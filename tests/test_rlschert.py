@@ -127,3 +127,24 @@ def test_eq9_needs_predictions():
 
     with pytest.raises(ConfigError, match="reads run-time predictions"):
         get_reward("system_slowdown_prediction").check(SimConfig())
+
+
+def test_compare_fails_a_unit_whose_policy_never_stops_killing(tmp_path):
+    """An always-kill policy never ends its episode (each kill requeues the job): the compare unit
+    fails with one line once it has killed more than 100 times per job."""
+    from hpcgym.environment.swf import write_swf
+    from hpcgym.gymbridge.compare.policy import parse_policy
+    from hpcgym.gymbridge.compare.unit import UnitFailed, _run_inproc
+
+    trace = tmp_path / "two.swf"
+    write_swf(trace, jobs([0, 0], [5000, 5000], [1, 1], [5000, 5000]))
+    task = {"seed": 0, "options": {"prediction": "running", "estimate": "predicted"}}
+    with pytest.raises(UnitFailed, match="killed 201 times in one episode"):
+        _run_inproc(parse_policy("kill:tests.test_rlschert:KillFirst,fcfs"), task, trace)
+
+
+class KillFirst:
+    kinds = ("kill",)
+
+    def act(self, decision):
+        return decision.candidates[0]

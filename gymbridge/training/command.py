@@ -231,7 +231,8 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         lr = preset["lr"] if lr is None else lr
         gamma = preset["gamma"] if gamma is None else gamma
         sets = (*(f"{k}={json.dumps(v)}" for k, v in config.items()), *sets)  # the user's --set come last
-        baselines = baselines or (policy,)
+        # the teacher (with the same base policy) is a baseline too: what did learning add to it?
+        baselines = baselines or ((policy, f"{kind}:{teacher},{policy}") if teacher else (policy,))
     elif base is not None or semantics is not None:
         raise ConfigError(f"--base and --semantics belong to {' and '.join(PAPER_AGENTS)}")
     torch.set_num_threads(threads)
