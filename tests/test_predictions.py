@@ -141,3 +141,14 @@ def test_options_and_bad_input():
     for bad in ("running:1,2", "learned", "user_history:3", "oracle"):
         with pytest.raises(ConfigError):
             PredictionSpec.parse(bad)
+
+
+def test_a_trace_without_user_ids_is_one_line_on_the_command_line():
+    from click.testing import CliRunner
+
+    from hpcgym.gymbridge.cli import main
+
+    result = CliRunner().invoke(main, ["run", "--jobs", "50", "--prediction", "user_history"])  # Lublin: no users
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.output.strip().splitlines() == [result.output.strip()]
+    assert "user_history needs user ids" in result.output
