@@ -12,6 +12,9 @@ Encoders (by name in `ENCODERS`; `get_encoder("a+b", ...)` concatenates any of t
   names (`gymbridge.env`).
 - `running`: `RunningJobEncoder`, one row per running job (`observation["running"]`, by
   estimated end), padded to `window`. Row k is the job kill action k + 1 names.
+- `rlschert`: `PredictionRunningEncoder`, RLSchert's running-job features (pre-run and current
+  prediction, elapsed, time since submit, relative change of the prediction, size), rows as
+  `running`'s. Needs an env with a run-time predictor.
 - `nodes`: `NodeAvailabilityEncoder`, the share of processors free now and at increasing
   horizons, assuming running jobs end at their estimated ends.
 - `dras`: `DRASEncoder`, DRAS's table of window jobs and one row per node.
@@ -210,6 +213,39 @@ class RunningJobEncoder(WindowTableEncoder):
         np.minimum(block[3], 1.0, out=block[3])
         table[:n, 0] = 1.0
         table[:n, 1:5] = block.T
+
+
+class PredictionRunningEncoder(WindowTableEncoder):
+    """RLSchert's running-job features for the kill decision: the running jobs (in the kill
+    decision's order) as `window` rows. Needs an env with a run-time predictor (the observation's
+    `running.prediction0`/`prediction`, docs/semantics.md section 12).
+
+    Columns (in [0, 1]; padding rows zero): `present`; `prediction0` (the pre-run prediction),
+    `prediction` (the current one), `elapsed` (`now - start`), `age` (`now - submit`), all on the
+    log time scale; `change` (c = |prediction - prediction0| / prediction0, as c / (1 + c): a
+    prediction doubled gives 0.5); `size` (/ processors).
+    """
+
+    COLUMNS = ("present", "prediction0", "prediction", "elapsed", "age", "change", "size")
+
+    def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
+        r = observation["running"]
+        if "prediction" not in r:
+            raise ValueError("encoder rlschert reads run-time predictions: give the env a predictor "
+                             "(option prediction, e.g. running)")
+        n = min(len(r["id"]), self.window)
+        if not n:
+            return
+        now = observation["time"]
+        block = np.array([c[:n] for c in (r["prediction0"], r["prediction"], r["start"], r["submit"], r["size"])],
+                         np.float64)
+        table = out.reshape(self.window, len(self.COLUMNS))
+        change = np.abs(block[1] - block[0]) / np.maximum(block[0], 1.0)
+        table[:n, 5] = change / (1.0 + change)
+        table[:n, 6] = np.minimum(block[4] / (self.procs or observation["procs"]), 1.0)
+        block[2:4] = now - block[2:4]
+        table[:n, 1:5] = _log_time(block[:4]).T
+        table[:n, 0] = 1.0
 
 
 class NodeAvailabilityEncoder(Encoder):
@@ -462,6 +498,7 @@ class IRLEncoder(WindowTableEncoder):
 ENCODERS: dict[str, Callable[..., Encoder]] = {
     "jobs": lambda window, procs, max_rejections=72, **_: JobTableEncoder(window, procs, max_rejections),
     "running": lambda window, procs, **_: RunningJobEncoder(window, procs),
+    "rlschert": lambda window, procs, **_: PredictionRunningEncoder(window, procs),
     "nodes": lambda window, procs, **_: NodeAvailabilityEncoder(procs),
     "dras": lambda window, procs, priority_size=None, **_: DRASEncoder(window, procs, priority_size),
     "schedinspector": lambda window, procs, **_: InspectorEncoder(),

@@ -26,6 +26,7 @@ from ..environment.priorities import POLICIES
 from .inspectors import AcceptAllInspector, RejectLargeInspector
 from .knapsack import KnapsackAgent
 from .packing import BinPackingAgent, RandomPackingAgent, TetrisAgent, TetrisStarAgent
+from .rlschert import RuleKill
 
 #: Built-in agents other than the priority policies: name -> factory (keyword arguments pass on).
 BUILTIN_AGENTS: dict[str, Callable[..., Agent]] = {
@@ -38,6 +39,7 @@ BUILTIN_AGENTS: dict[str, Callable[..., Agent]] = {
     "tetris-star": TetrisStarAgent,
     "accept-all": AcceptAllInspector,
     "reject-large": RejectLargeInspector,
+    "rlschert-rule": RuleKill,
 }
 
 #: What each of `BUILTIN_AGENTS` does, in one line (`hpcgym agent --help` lists them).
@@ -51,6 +53,7 @@ BUILTIN_HELP: dict[str, str] = {
     "tetris-star": "Tetris with a preference for short jobs",
     "accept-all": "accept every pick",
     "reject-large": "reject a pick that cannot start now if another job could",
+    "rlschert-rule": "RLSchert's rule-based kill of a job mispredicted as short (needs predictions)",
 }
 
 

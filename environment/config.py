@@ -6,6 +6,7 @@ from dataclasses import dataclass, fields
 from numbers import Integral
 
 from .errors import ConfigError
+from .predictions import PredictionSpec
 
 BACKFILL_MODES = ("easy", "conservative", "none")
 #: In which order EASY scans the waiting jobs for backfilling (and lists an agent's candidates).
@@ -14,7 +15,7 @@ BACKFILL_ORDERS = ("queue", "submit", "sjf")
 #: job (by estimates), or every one that fits now.
 BACKFILL_CANDIDATES = ("guarded", "unguarded")
 OVERRUN_MODES = ("run", "kill")
-ESTIMATE_KINDS = ("requested", "actual", "noisy")
+ESTIMATE_KINDS = ("requested", "actual", "noisy", "predicted")
 
 
 def check_int(value: object, what: str, minimum: int) -> int:
@@ -31,6 +32,8 @@ class EstimateSpec:
     """Which run-time estimate reservations are computed with.
 
     `noisy` multiplies the actual run time by (1 + error * u), u uniform in [-1, 1], seeded.
+    `predicted` follows the simulation's `prediction`: a queued job's pre-run prediction, a
+    running job's current one.
     """
 
     kind: str = "requested"
@@ -41,7 +44,7 @@ class EstimateSpec:
         """Parse `requested`, `actual` or `noisy:E` (E a relative error such as 0.2)."""
         kind, _, arg = text.strip().partition(":")
         if kind not in ESTIMATE_KINDS:
-            raise ConfigError(f"unknown estimate {text!r}: use requested, actual or noisy:E (e.g. noisy:0.2)")
+            raise ConfigError(f"unknown estimate {text!r}: use requested, actual, predicted or noisy:E (e.g. noisy:0.2)")
         if kind != "noisy":
             if arg:
                 raise ConfigError(f"estimate {kind!r} takes no argument, got {text!r}")
@@ -98,7 +101,11 @@ class SimConfig:
         until it starts (not recomputed as jobs end).
     one_event: one event per scheduling pass (arrivals before finishes at equal times); off: all
         events of an instant, then one pass.
-    seed: seeds every random choice of the run (noisy estimates, the random policy).
+    prediction: the run-time predictor (environment/predictions.py): none, user_history,
+        learned:MODEL or running[:PRE,RUN,END[,PERIOD]]; with estimate `predicted` reservations
+        follow its predictions. In-process only: the protocol does not carry predictions yet.
+    seed: seeds every random choice of the run (noisy estimates, the random policy, the running
+        predictor's errors).
     """
 
     backfill: str = "easy"
@@ -116,13 +123,24 @@ class SimConfig:
     strict_shadow: bool = False
     keep_shadow: bool = False
     one_event: bool = False
+    prediction: PredictionSpec = PredictionSpec()
     seed: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.estimate, str):
             object.__setattr__(self, "estimate", EstimateSpec.parse(self.estimate))
         if not isinstance(self.estimate, EstimateSpec):
-            raise ConfigError(f"estimate must be requested, actual or noisy:E, got {self.estimate!r}")
+            raise ConfigError(f"estimate must be requested, actual, predicted or noisy:E, got {self.estimate!r}")
+        if isinstance(self.prediction, str):
+            object.__setattr__(self, "prediction", PredictionSpec.parse(self.prediction))
+        if not isinstance(self.prediction, PredictionSpec):
+            raise ConfigError(f"prediction must be a string such as running or user_history, got {self.prediction!r}")
+        if self.estimate.kind == "predicted" and not self.prediction.on:
+            raise ConfigError("estimate predicted needs a predictor: set prediction to user_history, learned:MODEL "
+                              "or running")
+        if self.estimate.kind == "predicted" and self.backfill == "conservative":
+            raise ConfigError("conservative backfilling does not re-plan on predictions yet; with estimate "
+                              "predicted use backfill easy or none")
         for name in ("window", "max_interval", "max_rejections", "seed"):
             if name == "max_rejections" and self.max_rejections is None:
                 continue
@@ -148,8 +166,10 @@ class SimConfig:
 
     def to_options(self) -> dict[str, object]:
         """Every option (the seed aside) as a reset's `options` map."""
-        options = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "seed"}
+        options = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("seed", "prediction")}
         options["estimate"] = str(self.estimate)
+        if self.prediction.on:  # only then: the protocol does not know the option yet
+            options["prediction"] = str(self.prediction)
         return options
 
 

@@ -170,8 +170,11 @@ class DRASCapacityRuntime(DRASCapacity):
 class SystemSlowdown(Reward):
     """DeepRM's slowdown reward over every job in the system (Mao et al., HotNets 2016; IRL's
     reward A; RLSchert eq. 9): at each instant, minus the sum of 1/t_j over the jobs queued or
-    running, t_j the job's run time (`times="run"`, the ideal time the papers mean) or its
-    estimate (`"estimate"`, what reservations use), at least 1 s. Dense: each `step` returns
+    running, t_j the job's run time (`times="run"`, the ideal time the papers mean), its
+    estimate (`"estimate"`, what reservations use) or its prediction (`"prediction"`, RLSchert's
+    eq. 9: a running job's current prediction as of the step, a waiting job's pre-run one), at
+    least 1 s; or `"hour"`, t_j = 1 hour for every job (RLSchert's eq. 10: minus the job-hours in
+    the system, adding up to minus the sum of the response times in hours). Dense: each `step` returns
     the integral over the time since the previous one, so over an episode the rewards add up to
     minus the sum of (end - submit) / t_j, the jobs' slowdowns. With `wait=True` the rate is
     minus the sum of (w_j + t_j) / t_j, w_j the job's wait so far (IRL's reward I), integrated
@@ -197,7 +200,7 @@ class SystemSlowdown(Reward):
         lo = np.maximum(since, t["submit"]).astype(np.float64)
         hi = np.where(t["done"], np.minimum(t["end"], now), now).astype(np.float64)
         hi = np.maximum(hi, lo)
-        ideal = np.maximum(t[self.times], 1).astype(np.float64)
+        ideal = np.full(len(jobs), 3600.0) if self.times == "hour" else np.maximum(t[self.times], 1).astype(np.float64)
         if not self.wait:
             return -float(np.sum((hi - lo) / ideal))
         start = np.where(t["start"] >= 0, t["start"], np.inf)
@@ -415,6 +418,25 @@ REWARDS: dict[str, RewardSpec] = {
 }
 
 
+def _needs_prediction(config: Any) -> str | None:
+    return None if config.prediction.on else "it reads run-time predictions: set the option prediction (e.g. running)"
+
+
+#: Rewards of in-process simulations only: the `welcome` does not list them, since the protocol
+#: does not carry predictions yet (RLSchert's eqs. 9 and 10; docs/rlschert.md).
+IN_PROCESS_REWARDS: dict[str, RewardSpec] = {
+    r.name: r
+    for r in (
+        RewardSpec("system_slowdown_prediction", "as system_slowdown with the predicted run time: a running job's "
+                                                 "current prediction, a waiting one's pre-run one (RLSchert eq. 9)",
+                   lambda: SystemSlowdown("prediction"), _needs_prediction),
+        RewardSpec("system_jobs", "dense: minus the job-hours spent in the system (queued or running) since the "
+                                  "previous decision; an episode's rewards add up to minus the sum of the response "
+                                  "times in hours (RLSchert eq. 10)", lambda: SystemSlowdown("hour")),
+    )
+}
+
+
 def get_reward(name: str) -> RewardSpec:
     """The spec called `name`: one of `REWARDS`, or a `relative:` name."""
     if not isinstance(name, str):
@@ -426,9 +448,9 @@ def get_reward(name: str) -> RewardSpec:
     if name == "delay_penalty" or name.startswith("delay_penalty:"):
         return delay_spec(name)
     try:
-        return REWARDS[name]
+        return REWARDS[name] if name in REWARDS else IN_PROCESS_REWARDS[name]
     except KeyError:
-        raise ConfigError(f"unknown reward {name!r}; use one of {', '.join(REWARDS)}, "
+        raise ConfigError(f"unknown reward {name!r}; use one of {', '.join([*REWARDS, *IN_PROCESS_REWARDS])}, "
                           f"{RELATIVE_SYNTAX} or {DELAY_SYNTAX}, or several joined by '+'") from None
 
 

@@ -1,8 +1,9 @@
 """The event-driven simulation: run until a decision, then apply it.
 
 The cluster is a count of processors. Events are job submits (read in order from the workload),
-job finishes (a heap) and one optional wake-up (set when an inspector rejects a pick). All
-events of one instant are applied first, finishes before submits; then one scheduling pass runs
+job finishes (a heap), one optional wake-up (set when an inspector rejects a pick) and, with a
+running predictor, prediction revisions of running jobs (a heap). All events of one instant are
+applied first, finishes before submits before revisions; then one scheduling pass runs
 (select -> inspect -> start or reserve -> backfill), then the kill decision; a kill frees
 processors, so one more pass follows it.
 
@@ -30,6 +31,7 @@ from .config import SimConfig
 from .decisions import BACKFILL, INSPECT, KILL, SELECT, Action, Decision, check_kinds
 from .errors import ConfigError, InvalidAction
 from .metrics import RunResult
+from .predictions import RunningModel, UserHistory, check_users, load_prerun_model
 from .workload import Workload
 
 NEVER = sys.maxsize
@@ -78,10 +80,13 @@ class Simulation:
             est = w.requested
         elif cfg.estimate.kind == "actual":
             est = run
-        else:
+        elif cfg.estimate.kind == "noisy":
             rng = np.random.default_rng(cfg.seed)
             noise = rng.uniform(-1.0, 1.0, len(w))
             est = np.maximum(1, np.rint(run * (1.0 + cfg.estimate.error * noise))).astype(np.int64)
+        self._prepare_predictions(run)
+        if cfg.estimate.kind == "predicted":
+            est = np.asarray(self._prerun, np.int64)
         self._ids = w.job_id.tolist()
         self._index = {job: i for i, job in enumerate(self._ids)}
         self._submit = w.submit.tolist()
@@ -90,6 +95,7 @@ class Simulation:
         self._req = w.requested.tolist()
         self._est = est.tolist()
         self._user = w.user.tolist()
+        self._predicted = cfg.estimate.kind == "predicted"
         self._columns = {"id": w.job_id, "submit": w.submit, "requested": w.requested, "size": w.size}
         if self.policy.prepare is not None:
             self._columns.update(self.policy.prepare(w))
@@ -98,6 +104,20 @@ class Simulation:
             rank = np.empty(len(w), dtype=np.int64)
             rank[order] = np.arange(len(w))
             self._rank = rank.tolist()
+
+    def _prepare_predictions(self, run: np.ndarray) -> None:
+        """The pre-run predictions known before the episode (user_history's are made at submit)."""
+        spec, w = self.config.prediction, self.workload
+        check_users(w, spec)
+        self._model: RunningModel | None = None
+        if spec.kind == "running":
+            self._model = RunningModel(spec, run, self.config.seed)
+            prerun = self._model.prerun
+        elif spec.kind == "learned":
+            prerun = load_prerun_model(spec.model).predict(w)
+        else:
+            prerun = w.requested
+        self._prerun = prerun.tolist()
 
     # ----------------------------------------------------------------- driving
     def reset(self) -> Decision | None:
@@ -109,6 +129,13 @@ class Simulation:
         self._kills = [0] * n
         self._rejections = [0] * n
         self._lost = [0] * n
+        # predictions: the pre-run one (made again at a kill) and the current one
+        self._pred0 = list(self._prerun)
+        self._pred = list(self._prerun)
+        self._history = UserHistory() if self.config.prediction.kind == "user_history" else None
+        self._revisions: list[tuple[int, int, int]] = []  # heap of (time, index, start) of running jobs
+        if self._predicted:
+            self._est = list(self._prerun)
         self._start_kind = [-1] * n  # how the job's latest start came about: READY, RESERVED, BACKFILLED
         self._held = [READY] * n     # EASY/none: RESERVED once the job was the reserved job of a pass
         self._queue: list[int] = []
@@ -213,6 +240,8 @@ class Simulation:
                 t = finishes[0][0]
             if self._wakeup < t:
                 t = self._wakeup
+            if self._revisions and self._revisions[0][0] < t:
+                t = self._revisions[0][0]
             if t == NEVER:
                 return
             self.queue_area += len(queue) * (t - self.now)
@@ -230,6 +259,8 @@ class Simulation:
                     self._enqueue(self._next_submit)
                     self._next_submit += 1
                     happened = True
+            if self._revisions and self._revisions[0][0] == t:
+                happened = self._revise(t) or happened
             if not happened:
                 continue  # only the finish of a run that was killed: not a scheduling instance
             self._wakeup = NEVER
@@ -248,6 +279,8 @@ class Simulation:
             self._enqueue(self._next_submit)
             self._next_submit += 1
             return True
+        if not self._finishes or self._finishes[0][0] != t:
+            return False  # only prediction revisions are due
         _, i = heapq.heappop(self._finishes)
         if self._state[i] == RUNNING and self._end[i] == t:
             self._complete(i)
@@ -308,6 +341,10 @@ class Simulation:
 
     # ----------------------------------------------------------------- job transitions
     def _enqueue(self, i: int) -> None:
+        if self._history is not None and self._kills[i] == 0:  # predicted when submitted
+            self._pred0[i] = self._pred[i] = self._history.predict(self._user[i], self._req[i])
+            if self._predicted:
+                self._est[i] = self._pred0[i]
         self._state[i] = QUEUED
         if self._conservative:
             self._unplaced.append(i)
@@ -337,8 +374,34 @@ class Simulation:
         if self.policy.usage:
             self._charge(i, self._size[i], now)
         self._start_log += (i, now, self.procs - self.free)
+        self._pred[i] = self._pred0[i]  # a queued job's estimate is already its pre-run prediction
         insort(self._running, (now + self._est[i], i))
         heapq.heappush(self._finishes, (end, i))
+        if self._model is not None and now + self._model.spec.period < end:
+            heapq.heappush(self._revisions, (now + self._model.spec.period, i, now))
+
+    def _revise(self, now: int) -> bool:
+        """Revise the predictions of the running jobs due at `now`; True if one changed (then a
+        scheduling pass follows: with estimate `predicted` reservations move)."""
+        revisions, model, period = self._revisions, self._model, self._model.spec.period
+        changed = False
+        while revisions and revisions[0][0] == now:
+            _, i, start = heapq.heappop(revisions)
+            if self._state[i] != RUNNING or self._start[i] != start:
+                continue  # killed since
+            if now + period < self._end[i]:
+                heapq.heappush(revisions, (now + period, i, start))
+            new = model.at(i, self._run[i], now - start)
+            if new == self._pred[i]:
+                continue
+            changed = True
+            self._pred[i] = new
+            if self._predicted:
+                running = self._running
+                del running[bisect_left(running, (start + self._est[i], i))]
+                self._est[i] = new
+                insort(running, (start + new, i))
+        return changed
 
     def _release(self, i: int) -> None:
         running = self._running
@@ -353,14 +416,20 @@ class Simulation:
 
     def _complete(self, i: int) -> None:
         self._release(i)
+        if self._history is not None:
+            self._history.completed(self._user[i], self._run[i])
         self._state[i] = DONE
         self._completed += 1
         if self._progress is not None and self._completed % 1024 == 0:
             self._progress(self._completed)
 
     def _kill(self, i: int) -> None:
-        """Kill a running job and put it back in the queue; its work so far is lost."""
+        """Kill a running job and put it back in the queue; its work so far is lost. Its current
+        prediction becomes its pre-run one (and, with estimate `predicted`, its estimate)."""
         self._release(i)
+        self._pred0[i] = self._pred[i]
+        if self._predicted:
+            self._est[i] = self._pred[i]
         self._lost[i] += (self.now - self._start[i]) * self._size[i]
         self._kills[i] += 1
         self._start[i] = self._end[i] = -1
@@ -721,7 +790,7 @@ class Simulation:
         window = self._queue[:self.config.window]
         running = [i for _, i in self._running]
         ids, submit, size, req, est = self._ids, self._submit, self._size, self._req, self._est
-        return {
+        obs = {
             "time": now,
             "procs": self.procs,
             "free": self.free,
@@ -746,6 +815,15 @@ class Simulation:
             },
             "context": dict(decision.context),
         }
+        if self.config.prediction.on:  # in-process only: the protocol does not carry these yet
+            obs["queue"]["prediction"] = [self._pred0[i] for i in window]
+            obs["running"].update(submit=[submit[i] for i in running], prediction0=[self._pred0[i] for i in running],
+                                  prediction=[self._pred[i] for i in running])
+        return obs
+
+    def prerun_predictions(self) -> list[int]:
+        """Each job's pre-run prediction so far (remade at a kill; user_history's at submit)."""
+        return list(self._pred0)
 
     # ----------------------------------------------------------------- job starts (per-decision rewards)
     @property
@@ -779,11 +857,11 @@ class Simulation:
 
     def job_times(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Per job index: submit, start (-1 while queued), end (-1 while queued; the planned end
-        while running), run time, estimate and whether it is done, as int64/bool arrays
-        (per-decision rewards over the jobs in the system)."""
+        while running), run time, estimate, prediction (current while running, else pre-run) and
+        whether it is done, as int64/bool arrays (per-decision rewards over the jobs in the system)."""
         cols = {name: np.array([col[i] for i in indices], np.int64) for name, col in
                 (("submit", self._submit), ("start", self._start), ("end", self._end), ("run", self._run),
-                 ("estimate", self._est))}
+                 ("estimate", self._est), ("prediction", self._pred))}
         return {**cols, "done": np.array([self._state[i] == DONE for i in indices], bool)}
 
     def total_size(self, job_ids: Iterable[int]) -> int:

@@ -45,7 +45,7 @@ SUMMARY_LABELS = [
 #: loading the comparison, training and protocol machinery.
 LAZY_COMMANDS = {"protocol": ".protocol_commands:protocol", "train": ".training.command:train",
                  "compare": ".compare:compare", "record": ".compare.record:record", "distill": ".distill:distill",
-                 "tree": ".distill:tree_command"}
+                 "tree": ".distill:tree_command", "predict": ".predict:predict"}
 
 
 class HpcgymGroup(click.Group):
@@ -120,7 +120,11 @@ def _rules(ctx: click.Context, **given: Any) -> dict[str, Any]:
               help="Priority policy that orders the queue.")
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
 @click.option("--estimate", default="requested", show_default=True, callback=_estimate,
-              help="Run-time estimate for reservations: requested, actual or noisy:E (e.g. noisy:0.2).")
+              help="Run-time estimate for reservations: requested, actual, predicted (the --prediction's) or "
+                   "noisy:E (e.g. noisy:0.2).")
+@click.option("--prediction", default="none", show_default=True,
+              help="Run-time predictor: none, user_history, learned:MODEL.json (hpcgym predict fit) or "
+                   "running[:PRE,RUN,END[,PERIOD]] (docs/semantics.md section 12).")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default="run", show_default=True,
               help="A job past its requested time: run to its recorded end, or kill it at its walltime.")
 @_rule_options
@@ -137,16 +141,17 @@ def _rules(ctx: click.Context, **given: Any) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--jobs-out", type=click.Path(path_type=Path, dir_okay=False), help="Write per-job records as CSV.")
 @click.pass_context
-def run(ctx, trace, procs, strict, skip_malformed, policy, backfill, estimate, overrun, exact_requests, commit_pick,
-        preset, n_jobs, start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out) -> None:
+def run(ctx, trace, procs, strict, skip_malformed, policy, backfill, estimate, prediction, overrun, exact_requests,
+        commit_pick, preset, n_jobs, start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out) -> None:
     """Replay a trace (or the generated default workload) with a policy and print its metrics."""
     check_part(ctx, train_fraction)
     spec = _workload_spec(trace, procs, strict, skip_malformed)
     spec.update(jobs=n_jobs, start=start, sample=sample, sampled_jobset=sampled_jobset,
                 train_fraction=train_fraction, part=part)
     workload = load_workload(spec, seed)
-    config = SimConfig(seed=seed, **_rules(ctx, backfill=backfill, estimate=estimate, overrun=overrun,
-                                           exact_requests=exact_requests, commit_pick=commit_pick, preset=preset))
+    config = SimConfig(seed=seed, prediction=prediction,
+                       **_rules(ctx, backfill=backfill, estimate=estimate, overrun=overrun,
+                                exact_requests=exact_requests, commit_pick=commit_pick, preset=preset))
     backfill = config.backfill
     result = _simulate_with_progress(workload, config, policy)
     if jobs_out is not None:
@@ -287,6 +292,9 @@ class _AgentCommand(click.Command):
             ("Inspect agents (agents/inspectors.py; serve one with --join while the agent that resets "
              "asks for it with --require inspect)",
              [(n, t) for n, k, t in rows if k == ("inspect",)]),
+            ("Kill agents (agents/rlschert.py; they read run-time predictions, which only in-process "
+             "simulations have for now: docs/rlschert.md)",
+             [(n, t) for n, k, t in rows if k == ("kill",)]),
         ]
         with formatter.section("Built-in agents (AGENT)"):
             for title, items in groups:

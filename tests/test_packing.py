@@ -351,6 +351,7 @@ def test_builtin_names():
     assert isinstance(load_agent("sjf"), PriorityAgent) and isinstance(load_agent("random"), PriorityAgent)
     assert load_agent("knapsack-capacity-runtime").capacity_time == "runtime"
     assert set(BUILTIN_AGENTS) == {"knapsack", "knapsack-capacity", "knapsack-capacity-runtime", "binpacking",
-                                   "random-packing", "tetris", "tetris-star", "accept-all", "reject-large"}
+                                   "random-packing", "tetris", "tetris-star", "accept-all", "reject-large",
+                                   "rlschert-rule"}
     with pytest.raises(HpcgymError, match="knapsack"):
         load_agent("no-such-agent")

@@ -176,7 +176,7 @@ class ActorCriticAlgorithm(Algorithm):
         reward = t.reward
         if t.truncated and not t.terminated:
             reward += self.config.gamma * float(self.values(t.next_obs[None])[0])
-        storage.add(t.env, t.obs, t.mask, t.action, t.extras["logp"], t.extras["value"], reward, t.done)
+        storage.add(t.env, t.obs, t.mask, t.action, t.extras["logp"], t.extras["value"], reward, t.done, t.teacher)
 
     def collect(self, runner: Runner, episodes: int) -> tuple[Any, list]:
         """`episodes` whole episodes into a fresh RolloutStorage."""

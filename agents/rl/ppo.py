@@ -11,6 +11,11 @@ The passes stop early once the approximate KL divergence from the collecting pol
 mean((ratio - 1) - log ratio), exceeds target_kl (checked after every minibatch): the clip
 bounds each step, the KL stop bounds the whole update.
 
+With `imitation_coef` > 0 (RLSchert's eq. 11) the loss also has alpha_t * mean(-log pi(a_T|s))
+over the steps a teacher labelled (a_T: the teacher agent's action there, agents/rl/imitation.py),
+alpha_t = imitation_coef * max(0, 1 - t / imitation_epochs) at the t-th update epoch (0-based):
+the teacher guides the first updates and none after `imitation_epochs`.
+
 With `value_epochs` set, the value loss leaves that sum and gets its own passes afterwards, which
 the KL stop does not cut short, and `vf_lr` gives the critic its own learning rate: Spinning Up's
 PPO, which SchedInspector trains with (80 policy and 80 value iterations, 3e-4 and 1e-3).
@@ -24,6 +29,7 @@ import numpy as np
 import torch
 
 from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance
+from .imitation import imitation_loss
 from .storage import RolloutStorage
 
 
@@ -47,11 +53,28 @@ class PPOConfig:
     target_kl: float | None = 0.02  # None: never stop early
     normalize_advantages: bool = True
     max_grad_norm: float = 0.5
+    imitation_coef: float = 0.0     # alpha_t at the first update (0: no imitation term)
+    imitation_epochs: int = 1       # update epochs over which alpha_t falls linearly to 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.imitation_coef, bool) or not isinstance(self.imitation_coef, (int, float)) \
+                or not 0 <= self.imitation_coef < float("inf"):
+            raise ValueError(f"imitation_coef must be a finite number >= 0, got {self.imitation_coef!r}")
+        if isinstance(self.imitation_epochs, bool) or not isinstance(self.imitation_epochs, int) \
+                or self.imitation_epochs < 1:
+            raise ValueError(f"imitation_epochs (the epochs over which the imitation weight falls to 0) must be an "
+                             f"integer >= 1, got {self.imitation_epochs!r}")
+
+    def imitation_weight(self, epoch: int) -> float:
+        """alpha_t at update epoch `epoch` (0-based)."""
+        return self.imitation_coef * max(0.0, 1.0 - epoch / self.imitation_epochs)
 
 
 def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages: torch.Tensor,
-               returns: torch.Tensor, config: PPOConfig, rng: np.random.Generator) -> dict[str, float]:
-    """The clipped-objective passes over one batch; returns the last minibatch's statistics."""
+               returns: torch.Tensor, config: PPOConfig, rng: np.random.Generator,
+               imitation: float = 0.0) -> dict[str, float]:
+    """The clipped-objective passes over one batch (plus `imitation` times the imitation term);
+    returns the last minibatch's statistics."""
     n = len(advantages)
     stats: dict[str, float] = {}
     stopped = False
@@ -68,6 +91,9 @@ def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages
             policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - config.clip, 1 + config.clip) * adv).mean()
             entropy = dist.entropy().mean()
             loss = policy_loss - config.ent_coef * entropy
+            if imitation > 0:
+                imitated = imitation_loss(dist, batch["teacher"][idx])
+                loss = loss + imitation * imitated
             if config.value_epochs is None:
                 value_loss = ((model.value(batch["obs"][idx]) - returns[idx]) ** 2).mean()
                 loss = loss + config.vf_coef * value_loss
@@ -82,6 +108,8 @@ def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages
                      "clip_fraction": clip_fraction, "grad_norm": grad_norm}
             if config.value_epochs is None:
                 stats["value_loss"] = value_loss.item()
+            if imitation > 0:
+                stats["imitation_loss"] = imitated.item()
         if stopped:
             break
     for _ in range(config.value_epochs or 0):
@@ -99,9 +127,17 @@ class PPO(ActorCriticAlgorithm):
     name = "ppo"
     Config = PPOConfig
 
+    epochs_done = 0   # update epochs so far (the imitation weight's clock)
+
     def train_epoch(self, runner, episodes: int) -> dict[str, float]:
         storage, ended = self.collect(runner, episodes)
         return {**episode_stats(ended), **self.update(storage)}
+
+    def extra_state(self) -> dict[str, int]:
+        return {"epochs_done": self.epochs_done}
+
+    def load_extra_state(self, state: dict[str, int]) -> None:
+        self.epochs_done = int(state.get("epochs_done", 0))
 
     def update(self, storage: RolloutStorage) -> dict[str, float]:
         """The clipped passes over the steps in `storage`: GAE advantages and returns
@@ -112,7 +148,11 @@ class PPO(ActorCriticAlgorithm):
         adv, ret = (torch.as_tensor(x, device=self.device, dtype=torch.float32)
                     for x in storage.advantages(c.gamma, c.gae_lambda))
         before = self.updates
-        stats = ppo_update(self.model, self.clip_and_step, batch, adv, ret, c, self.rng)
+        weight = c.imitation_weight(self.epochs_done)
+        stats = ppo_update(self.model, self.clip_and_step, batch, adv, ret, c, self.rng, weight)
+        self.epochs_done += 1
+        if c.imitation_coef:
+            stats["imitation_weight"] = weight
         with torch.no_grad():
             stats["explained_variance"] = explained_variance(self.model.value(batch["obs"]), ret)
         return {**stats, "updates": self.updates - before}

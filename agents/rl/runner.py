@@ -11,7 +11,9 @@ and the epoch is over when they have all ended, so no episode spans two epochs. 
 Gymnasium's TimeLimit does): a policy that kills jobs at random may never finish its sequence.
 With `discard_after`, such an episode is instead thrown away: the caller drops its steps
 (`on_discard(env)`), it does not count towards the epoch, and another episode takes its place
-(SchedInspector's code discards trajectories past 10 inspections per job).
+(SchedInspector's code discards trajectories past 10 inspections per job). With `teacher`, each
+state's env `info` is shown to it and its answer (the action a teacher agent would take there,
+-1: none) rides on the step's transition, for imitation (agents/rl/imitation.py).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class Transition:
     truncated: bool
     next_obs: np.ndarray
     next_mask: np.ndarray
+    teacher: int = -1
 
     @property
     def done(self) -> bool:
@@ -66,8 +69,10 @@ class Runner:
     def __init__(self, envs: Sequence[Any], seed_of: Callable[[int], int], next_episode: int = 0,
                  max_steps: int | None = None,
                  options_of: Callable[[int], dict[str, Any] | None] | None = None,
-                 discard_after: int | None = None) -> None:
+                 discard_after: int | None = None,
+                 teacher: Callable[[dict[str, Any]], int] | None = None) -> None:
         self.envs = list(envs)
+        self.teacher = teacher
         self.options_of = options_of
         self.max_steps = max_steps
         self.discard_after = discard_after
@@ -79,6 +84,7 @@ class Runner:
         self.obs: list[np.ndarray | None] = [None] * n
         self.mask: list[np.ndarray | None] = [None] * n
         self.current: list[Episode | None] = [None] * n
+        self.label = [-1] * n   # the teacher's action in each env's current state
         self.to_start = 0
         self.steps = 0
 
@@ -102,6 +108,7 @@ class Runner:
         obs, info = self.envs[i].reset(seed=episode.seed, **({"options": options} if options else {}))
         self.obs[i] = np.asarray(obs, dtype=np.float32)
         self.mask[i] = action_mask(info, self.n_actions)
+        self.label[i] = self.teacher(info) if self.teacher is not None else -1
         self.current[i] = episode
 
     def round(self, policy: Policy, on_step: Callable[[Transition], None] | None = None,
@@ -132,8 +139,10 @@ class Runner:
                 truncated = True
             if on_step is not None:
                 on_step(Transition(i, self.obs[i], self.mask[i], action, {k: v[row] for k, v in extras.items()},
-                                   float(reward), bool(terminated), bool(truncated), obs, mask))
+                                   float(reward), bool(terminated), bool(truncated), obs, mask, self.label[i]))
             self.obs[i], self.mask[i] = obs, mask
+            if self.teacher is not None:
+                self.label[i] = -1 if terminated else self.teacher(info)
             if not terminated and self.discard_after is not None and episode.length >= self.discard_after:
                 on_discard(i)
                 self.discarded += 1

@@ -50,7 +50,9 @@ def discounted_returns(rewards: Sequence[float], dones: Sequence[bool], last_val
 class RolloutStorage:
     """What on-policy methods collect: per env, its steps in order; flattened by `batch`."""
 
-    FIELDS = ("obs", "mask", "action", "logp", "value", "reward", "done")
+    #: `teacher`: the action a teacher agent would take in the step's state, -1 where none
+    #: (imitation, agents/rl/imitation.py).
+    FIELDS = ("obs", "mask", "action", "logp", "value", "reward", "done", "teacher")
 
     def __init__(self, n_envs: int) -> None:
         self.n_envs = n_envs
@@ -58,9 +60,9 @@ class RolloutStorage:
         self.last_values = [0.0] * n_envs
 
     def add(self, env: int, obs: np.ndarray, mask: np.ndarray, action: int, logp: float, value: float,
-            reward: float, done: bool) -> None:
+            reward: float, done: bool, teacher: int = -1) -> None:
         s = self.steps[env]
-        for name, v in zip(self.FIELDS, (obs, mask, action, logp, value, reward, done)):
+        for name, v in zip(self.FIELDS, (obs, mask, action, logp, value, reward, done, teacher)):
             s[name].append(v)
 
     def discard_open(self, env: int) -> None:
@@ -95,7 +97,7 @@ class RolloutStorage:
         return np.concatenate(out) if out else np.zeros(0)
 
     def batch(self, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
-        """Every stored step as tensors: obs, mask, action, logp, value, reward, done."""
+        """Every stored step as tensors: obs, mask, action, logp, value, reward, done, teacher."""
         steps = [s for s in self.steps if s["action"]]
         out = {}
         for name in self.FIELDS:
@@ -104,7 +106,8 @@ class RolloutStorage:
                 array = np.stack(values)
             else:
                 array = np.asarray(values)
-            dtype = {"mask": torch.bool, "action": torch.long, "done": torch.bool}.get(name, torch.float32)
+            dtype = {"mask": torch.bool, "action": torch.long, "done": torch.bool, "teacher": torch.long}.get(
+                name, torch.float32)
             out[name] = torch.as_tensor(array, device=device).to(dtype)
         return out
 

@@ -87,9 +87,16 @@ def _records(jobs: dict[str, Any], procs: int) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- in process
+#: Kills per job of the episode after which a unit fails: a kill policy that kills at every
+#: decision (an untrained or badly trained one) would otherwise never end its episode.
+MAX_KILLS_PER_JOB = 100
+
+
 class _TimedAgent:
-    def __init__(self, agent: Any, label: str, samples: list[float], log: Any = None) -> None:
+    def __init__(self, agent: Any, label: str, samples: list[float], log: Any = None,
+                 max_kills: int | None = None) -> None:
         self.agent, self.label, self.samples, self.log = agent, label, samples, log
+        self.max_kills, self.kills = max_kills, 0
 
     def act(self, decision: Any) -> Any:
         t0 = time.perf_counter()
@@ -98,6 +105,11 @@ class _TimedAgent:
         except Exception as exc:
             raise UnitFailed(f"agent {self.label} raised {_describe(exc)}") from exc
         self.samples.append(time.perf_counter() - t0)
+        if decision.kind == "kill" and action is not None and self.max_kills is not None:
+            self.kills += 1
+            if self.kills > self.max_kills:
+                raise UnitFailed(f"agent {self.label} killed {self.kills} times in one episode (over "
+                                 f"{MAX_KILLS_PER_JOB} per job): a policy that kills at every decision never ends it")
         if self.log is not None:
             self.log.add(decision, action)
         return action
@@ -150,7 +162,7 @@ def _run_inproc(policy: PolicySpec, task: dict[str, Any], trace: Path) -> dict[s
         instances.append(agent)
         samples = latency.setdefault(kinds_key(agent.kinds), [])
         for kind in agent.kinds:
-            agents[kind] = _TimedAgent(agent, spec.label, samples, log)
+            agents[kind] = _TimedAgent(agent, spec.label, samples, log, MAX_KILLS_PER_JOB * len(workload))
     config = SimConfig(seed=task["seed"], **expand_preset(_sim_options(policy, task)))
     result = simulate(workload, config, policy=policy.priority, agents=agents)
     for agent in instances:

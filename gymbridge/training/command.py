@@ -27,13 +27,14 @@ from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
 
 BASE_ALGORITHMS = ("pg", "a2c", "ppo", "dql")
-#: dras-ALGO: ALGO with DRAS's defaults (`agents.dras.TRAINING_DEFAULTS`); schedinspector and rlbf: PPO
-#: with SchedInspector's and RL backfilling's (`agents.schedinspector`, `agents.rlbf`); irl-dqn: DQL
+#: dras-ALGO: ALGO with DRAS's defaults (`agents.dras.TRAINING_DEFAULTS`); schedinspector, rlbf and
+#: rlschert: PPO with SchedInspector's, RL backfilling's and RLSchert's (`agents.schedinspector`,
+#: `agents.rlbf`, `agents.rlschert`; RLSchert's with its rule-based kill as teacher); irl-dqn: DQL
 #: with IRL's teacher's (`agents.irl.TRAINING_DEFAULTS`). Flags still win.
 #: Papers' agents trained by PPO with their module's TRAINING_DEFAULTS and SEMANTICS (agents/NAME.py).
-PAPER_AGENTS = ("schedinspector", "rlbf")
+PAPER_AGENTS = ("schedinspector", "rlbf", "rlschert")
 ALGORITHMS = (*BASE_ALGORITHMS, *(f"dras-{a}" for a in BASE_ALGORITHMS), *PAPER_AGENTS, "irl-dqn")
-SEMANTICS = ("code", "public", "scw", "textbook")
+SEMANTICS = ("code", "public", "scw", "textbook", "event")
 KIND_CHOICES = (*KINDS, "select+backfill")
 
 
@@ -100,7 +101,11 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
 @click.option("--semantics", type=click.Choice(SEMANTICS),
               help="schedinspector: code (the authors' code, default) or textbook (docs/schedinspector.md); "
                    "rlbf: public (the public code, default), scw (the code of the paper's tables) or textbook "
-                   "(docs/rlbackfilling.md).")
+                   "(docs/rlbackfilling.md); rlschert: event (hpcgym's event simulator, docs/rlschert.md).")
+@click.option("--teacher", metavar="AGENT",
+              help="ppo: an agent whose actions the imitation term (--set imitation_coef=A --set "
+                   "imitation_epochs=N) pulls the policy towards: a built-in name (e.g. rlschert-rule, sjf), "
+                   "module:Class or model:PATH (rlschert: rlschert-rule).")
 @click.option("--window", type=click.IntRange(min=1), default=128, show_default=True,
               help="Queue jobs the agent sees and chooses from.")
 @click.option("--wait/--no-wait", "allow_wait", default=True, show_default=True,
@@ -146,12 +151,12 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
                    "--no-progress: neither).")
 @click.pass_context
 def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fraction, curriculum, backfill,
-          policy, base, semantics, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets, max_steps,
-          discard_after, epochs, trajectories, envs, seed, out, checkpoint_every, resume, eval_episodes, baselines,
-          device, threads, progress) -> None:
+          policy, base, semantics, teacher, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets,
+          max_steps, discard_after, epochs, trajectories, envs, seed, out, checkpoint_every, resume, eval_episodes,
+          baselines, device, threads, progress) -> None:
     """Train ALGORITHM (pg, a2c, ppo or dql; dras-pg, dras-a2c, dras-ppo or dras-dql: the same with
-    DRAS's defaults; schedinspector, rlbf: PPO with SchedInspector's or RL backfilling's; irl-dqn: DQL
-    with IRL's teacher's) and write curve.csv, checkpoints and eval.json to OUT."""
+    DRAS's defaults; schedinspector, rlbf, rlschert: PPO with SchedInspector's, RL backfilling's or
+    RLSchert's; irl-dqn: DQL with IRL's teacher's) and write curve.csv, checkpoints and eval.json to OUT."""
     try:
         import gymnasium  # noqa: F401
         import torch
@@ -210,6 +215,8 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         window = S.get("window", window) if unset("window") else window
         trajectories = S["trajectories"] if unset("trajectories") else trajectories
         reward = paper.SEMANTICS_REWARD[semantics] if unset("reward") else reward
+        teacher = teacher or S.get("teacher")
+        max_steps = max_steps or S.get("max_steps")
         options = dict(paper.SEMANTICS[semantics])
         workload_keys = dict(paper.SEMANTICS_WORKLOAD[semantics])
         first_jobs = workload_keys.pop("first_jobs", None)
@@ -224,7 +231,8 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         lr = preset["lr"] if lr is None else lr
         gamma = preset["gamma"] if gamma is None else gamma
         sets = (*(f"{k}={json.dumps(v)}" for k, v in config.items()), *sets)  # the user's --set come last
-        baselines = baselines or (policy,)
+        # the teacher (with the same base policy) is a baseline too: what did learning add to it?
+        baselines = baselines or ((policy, f"{kind}:{teacher},{policy}") if teacher else (policy,))
     elif base is not None or semantics is not None:
         raise ConfigError(f"--base and --semantics belong to {' and '.join(PAPER_AGENTS)}")
     torch.set_num_threads(threads)
@@ -278,7 +286,7 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
             config=_algorithm_config(algorithm, net, hidden, lr, gamma, sets), epochs=epochs,
             trajectories=trajectories, envs=envs, seed=seed, checkpoint_every=checkpoint_every,
             eval_episodes=eval_episodes, no_wait=not allow_wait, max_steps=max_steps, discard_after=discard_after,
-            curriculum=phases,
+            curriculum=phases, teacher=teacher,
             baselines=tuple(baselines) or ("fcfs", "sjf"))
     settings.eval_episodes = eval_episodes
     if not resume and trace is not None and train_fraction is None and eval_episodes:

@@ -38,6 +38,7 @@ from ...agents.rl.checkpoint import (Checkpoint, CheckpointError, checkpoint_kin
 from ...agents.rl.runner import Runner
 from ...agents.slots import drop_last_slot
 from ...environment.decisions import BACKFILL, SELECT
+from ...environment.config import SimConfig
 from ...environment.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ class TrainSettings:
     max_steps: int | None = None  # cut an episode after this many decisions (None: never)
     discard_after: int | None = None  # throw an episode away at this many decisions (None: never)
     curriculum: list[list[Any]] | None = None   # [[phase, episodes], ...] (see `curriculum_phase`)
+    teacher: str | None = None    # ppo: an agent (agents.runtime.load_agent's names) labelling each state for imitation
 
     def to_json(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self), default=str))
@@ -99,7 +101,7 @@ def make_env(settings: TrainSettings, workload: dict[str, Any] | None = None, re
     def one(spec: dict[str, Any]):
         env = make(kinds[0] if len(kinds) == 1 else kinds, workload=dict(spec), options=dict(settings.options),
                    reward=settings.reward, encoder=settings.encoder, seed=settings.seed, remote=remote,
-                   decision_info=False)
+                   decision_info=settings.teacher is not None)  # a teacher reads the pending decision
         return NoWait(env) if settings.no_wait and {SELECT, BACKFILL} & set(kinds) else env
 
     if settings.curriculum and workload is None:
@@ -292,7 +294,22 @@ class Trainer:
             next_episode = 0
         options_of = (lambda j: {"phase": curriculum_phase(s.curriculum, j)}) if s.curriculum else None
         self.runner = Runner(envs, lambda j: train_seed(s.seed, j), next_episode, s.max_steps, options_of,
-                             s.discard_after)
+                             s.discard_after, self._teacher())
+
+    def _teacher(self):
+        """The labeller of the teacher agent (None without one); imitation without a teacher, or a
+        teacher without PPO's imitation term, is a mistake worth one line."""
+        s, coef = self.settings, getattr(self.algo.config, "imitation_coef", None)
+        if s.teacher is None:
+            if coef:
+                raise ConfigError("imitation_coef > 0 imitates a teacher: name one (--teacher AGENT)")
+            return None
+        if coef is None:
+            raise ConfigError(f"--teacher needs ppo (its imitation term), not {s.algorithm}")
+        from ...agents.rl.imitation import teacher_labeller
+        from ...agents.runtime import load_agent
+
+        return teacher_labeller(load_agent(s.teacher), s.options.get("window", SimConfig.window))
 
     # ---------------------------------------------------------------- the loop
     def train(self, resume: bool = False) -> list[dict[str, Any]]:

@@ -1,0 +1,236 @@
+"""Run-time predictions: what a scheduler believes a job will run, before and while it runs.
+
+RLSchert (Wang et al. 2021) schedules with a prediction of each job's run time that is made
+before the job starts (the *pre-run* prediction) and refined while it runs (the *current*
+prediction). Three predictors are offered (docs/semantics.md section 12):
+
+- `user_history`: the mean of the run times of the user's last two jobs completed in this
+  episode, capped by the request; the request while the user has fewer than two (Tsafrir,
+  Etsion, Feitelson 2007). Known at submit; it does not change while the job runs.
+- `learned:MODEL`: a ridge regression of log run time on the fields a scheduler knows at submit
+  (user, queue, size, requested time, hour of day), fitted on a trace's training part by
+  `fit_prerun_model` (`hpcgym predict fit`) and stored as JSON. Numpy only.
+- `running[:PRE,RUN,END[,PERIOD]]`: a *model* of a predictor hpcgym cannot have (RLSchert's
+  network reads each job's output log while it runs). It knows the true run time and adds a
+  seeded error whose mean absolute size is PRE (0.4) before the run, falls linearly while it runs
+  so that its mean over the run is RUN (0.1), and is END (0.03) at the end; the prediction is
+  revised every PERIOD seconds of a job's run (300, the paper's time step).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ConfigError
+from .workload import Workload
+
+PREDICTION_KINDS = ("none", "user_history", "learned", "running")
+PREDICTION_SYNTAX = "none, user_history, learned:MODEL.json or running[:PRE,RUN,END[,PERIOD]]"
+#: The running model's defaults: the paper's reported mean absolute percentage errors (Table 5:
+#: about 40% before the run and 10% while it runs; Fig. 6: a few percent near the end) and its
+#: 5-minute time step.
+RUNNING_DEFAULTS = (0.4, 0.1, 0.03, 300)
+
+
+@dataclass(frozen=True)
+class PredictionSpec:
+    """Which predictor a simulation runs (`none`: no predictions at all)."""
+
+    kind: str = "none"
+    model: str = ""
+    pre: float = RUNNING_DEFAULTS[0]
+    run: float = RUNNING_DEFAULTS[1]
+    end: float = RUNNING_DEFAULTS[2]
+    period: int = RUNNING_DEFAULTS[3]
+
+    @classmethod
+    def parse(cls, text: str) -> PredictionSpec:
+        kind, _, arg = str(text).strip().partition(":")
+        if kind not in PREDICTION_KINDS:
+            raise ConfigError(f"unknown prediction {text!r}: use {PREDICTION_SYNTAX}")
+        if kind == "learned":
+            if not arg:
+                raise ConfigError("prediction learned needs its model file, e.g. learned:model.json "
+                                  "(fit one with hpcgym predict fit)")
+            return cls(kind, model=arg)
+        if kind != "running":
+            if arg:
+                raise ConfigError(f"prediction {kind!r} takes no argument, got {text!r}")
+            return cls(kind)
+        if not arg:
+            return cls(kind)
+        parts = arg.split(",")
+        try:
+            values = [float(p) for p in parts[:3]]
+            period = int(parts[3]) if len(parts) == 4 else RUNNING_DEFAULTS[3]
+        except ValueError:
+            values = []
+        if len(values) != 3 or len(parts) > 4:
+            raise ConfigError(f"prediction running takes PRE,RUN,END[,PERIOD], e.g. running:0.4,0.1,0.03,300; "
+                              f"got {text!r}")
+        pre, run, end = values
+        if not (0 <= end <= run and 0 <= pre <= 10 and run <= 5):
+            raise ConfigError(f"prediction running needs 0 <= END <= RUN <= 5 and 0 <= PRE <= 10, got {text!r}")
+        if period < 1:
+            raise ConfigError(f"prediction running's PERIOD must be at least 1 s, got {period}")
+        return cls(kind, pre=pre, run=run, end=end, period=period)
+
+    def __str__(self) -> str:
+        if self.kind == "learned":
+            return f"learned:{self.model}"
+        if self.kind == "running":
+            return f"running:{self.pre:g},{self.run:g},{self.end:g},{self.period}"
+        return self.kind
+
+    @property
+    def on(self) -> bool:
+        return self.kind != "none"
+
+
+def check_users(workload: Workload, spec: PredictionSpec) -> None:
+    """`user_history` reads user ids: a trace without them (SWF field 12 all -1) cannot have it."""
+    if spec.kind == "user_history" and len(workload) and not (workload.user >= 0).any():
+        raise ConfigError(f"prediction user_history needs user ids, and {workload.name!r} has none (SWF field 12 "
+                          "is -1 throughout); use prediction running or learned:MODEL")
+
+
+class UserHistory:
+    """Per user, the run times of their last two completed jobs."""
+
+    def __init__(self) -> None:
+        self._last: dict[int, tuple[int, ...]] = {}
+
+    def completed(self, user: int, run: int) -> None:
+        self._last[user] = (*self._last.get(user, ())[-1:], run)
+
+    def predict(self, user: int, requested: int) -> int:
+        """The mean of the last two, rounded up, at most `requested`; `requested` without two."""
+        last = self._last.get(user, ())
+        if user < 0 or len(last) < 2:
+            return requested
+        return min(requested, (last[0] + last[1] + 1) // 2)
+
+
+class RunningModel:
+    """The running predictor's model: per job two seeded draws, z0 (before the run) and z1
+    (while it runs), each a random sign times an exponential of mean 1, so that the mean
+    absolute relative error is the spec's PRE before the run and m(f) at progress f = elapsed /
+    run, m falling linearly from 2 RUN - END to END (mean RUN over the run)."""
+
+    def __init__(self, spec: PredictionSpec, run: np.ndarray, seed: int) -> None:
+        rng = np.random.default_rng([seed, 0x5C4E])
+        n = len(run)
+        signs = rng.choice([-1.0, 1.0], size=(2, n))
+        z = signs * rng.exponential(1.0, size=(2, n))
+        self.spec = spec
+        self._z1 = z[1].tolist()
+        self.prerun = np.maximum(1, np.rint(run * (1.0 + spec.pre * z[0]))).astype(np.int64)
+
+    def at(self, i: int, run: int, elapsed: int) -> int:
+        """Job i's prediction of its whole run time after `elapsed` seconds of running: never
+        below elapsed + 1 (it still runs)."""
+        s = self.spec
+        f = min(elapsed / run, 1.0)
+        m = s.end + (2 * s.run - 2 * s.end) * (1.0 - f)
+        return max(elapsed + 1, int(round(run * (1.0 + m * self._z1[i]))))
+
+
+# ----------------------------------------------------------------- the learned pre-run predictor
+MODEL_FORMAT = 1
+#: A user or queue gets its own weight when the training part has at least this many of its jobs.
+MIN_CATEGORY_JOBS = 5
+RIDGE = 1.0
+
+
+def _hours(workload: Workload) -> np.ndarray:
+    """Hour of day of each submit (the header's UnixStartTime, when given, sets the clock)."""
+    try:
+        offset = int(workload.header.get("UnixStartTime", "0").split()[0])
+    except (ValueError, IndexError):
+        offset = 0
+    return ((workload.submit + offset) % 86400) // 3600
+
+
+def _features(workload: Workload, users: list[int], queues: list[int]) -> np.ndarray:
+    n = len(workload)
+    cols = [np.ones(n), np.log1p(workload.requested), np.log1p(workload.size),
+            np.eye(24)[_hours(workload)].T]
+    for values, known in ((workload.user, users), (workload.queue, queues)):
+        position = {v: k for k, v in enumerate(known)}
+        onehot = np.zeros((len(known), n))
+        for row, v in enumerate(values.tolist()):
+            k = position.get(v)
+            if k is not None:
+                onehot[k, row] = 1.0
+        cols.append(onehot)
+    return np.vstack([np.atleast_2d(c) for c in cols]).T
+
+
+@dataclass(frozen=True)
+class PrerunModel:
+    """Ridge regression of log(run time) on submit-time fields; predictions capped by the request."""
+
+    users: list[int]
+    queues: list[int]
+    weights: list[float]
+
+    def predict(self, workload: Workload) -> np.ndarray:
+        log_run = _features(workload, self.users, self.queues) @ np.asarray(self.weights)
+        guess = np.rint(np.exp(np.clip(log_run, 0.0, 30.0))).astype(np.int64)
+        return np.clip(guess, 1, np.maximum(workload.requested, 1))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        Path(path).write_text(json.dumps({"format": MODEL_FORMAT, "kind": "hpcgym-prerun-ridge",
+                                          "users": self.users, "queues": self.queues, "weights": self.weights}))
+
+
+def fit_prerun_model(workload: Workload) -> PrerunModel:
+    """Fit on `workload` (a trace's training part): users and queues with at least
+    MIN_CATEGORY_JOBS jobs get a weight each, the rest share the intercept."""
+    if not len(workload):
+        raise ConfigError("cannot fit a run-time predictor on no jobs; check the trace and --train-fraction")
+    common = []
+    for values in (workload.user, workload.queue):
+        kept, counts = np.unique(values[values >= 0], return_counts=True)
+        common.append(kept[counts >= MIN_CATEGORY_JOBS].tolist())
+    x = _features(workload, *common)
+    y = np.log(np.maximum(workload.run, 1))
+    penalty = RIDGE * np.eye(x.shape[1])
+    penalty[0, 0] = 0.0  # the intercept is not shrunk
+    weights = np.linalg.solve(x.T @ x + penalty, x.T @ y)
+    return PrerunModel(common[0], common[1], weights.tolist())
+
+
+_LOADED: dict[tuple[str, int], PrerunModel] = {}
+
+
+def load_prerun_model(path: str | os.PathLike[str]) -> PrerunModel:
+    """The model saved at `path` (read once per file version)."""
+    try:
+        key = (str(Path(path).resolve()), os.stat(path).st_mtime_ns)
+    except OSError:
+        raise ConfigError(f"prediction model {os.fspath(path)!r} not found; fit one with hpcgym predict fit") from None
+    if key not in _LOADED:
+        try:
+            data = json.loads(Path(path).read_text())
+            if data.get("kind") != "hpcgym-prerun-ridge" or data.get("format") != MODEL_FORMAT:
+                raise ValueError
+            _LOADED[key] = PrerunModel([int(u) for u in data["users"]], [int(q) for q in data["queues"]],
+                                       [float(w) for w in data["weights"]])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise ConfigError(f"{os.fspath(path)} is not an hpcgym run-time model; fit one with hpcgym predict "
+                              "fit") from None
+    return _LOADED[key]
+
+
+def mape(predicted: np.ndarray, actual: np.ndarray) -> float:
+    """Mean absolute percentage error, in percent."""
+    actual = np.maximum(np.asarray(actual, np.float64), 1.0)
+    return float(np.mean(np.abs(np.asarray(predicted, np.float64) - actual) / actual) * 100.0) if len(actual) \
+        else math.nan

@@ -1,0 +1,57 @@
+"""`hpcgym predict`: fit the learned pre-run run-time predictor and measure predictors' errors.
+
+    hpcgym predict fit --trace SDSC-SP2-1998-4.2-cln.swf.gz --train-fraction 0.8 --out sp2.json
+    hpcgym predict score --trace SDSC-SP2-1998-4.2-cln.swf.gz --train-fraction 0.8 --prediction learned:sp2.json
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..environment.config import SimConfig
+from ..environment.predictions import fit_prerun_model, mape
+from ..environment.simulator import Simulation
+from ..environment.spec import load_workload
+
+TRACE = click.option("--trace", type=click.Path(path_type=Path, dir_okay=False), required=True,
+                     help="SWF trace (a path, or a file name found in $HPCGYM_TRACES).")
+FRACTION = click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+                        default=0.8, show_default=True, help="The first fraction is the training part.")
+
+
+@click.group()
+def predict() -> None:
+    """Run-time predictors (docs/semantics.md section 12)."""
+
+
+@predict.command()
+@TRACE
+@FRACTION
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="Model file (JSON).")
+def fit(trace, train_fraction, out) -> None:
+    """Fit the learned pre-run predictor on the training part; print its MAPE on both parts."""
+    spec = {"trace": trace, "train_fraction": train_fraction}
+    train, test = (load_workload({**spec, "part": part}) for part in ("train", "test"))
+    model = fit_prerun_model(train)
+    model.save(out)
+    click.echo(json.dumps({"model": str(out), "train_jobs": len(train), "test_jobs": len(test),
+                           "train_mape": round(mape(model.predict(train), train.run), 1),
+                           "test_mape": round(mape(model.predict(test), test.run), 1)}))
+
+
+@predict.command()
+@TRACE
+@FRACTION
+@click.option("--prediction", required=True, help="user_history, learned:MODEL or running[:PRE,RUN,END[,PERIOD]].")
+@click.option("--seed", type=int, default=0, show_default=True)
+def score(trace, train_fraction, prediction, seed) -> None:
+    """The MAPE of the pre-run predictions on the test part (replayed by FCFS + EASY: user
+    history depends on which jobs have completed)."""
+    test = load_workload({"trace": trace, "train_fraction": train_fraction, "part": "test"})
+    sim = Simulation(test, SimConfig(prediction=prediction, seed=seed))
+    sim.run()
+    click.echo(json.dumps({"prediction": prediction, "test_jobs": len(test),
+                           "prerun_mape": round(mape(sim.prerun_predictions(), sim.result().jobs["run"]), 1)}))

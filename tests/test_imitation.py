@@ -1,0 +1,109 @@
+"""Teacher-guided PPO (RLSchert's eq. 11): the imitation term, its labels and its schedule."""
+
+from __future__ import annotations
+
+import csv
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from click.testing import CliRunner  # noqa: E402
+
+from hpcgym.agents.base import PriorityAgent  # noqa: E402
+from hpcgym.agents.rl.imitation import imitation_loss, teacher_labeller  # noqa: E402
+from hpcgym.agents.rl.ppo import PPO, PPOConfig, ppo_update  # noqa: E402
+from hpcgym.agents.rlschert import RuleKill  # noqa: E402
+from hpcgym.gymbridge.cli import main  # noqa: E402
+
+
+def test_imitation_loss_by_hand():
+    """Uniform over 3 actions: -log(1/3) per labelled row; unlabelled rows (-1) add nothing; a row
+    whose logits are (log 3, 0, 0) gives the teacher's action 0 the probability 3/5."""
+    from hpcgym.agents.rl.policy import MaskedCategorical
+
+    logits = torch.tensor([[0.0, 0, 0], [0, 0, 0], [math.log(3), 0, 0]])
+    dist = MaskedCategorical(logits, torch.ones(3, 3, dtype=torch.bool))
+    assert float(imitation_loss(dist, torch.tensor([2, -1, 0]))) == pytest.approx((math.log(3) - math.log(3 / 5)) / 2)
+    assert float(imitation_loss(dist, torch.tensor([-1, -1, -1]))) == 0.0
+
+
+def updated_teacher_probability(weight: float) -> tuple[float, float]:
+    """A 2-feature, 3-action policy updated on a batch with zero advantages (the clipped term has
+    no gradient), the teacher saying action 2 everywhere: P(2) averaged over the batch, before
+    and after."""
+    algo = PPO((2,), 3, {"hidden": [8], "lr": 0.05, "target_kl": None, "update_epochs": 20, "minibatch_size": 16},
+               seed=0)
+    obs = torch.as_tensor(np.random.default_rng(0).uniform(size=(16, 2)), dtype=torch.float32)
+    mask = torch.ones(16, 3, dtype=torch.bool)
+    with torch.no_grad():
+        dist = algo.model.distribution(obs, mask)
+        before = float(dist.log_prob(torch.full((16,), 2)).exp().mean())
+        batch = {"obs": obs, "mask": mask, "action": torch.zeros(16, dtype=torch.long),
+                 "logp": dist.log_prob(torch.zeros(16, dtype=torch.long)), "teacher": torch.full((16,), 2)}
+    zeros = torch.zeros(16)
+    ppo_update(algo.model, algo.clip_and_step, batch, zeros, zeros, algo.config, np.random.default_rng(0), weight)
+    with torch.no_grad():
+        return before, float(algo.model.distribution(obs, mask).log_prob(torch.full((16,), 2)).exp().mean())
+
+
+def test_the_imitation_gradient_pushes_the_policy_toward_the_teacher():
+    # d(-log p_a)/d logits = p - onehot(a): descending it raises the teacher's logit
+    before, after = updated_teacher_probability(1.0)
+    assert before < 0.5 and after > 0.9
+    assert updated_teacher_probability(0.0) == pytest.approx((before, before), abs=1e-6)
+
+
+def test_labels_name_the_teachers_slot_for_any_kind():
+    """Kill (window 3): slot 0 kills nothing, slot k + 1 the k-th running job; select: slot k is
+    the k-th candidate (SJF picks job 8, the second)."""
+    running = {"id": [4, 6], "start": [900, 900], "submit": [0, 0], "prediction0": [100, 100],
+               "prediction": [150, 3100], "size": [1, 1]}
+    kill = SimpleNamespace(kind="kill", candidates=[4, 6], observation={"time": 1000, "running": running})
+    label = teacher_labeller(RuleKill(), 3)
+    assert label({"decision": kill, "action_mask": np.array([1, 1, 1, 0])}) == 2
+    assert label({"decision": kill, "action_mask": np.array([1, 1, 0, 0])}) == -1   # not allowed: no label
+    assert label({"decision": None, "action_mask": np.ones(4)}) == -1
+    queue = {"id": [7, 8], "submit": [0, 1], "requested": [500, 100], "size": [1, 1]}
+    select = SimpleNamespace(kind="select", candidates=[7, 8], time=5, can_wait=True, observation={"queue": queue})
+    assert teacher_labeller(PriorityAgent("sjf"), 3)({"decision": select, "action_mask": np.ones(4)}) == 1
+    assert label({"decision": select, "action_mask": np.ones(4)}) == -1   # RuleKill does not select
+
+
+def test_the_imitation_weight_falls_to_zero_and_bad_schedules_are_refused():
+    c = PPOConfig(imitation_coef=0.5, imitation_epochs=4)
+    assert [c.imitation_weight(t) for t in range(6)] == [0.5, 0.375, 0.25, 0.125, 0.0, 0.0]
+    for bad in ({"imitation_epochs": 0}, {"imitation_epochs": 2.5}, {"imitation_coef": -1},
+                {"imitation_coef": float("inf")}, {"imitation_coef": "high"}):
+        with pytest.raises(ValueError, match="imitation"):
+            PPOConfig(**bad)
+
+
+def test_train_rlschert_briefly(tmp_path):
+    """Two epochs of two 64-job episodes (cut at 60 decisions): the curve shows the imitation
+    weight 0.5 then 0.5 * (1 - 1/20) = 0.475 and a labelled imitation loss."""
+    out = tmp_path / "rls"
+    result = CliRunner().invoke(main, ["train", "rlschert", "--jobs", "64", "--trajectories", "2", "--epochs", "2",
+                                       "--envs", "1", "--max-steps", "60", "--eval-episodes", "0", "--out", str(out),
+                                       "--no-progress"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(open(out / "curve.csv")))
+    assert [float(r["imitation_weight"]) for r in rows] == [0.5, 0.475]
+    assert all(float(r["imitation_loss"]) > 0 for r in rows)
+    assert (out / "model.pt").is_file()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "imitation_coef=0.5"], "imitates a teacher: name one"),
+    (["--teacher", "rlschert-rule", "--set", "imitation_coef=0.5", "--set", "imitation_epochs=0"],
+     "imitation_epochs"),
+])
+def test_bad_imitation_settings_are_one_line(tmp_path, args, message):
+    result = CliRunner().invoke(main, ["train", "ppo", "--kind", "kill", "--jobs", "16", "--epochs", "1",
+                                       "--trajectories", "1", "--envs", "1", "--eval-episodes", "0",
+                                       "--out", str(tmp_path / "x"), *args])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -1,0 +1,150 @@
+"""RLSchert's pieces: kill with re-estimation, the running-job features and the rule-based kill
+teacher, on cases worked out by hand.
+
+Kill with re-estimation (three processors, FCFS, EASY, estimate `predicted`; a predictor that
+says the first value below before a run and the truth from each run's first revision, 100 s in):
+  J1 (1 proc, runs 1000 s, predicted 200) and J2 (1 proc, 3000 s, predicted 3000) start at 0.
+  t=100: J1's prediction becomes 1000 (more than twice 200): the kill agent kills it; 100
+         processor-seconds are lost; it requeues with estimate 1000 and restarts at once (2 free).
+  t=150: J3 (2 procs, 100 s) does not fit: reserved; shadow = J1's estimated end 100 + 1000.
+  t=160: J4 (1 proc, 500 s): 160 + 500 <= 1100: backfilled. (Requeued with its old estimate 200,
+         J1 would be expected to end at 300 and J4 would wait for J1's revision at 200.)
+  t=1100: J1 ends; J3 runs 1100-1200.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from hpcgym.agents.encoders import get_encoder
+from hpcgym.agents.rlschert import RuleKill
+from hpcgym.environment import simulator
+from hpcgym.environment.config import SimConfig
+from hpcgym.environment.errors import ConfigError
+from hpcgym.environment.simulator import simulate
+from tests.test_predictions import Stepped, jobs
+
+
+class KillWhenDoubled:
+    kinds = ("kill",)
+
+    def act(self, decision):
+        r = decision.observation["running"]
+        for job, p0, p in zip(r["id"], r["prediction0"], r["prediction"]):
+            if p > 2 * p0:
+                return job
+        return None
+
+
+def test_a_killed_job_requeues_with_its_current_prediction(monkeypatch):
+    monkeypatch.setattr(simulator, "RunningModel", lambda spec, run, seed: Stepped([200, 3000, 100, 500], True))
+    w = jobs([0, 0, 150, 160], [1000, 3000, 100, 500], [1, 1, 2, 1], [5000, 3000, 100, 500], procs=3)
+    result = simulate(w, SimConfig(prediction="running", estimate="predicted"), agents={"kill": KillWhenDoubled()})
+    j = result.jobs
+    assert j["start"].tolist() == [100, 0, 1100, 160]
+    assert j["end"].tolist() == [1100, 3000, 1200, 660]
+    assert j["kills"].tolist() == [1, 0, 0, 0]
+    assert j["lost_work"].tolist() == [100, 0, 0, 0]
+
+
+def running(now, rows, procs=8):
+    """An observation whose running table has `rows` of (id, start, submit, prediction0, prediction, size)."""
+    cols = list(zip(*rows)) if rows else [[]] * 6
+    names = ("id", "start", "submit", "prediction0", "prediction", "size")
+    return {"time": now, "procs": procs, "running": dict(zip(names, map(list, cols)))}
+
+
+def kill(rows, now=1000):
+    return RuleKill().act(SimpleNamespace(observation=running(now, rows)))
+
+
+def test_rule_kill_on_hand_cases():
+    # elapsed 200 <= 600; 600 < 3000 < 4000; changed by 3400 / 600 > 100%
+    assert kill([(5, 800, 0, 600, 4000, 1)]) == 5
+    assert kill([(5, 0, 0, 600, 4000, 1)]) is None       # ran 1000 s, longer than its pre-run 600
+    assert kill([(5, 800, 0, 3000, 7000, 1)]) is None    # not predicted under 50 min before
+    assert kill([(5, 800, 0, 1400, 3000, 1)]) is None    # not over 50 min now
+    assert kill([(5, 800, 0, 2000, 3500, 1)]) is None    # changed by 75% only
+    assert kill([(5, 400, 0, 600, 1200, 1), (6, 900, 0, 100, 3100, 1), (7, 900, 0, 100, 3100, 1)]) == 6
+    assert kill([]) is None
+    with pytest.raises(ConfigError, match="reads run-time predictions"):
+        RuleKill().act(SimpleNamespace(observation={"time": 0, "running": {"id": [1], "start": [0]}}))
+
+
+def test_running_prediction_features_by_hand():
+    enc = get_encoder("rlschert", 2, 8)
+    table = enc.encode(running(1000, [(5, 800, 500, 600, 1800, 4)])).reshape(2, 7)
+    log = lambda s: math.log1p(s) / math.log1p(7 * 24 * 3600)  # noqa: E731
+    # present, pre-run 600, current 1800, elapsed 200, since submit 500, change 2 -> 2/3, size 4/8
+    assert table[0] == pytest.approx([1, log(600), log(1800), log(200), log(500), 2 / 3, 0.5], rel=1e-6)
+    assert not table[1].any()
+    with pytest.raises(ValueError, match="reads run-time predictions"):
+        enc.encode({"time": 0, "procs": 8, "running": {"id": [1]}})
+
+
+def dense_rewards(spec: str, monkeypatch) -> tuple[list[tuple[int, float]], float]:
+    """test_system_reward's three jobs on one processor (FCFS, a select agent taking the first
+    candidate: J1 0-100, J2 100-110, J3 110-130), predicted 50, 20 and 40 s before they run; J1's
+    prediction becomes 100 at its revision 40 s in (so a select decision comes at 40 too)."""
+    from hpcgym.environment.rewards import get_reward
+    from hpcgym.environment.simulator import Simulation
+
+    monkeypatch.setattr(simulator, "RunningModel", lambda spec, run, seed: Stepped([50, 20, 40], True, period=40))
+    w = jobs([0, 0, 50], [100, 10, 20], [1, 1, 1], [100, 10, 20], procs=1)
+    sim = Simulation(w, SimConfig(prediction="running"), external=["select"])
+    reward = get_reward(spec).make()
+    decision, steps = sim.reset(), []
+    while decision is not None:
+        steps.append((decision.time, reward.step(sim)))
+        decision = sim.step([decision.candidates[0]])
+    return steps, reward.end(sim, sim.result().summary)
+
+
+def test_eq9_predicted_slowdown_by_hand(monkeypatch):
+    """Rate: minus the sum of 1/prediction, each job's prediction as of the step (J1's is 100 from 40 on).
+    To 40: J1 40/100 + J2 40/20 = 2.4. To 50: 0.1 + 0.5. To 100: J1 0.5 + J2 2.5 + J3 50/40 = 4.25.
+    To 110: J2 0.5 + J3 0.25. End (130): J3 0.5."""
+    steps, end = dense_rewards("system_slowdown_prediction", monkeypatch)
+    assert [t for t, _ in steps] == [0, 0, 40, 50, 100, 100, 110]
+    assert [r for _, r in steps] == pytest.approx([0, 0, -2.4, -0.6, -4.25, 0, -0.75])
+    assert end == pytest.approx(-0.5)
+
+
+def test_eq10_jobs_in_system_by_hand(monkeypatch):
+    """Job-seconds in the system: to 40: 80; to 50: 20; to 100: 150; to 110: 20; end: 20. In all
+    290 = the response times 100 + 110 + 80."""
+    steps, end = dense_rewards("system_jobs", monkeypatch)
+    assert [r * 3600 for _, r in steps] == pytest.approx([0, 0, -80, -20, -150, 0, -20])
+    assert end * 3600 == pytest.approx(-20)
+
+
+def test_eq9_needs_predictions():
+    from hpcgym.environment.rewards import get_reward
+
+    with pytest.raises(ConfigError, match="reads run-time predictions"):
+        get_reward("system_slowdown_prediction").check(SimConfig())
+
+
+def test_compare_fails_a_unit_whose_policy_never_stops_killing(tmp_path):
+    """An always-kill policy never ends its episode (each kill requeues the job): the compare unit
+    fails with one line once it has killed more than 100 times per job."""
+    from hpcgym.environment.swf import write_swf
+    from hpcgym.gymbridge.compare.policy import parse_policy
+    from hpcgym.gymbridge.compare.unit import UnitFailed, _run_inproc
+
+    trace = tmp_path / "two.swf"
+    write_swf(trace, jobs([0, 0], [5000, 5000], [1, 1], [5000, 5000]))
+    task = {"seed": 0, "options": {"prediction": "running", "estimate": "predicted"}}
+    with pytest.raises(UnitFailed, match="killed 201 times in one episode"):
+        _run_inproc(parse_policy("kill:tests.test_rlschert:KillFirst,fcfs"), task, trace)
+
+
+class KillFirst:
+    kinds = ("kill",)
+
+    def act(self, decision):
+        return decision.candidates[0]
