@@ -206,7 +206,7 @@ def markdown(results: dict, seeds: list[int]) -> str:
     for semantics in SEMANTICS:
         for seed in seeds:
             lines += [f"## Table 4, {semantics} semantics, seeds {seed}..{seed + results['samples'] - 1}", "",
-                      "Mean bsld (paired difference to the same base's EASY first, with its 95% bootstrap CI).", "",
+                      "Mean bsld (paired difference to FCFS + EASY, the first column, with its 95% bootstrap CI).", "",
                       "| trace | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
             for trace in TRACES:
                 rows = results["table4"].get(f"{semantics}/{trace}/{seed}", {})
