@@ -29,7 +29,7 @@ def report(out: Path) -> str:
     d = json.loads((out / "distill" / "distill.json").read_text())
     timing = json.loads((out / "timing.json").read_text()) if (out / "timing.json").exists() else {}
     last = max(r["iteration"] for r in d["iterations"])
-    fcfs, dqn = d["fcfs_test"], d["teacher_test"]
+    fcfs, dqn = d["base_test"], d["teacher_test"]
     lines = ["| policy | depth | nodes | agreement (all / 2+ choices) | R² | mean wait (s) | mean slowdown | us/decision |",
              "|---|---|---|---|---|---|---|---|",
              f"| FCFS + EASY | | | | | {fcfs['mean_wait']:.0f} | {fcfs['mean_slowdown']:.2f} | |",

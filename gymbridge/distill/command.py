@@ -187,9 +187,10 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
     _write_table(out / "iterations.csv", rows)
     (out / "distill.json").write_text(json.dumps(
         {"teacher": teacher, "kinds": list(kinds), "mode": mode, "critical": critical, "iterations": rows,
-         "teacher_test": teacher_row, "fcfs_test": {k: baseline[k] for k in ("mean_wait", "mean_slowdown", "mean_bsld")},
+         "teacher_test": teacher_row, "base_policy": priority,
+         "base_test": {k: baseline[k] for k in ("mean_wait", "mean_slowdown", "mean_bsld")},
          "seconds": {"setup": setup_s, "total": time.perf_counter() - t0}, "trees": files}, indent=1, default=float))
-    _print_summary(rows, teacher_row, baseline, iterations)
+    _print_summary(rows, teacher_row, priority, baseline, iterations)
     click.echo(f"trees, rules and pictures in {out} ({time.perf_counter() - t0:.0f} s)")
 
 
@@ -226,10 +227,12 @@ def _write_table(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def _print_summary(rows: list[dict], teacher: dict, fcfs: dict, iterations: int) -> None:
+def _print_summary(rows: list[dict], teacher: dict, base_policy: str, base: dict, iterations: int) -> None:
+    """The last iteration of each tree beside the teacher and the base policy alone (no agent)."""
     click.echo(f"{'method':<10}{'depth':>6}{'nodes':>8}{'agree':>8}{'agree2+':>9}{'R2':>8}{'wait (s)':>11}"
                f"{'slowdown':>10}")
-    click.echo(f"{'fcfs':<10}{'':>6}{'':>8}{'':>8}{'':>9}{'':>8}{fcfs['mean_wait']:>11.0f}{fcfs['mean_slowdown']:>10.2f}")
+    click.echo(f"{base_policy[:9]:<10}{'':>6}{'':>8}{'':>8}{'':>9}{'':>8}{base['mean_wait']:>11.0f}"
+               f"{base['mean_slowdown']:>10.2f}")
     click.echo(f"{'teacher':<10}{'':>6}{'':>8}{'':>8}{'':>9}{'':>8}{teacher['mean_wait']:>11.0f}"
                f"{teacher['mean_slowdown']:>10.2f}")
     for r in rows:
