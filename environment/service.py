@@ -195,6 +195,15 @@ class EnvService:
         self._wake: Callable[[], None] | None = None  # set: sessions run concurrently
         self._deferred: list[tuple[Session, Callable[[], None]]] = []  # session tasks for after the lock
 
+    def check_defaults(self) -> None:
+        """Read the env's own trace within its limits and check its options and reward, as a reset
+        would: a bad `--trace`, option or `--reward` fails at start-up, not at the first reset, and
+        the first reset finds the trace already parsed."""
+        d = self.defaults
+        if d["workload"].get("trace") is not None:
+            self._workloads.load(self._bounded(d["workload"]), d["seed"], self.limits.max_trace_bytes)
+        get_reward(d["reward"]).check(sim_config(d["options"], d["seed"]))
+
     def run_sessions_concurrently(self, wake: Callable[[], None]) -> None:
         """From now on a session's tasks run outside the service lock (but its simulation work),
         one at a time per session: in the calling thread when the session is idle, else on a

@@ -21,9 +21,8 @@ from ..environment.config import BACKFILL_MODES, OVERRUN_MODES, PRESETS, Estimat
 from ..environment.errors import HpcgymError
 from ..environment.lublin import generate_lublin
 from ..environment.simulator import simulate
-from ..environment.rewards import get_reward
 from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload,
-                                 resolve_trace, sim_config)
+                                 resolve_trace)
 from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
 from .usage import check_part
@@ -258,11 +257,6 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
     workload = {k: v for k, v in (("trace", str(resolve_trace(trace)) if trace else None), ("procs", procs))
                 if v is not None}
     options = _rules(ctx, backfill=backfill, exact_requests=exact_requests, commit_pick=commit_pick, preset=preset)
-    if trace is not None:
-        if os.path.getsize(workload["trace"]) > max_trace_bytes:
-            raise HpcgymError(f"{trace} is larger than --max-trace-bytes {max_trace_bytes:,}; raise the limit")
-        load_workload(workload)  # a truncated or non-SWF trace fails now, not at the first reset
-    get_reward(reward).check(sim_config(options))  # so do an unknown reward and bad options
     folders = [*([Path(workload["trace"]).parent] if trace else []), *trace_dirs,
                *(Path(f) for f in os.environ.get(TRACES_ENV, "").split(os.pathsep) if f)]
     limits = Limits(trace_dirs=tuple(folders), max_trace_bytes=max_trace_bytes, max_jobs=max_jobs,
@@ -270,6 +264,7 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
     service = EnvService({"workload": workload, "options": options, "policy": policy, "reward": reward},
                          decision_timeout=decision_timeout, on_agent_lost=on_agent_lost, limits=limits,
                          private=not open_sessions)
+    service.check_defaults()  # a missing, truncated or non-SWF trace, bad options or reward: exit 2 now
     click.echo(f"hpcgym env listening on {bind}{' with CURVE' if curve else ''}", err=True)
     serve(service, bind, curve=curve, allow_remote=allow_remote, insecure=insecure)
 
