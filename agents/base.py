@@ -23,6 +23,13 @@ class Agent:
     def act(self, decision: Decision) -> Action:
         raise NotImplementedError
 
+    def order(self, decision: Decision) -> list[int] | None:
+        """Over the protocol: every candidate of a select decision ranked best first, if this
+        agent would pick by that same ranking at every later decision whose candidates it covers
+        (a static priority); the env then answers those itself (a standing order, protocol 1.4).
+        None (the default): the agent is asked every time."""
+        return None
+
     def on_reward(self, reward: float) -> None:
         """Called with the reward accumulated since this agent's previous decision."""
 
@@ -43,6 +50,16 @@ class PriorityAgent(Agent):
                               f"whole workload): make it the env's policy (--policy {self.policy.name}), not an agent")
 
     def act(self, decision: Decision) -> Action:
+        return self._ranking(decision)[0]
+
+    def order(self, decision: Decision) -> list[int] | None:
+        """A static policy ranks jobs the same way whenever it looks, so its ranking can stand; a
+        subclass that changes `act` is asked every time (unless it says otherwise here too)."""
+        if self.policy.dynamic or type(self).act is not PriorityAgent.act:
+            return None
+        return self._ranking(decision)
+
+    def _ranking(self, decision: Decision) -> list[int]:
         queue = decision.observation["queue"]
         jobs = {name: np.asarray(queue[name]) for name in ("id", "submit", "requested", "size")}
-        return int(jobs["id"][self.policy.order(jobs, decision.time)[0]])
+        return jobs["id"][self.policy.order(jobs, decision.time)].tolist()

@@ -95,10 +95,12 @@ class Connection:
             self._sock.close(0)
             raise HpcgymError(f"cannot connect to {address!r} ({zmq.strerror(exc.errno)}); use tcp://HOST:PORT "
                               "(e.g. tcp://127.0.0.1:5555) or ipc://PATH") from None
+        self._poller = zmq.Poller()  # kept: `Socket.poll` would build one per request
+        self._poller.register(self._sock, zmq.POLLIN)
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
         self._sock.send_multipart([b"", encode(message)])
-        if not self._sock.poll(int(self.timeout * 1000)):
+        if not self._poller.poll(int(self.timeout * 1000)):
             raise EnvUnreachable(f"the env at {self.address} did not answer within {self.timeout:g} s; "
                                  "is `hpcgym env` running there (and are the CURVE keys right)?")
         frames = self._sock.recv_multipart()
@@ -134,20 +136,23 @@ class AgentRun:
 def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str = "default",
               reset: dict[str, Any] | None = None, episodes: int = 1, timeout: float = 10.0,
               curve: tuple[bytes, bytes, bytes] | None = None,
-              progress: Callable[[AgentRun, Decision], None] | None = None, token: str | None = None) -> AgentRun:
+              progress: Callable[[AgentRun, Decision], None] | None = None, token: str | None = None,
+              orders: bool = True) -> AgentRun:
     """Serve `agent` for `episodes` episodes. With `reset` (a reset message's fields) this agent
     starts each episode; without, it joins the episodes others start. `progress`, if given, is
     called with the run so far and each decision as it arrives (before the agent acts). `token`:
     the session's (1.3): what it is created with, or what joining it takes on an env with private
-    sessions."""
+    sessions. `orders`: send the agent's standing orders (`Agent.order`) to an env that takes them
+    (1.4), so that it is asked only when its ranking no longer covers the candidates."""
     conn = Connection(address, timeout, curve)
     run = AgentRun()
     try:
-        _expect(conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": name,
-                              "kinds": list(agent.kinds), "session": session, **({"token": token} if token else {})}),
-                "welcome")
+        welcome = conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": name,
+                                "kinds": list(agent.kinds), "session": session, **({"token": token} if token else {})})
+        _expect(welcome, "welcome")
+        orders = orders and _minor(welcome["protocol"]) >= 4
         for _ in range(episodes):
-            _serve_episode(conn, agent, run, reset, address, timeout, progress)
+            _serve_episode(conn, agent, run, reset, address, timeout, progress, orders)
     finally:
         conn.leave()  # on every way out, so that its kinds are free for the next agent at once
         conn.close()
@@ -155,7 +160,7 @@ def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str =
 
 
 def _serve_episode(conn: Connection, agent: Agent, run: AgentRun, reset: dict[str, Any] | None, address: str,
-                   timeout: float, progress: Callable[[AgentRun, Decision], None] | None) -> None:
+                   timeout: float, progress: Callable[[AgentRun, Decision], None] | None, orders: bool) -> None:
     reply = conn.request({"type": "reset", **reset} if reset is not None else {"type": "join"})
     asked = time.monotonic()
     while True:
@@ -168,13 +173,15 @@ def _serve_episode(conn: Connection, agent: Agent, run: AgentRun, reset: dict[st
         elif kind == "decision":
             if reply["reward"]:
                 agent.on_reward(float(reply["reward"]))
-            run.decisions += 1
+            run.decisions += 1 + reply.get("ordered", 0)
             decision = Decision.from_message(reply)
             if progress is not None:
                 progress(run, decision)
-            action = agent.act(decision)
+            ranking = agent.order(decision) if orders and decision.kind == SELECT else None
+            action = {"order": ranking} if ranking else agent.act(decision)
             reply = conn.request({"type": "act", "decision": reply["decision"], "action": action})
         else:
+            run.decisions += reply.get("ordered", 0)
             if reply.get("records_pages"):
                 reply["jobs"] = _fetch_records(conn, reply["episode"], reply["records_pages"])
             agent.on_reward(float(reply["reward"]))
@@ -193,6 +200,12 @@ def _fetch_records(conn: Connection, episode: int, pages: int) -> dict[str, list
         for column, values in reply["jobs"].items():
             jobs.setdefault(column, []).extend(values)
     return jobs
+
+
+def _minor(version: str) -> int:
+    """The minor number of a `MAJOR.MINOR` version (0 if it has none)."""
+    _, _, minor = version.partition(".")
+    return int(minor) if minor.isdigit() else 0
 
 
 def _expect(reply: dict[str, Any], *types: str) -> str:

@@ -10,10 +10,12 @@ cost of a decision over ipc:// beside the same decisions in process.
    latencies (median and max), how many probes were answered before A's episode ended, and A's
    reset time.
 2. Decisions. The SJF agent (`agents.runtime.run_agent`, the code behind `hpcgym agent sjf`) plays
-   one episode of a --jobs-job generated workload against `hpcgym env` over ipc://, then the same
-   episode through `EnvService.handle` in this process. Printed per transport: decisions/s, the
-   env's CPU per decision (over ipc:// read from /proc for the env process, all its threads) and
-   the agent's (this process's CPU, the runtime's validation included).
+   one episode of a --jobs-job generated workload against `hpcgym env` over ipc://, with standing
+   orders (protocol 1.4, the default) and asked at every decision, then the same episode through
+   `EnvService.handle` in this process. Printed per transport: decisions, how many the agent was
+   asked (messages), decisions/s, the env's CPU per decision (over ipc:// read from /proc for the
+   env process, all its threads) and the agent's (this process's CPU, the runtime's validation
+   included), and the env's CPU per message.
 
 Timings depend on the machine and what else runs there (the load average is printed): compare
 rows of one run.
@@ -117,15 +119,21 @@ def never_blocked(address: str, long_jobs: int, probes: int) -> None:
           f"{before_end} of {probes} probes answered before the long episode ended")
 
 
-def play_socket(address: str, env: subprocess.Popen, jobs: int) -> tuple[int, float, float, float]:
+def play_socket(address: str, env: subprocess.Popen, jobs: int, orders: bool) -> tuple[int, int, float, float, float]:
     reset = {"workload": {"generate_jobs": jobs}, "options": {"policy": "sjf"}}
+    asked = [0]
+
+    def count(run: Any, decision: Decision) -> None:
+        asked[0] += 1
+
     env0, agent0, t0 = cpu_seconds(env.pid), time.process_time(), time.perf_counter()
-    run = run_agent(PriorityAgent("sjf"), address, name="bench-sjf", session="decisions", reset=reset, timeout=60)
+    run = run_agent(PriorityAgent("sjf"), address, name="bench-sjf", session=f"decisions-{orders}", reset=reset,
+                    timeout=60, orders=orders, progress=count)
     wall = time.perf_counter() - t0
-    return run.decisions, wall, cpu_seconds(env.pid) - env0, time.process_time() - agent0
+    return run.decisions, asked[0], wall, cpu_seconds(env.pid) - env0, time.process_time() - agent0
 
 
-def play_in_process(jobs: int) -> tuple[int, float, float, float]:
+def play_in_process(jobs: int) -> tuple[int, int, float, float, float]:
     svc, agent = EnvService(), PriorityAgent("sjf")
     svc.handle(b"me", encode({**HELLO, "kinds": ["select"]}))
     env_cpu = agent_cpu = 0.0
@@ -147,7 +155,7 @@ def play_in_process(jobs: int) -> tuple[int, float, float, float]:
         c = time.process_time()
         (_, body), = svc.handle(b"me", msg)
         env_cpu += time.process_time() - c
-    return decisions, time.perf_counter() - t0, env_cpu, agent_cpu
+    return decisions, decisions, time.perf_counter() - t0, env_cpu, agent_cpu
 
 
 @click.command()
@@ -166,12 +174,14 @@ def main(long_jobs: int, probes: int, jobs: int) -> None:
         print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
         never_blocked(address, long_jobs, probes)
         print(f"2. SJF on {jobs:,} generated jobs (SJF order), one session")
-        print(f"   {'transport':<12}{'decisions':>10}{'decisions/s':>13}{'env CPU/decision':>18}"
-              f"{'agent CPU/decision':>20}")
-        for name, (n, wall, env_cpu, agent_cpu) in (("ipc://", play_socket(address, env, jobs)),
-                                                    ("in-process", play_in_process(jobs))):
-            print(f"   {name:<12}{n:>10,}{n / wall:>13,.0f}{env_cpu / n * 1e6:>15.0f} us"
-                  f"{agent_cpu / n * 1e6:>17.0f} us")
+        print(f"   {'transport':<22}{'decisions':>10}{'asked':>8}{'decisions/s':>13}{'env CPU/decision':>18}"
+              f"{'agent CPU/decision':>20}{'env CPU/message':>17}")
+        for name, (n, asked, wall, env_cpu, agent_cpu) in (
+                ("ipc://, orders", play_socket(address, env, jobs, True)),
+                ("ipc://, every decision", play_socket(address, env, jobs, False)),
+                ("in-process", play_in_process(jobs))):
+            print(f"   {name:<22}{n:>10,}{asked:>8,}{n / wall:>13,.0f}{env_cpu / n * 1e6:>15.0f} us"
+                  f"{agent_cpu / n * 1e6:>17.0f} us{env_cpu / asked * 1e6:>14.0f} us")
     finally:
         env.terminate()
         env.wait(10)

@@ -13,6 +13,11 @@ Actions, in process (the protocol carries the same values):
 | inspect  | True to accept the pick, False to reject it                           |
 | backfill | a candidate job id to start now, or None to stop                      |
 | kill     | a running job id to kill and requeue, or None                         |
+
+Over the protocol (1.4) a select decision may also be answered with a standing order,
+`{"order": [job ids, best first]}` ranking every candidate: the env starts the first and answers
+the agent's later select decisions by the same ranking while it ranks all their candidates, so a
+static priority agent is asked again only when a job it has not ranked joins the window.
 """
 
 from __future__ import annotations
@@ -134,6 +139,32 @@ class Decision:
                                     "start one of the candidates")
             return None
         return self._check_candidate(action)
+
+    def parse_order(self, action: Any) -> dict[int, int]:
+        """Check a standing order (`{"order": [ids, best first]}`, protocol 1.4) against this
+        decision; return job id -> rank. It must rank every candidate, once each."""
+        if self.kind != SELECT:
+            raise InvalidAction(f"an order answers select decisions only; this is a {self.kind} decision")
+        ids = [self._check_candidate(job) for job in action["order"]]
+        if len(set(ids)) != len(ids):
+            raise InvalidAction(f"the order names a job twice: {ids[:10]}{' ...' if len(ids) > 10 else ''}")
+        if len(ids) != len(self.candidates):
+            missing = [job for job in self.candidates if job not in set(ids)]
+            raise InvalidAction(f"an order must rank every candidate; it leaves out {missing[:10]}"
+                                f"{' ...' if len(missing) > 10 else ''}")
+        return {job: rank for rank, job in enumerate(ids)}
+
+    def by_order(self, rank: dict[int, int]) -> int | None:
+        """The best-ranked candidate, or None when the order leaves one out (the agent has not
+        seen it and must be asked)."""
+        best, best_rank = None, len(rank)
+        for job in self.candidates:
+            r = rank.get(job)
+            if r is None:
+                return None
+            if r < best_rank:
+                best, best_rank = job, r
+        return best
 
     def _check_candidate(self, job: Any) -> int:
         try:

@@ -99,6 +99,8 @@ class Episode:
     sent_at: float | None = None  # when the pending decision went to its owner
     sent: dict[str, Any] | None = None  # that decision message, resent as is if asked again
     rewards: dict[bytes, float] = field(default_factory=dict)
+    orders: dict[bytes, dict[int, int]] = field(default_factory=dict)  # standing orders (1.4): job id -> rank
+    ordered: dict[bytes, int] = field(default_factory=dict)  # decisions an order answered since the last sent
 
 
 @dataclass(eq=False)
@@ -458,15 +460,21 @@ class EnvService:
             raise m.ProtocolError(m.STALE_DECISION, f"decision {msg['decision']} is not pending for this agent"
                                   + (f"; the pending one is {ep.decision_id}" if self._pending_for(peer) else ""))
         answered_after = self.clock() - ep.sent_at
+        action, order = msg["action"], None
         try:
+            if isinstance(action, dict):  # a standing order (1.4): its first candidate now, the rest later
+                order = decision.parse_order(action)
+                action = decision.by_order(order)
             with self._unlocked():
-                ep.sim.step(msg["action"])
+                ep.sim.step(action)
         except InvalidAction as exc:
             raise m.ProtocolError(m.INVALID_ACTION, str(exc)) from None
+        if order is not None:
+            ep.orders[peer.id] = order
         if self.latency is not None:
             self.latency.setdefault(kinds_key(peer.kinds), []).append(answered_after)
         if self.on_act is not None:
-            self.on_act(decision, msg["action"])
+            self.on_act(decision, action)
         ep.sent_at = None
         self._dispatch(session)
 
@@ -627,18 +635,33 @@ class EnvService:
                 ep.decision_id = session.decisions
                 ep.ready_since = self.clock()
                 ep.sent_at = None
-            if ep.owners.get(decision.kind) is None or decision.kind in ep.fallback:
+            owner = ep.owners.get(decision.kind)
+            if owner is None or decision.kind in ep.fallback:
                 ep.sim.step(decision.default())
                 continue
+            order = ep.orders.get(owner.id)
+            if order is not None:
+                job = decision.by_order(order)
+                if job is not None:  # the owner's standing order answers it
+                    ep.ordered[owner.id] = ep.ordered.get(owner.id, 0) + 1
+                    if self.on_act is not None:
+                        self.on_act(decision, job)
+                    ep.sim.step(job)
+                    continue
+                del ep.orders[owner.id]  # a candidate it has not ranked: ask the agent
             return decision
         return None
 
     def _decision_message(self, ep: Episode, decision: Decision, owner: Peer) -> dict[str, Any]:
         reward = ep.rewards.get(owner.id, 0.0)
         ep.rewards[owner.id] = 0.0
-        return {"type": "decision", "episode": ep.number, "decision": ep.decision_id, "step": decision.step,
-                "time": decision.time, "kind": decision.kind, "observation": decision.observation,
-                "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": float(reward)}
+        message = {"type": "decision", "episode": ep.number, "decision": ep.decision_id, "step": decision.step,
+                   "time": decision.time, "kind": decision.kind, "observation": decision.observation,
+                   "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": float(reward)}
+        ordered = ep.ordered.pop(owner.id, 0)
+        if ordered:
+            message["ordered"] = ordered
+        return message
 
     def _end_episode(self, session: Session, reason: str, skip: Peer | None = None, summarize: bool = True) -> None:
         """Tell every participant (but `skip`, the agent whose reset ended it) how it ended.
@@ -661,6 +684,8 @@ class EnvService:
                    "reward": float(ep.rewards.get(p.id, 0.0) + final), "jobs": jobs}
             if pages:
                 end["records_pages"] = pages
+            if ep.ordered.get(p.id):
+                end["ordered"] = ep.ordered[p.id]
             if p.id not in self.peers or p is skip:
                 continue
             self._reply_or_keep(p, end)

@@ -342,9 +342,13 @@ class _AgentCommand(click.Command):
 @click.option("--progress-every", type=click.FloatRange(min=0), default=10.0, show_default=True,
               help="Progress (decisions served, simulated time, elapsed time): a bar when stderr is a "
                    "terminal, else a line every this many seconds; 0: none.")
+@click.option("--orders/--no-orders", default=True, show_default=True,
+              help="A static priority agent sends standing orders (protocol 1.4): the env answers its select "
+                   "decisions by its ranking until a job it has not ranked arrives. --no-orders: asked at every "
+                   "decision (the same schedule, more messages).")
 def agent_command(agent, model, greedy, sampling_seed, online, online_every, online_lr, online_save, online_reward,
                   connect, controls, episodes, session, token, seed, env_policy, n_jobs, sample, require, timeout,
-                  curve_server, curve_secret, as_json, progress_every) -> None:
+                  curve_server, curve_secret, as_json, progress_every, orders) -> None:
     """Serve AGENT (a built-in name such as sjf, or module:Class), or a checkpoint (--model), to an env;
     with --online the checkpoint keeps learning while it serves."""
     from ..agents.runtime import agent_name, episode_policy, load_agent, run_agent
@@ -401,7 +405,8 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
     progress = _AgentProgress(progress_every) if progress_every else None
     try:
         run = run_agent(policy, connect, name=name, session=session, reset=reset, episodes=episodes,
-                        timeout=timeout, curve=_client_curve(curve_server, curve_secret), progress=progress, token=token)
+                        timeout=timeout, curve=_client_curve(curve_server, curve_secret), progress=progress, token=token,
+                        orders=orders)
     finally:
         if progress is not None:
             progress.close()

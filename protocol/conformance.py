@@ -410,15 +410,23 @@ class _EnvChecker:
             ("bad_message_not_a_map", encode(["act", did, cands[0]]), "bad_message"),
             ("bad_message_int_key", b"\x82\xa4type\xa4poll\x01\x02", "bad_message"),
         ]
+        if self.strict:  # 1.4: a standing order must rank every candidate once, and be a map of 'order' only
+            cases += [("invalid_action_order_twice",
+                       {"type": "act", "decision": did, "action": {"order": [*cands, cands[0]]}}, "invalid_action"),
+                      ("bad_field_order_key", {"type": "act", "decision": did, "action": {"rank": list(cands)}},
+                       "bad_field")]
         for name, body, code in cases:
             r = self.ask(a, body, name)
             self.expect_error(name, r, code, d)
 
     def play(self, a: _Client, r: dict[str, Any]) -> dict[str, Any] | None:
-        """Answer decisions with their first candidate until the episode ends."""
+        """Answer decisions with their first candidate until the episode ends; to an env of this
+        version, as a standing order of the candidates in window order (1.4), which must then
+        ask again only when a candidate is not in the order."""
         problems: list[str] = []
         last = None
-        n = 0
+        n = ordered = 0
+        order: set[Any] = set()
         deadline = time.monotonic() + max(60.0, 10 * self.timeout)
         while r.get("type") in ("decision", "pending") and n < self.max_decisions and time.monotonic() < deadline:
             if r["type"] == "pending":
@@ -437,15 +445,32 @@ class _EnvChecker:
                 problems.append(f"a {r.get('kind')!r} decision for an agent that took only select")
             last = r
             cands = r.get("candidates") or [None]
-            r = self.ask(a, {"type": "act", "decision": r["decision"], "action": cands[0]}, "act")
+            if order and set(cands) <= order:
+                problems.append(f"decision {r.get('decision')} was sent although the standing order ranks all its "
+                                "candidates")
+            ordered += self.ordered_count(r, problems)
+            action: Any = {"order": list(cands)} if self.strict and None not in cands else cands[0]
+            order = set(cands) if isinstance(action, dict) else set()
+            r = self.ask(a, {"type": "act", "decision": r["decision"], "action": action}, "act")
+        if r.get("type") == "episode_end":
+            ordered += self.ordered_count(r, problems)
         self.check("decisions_in_order", not problems,
-                   f"{n} decisions answered"
+                   f"{n} decisions answered" + (f", {ordered} more by standing orders" if ordered else "")
                    + (f"; {len(problems)} problems, first: {problems[0]}" if problems else ""))
         if r.get("type") != "episode_end":
             self.check("episode_end", False, f"after {n} decisions the env answered {_short(r)}")
             return None
         r["_last_decision"] = last
         return r
+
+    @staticmethod
+    def ordered_count(r: dict[str, Any], problems: list[str]) -> int:
+        """A reply's `ordered` (1.4): absent, or how many decisions a standing order answered."""
+        ordered = r.get("ordered", 0)
+        if not _is_int(ordered) or ordered < (1 if "ordered" in r else 0):
+            problems.append(f"{r.get('type')} has ordered {ordered!r}; expected a positive integer or no field")
+            return 0
+        return ordered
 
     def check_end(self, end: dict[str, Any], episode: int | None) -> None:
         self.check("episode_end",
@@ -666,6 +691,12 @@ def _fits(decision: dict[str, Any], action: Any) -> str | None:
     if kind == "inspect":
         return None if isinstance(action, bool) else f"inspect needs true or false, got {_short(action)}"
     if kind == "select":
+        if isinstance(action, dict):  # a standing order (1.4): every candidate, once each
+            ranked = action.get("order")
+            if list(action) != ["order"] or not isinstance(ranked, list) or sorted(map(str, ranked)) != \
+                    sorted(map(str, cands)) or len(set(map(str, ranked))) != len(ranked):
+                return f"select order {_short(action)} does not rank every candidate {_short(cands, 80)} once"
+            return None
         ids = [] if action is None else action if isinstance(action, list) else [action]
         if not ids:
             return None if decision.get("can_wait") else "nil/empty select while can_wait is false"

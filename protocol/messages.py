@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-PROTOCOL_VERSION = "1.3"
+PROTOCOL_VERSION = "1.4"
 MAJOR = PROTOCOL_VERSION.split(".")[0]
 
 # Error codes (PROTOCOL.md section 6). Only version_mismatch and shutdown are not recoverable.
@@ -69,7 +69,7 @@ REQUESTS: dict[str, tuple[Field, ...]] = {
               _str("reward", False), Field("require", (list,), False), Field("records", (bool,), False)),
     "join": (),
     "poll": (),
-    "act": (_int("decision"), Field("action", (int, list, bool, NIL))),
+    "act": (_int("decision"), Field("action", (int, list, bool, NIL, dict))),
     "records": (_int("episode"), _int("page")),
     "bye": (),
 }
@@ -79,10 +79,10 @@ REPLIES: dict[str, tuple[Field, ...]] = {
     "welcome": (_str("protocol"), _str("session"), Field("env", (dict,)), _str("token", False)),
     "decision": (_int("episode"), _int("decision"), _int("step"), _int("time"), _str("kind"),
                  Field("observation", (dict,)), Field("candidates", (list,)), Field("can_wait", (bool,)),
-                 Field("reward", (float, int))),
+                 Field("reward", (float, int)), _int("ordered", False)),
     "pending": (_int("episode", False),),
     "episode_end": (_int("episode"), _str("reason"), Field("metrics", (dict,)), Field("reward", (float, int)),
-                    Field("jobs", (dict, NIL), False), _int("records_pages", False)),
+                    Field("jobs", (dict, NIL), False), _int("records_pages", False), _int("ordered", False)),
     "records": (_int("episode"), _int("page"), _int("pages"), Field("jobs", (dict,))),
     "error": (_str("code"), _str("message"), Field("recoverable", (bool,)), Field("pending", (dict, NIL))),
     "bye": (),
@@ -123,7 +123,16 @@ def validate(message: Any, table: dict[str, tuple[Field, ...]] = REQUESTS, *,
         return {k: v for k, v in message.items() if k in known}
     if extra:
         raise ProtocolError(BAD_FIELD, f"{kind}: unknown field(s) {', '.join(extra)}")
+    if kind == "act" and isinstance(message["action"], dict) and table is REQUESTS:
+        _check_order(message["action"])
     return message
+
+
+def _check_order(action: dict[Any, Any]) -> None:
+    """The one map an action may be (1.4): a standing order of job ids."""
+    if list(action) != ["order"] or not isinstance(action["order"], list) or not action["order"]:
+        raise ProtocolError(BAD_FIELD, "act: a map action must be a standing order {'order': [job ids, best first]} "
+                                       f"(protocol 1.4), got {_describe(action)}")
 
 
 def _describe(value: Any) -> str:

@@ -75,3 +75,19 @@ def test_hpcgym_agent_name_reproduces_hpcgym_run_policy_name(served):
     served_metrics, builtin = json.loads(agent.stdout.splitlines()[-1]), json.loads(run.stdout)
     assert {k: served_metrics[k] for k in ("jobs", "mean_wait", "mean_bsld", "max_wait", "makespan")} == \
            {k: builtin[k] for k in ("jobs", "mean_wait", "mean_bsld", "max_wait", "makespan")}
+
+
+def test_standing_orders_give_the_same_schedule_in_fewer_messages(served):
+    """`hpcgym agent sjf` sends standing orders (protocol 1.4) by default: the env answers the
+    select decisions its ranking covers, so the agent is asked fewer times, for the same jobs."""
+    bind, _ = served
+    reset = {"seed": SEED, "workload": WINDOW, "records": True, "options": {"policy": "sjf"}}
+    runs, asked = {}, {}
+    for orders in (True, False):
+        seen = []
+        runs[orders] = run_agent(PriorityAgent("sjf"), bind, name=f"orders-{orders}", reset=reset, timeout=20,
+                                 progress=lambda run, decision: seen.append(decision), orders=orders)
+        asked[orders] = len(seen)
+    assert runs[True].episodes[0]["jobs"] == runs[False].episodes[0]["jobs"]
+    assert runs[True].decisions == runs[False].decisions == asked[False]
+    assert asked[True] < asked[False]

@@ -153,6 +153,8 @@ valid("act_nil", "request", {"type": "act", "decision": 8, "action": None}, "nil
 valid("act_list", "request", {"type": "act", "decision": 9, "action": [3, 4, 17]},
       "a list of job ids (select: start all)")
 valid("act_empty_list", "request", {"type": "act", "decision": 9, "action": []}, "an empty list (select: wait)")
+valid("act_order", "request", {"type": "act", "decision": 9, "action": {"order": [4, 3]}},
+      "1.4: a standing order ranking every candidate, best first (select)")
 valid("act_true", "request", {"type": "act", "decision": 10, "action": True}, "inspect: accept")
 valid("act_false", "request", {"type": "act", "decision": 10, "action": False}, "inspect: reject")
 valid("act_large_ids", "request", {"type": "act", "decision": 4294967296, "action": 18446744073709551615},
@@ -270,6 +272,10 @@ invalid("act_action_str", "request", {"type": "act", "decision": 7, "action": "4
         "action as a string")
 invalid("act_action_map", "request", {"type": "act", "decision": 7, "action": {"job": 42}}, "bad_field",
         "validate", "action as a map")
+invalid("act_order_empty", "request", {"type": "act", "decision": 7, "action": {"order": []}}, "bad_field",
+        "validate", "a standing order that ranks nothing")
+invalid("act_order_extra_key", "request", {"type": "act", "decision": 7, "action": {"order": [3, 4], "then": 1}},
+        "bad_field", "validate", "a standing order with a key besides 'order'")
 invalid("act_action_bin", "request", {"type": "act", "decision": 7, "action": b"\x2a"}, "bad_field", "validate",
         "action as bin")
 invalid("act_unknown_field", "request", {"type": "act", "decision": 7, "action": 42, "episode": 1}, "bad_field",
@@ -326,6 +332,12 @@ valid("episode_end_records", "reply",
 valid("episode_end_reset", "reply",
       {"type": "episode_end", "episode": 3, "reason": "reset by 'sjf@12'", "metrics": {}, "reward": 0.0},
       "an episode ended early: empty metrics, optional jobs absent")
+valid("decision_ordered", "reply", decision("select", decision=19, step=47, time=300, ordered=5),
+      "1.4: five select decisions were answered by this agent's standing order since its previous decision")
+valid("episode_end_ordered", "reply",
+      {"type": "episode_end", "episode": 2, "reason": "completed", "metrics": METRICS, "reward": -3.5, "jobs": None,
+       "ordered": 12},
+      "1.4: the last twelve select decisions were answered by the agent's standing order")
 valid("episode_end_paged", "reply",
       {"type": "episode_end", "episode": 4, "reason": "completed", "metrics": METRICS, "reward": 0.0, "jobs": None,
        "records_pages": 9},
