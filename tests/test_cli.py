@@ -253,3 +253,19 @@ def test_keys_writes_the_secret_key_for_its_owner_only(tmp_path):
 
 def test_agent_refuses_an_address_that_is_not_zeromq():
     one_line_error(invoke("agent", "sjf", "--connect", "garbage"), "cannot connect to 'garbage'", "tcp://HOST:PORT")
+
+
+def test_train_option_sets_a_simulation_option_or_names_the_bad_one(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("gymnasium")
+    one_line_error(invoke("train", "ppo", "--option", "backfil_stop=true", "--out", tmp_path / "a"),
+                   "unknown simulation option", "backfil_stop", "backfill_stop")
+    one_line_error(invoke("train", "ppo", "--option", "backfill_stop", "--out", tmp_path / "b"), "KEY=VALUE")
+    one_line_error(invoke("train", "ppo", "--option", "max_interval=soon", "--out", tmp_path / "c"), "max_interval")
+    from hpcgym.agents.rl.checkpoint import latest_checkpoint, load_checkpoint
+
+    out = tmp_path / "run"
+    r = invoke("train", "ppo", "--option", "max_interval=600", "--epochs", "1", "--trajectories", "1", "--envs", "1",
+               "--jobs", "12", "--eval-episodes", "0", "--no-progress", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert load_checkpoint(latest_checkpoint(out)).trainer["settings"]["options"]["max_interval"] == 600

@@ -24,7 +24,7 @@ import click
 from ...environment.config import BACKFILL_MODES
 from ...environment.decisions import KINDS
 from ...environment.errors import ConfigError, HpcgymError
-from ...environment.spec import resolve_trace
+from ...environment.spec import resolve_trace, sim_config
 
 BASE_ALGORITHMS = ("pg", "a2c", "ppo", "dql")
 #: dras-ALGO: ALGO with DRAS's defaults (`agents.dras.TRAINING_DEFAULTS`); schedinspector, rlbf and
@@ -102,6 +102,9 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
               help="schedinspector: code (the authors' code, default) or textbook (docs/schedinspector.md); "
                    "rlbf: public (the public code, default), scw (the code of the paper's tables) or textbook "
                    "(docs/rlbackfilling.md); rlschert: event (hpcgym's event simulator, docs/rlschert.md).")
+@click.option("--option", "env_options", multiple=True, metavar="KEY=VALUE",
+              help="A simulation option of the training and evaluation episodes, as in a reset's options "
+                   "(e.g. --option backfill_stop=true); repeat it; it wins over --semantics' preset.")
 @click.option("--teacher", metavar="AGENT",
               help="ppo: an agent whose actions the imitation term (--set imitation_coef=A --set "
                    "imitation_epochs=N) pulls the policy towards: a built-in name (e.g. rlschert-rule, sjf), "
@@ -151,7 +154,7 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
                    "--no-progress: neither).")
 @click.pass_context
 def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fraction, curriculum, backfill,
-          policy, base, semantics, teacher, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets,
+          policy, base, semantics, env_options, teacher, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets,
           max_steps, discard_after, epochs, trajectories, envs, seed, out, checkpoint_every, resume, eval_episodes,
           baselines, device, threads, progress) -> None:
     """Train ALGORITHM (pg, a2c, ppo or dql; dras-pg, dras-a2c, dras-ppo or dras-dql: the same with
@@ -235,6 +238,12 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         baselines = baselines or ((policy, f"{kind}:{teacher},{policy}") if teacher else (policy,))
     elif base is not None or semantics is not None:
         raise ConfigError(f"--base and --semantics belong to {' and '.join(PAPER_AGENTS)}")
+    for item in env_options:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--option takes KEY=VALUE (a simulation option, e.g. backfill_stop=true), got {item!r}")
+        options[key.strip()] = _parse_value(value.strip())
+    sim_config({**options, "window": window, "policy": policy}, seed)  # a bad option fails here, not mid-training
     torch.set_num_threads(threads)
     try:
         dev = resolve_device(device)
