@@ -7,6 +7,7 @@ it costs the large jobs; the training cost per epoch and the backfill decisions 
 
     python benchmarks/rlbf_eval.py --runs runs --out runs/rlbf-eval             # evaluate what exists
     python benchmarks/rlbf_eval.py --runs runs --out runs/rlbf-eval --train     # train missing agents first
+    python benchmarks/rlbf_eval.py --out runs/rlbf-eval --delay-study AGENT_DIR ...  # penalty / stop agents
 
 Agents are read from RUNS/rlbf-TRACE-BASE-SEMANTICS/model.pt (`hpcgym train rlbf --trace TRACE
 --base BASE --semantics SEMANTICS`); rows of a missing agent are left out (or, with --train, it
@@ -107,33 +108,48 @@ def fig1(args, seed: int) -> dict:
     return result
 
 
-def reservation_delays(args, trace: str, base: str) -> dict | None:
-    """The public-semantics agent (unguarded candidates) in process on the Table 4 windows: how
-    many of its backfills delayed the reservation, by how much, and the max wait of jobs larger
-    than a quarter of the cluster, beside FCFS/SJF + EASY alone."""
+def reservation_delays(args, trace: str, base: str, agent_file: Path | None = None,
+                       first_seed: int = 0) -> dict | None:
+    """An unguarded agent (the public semantics' by default) in process on the Table 4 windows
+    from `first_seed`, in the simulation options it was trained in: its mean bsld, how many of
+    its backfills delayed the reservation, by how much, and the max wait of jobs larger than a
+    quarter of the cluster, beside the base + EASY alone."""
+    from hpcgym.agents.rl.checkpoint import load_checkpoint
     from hpcgym.agents.rl.serve import RLAgent
     from hpcgym.environment.simulator import Simulation
     from hpcgym.environment.spec import sim_config
 
-    agent_file = agent_path(args.runs, trace, base, "public")
+    agent_file = agent_file or agent_path(args.runs, trace, base, "public")
     if not agent_file.is_file():
         return None
+    trained = load_checkpoint(agent_file).trainer["settings"]["options"]
+    options = {k: v for k, v in trained.items() if k not in ("window", "policy")}
     agent = RLAgent(agent_file)
-    totals = {"episodes": 0, "backfills": 0, "delays": 0, "delay_s": 0, "max_wait_large_rl": 0, "max_wait_large_easy": 0}
-    for seed in range(args.samples):
+    totals = {"episodes": 0, "mean_bsld_rl": 0.0, "mean_bsld_easy": 0.0, "backfills": 0, "delays": 0, "delay_s": 0,
+              "max_wait_large_rl": 0, "max_wait_large_easy": 0}
+    for seed in range(first_seed, first_seed + args.samples):
         workload = WORKLOADS.load({"trace": str(trace_path(args.out, trace)), "jobs": args.jobs, "sample": seed})
         large = workload.size > workload.procs // 4
-        sim = Simulation(workload, sim_config({"preset": "rlbf-public"}, seed), policy=base, external={"backfill"})
+        sim = Simulation(workload, sim_config(options, seed), policy=base, external={"backfill"})
         with_agent = sim.run({"backfill": agent})
-        alone = Simulation(workload, sim_config({"preset": "rlbf-public"}, seed), policy=base).run()
+        alone = Simulation(workload, sim_config(options, seed), policy=base).run()
         totals["episodes"] += 1
         totals["backfills"] += int((with_agent.jobs["start_kind"] == 2).sum())
         totals["delays"] += sim.reservation_delays
         totals["delay_s"] += sim.reservation_delay_s
-        for key, result in (("max_wait_large_rl", with_agent), ("max_wait_large_easy", alone)):
+        for key, result in (("rl", with_agent), ("easy", alone)):
+            totals[f"mean_bsld_{key}"] += result.summary["mean_bsld"] / args.samples
             waits = (result.jobs["start"] - result.jobs["submit"])[large]
-            totals[key] = max(totals[key], int(waits.max()) if len(waits) else 0)
+            totals[f"max_wait_large_{key}"] = max(totals[f"max_wait_large_{key}"], int(waits.max()) if len(waits) else 0)
     return totals
+
+
+def delay_study(args, folders: list[Path]) -> dict:
+    """`reservation_delays` of the given agent folders (each trained by `hpcgym train rlbf` on
+    SDSC-SP2 with an FCFS base: a delay penalty, the stop action) on both seed sets."""
+    seeds = [int(s) for s in args.seeds.split(",")]
+    return {folder.name: {seed: reservation_delays(args, "SDSC-SP2", "fcfs", folder / "model.pt", seed)
+                          for seed in seeds} for folder in folders}
 
 
 def decision_rate(args, trace: str, base: str, semantics: str, windows: int = 5) -> dict | None:
@@ -231,7 +247,16 @@ def markdown(results: dict, seeds: list[int]) -> str:
 def main() -> None:
     parser = argument_parser(__doc__, "rlbf-eval", 50, 10, 1024, "0,100", list(TRACES))
     parser.add_argument("--semantics", default=",".join(SEMANTICS), help="Comma-separated: scw, public.")
+    parser.add_argument("--delay-study", nargs="+", type=Path, metavar="AGENT_DIR",
+                        help="Only this: the given SDSC-SP2 FCFS agents' bsld and reservation delays on both seed "
+                             "sets, in the options each was trained in (OUT/delay-study.json).")
     args = parser.parse_args()
+    if args.delay_study:
+        study = delay_study(args, args.delay_study)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "delay-study.json").write_text(json.dumps(study, indent=1))
+        print(json.dumps(study, indent=1))
+        return
     seeds = [int(s) for s in args.seeds.split(",")]
     traces = [t for t in TRACES if t in args.traces.split(",")]
     semantics_list = [s for s in SEMANTICS if s in args.semantics.split(",")]
