@@ -319,7 +319,14 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
     return Workload(name=_workload_name(path), procs=procs, job_id=job_id[order],
                     submit=submit[order], run=run[order], size=size[order],
                     requested=requested[order], user=user[order], queue=queue[order], dropped=dropped,
-                    header=header)
+                    header=header, source_max_run=_leading_int(header.get(SOURCE_MAX_RUN)))
+
+
+#: hpcgym's header key for the longest run time of the workload a written sequence was cut from
+#: (`Workload.max_run`), so that encoders normalising by it see the same scale when the sequence
+#: is read back (as `hpcgym compare` does with its sequence files). Not SWF's MaxRuntime, which
+#: is the system's limit.
+SOURCE_MAX_RUN = "HpcgymSourceMaxRun"
 
 
 def write_swf(path: str | os.PathLike[str], workload: Workload,
@@ -327,13 +334,15 @@ def write_swf(path: str | os.PathLike[str], workload: Workload,
     """Write `workload` as an 18-field SWF file (gzip if the name ends in .gz).
 
     Fields the workload does not carry are written as -1, so `read_swf` gives back identical
-    arrays. Useful for handing generated or sampled job sequences to other simulators.
+    arrays (and the same `max_run`). Useful for handing generated or sampled job sequences to other simulators.
     """
     path = Path(path)
     n = len(workload)
     head = ["; Version: 2.2", f"; Computer: hpcgym workload {workload.name}",
             f"; MaxJobs: {n}", f"; MaxRecords: {n}",
             f"; MaxNodes: {workload.procs}", f"; MaxProcs: {workload.procs}"]
+    if workload.source_max_run is not None:  # a window keeps the scale of the trace it was cut from
+        head.append(f"; {SOURCE_MAX_RUN}: {workload.source_max_run}")
     for comment in comments or []:
         head.extend(f"; {part}".rstrip() for part in str(comment).splitlines() or [""])
     table = np.full((n, N_FIELDS), -1, dtype=np.int64)

@@ -481,3 +481,18 @@ def test_lublin_uses_maxnodes(real: dict[str, Workload]) -> None:
         w = trace(real, name)
         assert "MaxProcs" not in w.header and w.procs == 256 and len(w) == 10000
         assert np.array_equal(w.requested, w.run)   # f9 is -1 everywhere
+
+
+def test_a_written_window_keeps_the_longest_run_of_its_trace(tmp_path: Path) -> None:
+    """Encoders normalise by the source trace's longest run (`max_run`); a window written to a
+    sequence file (as `hpcgym compare` does) and read back must keep that scale, not its own."""
+    trace = read_swf(write(tmp_path, swf_text([
+        job(1, 0, 100, 4, 4, 200), job(2, 10, 9000, 8, 8, 9000), job(3, 25, 7, 1, 1, 3600), job(4, 30, 50, 2, 2, 60),
+    ])))
+    window = trace.take(np.array([2, 3]))  # jobs 3 and 4: their own longest run is 50 s
+    assert window.max_run == 9000
+    write_swf(tmp_path / "window.swf", window)
+    assert read_swf(tmp_path / "window.swf").max_run == 9000
+    write_swf(tmp_path / "whole.swf", trace)  # a workload written whole has no other scale than its own
+    assert "HpcgymSourceMaxRun" not in (tmp_path / "whole.swf").read_text()
+    assert read_swf(tmp_path / "whole.swf").max_run == 9000
