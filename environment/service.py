@@ -35,7 +35,7 @@ from typing import Any
 from .priorities import POLICIES
 from ..protocol import messages as m
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
-from .decisions import KINDS, Decision
+from .decisions import KINDS, SELECT, Decision
 from .errors import HpcgymError, InvalidAction
 from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS, SUM_DESCRIPTION,
                       SUM_SYNTAX, Reward, get_reward)
@@ -641,7 +641,7 @@ class EnvService:
                 continue
             order = ep.orders.get(owner.id)
             if order is not None:
-                job = decision.by_order(order)
+                job = decision.by_order(order) if decision.kind == SELECT else None
                 if job is not None:  # the owner's standing order answers it
                     ep.ordered[owner.id] = ep.ordered.get(owner.id, 0) + 1
                     if self.on_act is not None:

@@ -101,3 +101,20 @@ def test_an_order_answers_select_decisions_only():
     decision = Decision(None, INSPECT, 0, 1, [5], {"jobs": [5]})
     with pytest.raises(InvalidAction, match="select decisions only"):
         decision.parse_order({"order": [5]})
+
+
+def test_an_order_never_answers_another_kind(tmp_path):
+    """An agent taking select and backfill: its select order ranks job 3, but the backfill
+    decision offering job 3 is still asked (4 processors; job 1 holds 2 until 100; job 2 needs 4
+    and is reserved at 100; job 3 fits in the 2 free ones and ends at 30, before the reservation)."""
+    jobs = [(1, 0, 100, 2, 100), (2, 10, 50, 4, 50), (3, 10, 20, 2, 20)]
+    lines = ["; MaxProcs: 4"] + [f"{j} {s} -1 {r} {n} -1 -1 {n} {q} -1 1 1 1 1 1 1 -1 -1" for j, s, r, n, q in jobs]
+    (tmp_path / "bf.swf").write_text("\n".join(lines) + "\n")
+    svc = EnvService()
+    ask = lambda msg: decode(svc.handle(b"a", encode(msg))[0][1])  # noqa: E731
+    ask({"type": "hello", "protocol": "1.4", "agent": "both", "kinds": ["select", "backfill"]})
+    d = ask({"type": "reset", "workload": {"trace": str(tmp_path / "bf.swf")}})
+    d = ask({"type": "act", "decision": d["decision"], "action": {"order": [1]}})
+    assert (d["kind"], d["time"], d["candidates"]) == ("select", 10, [2, 3])
+    d = ask({"type": "act", "decision": d["decision"], "action": {"order": [2, 3]}})
+    assert (d["kind"], d["time"], d["candidates"]) == ("backfill", 10, [3])
