@@ -815,7 +815,7 @@ class Simulation:
             },
             "context": dict(decision.context),
         }
-        if self.config.prediction.on:  # in-process only: the protocol does not carry these yet
+        if self.config.prediction.on:  # PROTOCOL.md section 6 (1.4)
             obs["queue"]["prediction"] = [self._pred0[i] for i in window]
             obs["running"].update(submit=[submit[i] for i in running], prediction0=[self._pred0[i] for i in running],
                                   prediction=[self._pred[i] for i in running])

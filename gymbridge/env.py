@@ -193,8 +193,7 @@ class HpcEnv(gym.Env):
         if not isinstance(self.policy, str) or self.policy not in POLICIES:
             raise ConfigError(f"unknown policy {self.policy!r}; use one of {', '.join(POLICIES)}")
         self.options = options
-        # validates the option names and values; predictions only in process (the protocol lacks them)
-        self.config = sim_config(options, _check_seed(seed), local=remote is None)
+        self.config = sim_config(options, _check_seed(seed))  # validates the option names and values
         if self.config.backfill == "conservative" and ({*kinds, *self.others} & {SELECT, INSPECT, BACKFILL}):
             raise ConfigError("conservative backfilling places every queued job by the built-in priority policy; "
                               f"a {'+'.join(kinds)} env needs backfill easy or none")

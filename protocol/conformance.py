@@ -51,6 +51,8 @@ START_KIND_CODES = (0, 1, 2)
 OBSERVATION_KEYS = ("time", "procs", "free", "queue_length", "queue", "running", "context")
 QUEUE_COLUMNS = ("id", "submit", "size", "requested", "estimate", "wait", "rejections", "user")
 RUNNING_COLUMNS = ("id", "start", "size", "requested", "estimated_end")
+#: 1.4: the prediction columns, sent to 1.4 agents in episodes with a predictor (section 6).
+PREDICTION_COLUMNS = {"queue": ("prediction",), "running": ("submit", "prediction0", "prediction")}
 ENV_KEYS = ("kinds", "policies", "rewards", "defaults", "limits", "on_agent_lost")
 LIMIT_KEYS = ("max_message_bytes", "heartbeat_s", "decision_timeout_s")
 PENDING_KEYS = ("decision", "kind", "time", "candidates", "can_wait")
@@ -320,6 +322,9 @@ class _EnvChecker:
         self.expect_error("bad_message_no_pending", r, "bad_message", None)
         # -------- other envelopes
         self.envelopes()
+        # -------- 1.4: predictions
+        if self.strict:
+            self.predictions()
         # -------- bye
         r = self.ask(a, {"type": "bye"}, "bye")
         self.check("bye", r.get("type") == "bye", f"bye answered {r.get('type')}")
@@ -510,6 +515,46 @@ class _EnvChecker:
         ok = r.get("type") == "welcome"
         r = self.ask(q, {"type": "bye"}, "REQ bye")
         self.check("req_socket", ok and r.get("type") == "bye", f"REQ hello/bye answered welcome/{r.get('type')}")
+
+
+    def predictions(self) -> None:
+        """1.4: a reset's `prediction` option is checked like every option, and the prediction
+        columns go to a 1.4 agent and not to a 1.3 one (each in a session of its own)."""
+        for protocol in (PROTOCOL_VERSION, "1.3"):
+            c = self.client()
+            r = self.ask(c, {"type": "hello", "protocol": protocol, "agent": "conformance-predictions",
+                             "kinds": ["select"], "session": f"{self.session}-predictions-{protocol}"},
+                         f"hello {protocol} for predictions")
+            if not self.check(f"predictions_welcome_{protocol}", r.get("type") == "welcome", f"answered {_short(r)}"):
+                continue
+            if protocol == PROTOCOL_VERSION:
+                for name, given in (("unknown", "oracle"), ("model_path", "learned:/nonexistent/hpcgym-model.json")):
+                    r = self.ask(c, {"type": "reset", "workload": self.workload, "options": {"prediction": given}},
+                                 f"reset with prediction {given}")
+                    self.expect_error(f"prediction_bad_request_{name}", r, "bad_request", None)
+            r = self.settle(c, self.ask(c, {"type": "reset", "seed": 1, "workload": self.workload,
+                                            "options": {"prediction": "running"}}, "reset with prediction running"),
+                            "reset with prediction running")
+            obs = r.get("observation") if r.get("type") == "decision" else None
+            if not isinstance(obs, dict):
+                self.check(f"prediction_columns_{protocol}", False, f"the reset answered {_short(r)}")
+            else:
+                problems = []
+                for table, columns in PREDICTION_COLUMNS.items():
+                    t = obs.get(table) if isinstance(obs.get(table), dict) else {}
+                    rows = len(t.get("id") or [])
+                    for column in columns:
+                        values = t.get(column)
+                        if protocol != PROTOCOL_VERSION:
+                            if values is not None:
+                                problems.append(f"{table}.{column} sent to a {protocol} agent")
+                        elif not (isinstance(values, list) and len(values) == rows
+                                  and all(_is_int(v) and v >= 1 for v in values)):
+                            problems.append(f"{table}.{column} is {_short(values)}, not {rows} integers >= 1")
+                self.check(f"prediction_columns_{protocol}", not problems, "; ".join(problems) or
+                           ("the prediction columns, one per job" if protocol == PROTOCOL_VERSION
+                            else "no prediction columns for a 1.3 agent"))
+            self.ask(c, {"type": "bye"}, "bye after predictions")
 
 
 def check_env(address: str, timeout: float = 10.0, *, workload: dict[str, Any] | None = None,

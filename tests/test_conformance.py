@@ -197,7 +197,8 @@ def test_check_env_passes_the_reference_env(env_address):
     names = {r.name for r in results}
     assert names >= {"version_mismatch", "welcome", "stale_decision", "invalid_action_not_candidate",
                      "bad_field_action_type", "unknown_type", "bad_message_garbage", "episode_end",
-                     "metrics_keys", "replies_valid", "bye"}
+                     "metrics_keys", "replies_valid", "bye", "prediction_columns_1.4", "prediction_columns_1.3",
+                     "prediction_bad_request_unknown", "prediction_bad_request_model_path"}
 
 
 def test_check_env_fails_an_env_that_answers_nonsense(tmp_path):
