@@ -129,6 +129,9 @@ valid("hello_no_kinds", "request", {"type": "hello", "protocol": "1.0", "agent":
 valid("hello_all_kinds", "request",
       {"type": "hello", "protocol": "1.3", "agent": "all", "kinds": ["select", "inspect", "backfill", "kill"]},
       "all four kinds; a 1.x minor version is the same major")
+valid("hello_select_kill", "request",
+      {"type": "hello", "protocol": "1.4", "agent": "rlschert", "kinds": ["select_kill", "inspect", "backfill"]},
+      "1.4: the joint select+kill kind, which takes the place of select and kill")
 valid("hello_utf8_name", "request", {"type": "hello", "protocol": "1.0", "agent": "agent-é-调度", "kinds": []},
       "agent name with non-ASCII UTF-8 text")
 valid("reset_empty", "request", {"type": "reset"}, "reset with every optional field absent")
@@ -323,6 +326,10 @@ valid("decision_kill_predictions", "reply",
           "running": {**OBSERVATION_SELECT["running"], "submit": [0], "prediction0": [1800], "prediction": [4200]}}),
       "1.4: an episode with a predictor, to a 1.4 agent: queue.prediction (pre-run), running.submit, "
       "running.prediction0 (pre-run) and running.prediction (current)")
+valid("decision_select_kill", "reply",
+      decision("select_kill", candidates=[3, 4, 1], observation={**OBSERVATION_SELECT, "context": {"queued": 2}}),
+      "1.4: the joint decision: the queue window's ids, then the running ids that may be killed; "
+      "context.queued says how many are queued")
 valid("pending", "reply", {"type": "pending", "episode": 2}, "pending with the episode number")
 valid("pending_bare", "reply", {"type": "pending"}, "pending without the optional episode")
 valid("pending_episode_zero", "reply", {"type": "pending", "episode": 0},
