@@ -66,8 +66,13 @@ def policies(args, trace: str, predictor: str) -> dict[str, str]:
 
 
 def ordering(rows: dict, metric: str) -> str:
-    done = sorted((row[f"{metric}_mean"], name) for name, row in rows.items() if row.get(f"{metric}_mean") is not None)
-    return " < ".join(name for _, name in done)
+    """Policies from best to worst by mean; equal means (to 0.01) joined by `=`."""
+    done = sorted((round(row[f"{metric}_mean"], 2), name) for name, row in rows.items()
+                  if row.get(f"{metric}_mean") is not None)
+    groups: dict[float, list[str]] = {}
+    for value, name in done:
+        groups.setdefault(value, []).append(name)
+    return " < ".join(" = ".join(names) for names in groups.values())
 
 
 def cell(row: dict | None, metric: str) -> str:
