@@ -507,7 +507,8 @@ ENCODERS: dict[str, Callable[..., Encoder]] = {
     "irl_wait": lambda window, procs, **_: IRLEncoder(window, procs, wait=True),
 }
 #: The encoder of each decision kind when none is named (the Gymnasium env's, decision records').
-DEFAULT_ENCODERS = {"select": "jobs+nodes", "backfill": "jobs+nodes", "inspect": "jobs+nodes", "kill": "running+nodes"}
+DEFAULT_ENCODERS = {"select": "jobs+nodes", "backfill": "jobs+nodes", "inspect": "jobs+nodes", "kill": "running+nodes",
+                    "select_kill": "jobs+running+nodes"}
 #: Named concatenations (any "a+b" of base names also works).
 COMBINED = ("jobs+nodes", "running+nodes")
 

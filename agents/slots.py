@@ -10,6 +10,9 @@ W is the window (number of job slots):
 | backfill | the k-th queue-window job, if it is a backfill candidate | stop (if the decision can) |
 | kill     | slot k >= 1: the (k-1)-th running job                    | slot 0: kill nothing       |
 | inspect  | 0: accept, 1: reject (two slots only)                    |                            |
+
+select_kill has 2W + 1 slots: k < W the k-th queue-window job (select it), W <= k < 2W the
+(k-W)-th running job (kill it, when the decision offers it), 2W wait (if the decision can).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..environment.decisions import BACKFILL, INSPECT, KILL, SELECT, Action, Decision
+from ..environment.decisions import BACKFILL, INSPECT, KILL, SELECT, SELECT_KILL, Action, Decision
 from ..environment.errors import HpcgymError
 
 
@@ -29,6 +32,15 @@ def slot_mask(decision: Decision, window: int) -> tuple[np.ndarray, list[int]]:
     kind, w = decision.kind, window
     if kind == INSPECT:
         return np.ones(2, np.int8), []
+    if kind == SELECT_KILL:  # row k of the running table is slot W + k, whether or not it is offered
+        queued = decision.context["queued"]
+        running = list(decision.observation["running"]["id"][:w])
+        offered = set(decision.candidates[queued:])
+        mask = np.zeros(2 * w + 1, np.int8)
+        mask[:queued] = 1
+        mask[w:w + len(running)] = [j in offered for j in running]
+        mask[2 * w] = decision.can_wait
+        return mask, [*decision.candidates[:queued], *[None] * (w - queued), *running]
     mask = np.zeros(w + 1, np.int8)
     if kind == SELECT:
         ids = list(decision.candidates[:w])
@@ -74,6 +86,8 @@ def slot_action(kind: str, slot: int, ids: list[int], window: int) -> Action:
         return slot == 0
     if kind == KILL:
         return None if slot == 0 else ids[slot - 1]
+    if kind == SELECT_KILL:
+        return None if slot == 2 * window else ids[slot]
     return None if slot == window else ids[slot]
 
 
@@ -87,7 +101,7 @@ def action_slot(kind: str, action: Action, ids: list[int], window: int) -> int:
             return window if not action and kind == SELECT else -1
         action = action[0]
     if action is None:
-        return 0 if kind == KILL else window
+        return 0 if kind == KILL else 2 * window if kind == SELECT_KILL else window
     k = ids.index(int(action))
     return k + 1 if kind == KILL else k
 

@@ -16,7 +16,8 @@ TRACES_DIR = ROOT.parent / "shared" / "traces"
 #: The summary.csv columns an evaluation reads for each policy.
 SUMMARY_KEYS = ("mean_bsld_mean", "mean_bsld_diff", "mean_bsld_ci_low", "mean_bsld_ci_high", "mean_bsld_win_rate",
                 "mean_wait_mean", "max_wait_mean", "utilization_mean", "utilization_diff", "utilization_ci_low",
-                "utilization_ci_high")
+                "utilization_ci_high", *(f"{m}_{k}" for m in ("mean_slowdown", "mean_response")
+                                         for k in ("mean", "diff", "ci_low", "ci_high")))
 
 
 def run(cmd: list[str]) -> None:

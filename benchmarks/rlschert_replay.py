@@ -1,7 +1,7 @@
 """RLSchert's predictions and rule-based kill on a trace's test part replayed as one episode
 (FCFS + EASY): mean bsld and wait, kills, lost work, and the speed of the kill decisions with
 predictions off and on (docs/rlschert.md, "Measured"). One run per row, no confidence intervals:
-the comparison through `hpcgym compare` with CIs is still to be written (benchmarks/rlschert_eval.py).
+the comparison through `hpcgym compare` with CIs is benchmarks/rlschert_eval.py.
 
     python benchmarks/rlschert_replay.py                                  # SDSC-SP2, last 20%
     python benchmarks/rlschert_replay.py --trace HPC2N-2002-2.2-cln.swf.gz

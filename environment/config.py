@@ -103,7 +103,7 @@ class SimConfig:
         events of an instant, then one pass.
     prediction: the run-time predictor (environment/predictions.py): none, user_history,
         learned:MODEL or running[:PRE,RUN,END[,PERIOD]]; with estimate `predicted` reservations
-        follow its predictions. In-process only: the protocol does not carry predictions yet.
+        follow its predictions. Over the protocol since 1.4 (PROTOCOL.md sections 4, 6).
     seed: seeds every random choice of the run (noisy estimates, the random policy, the running
         predictor's errors).
     """

@@ -13,6 +13,8 @@ Actions, in process (the protocol carries the same values):
 | inspect  | True to accept the pick, False to reject it                           |
 | backfill | a candidate job id to start now, or None to stop                      |
 | kill     | a running job id to kill and requeue, or None                         |
+| select_kill | one job id: a queued one to select (as select), a running one to kill |
+|          | and requeue; or None to wait (RLSchert's single output)                |
 
 Over the protocol (1.4) a select decision may also be answered with a standing order,
 `{"order": [job ids, best first]}` ranking every candidate: the env starts the first and answers
@@ -28,8 +30,10 @@ from typing import Any, Protocol, Union
 from .errors import InvalidAction
 
 SELECT, INSPECT, BACKFILL, KILL = "select", "inspect", "backfill", "kill"
-#: The decision kinds, in the order they are asked at one instant.
-KINDS = (SELECT, INSPECT, BACKFILL, KILL)
+#: The joint decision: select and kill in one (it takes the place of both).
+SELECT_KILL = "select_kill"
+#: The decision kinds, in the order they are asked at one instant (select_kill where select is).
+KINDS = (SELECT, INSPECT, BACKFILL, KILL, SELECT_KILL)
 
 Action = Union[int, list, tuple, bool, None]
 
@@ -95,7 +99,7 @@ class Decision:
         """
         if self.kind == INSPECT:
             return True
-        if self.kind == KILL:
+        if self.kind == KILL or (self.kind == SELECT_KILL and not self.context["queued"]):
             return None
         return self.candidates[0]
 
@@ -133,6 +137,13 @@ class Decision:
                     raise InvalidAction(f"jobs {ids} need {need} processors together but only "
                                         f"{self._sim.free} are free; pick a set that fits, or one job to reserve")
             return ids
+        if self.kind == SELECT_KILL:
+            if isinstance(action, (list, tuple)):
+                raise InvalidAction(f"select_kill takes one job id (a queued job to start or reserve, a running one "
+                                    f"to kill) or nil to wait, not a list: {list(action)!r}")
+            if action is None and not self.can_wait:
+                raise InvalidAction("select_kill cannot wait now: nothing runs and no job will arrive; pick a job "
+                                    "from the candidates")
         if action is None:
             if not self.can_wait:  # backfill under backfill_stop off, with two or more candidates
                 raise InvalidAction(f"{self.kind} cannot stop now (the env's backfill_stop is off): "

@@ -36,6 +36,10 @@ PREDICTION_SYNTAX = "none, user_history, learned:MODEL.json or running[:PRE,RUN,
 #: about 40% before the run and 10% while it runs; Fig. 6: a few percent near the end) and its
 #: 5-minute time step.
 RUNNING_DEFAULTS = (0.4, 0.1, 0.03, 300)
+#: The shortest revision period: every running job makes run / PERIOD revision events, so a
+#: period of seconds would turn a day-long job into tens of thousands of events (an env serving
+#: others must not be stalled by one reset); a minute is finer than any predictor's step.
+MIN_PERIOD = 60
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,8 @@ class PredictionSpec:
         pre, run, end = values
         if not (0 <= end <= run and 0 <= pre <= 10 and run <= 5):
             raise ConfigError(f"prediction running needs 0 <= END <= RUN <= 5 and 0 <= PRE <= 10, got {text!r}")
-        if period < 1:
-            raise ConfigError(f"prediction running's PERIOD must be at least 1 s, got {period}")
+        if period < MIN_PERIOD:
+            raise ConfigError(f"prediction running's PERIOD must be at least {MIN_PERIOD} s, got {period}")
         return cls(kind, pre=pre, run=run, end=end, period=period)
 
     def __str__(self) -> str:
@@ -146,6 +150,8 @@ MODEL_FORMAT = 1
 #: A user or queue gets its own weight when the training part has at least this many of its jobs.
 MIN_CATEGORY_JOBS = 5
 RIDGE = 1.0
+#: Weights besides the per-user and per-queue ones: intercept, log request, log size, 24 hours.
+FIXED_WEIGHTS = 27
 
 
 def _hours(workload: Workload) -> np.ndarray:
@@ -221,8 +227,12 @@ def load_prerun_model(path: str | os.PathLike[str]) -> PrerunModel:
             data = json.loads(Path(path).read_text())
             if data.get("kind") != "hpcgym-prerun-ridge" or data.get("format") != MODEL_FORMAT:
                 raise ValueError
-            _LOADED[key] = PrerunModel([int(u) for u in data["users"]], [int(q) for q in data["queues"]],
-                                       [float(w) for w in data["weights"]])
+            model = PrerunModel([int(u) for u in data["users"]], [int(q) for q in data["queues"]],
+                                [float(w) for w in data["weights"]])
+            if len(model.weights) != FIXED_WEIGHTS + len(model.users) + len(model.queues) \
+                    or not all(math.isfinite(w) for w in model.weights):
+                raise ValueError
+            _LOADED[key] = model
         except (ValueError, KeyError, TypeError, AttributeError):
             raise ConfigError(f"{os.fspath(path)} is not an hpcgym run-time model; fit one with hpcgym predict "
                               "fit") from None

@@ -384,6 +384,10 @@ class RewardSpec:
             raise ConfigError(f"reward {self.name!r}: {problem}")
 
 
+def _needs_prediction(config: Any) -> str | None:
+    return None if config.prediction.on else "it reads run-time predictions: set the option prediction (e.g. running)"
+
+
 REWARDS: dict[str, RewardSpec] = {
     r.name: r
     for r in (
@@ -414,19 +418,6 @@ REWARDS: dict[str, RewardSpec] = {
         RewardSpec("system_wait_slowdown", "dense: minus the integral in hours since the previous decision of the "
                                            "sum of (wait so far + run time) / run time over the jobs queued or "
                                            "running (IRL's reward I)", lambda: SystemSlowdown(wait=True)),
-    )
-}
-
-
-def _needs_prediction(config: Any) -> str | None:
-    return None if config.prediction.on else "it reads run-time predictions: set the option prediction (e.g. running)"
-
-
-#: Rewards of in-process simulations only: the `welcome` does not list them, since the protocol
-#: does not carry predictions yet (RLSchert's eqs. 9 and 10; docs/rlschert.md).
-IN_PROCESS_REWARDS: dict[str, RewardSpec] = {
-    r.name: r
-    for r in (
         RewardSpec("system_slowdown_prediction", "as system_slowdown with the predicted run time: a running job's "
                                                  "current prediction, a waiting one's pre-run one (RLSchert eq. 9)",
                    lambda: SystemSlowdown("prediction"), _needs_prediction),
@@ -448,9 +439,9 @@ def get_reward(name: str) -> RewardSpec:
     if name == "delay_penalty" or name.startswith("delay_penalty:"):
         return delay_spec(name)
     try:
-        return REWARDS[name] if name in REWARDS else IN_PROCESS_REWARDS[name]
+        return REWARDS[name]
     except KeyError:
-        raise ConfigError(f"unknown reward {name!r}; use one of {', '.join([*REWARDS, *IN_PROCESS_REWARDS])}, "
+        raise ConfigError(f"unknown reward {name!r}; use one of {', '.join(REWARDS)}, "
                           f"{RELATIVE_SYNTAX} or {DELAY_SYNTAX}, or several joined by '+'") from None
 
 

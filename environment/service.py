@@ -39,6 +39,7 @@ from .decisions import KINDS, SELECT, Decision
 from .errors import HpcgymError, InvalidAction
 from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS, SUM_DESCRIPTION,
                       SUM_SYNTAX, Reward, get_reward)
+from .predictions import PredictionSpec
 from .simulator import Simulation
 from .spec import TraceNotFound, WorkloadCache, check_workload_spec, reset_workload, sim_config
 
@@ -56,6 +57,12 @@ MAX_LOST = 10_000
 #: records of more jobs than fit the message limit by this bound are paged (`records` requests).
 RECORD_BYTES_PER_JOB = 16 * 9
 RECORDS_PAGE_JOBS = 50_000
+#: The largest learned prediction model a reset may name (one is a few kB per thousand users).
+MAX_MODEL_BYTES = 16 << 20
+#: The first minor version whose agents are sent the prediction columns (older ones never asked).
+PREDICTIONS_MINOR = 4
+#: The observation columns of predictions (PROTOCOL.md section 6), per table.
+PREDICTION_COLUMNS = {"queue": ("prediction",), "running": ("submit", "prediction0", "prediction")}
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,9 @@ class Limits:
     max_trace_bytes: int | None = None           # and only regular files up to this size
     max_jobs: int | None = None                  # `jobs` and `generate_jobs` of a workload
     idle_timeout: float | None = None            # agents silent this long (not in an episode) are forgotten
+    # learned prediction models only from inside these folders; None: from anywhere if trace_dirs is
+    # None too (an env a program runs for itself), else from nowhere
+    model_dirs: tuple[Path, ...] | None = None
 
 
 @dataclass(eq=False)
@@ -75,6 +85,7 @@ class Peer:
     name: str
     kinds: frozenset[str]
     session: Session
+    minor: int = 0                          # the minor protocol version its hello spoke
     waiting_since: float | None = None      # time of its unanswered request
     arrived: int = 0                        # its requests so far, counted as they arrive
     answered: int = 0                       # `arrived` when it was last sent a reply
@@ -177,6 +188,7 @@ class EnvService:
         # in process, where one program runs all its agents, sessions are open).
         self.private = private
         self._trace_dirs = None if limits.trace_dirs is None else tuple(d.resolve() for d in limits.trace_dirs)
+        self._model_dirs = None if limits.model_dirs is None else tuple(d.resolve() for d in limits.model_dirs)
         self._next_sweep = 0.0
         self.sessions: dict[str, Session] = {}
         self.peers: dict[bytes, Peer] = {}
@@ -402,7 +414,8 @@ class EnvService:
             # A session lasts while one of its agents is there: after the last one left, this
             # hello starts a new one, whose episodes and decision ids count from 1 again.
             session = self.sessions[name] = Session(name, msg.get("token") or secrets.token_hex(16))
-        peer = Peer(peer_id, msg["agent"], frozenset(kinds), session, last_seen=self.clock())
+        peer = Peer(peer_id, msg["agent"], frozenset(kinds), session, int(msg["protocol"].split(".")[1]),
+                    last_seen=self.clock())
         self.lost.pop(peer_id, None)
         self.peers[peer_id] = peer
         session.peers[peer_id] = peer
@@ -532,6 +545,7 @@ class EnvService:
             if not isinstance(policy, str) or policy not in POLICIES:  # a list here was an `internal` TypeError
                 raise HpcgymError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
             spec = self._bounded(reset_workload(d["workload"], msg.get("workload", {})))
+            options = self._bounded_options(options)
             with self._unlocked():
                 workload = self._workloads.load(spec, seed, self.limits.max_trace_bytes)
                 config = sim_config(options, seed)
@@ -570,34 +584,25 @@ class EnvService:
             return spec
         return {**spec, "trace": str(self._allowed_trace(os.fspath(spec["trace"])))}
 
+    def _bounded_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The options with a learned predictor's model file named by its real path, if the
+        operator allows it (`--model-dir`; an env without limits opens any path)."""
+        given = options.get("prediction")
+        if not isinstance(given, str):
+            return options  # absent, or a wrong type sim_config names
+        spec = PredictionSpec.parse(given)
+        if spec.kind != "learned" or (self._model_dirs is None and self._trace_dirs is None):
+            return options
+        if not self._model_dirs:
+            raise HpcgymError("prediction learned: this env serves no prediction models (the operator adds folders "
+                              "with --model-dir); use prediction running or user_history")
+        real = _allowed_file(spec.model, self._model_dirs, MAX_MODEL_BYTES, "prediction model", "--model-dir")
+        return {**options, "prediction": f"learned:{real}"}
+
     def _allowed_trace(self, given: str) -> Path:
-        """The file a reset's trace names, if the operator allows it: inside an allowed folder
-        (checked before the file is even looked for), a regular file (not a FIFO or a device),
-        and not over the size limit."""
-        if "\x00" in given:
-            raise TraceNotFound("a trace path cannot contain a NUL byte; check the path")
-        dirs = self._trace_dirs
-        name = Path(given).expanduser()
-        if len(name.parts) == 1 and not name.is_absolute() and dirs is not None:
-            found = [d / name for d in dirs if (d / name).is_file()]
-            if not found:
-                raise TraceNotFound(f"{given}: no such trace in this env's trace folders; ask the operator which "
-                                    "traces it serves")
-            name = found[0]
-        real = Path(os.path.realpath(name))
-        if dirs is not None and not any(real.is_relative_to(d) for d in dirs):
-            raise TraceNotFound(f"{given}: this env serves traces only from its trace folders (the operator adds "
-                                "folders with --trace-dir); give a trace there, by name")
-        try:
-            info = os.stat(real)
-        except OSError:
-            raise TraceNotFound(f"{given}: trace file not found; check the path") from None
-        if not stat.S_ISREG(info.st_mode):
-            raise TraceNotFound(f"{given}: not a regular file; a trace is an .swf or .swf.gz file")
-        if self.limits.max_trace_bytes is not None and info.st_size > self.limits.max_trace_bytes:
-            raise TraceNotFound(f"{given}: {info.st_size:,} bytes is over this env's trace size limit of "
-                                f"{self.limits.max_trace_bytes:,} (the operator sets it with --max-trace-bytes)")
-        return real
+        """The file a reset's trace names, if the operator allows it (`_allowed_file`)."""
+        return _allowed_file(given, self._trace_dirs, self.limits.max_trace_bytes, "trace", "--trace-dir",
+                             "--max-trace-bytes")
 
     def _dispatch(self, session: Session) -> None:
         """Advance the episode past every decision nobody needs to be asked about; hand the
@@ -655,8 +660,12 @@ class EnvService:
     def _decision_message(self, ep: Episode, decision: Decision, owner: Peer) -> dict[str, Any]:
         reward = ep.rewards.get(owner.id, 0.0)
         ep.rewards[owner.id] = 0.0
+        observation = decision.observation
+        if owner.minor < PREDICTIONS_MINOR and ep.sim.config.prediction.on:  # columns a 1.0-1.3 agent never asked for
+            observation = {**observation, **{table: {k: v for k, v in observation[table].items() if k not in columns}
+                                             for table, columns in PREDICTION_COLUMNS.items()}}
         message = {"type": "decision", "episode": ep.number, "decision": ep.decision_id, "step": decision.step,
-                   "time": decision.time, "kind": decision.kind, "observation": decision.observation,
+                   "time": decision.time, "kind": decision.kind, "observation": observation,
                    "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": float(reward)}
         ordered = ep.ordered.pop(owner.id, 0)
         if ordered:
@@ -788,6 +797,36 @@ class EnvService:
 def _without_contents(message: str) -> str:
     """An error about a trace without the bits of the file it quotes (a malformed field's text)."""
     return re.sub(r"(non-numeric field \d+) ('[^']*'|\"[^\"]*\")", r"\1", message)
+
+
+def _allowed_file(given: str, dirs: tuple[Path, ...] | None, max_bytes: int | None, what: str, dir_flag: str,
+                  size_flag: str = "") -> Path:
+    """The file a reset names, if the operator allows it: inside one of `dirs` (None: anywhere;
+    checked before the file is even looked for, so a refusal does not say whether it exists), a
+    regular file (not a FIFO or a device), and not over `max_bytes`."""
+    if "\x00" in given:
+        raise TraceNotFound(f"a {what} path cannot contain a NUL byte; check the path")
+    name = Path(given).expanduser()
+    if len(name.parts) == 1 and not name.is_absolute() and dirs is not None:
+        found = [d / name for d in dirs if (d / name).is_file()]
+        if not found:
+            raise TraceNotFound(f"{given}: no such {what} in this env's {what} folders; ask the operator which "
+                                f"{what}s it serves")
+        name = found[0]
+    real = Path(os.path.realpath(name))
+    if dirs is not None and not any(real.is_relative_to(d) for d in dirs):
+        raise TraceNotFound(f"{given}: this env serves {what}s only from its {what} folders (the operator adds "
+                            f"folders with {dir_flag}); give a {what} there, by name")
+    try:
+        info = os.stat(real)
+    except OSError:
+        raise TraceNotFound(f"{given}: {what} file not found; check the path") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise TraceNotFound(f"{given}: not a regular file; name a {what} file")
+    if max_bytes is not None and info.st_size > max_bytes:
+        raise TraceNotFound(f"{given}: {info.st_size:,} bytes is over this env's {what} size limit of {max_bytes:,}"
+                            + (f" (the operator sets it with {size_flag})" if size_flag else ""))
+    return real
 
 
 def kinds_key(kinds: Any) -> str:

@@ -29,7 +29,7 @@ import numpy as np
 from .priorities import USAGE_HALF_LIFE, PriorityPolicy, get_policy
 from .backfill import Profile
 from .config import SimConfig
-from .decisions import BACKFILL, INSPECT, KILL, SELECT, Action, Decision, check_kinds
+from .decisions import BACKFILL, INSPECT, KILL, SELECT, SELECT_KILL, Action, Decision, check_kinds
 from .errors import ConfigError, InvalidAction
 from .metrics import RunResult
 from .predictions import RunningModel, UserHistory, check_users, load_prerun_model
@@ -64,9 +64,16 @@ class Simulation:
         self.config = config
         self.policy = get_policy(policy, config.seed) if isinstance(policy, str) else policy
         self.external = check_kinds(external)
-        if config.backfill == "conservative" and self.external & {SELECT, INSPECT, BACKFILL}:
+        if config.backfill == "conservative" and self.external & {SELECT, INSPECT, BACKFILL, SELECT_KILL}:
             raise ConfigError("conservative backfilling places every queued job by the built-in priority "
-                              "policy; external select, inspect or backfill agents need --backfill easy or none")
+                              "policy; external select, inspect, backfill or select_kill agents need --backfill "
+                              "easy or none")
+        if SELECT_KILL in self.external and self.external & {SELECT, KILL}:
+            raise ConfigError("select_kill decides select and kill in one: take it instead of select and kill, "
+                              "not beside them")
+        if SELECT_KILL in self.external and config.commit_pick:
+            raise ConfigError("select_kill asks at every pass, which commit_pick skips while its pick waits: "
+                              "turn commit_pick off")
         if len(set(workload.job_id.tolist())) != len(workload):
             raise ConfigError(f"workload {workload.name!r} has duplicate job ids; renumber its jobs")
         self.procs = workload.procs
@@ -274,7 +281,7 @@ class Simulation:
             if not happened:
                 continue  # only the finish of a run that was killed: not a scheduling instance
             self._wakeup = NEVER
-            if queue:
+            if queue or (self._running and SELECT_KILL in self.external):
                 yield from self._schedule(t)
             if kill_external and self._running:
                 victim = yield self._decision(KILL, [self._ids[i] for _, i in self._running], {})
@@ -306,9 +313,29 @@ class Simulation:
             self._resort(now)
         select_external = SELECT in self.external
         inspect_external = INSPECT in self.external
-        while queue:
+        # select_kill: asked while jobs wait or run; after a kill, running jobs are offered no more
+        # this instant (one kill per instant, as the kill kind), and the pass goes on
+        may_kill = SELECT_KILL in self.external
+        joint = may_kill
+        while queue or (may_kill and self._running):
             if self._committed >= 0:
                 picks = [self._committed]  # commit_pick: neither selected nor inspected again
+            elif joint:
+                window = queue[:self.config.window]
+                queued = [self._ids[i] for i in window]
+                running = [self._ids[i] for _, i in self._running] if may_kill else []
+                can_wait = bool(self._running) or self._next_submit < len(self._submit)
+                job = yield self._decision(SELECT_KILL, queued + running, {"queued": len(queued)}, can_wait)
+                if job is None:
+                    return
+                i = self._index[job]
+                if self._state[i] == RUNNING:
+                    self._kill(i)
+                    may_kill = False
+                    if self.policy.dynamic and len(queue) > 1:
+                        self._resort(now)
+                    continue
+                picks = [i]
             elif select_external:
                 window = queue[:self.config.window]
                 can_wait = bool(self._running) or self._next_submit < len(self._submit)
@@ -827,7 +854,7 @@ class Simulation:
             },
             "context": dict(decision.context),
         }
-        if self.config.prediction.on:  # in-process only: the protocol does not carry these yet
+        if self.config.prediction.on:  # PROTOCOL.md section 6 (1.4)
             obs["queue"]["prediction"] = queued(self._pred0)
             obs["running"].update(submit=run(submit), prediction0=run(self._pred0), prediction=run(self._pred))
         return obs

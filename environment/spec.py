@@ -49,10 +49,7 @@ WORKLOAD_KEYS = {
 }
 CONFIG_KEYS = ("preset", "backfill", "estimate", "overrun", "window", "max_interval", "max_rejections",
                "exact_requests", "commit_pick", "backfill_order", "backfill_candidates", "backfill_stop", "easy_extra",
-               "strict_shadow", "keep_shadow", "one_event")
-#: Options of in-process simulations only (the CLI, the in-process Gymnasium env, compare): the
-#: protocol does not carry them yet.
-LOCAL_CONFIG_KEYS = ("prediction",)
+               "strict_shadow", "keep_shadow", "one_event", "prediction")
 #: Value types of the workload keys (None is always allowed: it means "the default").
 WORKLOAD_TYPES = {"trace": (str, Path), "procs": int, "strict": bool, "skip_malformed": bool, "cleaning": str,
                   "model": str,
@@ -232,14 +229,10 @@ class WorkloadCache:
         return cut_sequence(source, spec)
 
 
-def sim_config(options: dict[str, Any], seed: int = 0, local: bool = False) -> SimConfig:
+def sim_config(options: dict[str, Any], seed: int = 0) -> SimConfig:
     """SimConfig from a map of option names and a seed. `policy`, which a reset's options hold
-    too, is known here but not part of the config (the simulation takes it apart). `local`: the
-    simulation runs in this process, so LOCAL_CONFIG_KEYS are allowed too."""
-    if not local and any(k in options for k in LOCAL_CONFIG_KEYS):
-        raise ConfigError("predictions do not travel over the protocol yet: run the simulation in process "
-                          "(no --connect / remote env) to use the prediction option")
-    _check_keys(options, ("policy", *CONFIG_KEYS, *LOCAL_CONFIG_KEYS), "simulation option")
+    too, is known here but not part of the config (the simulation takes it apart)."""
+    _check_keys(options, ("policy", *CONFIG_KEYS), "simulation option")
     try:
         return SimConfig(seed=seed, **expand_preset({k: v for k, v in options.items() if k != "policy"}))
     except TypeError as exc:

@@ -20,6 +20,7 @@ from ..environment.priorities import POLICIES
 from ..environment.config import BACKFILL_MODES, OVERRUN_MODES, PRESETS, EstimateSpec, SimConfig
 from ..environment.errors import HpcgymError
 from ..environment.lublin import generate_lublin
+from ..environment.predictions import PredictionSpec
 from ..environment.simulator import simulate
 from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload,
                                  resolve_trace)
@@ -230,6 +231,12 @@ def generate(out, n_jobs, procs, seed, model) -> None:
                                   "$HPCGYM_TRACES); no other file is opened.")
 @click.option("--max-trace-bytes", type=click.IntRange(min=1), default=1 << 30, show_default=True,
               help="Largest trace file a reset may name, on disk and unpacked.")
+@click.option("--prediction", help="Default run-time predictor of episodes (none, user_history, learned:MODEL.json, "
+                                   "running[:PRE,RUN,END[,PERIOD]]; docs/semantics.md section 12).")
+@click.option("--model-dir", "model_dirs", type=click.Path(path_type=Path, file_okay=False, exists=True),
+              multiple=True, help="A folder agents may name learned prediction models from (prediction "
+                                  "learned:NAME.json; besides --prediction's model's folder); without one, no "
+                                  "model is opened for a reset.")
 @click.option("--max-jobs", type=click.IntRange(min=1), default=1_000_000, show_default=True,
               help="Most jobs a reset may ask for (jobs, generate_jobs).")
 @click.option("--idle-timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True,
@@ -245,7 +252,7 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="Public key file, or folder of them, of agents allowed to connect.")
 @click.pass_context
 def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, reward, decision_timeout,
-                on_agent_lost, trace_dirs, max_trace_bytes, max_jobs, idle_timeout, open_sessions, allow_remote, insecure,
+                on_agent_lost, trace_dirs, max_trace_bytes, prediction, model_dirs, max_jobs, idle_timeout, open_sessions, allow_remote, insecure,
                 curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md and docs/server.md)."""
     from ..environment.server import check_listening, serve
@@ -257,10 +264,18 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
     workload = {k: v for k, v in (("trace", str(resolve_trace(trace)) if trace else None), ("procs", procs))
                 if v is not None}
     options = _rules(ctx, backfill=backfill, exact_requests=exact_requests, commit_pick=commit_pick, preset=preset)
+    models = list(model_dirs)
+    if prediction is not None:
+        spec = PredictionSpec.parse(prediction)
+        if spec.kind == "learned":
+            model = Path(spec.model).expanduser().resolve()
+            models.append(model.parent)
+            prediction = f"learned:{model}"
+        options["prediction"] = prediction
     folders = [*([Path(workload["trace"]).parent] if trace else []), *trace_dirs,
                *(Path(f) for f in os.environ.get(TRACES_ENV, "").split(os.pathsep) if f)]
     limits = Limits(trace_dirs=tuple(folders), max_trace_bytes=max_trace_bytes, max_jobs=max_jobs,
-                    idle_timeout=idle_timeout)
+                    idle_timeout=idle_timeout, model_dirs=tuple(models))
     service = EnvService({"workload": workload, "options": options, "policy": policy, "reward": reward},
                          decision_timeout=decision_timeout, on_agent_lost=on_agent_lost, limits=limits,
                          private=not open_sessions)
@@ -287,8 +302,8 @@ class _AgentCommand(click.Command):
             ("Inspect agents (agents/inspectors.py; serve one with --join while the agent that resets "
              "asks for it with --require inspect)",
              [(n, t) for n, k, t in rows if k == ("inspect",)]),
-            ("Kill agents (agents/rlschert.py; they read run-time predictions, which only in-process "
-             "simulations have for now: docs/rlschert.md)",
+            ("Kill agents (agents/rlschert.py; they read run-time predictions: reset with --prediction "
+             "running, docs/rlschert.md)",
              [(n, t) for n, k, t in rows if k == ("kill",)]),
         ]
         with formatter.section("Built-in agents (AGENT)"):
@@ -331,6 +346,10 @@ class _AgentCommand(click.Command):
 @click.option("--policy", "env_policy", type=click.Choice(list(POLICIES), case_sensitive=False),
               help="The env's priority policy for the episodes this agent resets: it orders the queue window and "
                    "the built-in backfill scan [default: AGENT when it is a priority policy, else the env's].")
+@click.option("--prediction", help="Run-time predictor of the episodes this agent resets (e.g. running; a kill "
+                                   "agent such as rlschert-rule reads predictions) [default: the env's].")
+@click.option("--estimate", help="Run-time estimate of reservations in the episodes this agent resets (e.g. "
+                                 "predicted) [default: the env's].")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), help="Window length sent with reset.")
 @click.option("--sample", type=int, help="Random window seed sent with reset.")
 @click.option("--require", multiple=True, help="Kinds the episode must wait for (with --reset).")
@@ -347,8 +366,8 @@ class _AgentCommand(click.Command):
                    "decisions by its ranking until a job it has not ranked arrives. --no-orders: asked at every "
                    "decision (the same schedule, more messages).")
 def agent_command(agent, model, greedy, sampling_seed, online, online_every, online_lr, online_save, online_reward,
-                  connect, controls, episodes, session, token, seed, env_policy, n_jobs, sample, require, timeout,
-                  curve_server, curve_secret, as_json, progress_every, orders) -> None:
+                  connect, controls, episodes, session, token, seed, env_policy, prediction, estimate, n_jobs, sample,
+                  require, timeout, curve_server, curve_secret, as_json, progress_every, orders) -> None:
     """Serve AGENT (a built-in name such as sjf, or module:Class), or a checkpoint (--model), to an env;
     with --online the checkpoint keeps learning while it serves."""
     from ..agents.runtime import agent_name, episode_policy, load_agent, run_agent
@@ -394,14 +413,16 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
     else:
         policy, name = load_agent(agent), agent_name(agent)
 
-    if env_policy is not None and not controls:
-        raise click.UsageError("--policy sets the env's policy for the episodes this agent resets: not with --join")
+    for flag, value in (("--policy", env_policy), ("--prediction", prediction), ("--estimate", estimate)):
+        if value is not None and not controls:
+            raise click.UsageError(f"{flag} sets the env's options for the episodes this agent resets: not with --join")
     reset = None
     if controls:
         workload = {k: v for k, v in (("jobs", n_jobs), ("sample", sample)) if v is not None}
         order = episode_policy(None if model is not None else agent, env_policy)
+        options = {k: v for k, v in (("policy", order), ("prediction", prediction), ("estimate", estimate)) if v}
         reset = {k: v for k, v in (("seed", seed), ("workload", workload or None), ("require", list(require) or None),
-                                   ("options", {"policy": order} if order else None)) if v is not None}
+                                   ("options", options or None)) if v is not None}
     progress = _AgentProgress(progress_every) if progress_every else None
     try:
         run = run_agent(policy, connect, name=name, session=session, reset=reset, episodes=episodes,

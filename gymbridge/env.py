@@ -17,9 +17,12 @@ Actions (an int; `info["action_mask"]` is an int8 vector, 1 = allowed; W = the `
 | inspect  | Discrete(2)      | 0: accept the pick, 1: reject it                                  |
 | kill     | Discrete(W + 1)  | 0: kill nothing; k >= 1: kill the (k-1)-th running job (running   |
 |          |                  | jobs by estimated end, as `observation["running"]` lists them)    |
+| select_kill | Discrete(2W + 1) | k < W: select the k-th queue-window job (as select); W <= k < 2W: |
+|          |                  | kill the (k-W)-th running job (allowed when offered: one kill per |
+|          |                  | instant); k = 2W: wait (allowed only when `can_wait`)             |
 
 Slot k always names row k of the observation's job table (queue window, or running jobs for
-kill), so a per-row scoring network lines up with the actions. Backfill candidates are the
+kill; select_kill: row k of the queue window, slot W + k row k of the running jobs), so a per-row scoring network lines up with the actions. Backfill candidates are the
 queue jobs that fit now without delaying the reservation; one beyond the visible window (only
 when more than W jobs wait) has no row and cannot be chosen. A kill env sees at most W running
 jobs. Multi-job select actions (a list that fits together) are not offered.
@@ -27,7 +30,7 @@ jobs. Multi-job select actions (a list that fits together) are not offered.
 An action outside the mask raises `MaskedActionError` (an `InvalidAction` and a `ValueError`);
 nothing changes. `action_space.sample()` without a mask returns an action allowed at every
 decision (select: the first candidate, i.e. the priority policy's pick; backfill: stop; kill:
-none; inspect: either); draw a uniformly random allowed action with
+none; inspect: either; select_kill: wait, or the first job when it cannot wait); draw a uniformly random allowed action with
 `action_space.sample(mask=info["action_mask"])`.
 
 Reward (the `reward` spec of `environment/rewards.py`, computed as `hpcgym env` does): the
@@ -89,7 +92,7 @@ import numpy as np
 from ..agents.encoders import DEFAULT_ENCODERS, Encoder, get_encoder
 from ..agents.slots import slot_action, slot_mask, slot_observation
 from ..environment.priorities import POLICIES
-from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, Decision
+from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, SELECT_KILL, Decision
 from ..environment.errors import ConfigError, HpcgymError, InvalidAction
 from ..environment.rewards import get_reward
 from ..environment.simulator import Simulation
@@ -193,9 +196,9 @@ class HpcEnv(gym.Env):
         if not isinstance(self.policy, str) or self.policy not in POLICIES:
             raise ConfigError(f"unknown policy {self.policy!r}; use one of {', '.join(POLICIES)}")
         self.options = options
-        # validates the option names and values; predictions only in process (the protocol lacks them)
-        self.config = sim_config(options, _check_seed(seed), local=remote is None)
-        if self.config.backfill == "conservative" and ({*kinds, *self.others} & {SELECT, INSPECT, BACKFILL}):
+        self.config = sim_config(options, _check_seed(seed))  # validates the option names and values
+        placed = {SELECT, INSPECT, BACKFILL, SELECT_KILL}  # what conservative backfilling decides itself
+        if self.config.backfill == "conservative" and ({*kinds, *self.others} & placed):
             raise ConfigError("conservative backfilling places every queued job by the built-in priority policy; "
                               f"a {'+'.join(kinds)} env needs backfill easy or none")
         self.reward_spec = get_reward(reward)
@@ -225,9 +228,9 @@ class HpcEnv(gym.Env):
         if self._multi:
             self.observation_space = gym.spaces.Box(0.0, 1.0, (self.encoder.size + len(kinds),), np.float32)
         w = self.window
-        safe = {INSPECT: (0, 1), SELECT: (0,), BACKFILL: (w,), KILL: (0,)}
-        self.action_space = MaskableDiscrete(2 if kinds[0] == INSPECT else w + 1,
-                                             tuple(sorted({a for k in kinds for a in safe[k]})))
+        safe = {INSPECT: (0, 1), SELECT: (0,), BACKFILL: (w,), KILL: (0,), SELECT_KILL: (2 * w,)}
+        n = {INSPECT: 2, SELECT_KILL: 2 * w + 1}.get(kinds[0], w + 1)
+        self.action_space = MaskableDiscrete(n, tuple(sorted({a for k in kinds for a in safe[k]})))
         self._safe_mask = self.action_space._safe_mask  # every kind's safe actions (terminal mask)
         self._kind_safe = {k: MaskableDiscrete(self.action_space.n, safe[k])._safe_mask for k in kinds}
 
@@ -419,6 +422,10 @@ class HpcEnv(gym.Env):
         self._mask = mask
         if self._multi:
             self.action_space._safe_mask = self._kind_safe[kind]
+        elif kind == SELECT_KILL:  # wait, or the first job when nothing may wait
+            safe = np.zeros(len(mask), np.int8)
+            safe[-1 if decision.can_wait else 0] = 1
+            self.action_space._safe_mask = safe
         info["action_mask"] = mask.copy()
         info["kind"] = kind
         if self.decision_info:
@@ -456,6 +463,13 @@ class HpcEnv(gym.Env):
                     else f" (job {self._ids[a]} is not a backfill candidate)")
         if self._current == KILL and a >= 1:
             return f" (slot {a} is empty: {len(self._ids)} running jobs)"
+        if self._current == SELECT_KILL:
+            if a == 2 * w:
+                return " (wait: something must start now)"
+            if a >= w:
+                return (f" (slot {a} is empty)" if self._ids[a] is None
+                        else f" (job {self._ids[a]} may not be killed now: one kill per instant)")
+            return f" (slot {a} is empty: {self._decision.context['queued']} queued jobs in the window)"
         return ""
 
     def _to_sim_action(self, a: int) -> Any:

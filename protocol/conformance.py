@@ -40,6 +40,9 @@ from .codec import MAX_MESSAGE_BYTES, decode, encode
 from .messages import KIND_TAKEN, MAJOR, PROTOCOL_VERSION, REPLIES, REQUESTS, ProtocolError, validate
 
 KINDS = ("select", "inspect", "backfill", "kill")
+#: 1.4: the joint select+kill decision (section 1).
+SELECT_KILL = "select_kill"
+AGENT_KINDS = (*KINDS, SELECT_KILL)
 METRICS_KEYS = ("jobs", "mean_wait", "max_wait", "mean_response", "mean_slowdown", "mean_bsld", "max_bsld",
                 "utilization", "makespan", "kills", "lost_work", "walltime_killed")
 JOB_COLUMNS = ("job_id", "submit", "start", "end", "wait", "run", "size", "requested", "response", "slowdown",
@@ -51,6 +54,8 @@ START_KIND_CODES = (0, 1, 2)
 OBSERVATION_KEYS = ("time", "procs", "free", "queue_length", "queue", "running", "context")
 QUEUE_COLUMNS = ("id", "submit", "size", "requested", "estimate", "wait", "rejections", "user")
 RUNNING_COLUMNS = ("id", "start", "size", "requested", "estimated_end")
+#: 1.4: the prediction columns, sent to 1.4 agents in episodes with a predictor (section 6).
+PREDICTION_COLUMNS = {"queue": ("prediction",), "running": ("submit", "prediction0", "prediction")}
 ENV_KEYS = ("kinds", "policies", "rewards", "defaults", "limits", "on_agent_lost")
 LIMIT_KEYS = ("max_message_bytes", "heartbeat_s", "decision_timeout_s")
 PENDING_KEYS = ("decision", "kind", "time", "candidates", "can_wait")
@@ -320,6 +325,10 @@ class _EnvChecker:
         self.expect_error("bad_message_no_pending", r, "bad_message", None)
         # -------- other envelopes
         self.envelopes()
+        # -------- 1.4: predictions, the joint select+kill decision
+        if self.strict:
+            self.predictions()
+            self.select_kill()
         # -------- bye
         r = self.ask(a, {"type": "bye"}, "bye")
         self.check("bye", r.get("type") == "bye", f"bye answered {r.get('type')}")
@@ -345,6 +354,8 @@ class _EnvChecker:
                 problems += [f"env.limits lacks {k!r}" for k in LIMIT_KEYS if k not in env["limits"]]
             if isinstance(env.get("kinds"), list) and not set(KINDS) <= set(env["kinds"]):
                 problems.append(f"env.kinds {env['kinds']} lacks some of {list(KINDS)}")
+            if self.strict and SELECT_KILL not in (env.get("kinds") or []):
+                problems.append(f"env.kinds lacks {SELECT_KILL!r} (1.4)")
             if env.get("on_agent_lost") not in ("fallback", "end"):
                 problems.append(f"env.on_agent_lost {env.get('on_agent_lost')!r}")
             self.private = env.get("sessions") == "private"
@@ -537,6 +548,82 @@ class _EnvChecker:
         self.check("req_socket", ok and r.get("type") == "bye", f"REQ hello/bye answered welcome/{r.get('type')}")
 
 
+    def predictions(self) -> None:
+        """1.4: a reset's `prediction` option is checked like every option, and the prediction
+        columns go to a 1.4 agent and not to a 1.3 one (each in a session of its own)."""
+        for protocol in (PROTOCOL_VERSION, "1.3"):
+            c = self.client()
+            r = self.ask(c, {"type": "hello", "protocol": protocol, "agent": "conformance-predictions",
+                             "kinds": ["select"], "session": f"{self.session}-predictions-{protocol}"},
+                         f"hello {protocol} for predictions")
+            if not self.check(f"predictions_welcome_{protocol}", r.get("type") == "welcome", f"answered {_short(r)}"):
+                continue
+            if protocol == PROTOCOL_VERSION:
+                for name, given in (("unknown", "oracle"), ("model_path", "learned:/nonexistent/hpcgym-model.json")):
+                    r = self.ask(c, {"type": "reset", "workload": self.workload, "options": {"prediction": given}},
+                                 f"reset with prediction {given}")
+                    self.expect_error(f"prediction_bad_request_{name}", r, "bad_request", None)
+            r = self.settle(c, self.ask(c, {"type": "reset", "seed": 1, "workload": self.workload,
+                                            "options": {"prediction": "running"}}, "reset with prediction running"),
+                            "reset with prediction running")
+            obs = r.get("observation") if r.get("type") == "decision" else None
+            if not isinstance(obs, dict):
+                self.check(f"prediction_columns_{protocol}", False, f"the reset answered {_short(r)}")
+            else:
+                problems = []
+                for table, columns in PREDICTION_COLUMNS.items():
+                    t = obs.get(table) if isinstance(obs.get(table), dict) else {}
+                    rows = len(t.get("id") or [])
+                    for column in columns:
+                        values = t.get(column)
+                        if protocol != PROTOCOL_VERSION:
+                            if values is not None:
+                                problems.append(f"{table}.{column} sent to a {protocol} agent")
+                        elif not (isinstance(values, list) and len(values) == rows
+                                  and all(_is_int(v) and v >= 1 for v in values)):
+                            problems.append(f"{table}.{column} is {_short(values)}, not {rows} integers >= 1")
+                self.check(f"prediction_columns_{protocol}", not problems, "; ".join(problems) or
+                           ("the prediction columns, one per job" if protocol == PROTOCOL_VERSION
+                            else "no prediction columns for a 1.3 agent"))
+            self.ask(c, {"type": "bye"}, "bye after predictions")
+
+
+    def select_kill(self) -> None:
+        """1.4: the joint kind: candidates are the queue window's ids then the running ids
+        (`context.queued` says how many are queued), a list is refused with invalid_action and
+        the decision stands, and answering the first candidate or nil plays the episode out."""
+        c = self.client()
+        r = self.ask(c, {"type": "hello", "protocol": PROTOCOL_VERSION, "agent": "conformance-select-kill",
+                         "kinds": [SELECT_KILL], "session": f"{self.session}-select-kill"}, "hello select_kill")
+        if not self.check("select_kill_welcome", r.get("type") == "welcome", f"answered {_short(r)}"):
+            return
+        d = self.settle(c, self.ask(c, {"type": "reset", "seed": 1, "workload": self.workload}, "reset select_kill"),
+                        "reset select_kill")
+        problems, n = [], 0
+        while d.get("type") == "decision" and n < self.max_decisions:
+            n += 1
+            obs, cands = d.get("observation") or {}, d.get("candidates") or []
+            queued = (obs.get("context") or {}).get("queued")
+            if d.get("kind") != SELECT_KILL or not _is_int(queued):
+                problems.append(f"decision {d.get('decision')}: kind {d.get('kind')!r}, context.queued {queued!r}")
+                break
+            if cands[:queued] != (obs.get("queue") or {}).get("id") \
+                    or not set(cands[queued:]) <= set((obs.get("running") or {}).get("id") or []):
+                problems.append(f"decision {d.get('decision')}: candidates {_short(cands)} are not the queue window's "
+                                f"ids then running ids")
+            if n == 1 and cands:
+                self.expect_error("select_kill_list_refused", self.ask(c, {"type": "act", "decision": d["decision"],
+                                                                          "action": cands[:1]}, "select_kill list"),
+                                  "invalid_action", d)
+            action = cands[0] if queued or not d.get("can_wait") else None
+            d = self.settle(c, self.ask(c, {"type": "act", "decision": d["decision"], "action": action},
+                                        "act select_kill"), "act select_kill")
+        self.check("select_kill_decisions", not problems and d.get("type") == "episode_end"
+                   and d.get("reason") == "completed", "; ".join(problems)
+                   or f"{n} decisions, then {d.get('type')} {d.get('reason', '')!r}")
+        self.ask(c, {"type": "bye"}, "bye after select_kill")
+
+
 def check_env(address: str, timeout: float = 10.0, *, workload: dict[str, Any] | None = None,
               max_decisions: int = 100_000) -> list[Check]:
     """Run the scripted client session against the env at `address`; one Check per property.
@@ -700,6 +787,12 @@ def _fits(decision: dict[str, Any], action: Any) -> str | None:
         ids = [] if action is None else action if isinstance(action, list) else [action]
         if not ids:
             return None if decision.get("can_wait") else "nil/empty select while can_wait is false"
+    elif kind == SELECT_KILL:
+        if isinstance(action, list):
+            return f"select_kill takes one job id or nil, got a list {_short(action)}"
+        if action is None:
+            return None if decision.get("can_wait") else "nil select_kill while can_wait is false"
+        ids = [action]
     else:
         if action is None:
             return None
@@ -747,8 +840,9 @@ def _analyse(events: list[_Event], peer: bytes) -> dict[str, list[str] | int | b
                 if proto.split(".")[0] != MAJOR or len(proto.split(".")) != 2:
                     v["hello"].append(f"protocol {proto!r} is not {MAJOR}.x")
                 kinds = msg["kinds"]
-                if not all(isinstance(k, str) and k in KINDS for k in kinds) or len(set(map(str, kinds))) != len(kinds):
-                    v["hello"].append(f"kinds {kinds!r} are not distinct names among {', '.join(KINDS)}")
+                if not all(isinstance(k, str) and k in AGENT_KINDS for k in kinds) \
+                        or len(set(map(str, kinds))) != len(kinds):
+                    v["hello"].append(f"kinds {kinds!r} are not distinct names among {', '.join(AGENT_KINDS)}")
                 v["kinds"] = kinds
             elif kind == "act":
                 if standing is None:

@@ -8,12 +8,14 @@ inspector writes the job ids it rejected to, one per line, at the episode's end)
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 from hpcgym.agents.base import Agent, PriorityAgent
+from hpcgym.agents.rlschert import RuleKill
 from hpcgym.environment.decisions import INSPECT, Decision
 
 
@@ -72,15 +74,37 @@ class SlowSJF(PriorityAgent):
         return super().act(decision)
 
 
-def write_trace(path: Path, jobs: int = 60, procs: int = 32, seed: int = 1) -> Path:
-    """A small random SWF trace where many jobs exceed half the cluster and SJF differs from FCFS."""
+class PredictionLog(RuleKill):
+    """The rule-based kill, writing what it saw of the predictions (per decision: time, running
+    ids, pre-run and current predictions, the queue's predictions) as JSON to HPCGYM_TEST_LOG at
+    the episode's end, so a test compares what a remote agent saw with an in-process run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[list[Any]] = []
+
+    def act(self, decision: Decision) -> Any:
+        obs = decision.observation
+        r = obs["running"]
+        self.seen.append([decision.time, r["id"], r["prediction0"], r["prediction"], obs["queue"]["prediction"]])
+        return super().act(decision)
+
+    def on_episode_end(self, metrics: dict[str, Any]) -> None:
+        log = os.environ.get("HPCGYM_TEST_LOG")
+        if log:
+            Path(log).write_text(json.dumps(self.seen))
+
+
+def write_trace(path: Path, jobs: int = 60, procs: int = 32, seed: int = 1, longest: int = 3000) -> Path:
+    """A small random SWF trace where many jobs exceed half the cluster and SJF differs from FCFS
+    (run times 10 s to `longest`)."""
     import random
 
     rng = random.Random(seed)
     lines, t = [f"; MaxProcs: {procs}"], 0
     for job in range(1, jobs + 1):
         t += rng.choice([0, 0, 5, 30, 120, 400])
-        run = rng.randint(10, 3000)
+        run = rng.randint(10, longest)
         requested = run + rng.choice([0, 60, 600, 3000])
         size = rng.choice([1, 2, 4, 8, 12, 16, 20, 24, 32])
         size = min(size, procs)

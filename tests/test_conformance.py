@@ -197,7 +197,20 @@ def test_check_env_passes_the_reference_env(env_address):
     names = {r.name for r in results}
     assert names >= {"version_mismatch", "welcome", "stale_decision", "invalid_action_not_candidate",
                      "bad_field_action_type", "unknown_type", "bad_message_garbage", "episode_end",
-                     "metrics_keys", "replies_valid", "bye"}
+                     "metrics_keys", "replies_valid", "bye", "prediction_columns_1.4", "prediction_columns_1.3",
+                     "prediction_bad_request_unknown", "prediction_bad_request_model_path", "select_kill_decisions",
+                     "select_kill_list_refused"}
+
+
+def test_check_agent_judges_select_kill_actions():
+    from hpcgym.protocol.conformance import _fits
+
+    d = {"kind": "select_kill", "candidates": [3, 1], "can_wait": False}
+    assert _fits(d, 3) is None and _fits(d, 1) is None
+    assert "not among the candidates" in _fits(d, 7)
+    assert "got a list" in _fits(d, [3])
+    assert "can_wait is false" in _fits(d, None)
+    assert _fits({**d, "can_wait": True}, None) is None
 
 
 def test_check_env_fails_an_env_that_answers_nonsense(tmp_path):

@@ -368,6 +368,38 @@ def test_remote_trajectories_equal_in_process(env_server, kind, reward, others):
         local.close()
 
 
+def test_remote_select_kill_with_predictions_equals_in_process(env_server):
+    """The joint kind with the running predictor (protocol 1.4): the same observations, masks,
+    rewards and metrics over the protocol as in process, random allowed actions (kills too)."""
+    kwargs = {"workload": SMALL, "reward": "system_slowdown_prediction",
+              "options": {"window": WINDOW, "policy": "f1", "prediction": "running", "estimate": "predicted"}}
+    local, remote = make("select_kill", **kwargs), make("select_kill", remote=env_server, **kwargs)
+    try:
+        # start the first queued job; else, at every 5th decision and 3 times at most, kill the
+        # last running job offered; else wait (random kills would make the episode endless)
+        obs, info = local.reset(seed=3)
+        steps = [(obs, info["initial_reward"], False, info["action_mask"], info.get("decision"))]
+        actions, terminated = [], False
+        while not terminated:
+            mask = info["action_mask"]
+            kills = np.flatnonzero(mask[WINDOW:2 * WINDOW])
+            killed = sum(WINDOW <= a < 2 * WINDOW for a in actions)
+            a = (0 if mask[0] else WINDOW + int(kills[-1]) if len(kills) and len(actions) % 5 == 0 and killed < 3
+                 else 2 * WINDOW)
+            actions.append(a)
+            obs, reward, terminated, _, info = local.step(a)
+            steps.append((obs, reward, terminated, info["action_mask"], info.get("decision")))
+            assert len(actions) < 20_000
+        metrics = info["metrics"]
+        assert metrics["kills"] == 3
+        b_steps, _, b_metrics = _replay(remote, 3, actions)
+        same_steps(steps, b_steps)
+        assert metrics == b_metrics
+    finally:
+        remote.close()
+        local.close()
+
+
 def _replay(env, seed, actions):
     obs, info = env.reset(seed=seed)
     steps = [(obs, info["initial_reward"], False, info["action_mask"], info.get("decision"))]

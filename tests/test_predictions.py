@@ -14,6 +14,8 @@ for J1 before it runs and the truth from its first revision, at 100 s of running
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -135,12 +137,25 @@ def test_options_and_bad_input():
         Simulation(w, SimConfig(prediction="user_history"))
     with pytest.raises(ConfigError, match="estimate predicted needs a predictor"):
         SimConfig(estimate="predicted")
-    with pytest.raises(ConfigError, match="do not travel over the protocol"):
-        sim_config({"prediction": "running"})
-    assert sim_config({"prediction": "running"}, local=True).prediction.kind == "running"
+    assert sim_config({"prediction": "running"}).prediction.kind == "running"
     for bad in ("running:1,2", "learned", "user_history:3", "oracle"):
         with pytest.raises(ConfigError):
             PredictionSpec.parse(bad)
+    with pytest.raises(ConfigError, match="PERIOD must be at least 60 s, got 59"):
+        PredictionSpec.parse("running:0.4,0.1,0.03,59")
+
+
+def test_a_model_file_of_the_wrong_shape_is_refused(tmp_path):
+    """A model whose weights do not match its users and queues (27 fixed weights + 1 user + 0
+    queues = 28, here 27) would fail inside numpy at the first prediction: refused when read."""
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format": 1, "kind": "hpcgym-prerun-ridge", "users": [7], "queues": [],
+                                "weights": [0.0] * 27}))
+    with pytest.raises(ConfigError, match="is not an hpcgym run-time model"):
+        load_prerun_model(path)
+    path.write_text(json.dumps({"format": 1, "kind": "hpcgym-prerun-ridge", "users": [7], "queues": [],
+                                "weights": [0.0] * 28}))
+    assert load_prerun_model(path).users == [7]
 
 
 def test_a_trace_without_user_ids_is_one_line_on_the_command_line():

@@ -141,6 +141,8 @@ def test_compare_fails_a_unit_whose_policy_never_stops_killing(tmp_path):
     task = {"seed": 0, "options": {"prediction": "running", "estimate": "predicted"}}
     with pytest.raises(UnitFailed, match="killed 201 times in one episode"):
         _run_inproc(parse_policy("kill:tests.test_rlschert:KillFirst,fcfs"), task, trace)
+    with pytest.raises(UnitFailed, match="killed 201 times in one episode"):  # the same with the joint kind
+        _run_inproc(parse_policy("select_kill:tests.test_rlschert:KillFirstJoint,fcfs"), task, trace)
 
 
 class KillFirst:
@@ -148,3 +150,13 @@ class KillFirst:
 
     def act(self, decision):
         return decision.candidates[0]
+
+
+class KillFirstJoint:
+    """select_kill: kill the first running job offered, else start the first queued one."""
+
+    kinds = ("select_kill",)
+
+    def act(self, decision):
+        running = decision.candidates[decision.context["queued"]:]
+        return running[0] if running else decision.candidates[0]

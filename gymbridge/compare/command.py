@@ -18,11 +18,12 @@ from .policy import CHECKPOINT_SOURCES, PolicySpec, parse_policy
 from .stats import METRICS
 
 POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or +: a priority (fcfs, sjf, ...), "
-               "a backfill mode (easy, conservative, none), KIND:AGENT (KIND: select, inspect, backfill, kill; "
+               "a backfill mode (easy, conservative, none), KIND:AGENT (KIND: select, inspect, backfill, kill, "
+               "select_kill; "
                "AGENT: a built-in name, module:Class, model:CHECKPOINT, or cmd:'PROGRAM {addr} ...'), "
                "agent:module:Class, model:CHECKPOINT (a trained model, taking its own kind), online:CHECKPOINT (the same, "
                "updating itself while it serves), estimate:E, "
-               "overrun:O, window:N. "
+               "overrun:O, window:N, prediction:P. "
                "E.g. --policy fcfs+easy --policy sjf=sjf+easy --policy ppo=select:model:runs/ppo/model.pt "
                "--policy 'c=cmd:examples/c-sjf/build/sjf_agent {addr} --join'.")
 

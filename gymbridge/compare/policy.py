@@ -10,9 +10,10 @@ Items:
 - a backfill mode (`easy`, `conservative`, `none`), or `backfill:MODE` (default `easy`);
 - `estimate:E`, `overrun:O`, `window:N`, `max_interval:N`, `max_rejections:N` (or `none`: no cap), `exact_requests:true`,
   `commit_pick:true`, the EASY variants (`backfill_order:submit`, `backfill_candidates:unguarded`,
-  `backfill_stop:false`, `easy_extra:false`, `strict_shadow:true`, `keep_shadow:true`, `one_event:true`) and
-  `preset:NAME` (a named set of them, `environment.config.PRESETS`): simulation options;
-- `KIND:AGENT` (KIND one of select, inspect, backfill, kill; several joined by `/`): an agent
+  `backfill_stop:false`, `easy_extra:false`, `strict_shadow:true`, `keep_shadow:true`, `one_event:true`),
+  `prediction:P` (a run-time predictor, docs/semantics.md section 12) and `preset:NAME` (a named set
+  of them, `environment.config.PRESETS`): simulation options;
+- `KIND:AGENT` (KIND one of select, inspect, backfill, kill, select_kill; several joined by `/`): an agent
   process that takes those kinds. AGENT is a built-in agent name (a priority name: a `select`
   agent that applies it to the visible window; `accept-all` and `reject-large` take `inspect`;
   `hpcgym agent --help` lists them all), `module:Class`, `model:PATH` (a checkpoint of

@@ -105,7 +105,9 @@ class _TimedAgent:
         except Exception as exc:
             raise UnitFailed(f"agent {self.label} raised {_describe(exc)}") from exc
         self.samples.append(time.perf_counter() - t0)
-        if decision.kind == "kill" and action is not None and self.max_kills is not None:
+        killed = action is not None and (decision.kind == "kill" or (
+            decision.kind == "select_kill" and action in decision.candidates[decision.context["queued"]:]))
+        if killed and self.max_kills is not None:
             self.kills += 1
             if self.kills > self.max_kills:
                 raise UnitFailed(f"agent {self.label} killed {self.kills} times in one episode (over "

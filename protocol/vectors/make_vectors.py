@@ -33,7 +33,7 @@ from typing import Any
 import msgpack
 
 HERE = Path(__file__).resolve().parent
-PROTOCOL = "1.3"
+PROTOCOL = "1.4"
 HEX_UP_TO = 512
 ABOUT = ("Each vector is one message body (file) and its expected outcome. valid: decoded is the message as "
          "JSON (a number with a decimal point is a msgpack float, one without an integer). invalid: error is "
@@ -129,6 +129,9 @@ valid("hello_no_kinds", "request", {"type": "hello", "protocol": "1.0", "agent":
 valid("hello_all_kinds", "request",
       {"type": "hello", "protocol": "1.3", "agent": "all", "kinds": ["select", "inspect", "backfill", "kill"]},
       "all four kinds; a 1.x minor version is the same major")
+valid("hello_select_kill", "request",
+      {"type": "hello", "protocol": "1.4", "agent": "rlschert", "kinds": ["select_kill", "inspect", "backfill"]},
+      "1.4: the joint select+kill kind, which takes the place of select and kill")
 valid("hello_utf8_name", "request", {"type": "hello", "protocol": "1.0", "agent": "agent-é-调度", "kinds": []},
       "agent name with non-ASCII UTF-8 text")
 valid("reset_empty", "request", {"type": "reset"}, "reset with every optional field absent")
@@ -319,6 +322,20 @@ valid("reset_easy_variants", "request",
 valid("decision_reward_int", "reply", decision("select", reward=0),
       "an integer reward: an env sends floats, a reader accepts an integer too (section 3)")
 valid("decision_kill", "reply", decision("kill", candidates=[1], reward=0.25), "kill: candidates are running jobs")
+valid("reset_prediction", "request",
+      {"type": "reset", "options": {"prediction": "running:0.4,0.1,0.03,300", "estimate": "predicted"},
+       "reward": "system_slowdown_prediction"},
+      "1.4: the running predictor, reservations on its predictions, RLSchert's eq. (9) reward")
+valid("decision_kill_predictions", "reply",
+      decision("kill", candidates=[1], observation={
+          **OBSERVATION_SELECT, "queue": {**OBSERVATION_SELECT["queue"], "prediction": [540, 60]},
+          "running": {**OBSERVATION_SELECT["running"], "submit": [0], "prediction0": [1800], "prediction": [4200]}}),
+      "1.4: an episode with a predictor, to a 1.4 agent: queue.prediction (pre-run), running.submit, "
+      "running.prediction0 (pre-run) and running.prediction (current)")
+valid("decision_select_kill", "reply",
+      decision("select_kill", candidates=[3, 4, 1], observation={**OBSERVATION_SELECT, "context": {"queued": 2}}),
+      "1.4: the joint decision: the queue window's ids, then the running ids that may be killed; "
+      "context.queued says how many are queued")
 valid("pending", "reply", {"type": "pending", "episode": 2}, "pending with the episode number")
 valid("pending_bare", "reply", {"type": "pending"}, "pending without the optional episode")
 valid("pending_episode_zero", "reply", {"type": "pending", "episode": 0},
