@@ -198,6 +198,8 @@ class EnvService:
         # With record_latency: per agent (its kinds joined by "/"), the seconds from handing out
         # each decision to receiving the act that answered it (opt-in: it grows with every act).
         self.latency: dict[str, list[float]] | None = {} if record_latency else None
+        # With record_latency: per agent, the decisions its standing orders answered (never asked).
+        self.answered_by_order: dict[str, int] = {}
         # Called with each decision an agent answered and its action, once the action is taken
         # (decision records of agents in any language: agents/records.py).
         self.on_act = on_act
@@ -649,6 +651,9 @@ class EnvService:
                 job = decision.by_order(order) if decision.kind == SELECT else None
                 if job is not None:  # the owner's standing order answers it
                     ep.ordered[owner.id] = ep.ordered.get(owner.id, 0) + 1
+                    if self.latency is not None:
+                        key = kinds_key(owner.kinds)
+                        self.answered_by_order[key] = self.answered_by_order.get(key, 0) + 1
                     if self.on_act is not None:
                         self.on_act(decision, job)
                     ep.sim.step(job)

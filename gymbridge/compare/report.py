@@ -98,20 +98,22 @@ def summary_csv(policies: list[dict[str, Any]], stats: dict[str, dict[str, Any]]
 
 
 def latency_rows(latency: list[dict[str, Any]]) -> tuple[str, str]:
-    """latency.md and latency.csv from rows of {policy, agent, kinds, mode, decisions, mean_ms, ...}."""
-    keys = ["policy", "agent", "kinds", "mode", "decisions", "mean_ms", "p50_ms", "p95_ms", "max_ms"]
+    """latency.md and latency.csv from rows of {policy, agent, kinds, mode, asked, ordered, mean_ms, ...}."""
+    keys = ["policy", "agent", "kinds", "mode", "asked", "ordered", "mean_ms", "p50_ms", "p95_ms", "max_ms"]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(keys)
     for row in latency:
         writer.writerow([row.get(k, "") if not isinstance(row.get(k), float) else repr(row[k]) for k in keys])
-    md_rows = [[r["policy"], r["agent"], r["kinds"], r["mode"], str(r["decisions"])]
+    md_rows = [[r["policy"], r["agent"], r["kinds"], r["mode"], str(r["asked"]), str(r["ordered"])]
                + [f"{r[k]:.3f}" if r.get(k) is not None else "-" for k in ("mean_ms", "p50_ms", "p95_ms", "max_ms")]
                for r in latency]
     md = ("## Decision latency per agent (ms)\n\n"
           "Over the protocol: env-side, from handing a decision to its agent until its act arrives. "
-          "In process: the agent's act call. Policies without agents decide inside the env.\n\n"
-          + (_md_table(["policy", "agent", "kinds", "mode", "decisions", "mean", "median", "p95", "max"], md_rows)
+          "In process: the agent's act call. Asked: the decisions the agent answered itself (the "
+          "latencies' count); ordered: those its standing orders answered inside the env (no latency). "
+          "Policies without agents decide inside the env.\n\n"
+          + (_md_table(["policy", "agent", "kinds", "mode", "asked", "ordered", "mean", "median", "p95", "max"], md_rows)
              if md_rows else "No policy has agents.\n"))
     return md, buf.getvalue()
 

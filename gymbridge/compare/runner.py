@@ -259,15 +259,18 @@ def _latency_rows(p: PolicySpec, results: list[dict[str, Any]]) -> list[dict[str
     labels = {kinds_key(a.kinds): a.label for a in p.agents if a.kinds}
     untyped = [a.label for a in p.agents if not a.kinds]
     merged: dict[str, list[float]] = {}
+    ordered: dict[str, int] = {}
     modes = sorted({r.get("mode", "?") for r in results})
     for r in results:
         for key, samples in r.get("latency", {}).items():
             merged.setdefault(key, []).extend(samples)
+        for key, count in r.get("ordered", {}).items():
+            ordered[key] = ordered.get(key, 0) + count
     rows = []
     for key, samples in merged.items():
         agent = labels.get(key) or (untyped[0] if untyped else key)
         rows.append({"policy": p.name, "agent": agent, "kinds": key, "mode": "/".join(modes),
-                     **latency_stats(samples)})
+                     **latency_stats(samples), "ordered": ordered.get(key, 0)})
     return rows
 
 

@@ -77,9 +77,10 @@ def summarize_policies(policies: list[str], baseline: str, values: dict[str, dic
 
 
 def latency_stats(samples_s: list[float]) -> dict[str, float]:
-    """Mean, median and 95th percentile of decision latencies, in milliseconds."""
+    """How many decisions were asked, and their latencies' mean, median, 95th percentile and
+    maximum in milliseconds."""
     a = np.asarray(samples_s, dtype=np.float64) * 1000.0
     if len(a) == 0:
-        return {"decisions": 0}
-    return {"decisions": int(len(a)), "mean_ms": float(a.mean()), "p50_ms": float(np.median(a)),
+        return {"asked": 0}
+    return {"asked": int(len(a)), "mean_ms": float(a.mean()), "p50_ms": float(np.median(a)),
             "p95_ms": float(np.percentile(a, 95)), "max_ms": float(a.max())}

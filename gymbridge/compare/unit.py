@@ -348,7 +348,9 @@ def _run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pa
             spec, code, log = failed[0]
             raise UnitFailed(agents.describe(spec, code, log).replace("before the episode ended", "after the episode"))
         latency = {key: [round(v, 7) for v in values] for key, values in service.latency.items()}
-        out.update(latency=latency, decisions=sum(len(v) for v in latency.values()), **_save_log(log, task, policy))
+        out.update(latency=latency, ordered=dict(service.answered_by_order),
+                   decisions=sum(len(v) for v in latency.values()) + sum(service.answered_by_order.values()),
+                   **_save_log(log, task, policy))
         return out
     finally:
         if conn is not None:
