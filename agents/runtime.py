@@ -99,7 +99,7 @@ class Connection:
         self._poller.register(self._sock, zmq.POLLIN)
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
-        self._sock.send_multipart([b"", encode(message)])
+        self._sock.send(encode(message))  # one frame: the env replies in one (PROTOCOL.md section 2)
         if not self._poller.poll(int(self.timeout * 1000)):
             raise EnvUnreachable(f"the env at {self.address} did not answer within {self.timeout:g} s; "
                                  "is `hpcgym env` running there (and are the CURVE keys right)?")
@@ -113,7 +113,7 @@ class Connection:
         """Say bye and wait a little for the env's `bye` (replies still due before it are
         dropped). Also after an error or Ctrl-C: an env that is gone costs at most `wait_s`."""
         try:
-            self._sock.send_multipart([b"", encode({"type": "bye"})], zmq.NOBLOCK)
+            self._sock.send(encode({"type": "bye"}), zmq.NOBLOCK)
             end = time.monotonic() + wait_s
             while (left := end - time.monotonic()) > 0 and self._sock.poll(int(left * 1000)):
                 if decode(self._sock.recv_multipart()[-1]).get("type") == "bye":
