@@ -159,3 +159,32 @@ def test_conservative_backfilling_refuses_the_option():
     with pytest.raises(ConfigError, match="turn commit_pick off"):
         sim_config(expand_preset({"preset": "rlbf-scw", "backfill": "conservative"}))
     assert sim_config({"backfill": "none", "commit_pick": True}).commit_pick  # head-of-line blocking behind it
+
+
+# ---------------------------------------------------------------- DRAS's training env
+def first_job_picks(keep: bool) -> list[int]:
+    """One episode of the two-kind Gymnasium env (DRAS's levels: `hpcgym train dras-*`) on 40
+    generated jobs, always taking the first job the mask allows (never wait / stop): the job ids
+    picked, in order."""
+    pytest.importorskip("gymnasium")  # the rl extra
+    from hpcgym.gymbridge import make
+
+    env = make(("select", "backfill"), workload={"jobs": 40, "sample": True, "generate_jobs": 600},
+               options={"window": 8, "commit_pick": keep})
+    _, info = env.reset(seed=3)
+    picks, done = [], False
+    while not done:
+        slot = int(np.flatnonzero(info["action_mask"][:-1])[0])
+        picks.append(info["decision"].observation["queue"]["id"][slot])
+        _, _, done, _, info = env.step(slot)
+    return picks
+
+
+def test_in_the_training_env_a_kept_reservation_is_decided_once():
+    """Kept, each job is decided exactly once: started (level 1 or 2) or reserved, and a reserved
+    job then starts without being picked again; so an episode has as many decisions as jobs.
+    Re-made, a reserved job that still does not fit is picked again at the next instant."""
+    kept = first_job_picks(True)
+    assert len(kept) == len(set(kept)) == 40
+    remade = first_job_picks(False)
+    assert len(set(remade)) == 40 and len(remade) > 40
