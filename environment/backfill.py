@@ -45,28 +45,39 @@ class Profile:
             del self.free[:k]
         times[0] = now
 
-    def _split(self, t: int) -> int:
-        """Index of the segment starting exactly at `t`, creating it if needed."""
-        times = self.times
-        k = bisect_right(times, t) - 1
-        if times[k] != t:
-            k += 1
-            times.insert(k, t)
-            self.free.insert(k, self.free[k - 1])
-        return k
-
     def add(self, start: int, end: int, size: int) -> None:
         """`size` more processors free over [start, end) (negative: reserve them)."""
-        k = self._split(start)
-        stop = self._split(end)
         times, free = self.times, self.free
-        for j in range(k, stop):
-            free[j] += size
-        # merge equal neighbours, so that scans pass over changes of the step function only
+        k = bisect_right(times, start) - 1
+        if times[k] != start:
+            k += 1
+            times.insert(k, start)
+            free.insert(k, free[k - 1])
+        stop = bisect_left(times, end, k + 1)
+        if stop == len(times) or times[stop] != end:
+            times.insert(stop, end)
+            free.insert(stop, free[stop - 1])
+        self._change(k, stop, size)
+
+    def _change(self, k: int, stop: int, size: int) -> None:
+        """Add `size` to segments k..stop-1 (both ends already boundaries), then merge equal
+        neighbours, so that scans pass over changes of the step function only."""
+        times, free = self.times, self.free
+        free[k:stop] = [f + size for f in free[k:stop]]
         if stop < len(free) and free[stop] == free[stop - 1]:
             del times[stop], free[stop]
         if k > 0 and free[k] == free[k - 1]:
             del times[k], free[k]
+
+    def move(self, start: int, new: int, duration: int, size: int) -> None:
+        """Move a reservation of `size` processors for `duration` from `start` to `new` (< start):
+        only the parts the two runs do not share change."""
+        if new + duration > start:
+            self.add(new, start, -size)
+            self.add(new + duration, start + duration, size)
+        else:
+            self.add(start, start + duration, size)
+            self.add(new, new + duration, -size)
 
     def most_free(self, start: int, end: int) -> int:
         """The most processors free at any time in [start, end)."""
@@ -107,3 +118,50 @@ class Profile:
                 return start
             k = j + 1
         raise AssertionError("the last segment of a profile has every processor free")
+
+    def place(self, size: int, duration: int, since: int = 0) -> int:
+        """Reserve `size` processors for `duration` at the earliest time they stay free (none
+        fits before `since`, the caller knows), found and carved out in one pass; return it."""
+        times, free = self.times, self.free
+        n = len(times)
+        k = bisect_right(times, since) - 1 if since > times[0] else 0
+        while k < n:
+            if free[k] < size:
+                k += 1
+                continue
+            limit = times[k] + duration
+            j = k + 1
+            while j < n and times[j] < limit and free[j] >= size:
+                j += 1
+            if j == n or times[j] >= limit:
+                start = times[k]
+                if j == n or times[j] != limit:
+                    times.insert(j, limit)
+                    free.insert(j, free[j - 1])
+                self._change(k, j, -size)
+                return start
+            k = j + 1
+        raise AssertionError("the last segment of a profile has every processor free")
+
+
+class Blocked:
+    """What earlier searches of one pass proved: a job no smaller and no shorter than one that
+    could not start before some time cannot start before it either, as long as the profile has
+    not gained processors where that search was blocked. Saves scanning the same segments again."""
+
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, int, int]] = []  # (size, duration, no start before)
+
+    def since(self, size: int, duration: int, floor: int) -> int:
+        """The latest time before which no job of this size and duration can start (at least `floor`)."""
+        for s, d, t in self.records:
+            if s <= size and d <= duration and t > floor:
+                floor = t
+        return floor
+
+    def add(self, size: int, duration: int, before: int) -> None:
+        """Record that a job of `size` and `duration` cannot start before `before`."""
+        self.records = [r for r in self.records if r[0] < size or r[1] < duration or r[2] > before]
+        self.records.append((size, duration, before))
