@@ -152,16 +152,23 @@ class Blocked:
     __slots__ = ("records",)
 
     def __init__(self) -> None:
-        self.records: list[tuple[int, int, int]] = []  # (size, duration, no start before)
+        self.records: list[tuple[int, int, int]] = []  # (no start before, size, duration), latest first
 
     def since(self, size: int, duration: int, floor: int) -> int:
         """The latest time before which no job of this size and duration can start (at least `floor`)."""
-        for s, d, t in self.records:
-            if s <= size and d <= duration and t > floor:
-                floor = t
+        for t, s, d in self.records:
+            if t <= floor:
+                break
+            if s <= size and d <= duration:
+                return t
         return floor
 
     def add(self, size: int, duration: int, before: int) -> None:
-        """Record that a job of `size` and `duration` cannot start before `before`."""
-        self.records = [r for r in self.records if r[0] < size or r[1] < duration or r[2] > before]
-        self.records.append((size, duration, before))
+        """Record that a job of `size` and `duration` cannot start before `before`; records it
+        makes useless (as large, as long, no later) go."""
+        records = [r for r in self.records if r[1] < size or r[2] < duration or r[0] > before]
+        k = 0
+        while k < len(records) and records[k][0] > before:
+            k += 1
+        records.insert(k, (before, size, duration))
+        self.records = records

@@ -780,11 +780,20 @@ class Simulation:
                 placed.append((new, key, i))
         room = most_free(now, until) if until > now else 0
         failed = Blocked()
+        # A job reserved from `until` on looks for a start in [since, until) only: such jobs that
+        # found none, as a staircase (sizes up, durations down), rule out every job at least as
+        # large and as long as one of them until `until` moves (the common case, checked first)
+        stair_size: list[int] = []
+        stair_run: list[int] = []
         horizon, loose = now, stale  # reserved[k + 1:loose], if any, are out of the profile
         for k in range(stale, len(reserved)):
             entry = reserved[k]
             t, key, i = entry
             s, e = size[i], est[i]
+            if not lost and (s > room or t == now or t >= until and stair_run
+                             and (j := bisect_right(stair_size, s)) and stair_run[j - 1] <= e):
+                placed.append(entry)
+                continue
             held = k >= loose  # still in the profile
             fits = True
             if lost and profile.least_free(t, t + e) < (0 if held else s):
@@ -809,6 +818,13 @@ class Simulation:
                         found = earliest(s, e, t, before, since)
                         if found is None:
                             failed.add(s, e, before)
+                            if before == until and not lost:  # nothing smaller and shorter is on the stair
+                                j = bisect_left(stair_size, s)
+                                stop = j
+                                while stop < len(stair_run) and stair_run[stop] >= e:
+                                    stop += 1
+                                stair_size[j:stop] = [s]
+                                stair_run[j:stop] = [e]
                         else:
                             new = found
                 if held:
@@ -820,6 +836,7 @@ class Simulation:
                 gain_start, gain_end = (t, min(new, t + e)) if new > t else (max(new + e, t), t + e)
                 if gain_end > until:
                     until = gain_end
+                    stair_size, stair_run = [], []
                 more = most_free(gain_start, gain_end)
                 if more > room:
                     room = more
