@@ -752,7 +752,8 @@ class Simulation:
           after it, is overdrawn over its run: only lost time can do that) is placed afresh at
           its earliest fit. Jobs after it in the order must not stand in its way: every job
           reserved to start before the end of that fit is taken out of the profile first (below
-          `horizon` the profile holds placed jobs only) and placed afresh in its turn (`loose`);
+          `horizon` the profile then holds placed jobs only), and in its turn each of them
+          (`loose`: its own processors out of the profile) is judged like any other job;
         - otherwise it stays, or moves earlier (what comes after it cannot change that: it still
           fits its old place). It was blocked everywhere before its reservation, so it can move
           only into time that gained processors since (before `until`), and only if it is no
@@ -780,18 +781,12 @@ class Simulation:
                 placed.append((new, key, i))
         room = most_free(now, until) if until > now else 0
         failed = Blocked()
-        # A job reserved from `until` on looks for a start in [since, until) only: such jobs that
-        # found none, as a staircase (sizes up, durations down), rule out every job at least as
-        # large and as long as one of them until `until` moves (the common case, checked first)
-        stair_size: list[int] = []
-        stair_run: list[int] = []
         horizon, loose = now, stale  # reserved[k + 1:loose], if any, are out of the profile
         for k in range(stale, len(reserved)):
             entry = reserved[k]
             t, key, i = entry
             s, e = size[i], est[i]
-            if not lost and (s > room or t == now or t >= until and stair_run
-                             and (j := bisect_right(stair_size, s)) and stair_run[j - 1] <= e):
+            if not lost and (s > room or t == now):
                 placed.append(entry)
                 continue
             held = k >= loose  # still in the profile
@@ -818,13 +813,6 @@ class Simulation:
                         found = earliest(s, e, t, before, since)
                         if found is None:
                             failed.add(s, e, before)
-                            if before == until and not lost:  # nothing smaller and shorter is on the stair
-                                j = bisect_left(stair_size, s)
-                                stop = j
-                                while stop < len(stair_run) and stair_run[stop] >= e:
-                                    stop += 1
-                                stair_size[j:stop] = [s]
-                                stair_run[j:stop] = [e]
                         else:
                             new = found
                 if held:
@@ -836,7 +824,6 @@ class Simulation:
                 gain_start, gain_end = (t, min(new, t + e)) if new > t else (max(new + e, t), t + e)
                 if gain_end > until:
                     until = gain_end
-                    stair_size, stair_run = [], []
                 more = most_free(gain_start, gain_end)
                 if more > room:
                     room = more
