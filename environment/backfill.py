@@ -69,6 +69,41 @@ class Profile:
         if k > 0 and free[k] == free[k - 1]:
             del times[k], free[k]
 
+    def add_many(self, changes: list[tuple[int, int, int]]) -> None:
+        """Several `add`s (start, end, size) at once: one sweep over the part of the profile they
+        touch, instead of one pass over each run (many reservations released together)."""
+        delta: dict[int, int] = {}
+        for start, end, size in changes:
+            delta[start] = delta.get(start, 0) + size
+            delta[end] = delta.get(end, 0) - size
+        points = sorted(delta)
+        times, free = self.times, self.free
+        lo = bisect_right(times, points[0]) - 1
+        hi = bisect_right(times, points[-1])  # segments lo..hi-1 are rebuilt
+        new_times, new_free = [], []
+        level = free[lo - 1] if lo > 0 else None  # the level before the rebuilt part
+        shift = 0
+        k, n = lo, len(points)
+        p = 0
+        while k < hi or p < n:
+            t = times[k] if k < hi and (p == n or times[k] <= points[p]) else points[p]
+            if k < hi and times[k] == t:
+                base = free[k]
+                k += 1
+            else:
+                base = free[k - 1]
+            if p < n and points[p] == t:
+                shift += delta[t]
+                p += 1
+            if base + shift != level:
+                level = base + shift
+                new_times.append(t)
+                new_free.append(level)
+        if hi < len(times) and free[hi] == level:  # the first segment after the part merges into it
+            del times[hi], free[hi]
+        times[lo:hi] = new_times
+        free[lo:hi] = new_free
+
     def move(self, start: int, new: int, duration: int, size: int) -> None:
         """Move a reservation of `size` processors for `duration` from `start` to `new` (< start):
         only the parts the two runs do not share change."""

@@ -834,12 +834,11 @@ class Simulation:
     def _loosen(self, reserved: list[tuple[int, int, int]], loose: int, horizon: int) -> tuple[int, int]:
         """Take the reservations from position `loose` on that start before `horizon` out of the
         profile (`_replace` places them afresh); returns the horizon and the new end of the loose ones."""
-        add, size, est = self._profile.add, self._size, self._est
-        while loose < len(reserved) and reserved[loose][0] < horizon:
-            t, _, i = reserved[loose]
-            add(t, t + est[i], size[i])
-            loose += 1
-        return horizon, loose
+        size, est = self._size, self._est
+        stop = bisect_left(reserved, (horizon,), loose)
+        if stop > loose:
+            self._profile.add_many([(t, t + est[i], size[i]) for t, _, i in reserved[loose:stop]])
+        return horizon, stop
 
     # ----------------------------------------------------------------- observations
     def _decision(self, kind: str, candidates: list[int], context: dict[str, Any],

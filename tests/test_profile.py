@@ -50,6 +50,19 @@ def test_move_changes_only_what_the_two_runs_do_not_share():
     assert steps(q) == [(0, 5), (2, 3), (6, 5)]
 
 
+def test_add_many_gives_what_the_adds_one_by_one_give():
+    # 4 of 10 busy over [0, 20): 6, then 10 from 20
+    p = Profile(0, 10)
+    p.add(0, 20, -4)
+    # 2 back over [5, 15) and 1 over [10, 30): 6; 8 from 5; 9 from 10; 7 from 15; 10 + 1 from 20;
+    # 10 from 30
+    p.add_many([(5, 15, 2), (10, 30, 1)])
+    assert steps(p) == [(0, 6), (5, 8), (10, 9), (15, 7), (20, 11), (30, 10)]
+    # giving the 4 back and taking the 3 again leaves 10 everywhere: one step
+    p.add_many([(0, 20, 4), (5, 15, -2), (10, 30, -1)])
+    assert steps(p) == [(0, 10)]
+
+
 def test_earliest_counts_a_held_reservation_as_free_to_its_own_job():
     # 4 processors: 3 busy until 5, and a job of 3 holds [10, 20): 1, 4 from 5, 1 from 10, 4 from 20
     p = Profile(0, 4)
