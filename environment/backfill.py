@@ -133,6 +133,25 @@ class Profile:
         any segment from `held` on, within its run, has room for it. A caller that knows no start
         before `since` fits passes it to skip them.
         """
+        fit = self._fit(size, duration, held, before, since)
+        return None if fit is None else self.times[fit[0]]
+
+    def place(self, size: int, duration: int, since: int = 0) -> int:
+        """Reserve `size` processors for `duration` at the earliest time they stay free (none
+        fits before `since`, the caller knows), found and carved out in one pass; return it."""
+        k, j = self._fit(size, duration, FOREVER, FOREVER, since)
+        times, free = self.times, self.free
+        start = times[k]
+        limit = start + duration
+        if j == len(times) or times[j] != limit:
+            times.insert(j, limit)
+            free.insert(j, free[j - 1])
+        self._change(k, j, -size)
+        return start
+
+    def _fit(self, size: int, duration: int, held: int, before: int, since: int) -> tuple[int, int] | None:
+        """`earliest`'s search: the segment the fit starts at and the first one past its run (or
+        past `held`), or None."""
         times, free = self.times, self.free
         n = len(times)
         k = bisect_right(times, since) - 1 if since > times[0] else 0
@@ -150,31 +169,7 @@ class Profile:
             while j < n and times[j] < limit and free[j] >= size:
                 j += 1
             if j == n or times[j] >= limit:
-                return start
-            k = j + 1
-        raise AssertionError("the last segment of a profile has every processor free")
-
-    def place(self, size: int, duration: int, since: int = 0) -> int:
-        """Reserve `size` processors for `duration` at the earliest time they stay free (none
-        fits before `since`, the caller knows), found and carved out in one pass; return it."""
-        times, free = self.times, self.free
-        n = len(times)
-        k = bisect_right(times, since) - 1 if since > times[0] else 0
-        while k < n:
-            if free[k] < size:
-                k += 1
-                continue
-            limit = times[k] + duration
-            j = k + 1
-            while j < n and times[j] < limit and free[j] >= size:
-                j += 1
-            if j == n or times[j] >= limit:
-                start = times[k]
-                if j == n or times[j] != limit:
-                    times.insert(j, limit)
-                    free.insert(j, free[j - 1])
-                self._change(k, j, -size)
-                return start
+                return k, j
             k = j + 1
         raise AssertionError("the last segment of a profile has every processor free")
 
