@@ -45,28 +45,74 @@ class Profile:
             del self.free[:k]
         times[0] = now
 
-    def _split(self, t: int) -> int:
-        """Index of the segment starting exactly at `t`, creating it if needed."""
-        times = self.times
-        k = bisect_right(times, t) - 1
-        if times[k] != t:
-            k += 1
-            times.insert(k, t)
-            self.free.insert(k, self.free[k - 1])
-        return k
-
     def add(self, start: int, end: int, size: int) -> None:
         """`size` more processors free over [start, end) (negative: reserve them)."""
-        k = self._split(start)
-        stop = self._split(end)
         times, free = self.times, self.free
-        for j in range(k, stop):
-            free[j] += size
-        # merge equal neighbours, so that scans pass over changes of the step function only
+        k = bisect_right(times, start) - 1
+        if times[k] != start:
+            k += 1
+            times.insert(k, start)
+            free.insert(k, free[k - 1])
+        stop = bisect_left(times, end, k + 1)
+        if stop == len(times) or times[stop] != end:
+            times.insert(stop, end)
+            free.insert(stop, free[stop - 1])
+        self._change(k, stop, size)
+
+    def _change(self, k: int, stop: int, size: int) -> None:
+        """Add `size` to segments k..stop-1 (both ends already boundaries), then merge equal
+        neighbours, so that scans pass over changes of the step function only."""
+        times, free = self.times, self.free
+        free[k:stop] = [f + size for f in free[k:stop]]
         if stop < len(free) and free[stop] == free[stop - 1]:
             del times[stop], free[stop]
         if k > 0 and free[k] == free[k - 1]:
             del times[k], free[k]
+
+    def add_many(self, changes: list[tuple[int, int, int]]) -> None:
+        """Several `add`s (start, end, size) at once: one sweep over the part of the profile they
+        touch, instead of one pass over each run (many reservations released together)."""
+        delta: dict[int, int] = {}
+        for start, end, size in changes:
+            delta[start] = delta.get(start, 0) + size
+            delta[end] = delta.get(end, 0) - size
+        points = sorted(delta)
+        times, free = self.times, self.free
+        lo = bisect_right(times, points[0]) - 1
+        hi = bisect_right(times, points[-1])  # segments lo..hi-1 are rebuilt
+        new_times, new_free = [], []
+        level = free[lo - 1] if lo > 0 else None  # the level before the rebuilt part
+        shift = 0
+        k, n = lo, len(points)
+        p = 0
+        while k < hi or p < n:
+            t = times[k] if k < hi and (p == n or times[k] <= points[p]) else points[p]
+            if k < hi and times[k] == t:
+                base = free[k]
+                k += 1
+            else:
+                base = free[k - 1]
+            if p < n and points[p] == t:
+                shift += delta[t]
+                p += 1
+            if base + shift != level:
+                level = base + shift
+                new_times.append(t)
+                new_free.append(level)
+        if hi < len(times) and free[hi] == level:  # the first segment after the part merges into it
+            del times[hi], free[hi]
+        times[lo:hi] = new_times
+        free[lo:hi] = new_free
+
+    def move(self, start: int, new: int, duration: int, size: int) -> None:
+        """Move a reservation of `size` processors for `duration` from `start` to `new` (< start):
+        only the parts the two runs do not share change."""
+        if new + duration > start:
+            self.add(new, start, -size)
+            self.add(new + duration, start + duration, size)
+        else:
+            self.add(start, start + duration, size)
+            self.add(new, new + duration, -size)
 
     def most_free(self, start: int, end: int) -> int:
         """The most processors free at any time in [start, end)."""
@@ -87,6 +133,25 @@ class Profile:
         any segment from `held` on, within its run, has room for it. A caller that knows no start
         before `since` fits passes it to skip them.
         """
+        fit = self._fit(size, duration, held, before, since)
+        return None if fit is None else self.times[fit[0]]
+
+    def place(self, size: int, duration: int, since: int = 0) -> int:
+        """Reserve `size` processors for `duration` at the earliest time they stay free (none
+        fits before `since`, the caller knows), found and carved out in one pass; return it."""
+        k, j = self._fit(size, duration, FOREVER, FOREVER, since)
+        times, free = self.times, self.free
+        start = times[k]
+        limit = start + duration
+        if j == len(times) or times[j] != limit:
+            times.insert(j, limit)
+            free.insert(j, free[j - 1])
+        self._change(k, j, -size)
+        return start
+
+    def _fit(self, size: int, duration: int, held: int, before: int, since: int) -> tuple[int, int] | None:
+        """`earliest`'s search: the segment the fit starts at and the first one past its run (or
+        past `held`), or None."""
         times, free = self.times, self.free
         n = len(times)
         k = bisect_right(times, since) - 1 if since > times[0] else 0
@@ -104,6 +169,36 @@ class Profile:
             while j < n and times[j] < limit and free[j] >= size:
                 j += 1
             if j == n or times[j] >= limit:
-                return start
+                return k, j
             k = j + 1
         raise AssertionError("the last segment of a profile has every processor free")
+
+
+class Blocked:
+    """What earlier searches of one pass proved: a job no smaller and no shorter than one that
+    could not start before some time cannot start before it either, as long as the profile has
+    not gained processors where that search was blocked. Saves scanning the same segments again."""
+
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, int, int]] = []  # (no start before, size, duration), latest first
+
+    def since(self, size: int, duration: int, floor: int) -> int:
+        """The latest time before which no job of this size and duration can start (at least `floor`)."""
+        for t, s, d in self.records:
+            if t <= floor:
+                break
+            if s <= size and d <= duration:
+                return t
+        return floor
+
+    def add(self, size: int, duration: int, before: int) -> None:
+        """Record that a job of `size` and `duration` cannot start before `before`; records it
+        makes useless (as large, as long, no later) go."""
+        records = [r for r in self.records if r[1] < size or r[2] < duration or r[0] > before]
+        k = 0
+        while k < len(records) and records[k][0] > before:
+            k += 1
+        records.insert(k, (before, size, duration))
+        self.records = records

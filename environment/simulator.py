@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .priorities import USAGE_HALF_LIFE, PriorityPolicy, get_policy
-from .backfill import Profile
+from .backfill import Blocked, Profile
 from .config import SimConfig
 from .decisions import BACKFILL, INSPECT, KILL, SELECT, SELECT_KILL, Action, Decision, check_kinds
 from .errors import ConfigError, InvalidAction
@@ -704,9 +704,11 @@ class Simulation:
         new = sorted(self._unplaced, key=rank)
         self._unplaced = []
         size, est = self._size, self._est
+        blocked = Blocked()  # a placed job cannot start before its place: nor can a larger, longer one
         for i in new:
-            t = profile.earliest(size[i], est[i])
-            profile.add(t, t + est[i], -size[i])
+            s, e = size[i], est[i]
+            t = profile.place(s, e, blocked.since(s, e, now))
+            blocked.add(s, e, t)
             reserved.append((t, rank(i), i))
             if t == now:
                 due.append(i)
@@ -746,74 +748,97 @@ class Simulation:
         the order, so it is placed exactly, among the running jobs and the stale ones before it;
         its new place, later than its old one, takes processors from time after its old end
         (`lost`). Then, in order, every other job:
-        - whose reserved run no longer fits there (it meets lost time and the profile, still
-          holding it and the jobs after it, is overdrawn) has to move later: it and all after it
-          are taken out and placed afresh, each at its earliest fit;
+        - whose reserved run no longer fits there (the profile, still holding it and the jobs
+          after it, is overdrawn over its run: only lost time can do that) is placed afresh at
+          its earliest fit. Jobs after it in the order must not stand in its way: every job
+          reserved to start before the end of that fit is taken out of the profile first (below
+          `horizon` the profile then holds placed jobs only), and in its turn each of them
+          (`loose`: its own processors out of the profile) is judged like any other job;
         - otherwise it stays, or moves earlier (what comes after it cannot change that: it still
-          fits its old place). It was blocked everywhere before its reservation,
-          so it can move only into time that gained processors since (before `until`), and only if
-          it is no larger than the most processors free there (`room`). A job no smaller and no
-          shorter than one that found no earlier place cannot start where that one could not
-          (`failed`: size, duration, and the start it was looked at up to), as long as no move
-          gave processors back where that one's run would reach. A job that moves frees the tail
-          of its old place.
+          fits its old place). It was blocked everywhere before its reservation, so it can move
+          only into time that gained processors since (before `until`), and only if it is no
+          larger than the most processors free there (`room`). A job no smaller and no shorter
+          than one that found no earlier place cannot start where that one could not (`failed`):
+          that one was blocked before its own reserved start, and time gains processors only
+          from a later reserved start on.
         """
         profile, size, est = self._profile, self._size, self._est
         earliest, add, most_free = profile.earliest, profile.add, profile.most_free
         until = self._freed_until
         stale = bisect_left(reserved, (now,))
-        lost: list[tuple[int, int]] = []
+        lost = False
         placed = []
         if stale:
             exact = Profile(now, self.free, ((max(e, now), size[i]) for e, i in self._running))
             for t, key, i in reserved[:stale]:
                 s, e = size[i], est[i]
-                new = exact.earliest(s, e)
-                exact.add(new, new + e, -s)
+                new = exact.place(s, e)
                 if t + e > now:
                     add(now, t + e, s)
                 add(new, new + e, -s)
                 until = max(until, min(new, t + e))
-                lost.append((max(new, t + e), new + e))
+                lost = lost or new + e > t + e
                 placed.append((new, key, i))
         room = most_free(now, until) if until > now else 0
-        failed: list[tuple[int, int, int]] = []
+        failed = Blocked()
+        horizon, loose = now, stale  # reserved[k + 1:loose], if any, are out of the profile
         for k in range(stale, len(reserved)):
             entry = reserved[k]
             t, key, i = entry
             s, e = size[i], est[i]
-            if lost and profile.least_free(t, t + e) < 0 and any(start < t + e and t < end for start, end in lost):
-                for t, _, i in reserved[k:]:
-                    add(t, t + est[i], size[i])
-                for t, key, i in reserved[k:]:
-                    new = earliest(size[i], est[i])
-                    add(new, new + est[i], -size[i])
-                    placed.append((new, key, i))
-                return placed
-            if s <= room and t > now:
-                before = until if until < t else t
-                since = now
-                for fs, fe, f_before in failed:
-                    if fs <= s and fe <= e and f_before > since:
-                        since = f_before
-                new = earliest(s, e, t, before, since) if since < before else None
-                if new is None:
-                    failed = [f for f in failed if f[0] < s or f[1] < e]
-                    failed.append((s, e, before))
+            if not lost and (s > room or t == now):
+                placed.append(entry)
+                continue
+            held = k >= loose  # still in the profile
+            fits = True
+            if lost and profile.least_free(t, t + e) < (0 if held else s):
+                if held or t + e > horizon:
+                    horizon, loose = self._loosen(reserved, k if held else loose, t + e)
+                    held = False
+                fits = profile.least_free(t, t + e) >= s
+            if not fits:  # placed afresh, later or earlier
+                since = failed.since(s, e, now)
+                new = earliest(s, e, since=since)
+                while new + e > horizon:  # the fit reaches jobs still in the profile
+                    horizon, loose = self._loosen(reserved, loose, new + e)
+                    new = earliest(s, e, since=since)
+                add(new, new + e, -s)
+                lost = lost or new > t
+            else:
+                new = t
+                if s <= room and t > now:
+                    before = until if until < t else t
+                    since = failed.since(s, e, now)
+                    if since < before:
+                        found = earliest(s, e, t, before, since)
+                        if found is None:
+                            failed.add(s, e, before)
+                        else:
+                            new = found
+                if held:
+                    if new != t:
+                        profile.move(t, new, e, s)
                 else:
-                    add(t, t + e, s)
                     add(new, new + e, -s)
-                    if t + e > until:
-                        until = t + e
-                    gained = new + e if new + e > t else t
-                    if failed:  # runs reaching the time given back may fit now
-                        failed = [(fs, fe, min(f_before, gained - fe + 1)) for fs, fe, f_before in failed]
-                    more = most_free(gained, t + e)
-                    if more > room:
-                        room = more
-                    entry = (new, key, i)
+            if new != t:  # the part of its old place it left gained processors
+                gain_start, gain_end = (t, min(new, t + e)) if new > t else (max(new + e, t), t + e)
+                if gain_end > until:
+                    until = gain_end
+                more = most_free(gain_start, gain_end)
+                if more > room:
+                    room = more
+                entry = (new, key, i)
             placed.append(entry)
         return placed
+
+    def _loosen(self, reserved: list[tuple[int, int, int]], loose: int, horizon: int) -> tuple[int, int]:
+        """Take the reservations from position `loose` on that start before `horizon` out of the
+        profile (`_replace` places them afresh); returns the horizon and the new end of the loose ones."""
+        size, est = self._size, self._est
+        stop = bisect_left(reserved, (horizon,), loose)
+        if stop > loose:
+            self._profile.add_many([(t, t + est[i], size[i]) for t, _, i in reserved[loose:stop]])
+        return horizon, stop
 
     # ----------------------------------------------------------------- observations
     def _decision(self, kind: str, candidates: list[int], context: dict[str, Any],

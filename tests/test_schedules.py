@@ -72,6 +72,17 @@ def test_conservative_reservation_moves_earlier_when_a_job_ends_early():
     assert starts(simulate(w, SimConfig(backfill="conservative"))) == {1: 0, 2: 40}
 
 
+def test_conservative_an_overrun_pushes_the_reservations_it_reaches_later_in_order():
+    """6 processors. J1 (4p) requests 10 s but runs 15. By estimates: J2 (4p, 5 s) reserves
+    [10, 15) (2 free before 10); J3 (3p, 5 s) and J4 (3p, 10 s) reserve [15, 20) and [15, 25);
+    J5 (3p, 5 s) reserves [20, 25) beside J4. At 15 J1 ends: J2's reservation lies in the past and
+    is placed again, exactly: [15, 20), 2 left there. In order, J3 (3p) no longer fits at 15: 20,
+    [20, 25). J4 (3p, 10 s): 2 at 15, then 3 over [20, 25) and 6 after: 20. J5 (3p): none left
+    over [20, 25), 3 from 25: 25. Starts 0, 15, 20, 20, 25."""
+    w = make(6, [(0, 4, 15, 10), (1, 4, 5, 5), (2, 3, 5, 5), (3, 3, 10, 10), (4, 3, 5, 5)])
+    assert starts(simulate(w, SimConfig(backfill="conservative"))) == {1: 0, 2: 15, 3: 20, 4: 20, 5: 25}
+
+
 TIE_JOBS = [(0, 4, 10, 10), (1, 4, 5, 5), (1, 4, 5, 5), (2, 4, 5, 5)]
 TIE_IDS = [1, 7, 5, 9]
 
