@@ -422,10 +422,10 @@ def test_the_agent_runtime_ignores_reply_fields_it_does_not_know(ipc_dir):
         for _ in range(4):
             if not router.poll(10_000):
                 return
-            peer, empty, body = router.recv_multipart()
+            peer, *envelope, body = router.recv_multipart()  # ["", BODY] or a single-frame [BODY]
             msg = msgpack.unpackb(body)
             seen.append(msg)
-            router.send_multipart([peer, empty, msgpack.packb(script[msg["type"]])])
+            router.send_multipart([peer, *envelope, msgpack.packb(script[msg["type"]])])
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
