@@ -1,10 +1,11 @@
 """What the papers' evaluation scripts share: run `hpcgym` commands (printed first), read a
-`hpcgym compare` summary, time training epochs from a curve.csv."""
+`hpcgym compare` summary and its units, time training epochs from a curve.csv."""
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,13 @@ def compare(folder: Path, trace: Path, policies: dict[str, str], seed: int, samp
         rows = {r["policy"]: r for r in csv.DictReader(f)}
     return {name: {key: _num(rows[name].get(key)) for key in SUMMARY_KEYS}
             for name in policies if rows[name]["status"] == "ok"}
+
+
+def unit_summaries(folder: Path, name: str) -> list[dict | None]:
+    """Per window of policy `name` in a `hpcgym compare` folder, in window order: its run's
+    metrics, or None where the unit failed (summary.csv then leaves the policy out)."""
+    return [None if unit.name.endswith(".error.json") else json.loads(unit.read_text())["summary"]
+            for unit in sorted((folder / "units" / name).glob("seq-*.json"))]
 
 
 def _num(text: str | None) -> float | None:

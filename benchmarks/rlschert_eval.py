@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from paper_runs import HPCGYM, TRACES_DIR, argument_parser, compare, run
+from paper_runs import HPCGYM, TRACES_DIR, argument_parser, compare, run, unit_summaries
 
 from hpcgym.gymbridge.compare.stats import bootstrap_ci
 
@@ -98,8 +98,9 @@ def share_policies(args, trace: str, shares: list[float]) -> dict[str, tuple[flo
 
 
 def window_values(folder: Path, name: str) -> dict[str, np.ndarray]:
-    """Per window (in seed order), each SHARE_METRICS value of policy `name`'s compare units."""
-    units = [json.loads(f.read_text())["summary"] for f in sorted((folder / "units" / name).glob("seq-*.json"))]
+    """Per window (in seed order), each SHARE_METRICS value of policy `name` (one that finished
+    every window: those in summary.csv)."""
+    units = unit_summaries(folder, name)
     return {m: np.array([u[m] for u in units], dtype=np.float64) for m in SHARE_METRICS}
 
 
