@@ -25,6 +25,7 @@ from pathlib import Path
 
 from paper_runs import HPCGYM, ROOT, TRACES_DIR, compare, epoch_seconds, run, unit_summaries
 
+from hpcgym.gymbridge.compare.unit import MAX_KILLS_PER_JOB
 from hpcgym.gymbridge.training.trainer import eval_seed
 
 TRACE = TRACES_DIR / "SDSC-SP2-1998-4.2-cln.swf.gz"
@@ -37,6 +38,8 @@ CURVE_KEYS = ("return", "length", "entropy", "imitation_loss", "imitation_weight
 EVAL_KEYS = ("mean_slowdown", "mean_bsld", "mean_response", "kills", "lost_work")
 #: The simulation of `hpcgym train rlschert`'s episodes, as compare policy options.
 OPTIONS = "prediction:running,estimate:predicted,window:8"
+#: Kills at which compare stops a 200-job window (over MAX_KILLS_PER_JOB per job).
+FAILED_KILLS = MAX_KILLS_PER_JOB * 200 + 1
 
 
 def train(args, arm: str, seed: int) -> Path:
@@ -74,7 +77,7 @@ def checkpoint_rows(args, folder: Path, arm: str, seed: int) -> list[dict]:
     epochs = sorted({1, *range(args.eval_every, args.epochs + 1, args.eval_every)})
     policies = {f"epoch{e:02d}": f"fcfs,{OPTIONS},kill:model:{folder / f'epoch_{e:06d}.pt'}" for e in epochs}
     compare(folder / "checkpoints", args.trace, policies, eval_seed(0), args.eval_episodes, 200,
-            "--train-fraction", "0.8", "--part", "test")
+            "--train-fraction", "0.8", "--part", "test", failures=True)
     return window_rows({name: unit_summaries(folder / "checkpoints", name) for name in policies}, arm, seed)
 
 
@@ -103,9 +106,22 @@ def imitation(rows: list[dict]) -> str:
 
 
 def held_out(evals: list[dict], arm: str, seed: int, epoch: int, key: str) -> float:
-    """The mean of `key` over the finished held-out windows of a run's checkpoint."""
-    return mean([r[key] for r in evals if (r["arm"], r["seed"], r["policy"], r["status"]) ==
-                 (arm, seed, f"epoch{epoch:02d}", "ok")])
+    """The mean of `key` over the held-out windows of a run's checkpoint: the finished ones, and
+    for `kills` also the failed ones, counted at the limit where compare stopped them (a floor)."""
+    rows = [r for r in evals if (r["arm"], r["seed"], r["policy"]) == (arm, seed, f"epoch{epoch:02d}")]
+    return mean([r[key] if r["status"] == "ok" else FAILED_KILLS for r in rows
+                 if r["status"] == "ok" or key == "kills"])
+
+
+def held_out_cell(evals: list[dict], arm: str, seed: int, epoch: int) -> str:
+    """`mean slowdown / kills` over a checkpoint's finished windows, and how many failed."""
+    rows = [r for r in evals if (r["arm"], r["seed"], r["policy"]) == (arm, seed, f"epoch{epoch:02d}")]
+    ok = [r for r in rows if r["status"] == "ok"]
+    failed = f"{len(rows) - len(ok)} failed" if len(ok) < len(rows) else ""
+    if not ok:
+        return f"all {failed}"
+    text = f"{mean([r['mean_slowdown'] for r in ok]):.1f} / {mean([r['kills'] for r in ok]):,.0f}"
+    return f"{text} (+{failed})" if failed else text
 
 
 def plot(curves: list[dict], evals: list[dict], path: Path) -> None:
@@ -131,7 +147,7 @@ def plot(curves: list[dict], evals: list[dict], path: Path) -> None:
             ax.plot(xs, [mean([value(s, x) for s in seeds]) for x in xs], color=color, linewidth=2,
                     label=LABELS[arm])
     axes[0].set_title("training return (eq. 9, sampled actions)", fontsize=10)
-    axes[1].set_title("held-out kills per window (greedy)", fontsize=10)
+    axes[1].set_title(f"held-out kills per window (greedy; failed = {FAILED_KILLS:,})", fontsize=10)
     axes[2].set_title("held-out mean slowdown (greedy)", fontsize=10)
     axes[1].set_yscale("symlog")
     axes[2].set_yscale("log")
@@ -163,16 +179,13 @@ def markdown(curves: list[dict], evals: list[dict], args) -> str:
                      f"{mean([r['length'] for r in on.values()]):,.0f} | "
                      f"{mean([r['length'] for r in off.values()]):,.0f} | {imitation(list(on.values()))} |")
     checkpoints = sorted({int(r["policy"][5:]) for r in evals if r["policy"].startswith("epoch")})
-    lines += ["", "Held-out windows (the same for every run), greedy checkpoints: mean slowdown and kills per window "
-              "over the finished windows, mean over seeds; failed: windows over 100 kills per job.", "",
-              "| epoch | slowdown on | slowdown off | kills on | kills off | failed on | failed off |",
-              "|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += ["", f"Held-out windows ({args.eval_episodes}, the same for every run), greedy checkpoints: mean "
+              "slowdown / kills per window over the finished windows (failed: stopped by compare at over 100 kills "
+              "per job).",
+              "", "| epoch | " + " | ".join(f"{LABELS[arm]}, seed {s}" for arm in ARMS for s in seeds) + " |",
+              "|---:|" + "---:|" * len(ARMS) * len(seeds)]
     for e in checkpoints:
-        cells = [f"{mean([held_out(evals, arm, s, e, key) for s in seeds]):,.{digits}f}"
-                 for key, digits in (("mean_slowdown", 2), ("kills", 1)) for arm in ARMS]
-        failed = [sum((r["arm"], r["policy"], r["status"]) == (arm, f"epoch{e:02d}", "failed") for r in evals)
-                  for arm in ARMS]
-        lines.append(f"| {e} | " + " | ".join(cells) + f" | {failed[0]} | {failed[1]} |")
+        lines.append(f"| {e} | " + " | ".join(held_out_cell(evals, arm, s, e) for arm in ARMS for s in seeds) + " |")
     lines += ["", "Seconds per epoch (mean over epochs and seeds): " + ", ".join(
         f"{LABELS[arm]} {mean([r['seconds'] for r in curves if r['arm'] == arm]):.1f}" for arm in ARMS), "",
         "Held-out windows of the test part, final greedy policy (mean over the finished windows):", "",
