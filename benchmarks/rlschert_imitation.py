@@ -105,17 +105,21 @@ def imitation(rows: list[dict]) -> str:
     return f"{mean(losses):.2f}" if losses else "-"
 
 
+def checkpoint_windows(evals: list[dict], arm: str, seed: int, epoch: int) -> list[dict]:
+    return [r for r in evals if (r["arm"], r["seed"], r["policy"]) == (arm, seed, f"epoch{epoch:02d}")]
+
+
 def held_out(evals: list[dict], arm: str, seed: int, epoch: int, key: str) -> float:
     """The mean of `key` over the held-out windows of a run's checkpoint: the finished ones, and
     for `kills` also the failed ones, counted at the limit where compare stopped them (a floor)."""
-    rows = [r for r in evals if (r["arm"], r["seed"], r["policy"]) == (arm, seed, f"epoch{epoch:02d}")]
+    rows = checkpoint_windows(evals, arm, seed, epoch)
     return mean([r[key] if r["status"] == "ok" else FAILED_KILLS for r in rows
                  if r["status"] == "ok" or key == "kills"])
 
 
 def held_out_cell(evals: list[dict], arm: str, seed: int, epoch: int) -> str:
     """`mean slowdown / kills` over a checkpoint's finished windows, and how many failed."""
-    rows = [r for r in evals if (r["arm"], r["seed"], r["policy"]) == (arm, seed, f"epoch{epoch:02d}")]
+    rows = checkpoint_windows(evals, arm, seed, epoch)
     ok = [r for r in rows if r["status"] == "ok"]
     failed = f"{len(rows) - len(ok)} failed" if len(ok) < len(rows) else ""
     if not ok:
@@ -214,7 +218,8 @@ def main() -> None:
     parser.add_argument("--trajectories", type=int, default=8)
     parser.add_argument("--imitation-epochs", type=int, default=10)
     parser.add_argument("--eval-episodes", type=int, default=4)
-    parser.add_argument("--eval-every", type=int, default=5, help="Epochs between evaluated checkpoints.")
+    parser.add_argument("--eval-every", type=int, default=5,
+                        help="Evaluate the checkpoints of epoch 1 and of every this many epochs.")
     args = parser.parse_args()
     curves, evals = [], []
     for seed in (int(s) for s in args.seeds.split(",")):
