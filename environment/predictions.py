@@ -119,9 +119,9 @@ def _share(text: str, given: list[str]) -> float:
 
 
 def revised_jobs(n: int, share: float, seed: int) -> list[bool]:
-    """Which of n jobs the running predictor revises: the first round(share * n) of a seeded
-    permutation, so that a sweep over shares with one seed revises nested sets (the jobs of 0.5
-    are among those of 0.8) and the model's error draws do not depend on the share."""
+    """Which of n jobs the running predictor revises: the first round(share * n) (halves up) of a
+    seeded permutation, so that a sweep over shares with one seed revises nested sets (the jobs
+    of 0.5 are among those of 0.8) and the model's error draws do not depend on the share."""
     chosen = np.random.default_rng([seed, 0x5A4E]).permutation(n)[:math.floor(share * n + 0.5)]
     mask = np.zeros(n, dtype=bool)
     mask[chosen] = True
