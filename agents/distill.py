@@ -40,17 +40,31 @@ from .candidates import CandidateFeatures
 from .slots import action_slot, slot_action
 from .tree import TreeModel
 
+#: A teacher's label of one decision: its action, that action's slot (-1: none of the candidate
+#: slots) and its per-slot scores (None without scores).
+Label = tuple[Action, int, "np.ndarray | None"]
+
 
 class Teacher:
     """What a tree learns from: per decision, the teacher's action, its slot (-1: none of the
-    candidate slots, e.g. wait), and its per-slot scores (None for a teacher without scores)."""
+    candidate slots, e.g. wait), and its per-slot scores (None for a teacher without scores).
+
+    Labelling is split in two so that a network teacher can label a tree's whole rollout in one
+    batch: `prepare` takes what the label needs while the decision is current, `labels` turns a
+    list of prepared decisions into labels. A teacher without a batch form labels in `prepare`."""
 
     kinds: tuple[str, ...] = ()
     has_scores = False
     window = 0
 
-    def label(self, decision: Decision) -> tuple[Action, int, np.ndarray | None]:
+    def label(self, decision: Decision) -> Label:
         raise NotImplementedError
+
+    def prepare(self, decision: Decision) -> Any:
+        return self.label(decision)
+
+    def labels(self, prepared: list[Any]) -> list[Label]:
+        return prepared
 
 
 class CheckpointTeacher(Teacher):
@@ -58,17 +72,28 @@ class CheckpointTeacher(Teacher):
     scores (Q-values or logits) of the candidate slots."""
 
     has_scores = True
+    BATCH = 4096  # decisions per forward pass when labelling a rollout
 
     def __init__(self, agent: Any) -> None:
         self.agent, self.kinds, self.window = agent, tuple(agent.kinds), agent.window
 
-    def label(self, decision: Decision) -> tuple[Action, int, np.ndarray]:
+    def label(self, decision: Decision) -> Label:
+        return self.labels([self.prepare(decision)])[0]
+
+    def prepare(self, decision: Decision) -> tuple[str, np.ndarray, np.ndarray, list[int]]:
         obs, mask, ids = self.agent.observe(decision)
-        scores = self.agent.algorithm.scores(obs[None], mask[None])[0]
-        slot = int(np.argmax(scores))
-        action = slot_action(decision.kind, slot, ids, self.window)
-        slots = 2 if len(scores) == 2 else self.window
-        return action, slot if slot < slots else -1, scores[:slots]
+        return decision.kind, obs, mask, ids
+
+    def labels(self, prepared: list[Any]) -> list[Label]:
+        out = []
+        for start in range(0, len(prepared), self.BATCH):
+            chunk = prepared[start:start + self.BATCH]
+            scores = self.agent.algorithm.scores(np.stack([p[1] for p in chunk]), np.stack([p[2] for p in chunk]))
+            for (kind, _, _, ids), row in zip(chunk, scores):
+                slot = int(np.argmax(row))
+                slots = 2 if len(row) == 2 else self.window
+                out.append((slot_action(kind, slot, ids, self.window), slot if slot < slots else -1, row[:slots]))
+        return out
 
 
 class AgentTeacher(Teacher):
@@ -77,7 +102,7 @@ class AgentTeacher(Teacher):
     def __init__(self, agent: Agent, window: int) -> None:
         self.agent, self.kinds, self.window = agent, tuple(agent.kinds), int(window)
 
-    def label(self, decision: Decision) -> tuple[Action, int, None]:
+    def label(self, decision: Decision) -> Label:
         from .slots import slot_mask
 
         action = self.agent.act(decision)
@@ -159,23 +184,55 @@ class Rollout:
 
 
 class _Labeller(Agent):
-    """Drives an episode with the teacher (tree None) or a tree, labelling every decision."""
+    """Drives an episode with the teacher (tree None) or a tree, labelling every decision. A
+    tree's decisions are labelled after the episode, in one batch (`finish`): the teacher's
+    forward passes one at a time were most of a distillation's time."""
 
     def __init__(self, teacher: Teacher, features: CandidateFeatures, tree: TreeModel | None, mode: str,
                  out: Rollout) -> None:
         self.teacher, self.features, self.tree, self.mode, self.out = teacher, features, tree, mode, out
         self.kinds = features.kinds
+        self.pending: list[tuple[Any, np.ndarray, np.ndarray, int, np.ndarray | None, int]] = []
 
     def act(self, decision: Decision) -> Action:
         out = self.out
         start = time.perf_counter()
         rows, mask, ids = self.features.rows(decision)
-        encoded = time.perf_counter() - start
-        start = time.perf_counter()
-        action, slot, scores = self.teacher.label(decision)
-        out.teacher_seconds += time.perf_counter() - start
-        out.decisions += 1
         allowed = np.flatnonzero(mask)
+        queue = decision.observation["queue_length"]
+        encoded = time.perf_counter() - start
+        if self.tree is None:
+            start = time.perf_counter()
+            label = self.teacher.label(decision)
+            out.teacher_seconds += time.perf_counter() - start
+            self._learn(label, rows, allowed, queue, None, -1)
+            return label[0]
+        start = time.perf_counter()
+        prepared = self.teacher.prepare(decision)
+        out.teacher_seconds += time.perf_counter() - start
+        start = time.perf_counter()
+        predicted = self.tree.predict(rows[allowed]) if len(allowed) else np.zeros(0)
+        mine = int(allowed[np.argmax(predicted)]) if len(allowed) else self.features.slots
+        chosen = slot_action(decision.kind, mine, ids, self.features.window)
+        out.driver_seconds += encoded + time.perf_counter() - start
+        self.pending.append((prepared, rows, allowed, queue, predicted, mine))
+        return chosen
+
+    def finish(self) -> None:
+        """Label the tree's decisions of the episode and count its agreement with the teacher."""
+        start = time.perf_counter()
+        labels = self.teacher.labels([p[0] for p in self.pending])
+        self.out.teacher_seconds += time.perf_counter() - start
+        for label, (_, rows, allowed, queue, predicted, mine) in zip(labels, self.pending):
+            self._learn(label, rows, allowed, queue, predicted, mine)
+        self.pending = []
+
+    def _learn(self, label: Label, rows: np.ndarray, allowed: np.ndarray, queue: int,
+               predicted: np.ndarray | None, mine: int) -> None:
+        """One labelled decision into the samples, and (driven by a tree) into the fidelity counts."""
+        out = self.out
+        _, slot, scores = label
+        out.decisions += 1
         if self.mode == "regression":
             if scores is None:
                 raise HpcgymError("the teacher gives no scores: distil it by classification")
@@ -183,14 +240,9 @@ class _Labeller(Agent):
         else:
             target = (allowed == slot).astype(np.int64)
         if len(allowed):
-            out.samples.add(rows[allowed], target, decision.observation["queue_length"])
-        if self.tree is None:
-            return action
-        start = time.perf_counter()
-        predicted = self.tree.predict(rows[allowed]) if len(allowed) else np.zeros(0)
-        mine = int(allowed[np.argmax(predicted)]) if len(allowed) else self.features.slots
-        chosen = slot_action(decision.kind, mine, ids, self.features.window)
-        out.driver_seconds += encoded + time.perf_counter() - start
+            out.samples.add(rows[allowed], target, queue)
+        if predicted is None:
+            return
         if slot >= 0:
             out.taught += 1
             out.agreed += mine == slot
@@ -199,7 +251,6 @@ class _Labeller(Agent):
                 out.choice_agreed += mine == slot
         if scores is not None and len(allowed):
             out.scores.append((target, predicted))
-        return chosen
 
 
 def rollout(workload: Workload, config: SimConfig, policy: str, teacher: Teacher, features: CandidateFeatures,
@@ -209,6 +260,7 @@ def rollout(workload: Workload, config: SimConfig, policy: str, teacher: Teacher
     agent = _Labeller(teacher, features, tree, mode, out)
     start = time.perf_counter()
     result = simulate(workload, config, policy=policy, agents={k: agent for k in features.kinds})
+    agent.finish()
     out.seconds = time.perf_counter() - start
     out.summary = dict(result.summary)
     return out

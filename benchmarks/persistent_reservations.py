@@ -1,30 +1,67 @@
-"""Reservations that persist (issue: DRAS's max-wait claim): every built-in priority policy with
-EASY, the head's reservation re-made at every pass (textbook) or kept until the job starts
-(`commit_pick`), on a trace's test part replayed as one episode; mean and max wait of all jobs
-and of the large ones (more than a quarter of the cluster), and mean bsld.
+"""Reservations that persist (issue 16: DRAS's max-wait claim): each policy with EASY's
+reservation re-made at every pass (textbook) or kept until the job starts (`commit_pick`,
+docs/semantics.md section 4).
 
-    python benchmarks/persistent_reservations.py                       # SDSC-SP2, last 20%
+Two measurements:
+
+- the whole test part as one episode, every built-in priority policy with EASY and any DRAS
+  checkpoints (`--agent NAME=PATH`, in process): mean and max wait of all jobs and of the large
+  ones (more than a quarter of the cluster), and mean bsld (default);
+- `--windows OUT`: `hpcgym compare` on DRAS's test windows (10 random windows of 512 jobs of the
+  test part, seeds 7..16, window 50 as in benchmarks/dras_eval.py) for every built-in priority
+  policy with EASY (FCFS/B among them), the DRAS baselines (the capacity knapsack, BinPacking,
+  Random; no backfilling) and any trained DRAS checkpoints (`--agent NAME=PATH`, both levels),
+  each under both rules; per rule the mean over windows of mean wait, max wait (all, small,
+  large jobs) and mean bsld, and per policy the paired difference kept - re-made with a
+  bootstrap 95% CI over the windows.
+
+    python benchmarks/persistent_reservations.py --agent dras-ppo=runs/persist/ppo-remade/model.pt
     python benchmarks/persistent_reservations.py --trace HPC2N-2002-2.2-cln.swf.gz --markdown out.md
+    python benchmarks/persistent_reservations.py --windows runs/persist/compare \\
+        --agent dras-ppo=runs/persist/ppo-remade/model.pt --markdown windows.md --json windows.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
+from dras_eval import DEFAULT_TRACE, HPCGYM, LARGE_SHARE, read_jobs, run
+from hpcgym.agents.base import Agent
+from hpcgym.agents.runtime import load_agent
 from hpcgym.environment.config import SimConfig
 from hpcgym.environment.priorities import POLICIES
 from hpcgym.environment.simulator import simulate
 from hpcgym.environment.spec import load_workload
+from hpcgym.gymbridge.compare.stats import bootstrap_ci
 
-TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+#: The rules compared: the option's value in a compare policy spec.
+RULES = {"remade": "commit_pick:false", "kept": "commit_pick:true"}
+#: Every built-in priority policy with EASY (fcfs-easy is DRAS's FCFS/B), then DRAS's baselines
+#: (docs/dras.md; the knapsack of the capacity objective, which the DRAS agents trained here use).
+WINDOW_POLICIES = {**{f"{p}-easy": f"{p},easy" for p in POLICIES},
+                   "optimization": "select:knapsack-capacity,backfill:none",
+                   "binpacking": "select:binpacking,backfill:none", "random": "select:random-packing,backfill:none"}
+#: How compare's run.json writes its start and end.
+TIME = "%Y-%m-%dT%H:%M:%S%z"
+#: Per-window metrics (window_metrics) and their labels.
+METRICS = ("mean_wait_h", "max_wait_h", "max_wait_small_h", "max_wait_large_h", "mean_bsld")
+LABELS = {"mean_wait_h": "mean wait (h)", "max_wait_h": "max wait (h)", "max_wait_small_h": "max wait small (h)",
+          "max_wait_large_h": "max wait large (h)", "mean_bsld": "mean bsld"}
 
 
-def row(workload, policy: str, commit: bool) -> dict[str, float]:
-    result = simulate(workload, SimConfig(commit_pick=commit), policy=policy)
+def whole_part_row(workload, commit: bool, policy: str = "fcfs", agent: Agent | None = None) -> dict[str, float]:
+    """One episode by a built-in priority policy, or by a DRAS checkpoint taking both levels (in
+    process, window 50 as it was trained)."""
+    if agent is None:
+        result = simulate(workload, SimConfig(commit_pick=commit), policy=policy)
+    else:
+        result = simulate(workload, SimConfig(commit_pick=commit, window=50), agents={k: agent for k in agent.kinds})
     wait = (result.jobs["start"] - result.jobs["submit"]) / 3600.0
     large = workload.size > workload.procs // 4
     return {"mean_wait_h": float(wait.mean()), "max_wait_h": float(wait.max()),
@@ -32,24 +69,109 @@ def row(workload, policy: str, commit: bool) -> dict[str, float]:
             "mean_bsld": float(result.summary["mean_bsld"])}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trace", default=str(TRACES / "SDSC-SP2-1998-4.2-cln.swf.gz"))
-    parser.add_argument("--train-fraction", type=float, default=0.8)
-    parser.add_argument("--markdown", type=Path)
-    args = parser.parse_args()
-    workload = load_workload({"trace": args.trace, "train_fraction": args.train_fraction, "part": "test"})
+def whole_part(args) -> str:
+    workload = load_workload({"trace": str(args.trace), "train_fraction": args.train_fraction, "part": "test"})
     t0 = time.perf_counter()
     lines = [f"# Persistent reservations: {workload.name}, test part ({len(workload)} jobs) as one episode", "",
              "| policy | reservation | mean wait (h) | max wait (h) | max wait, large jobs (h) | mean bsld |",
              "|---|---|---:|---:|---:|---:|"]
-    for policy in (p for p in POLICIES if p != "random"):
+    runs = [(p, {"policy": p}) for p in POLICIES if p != "random"]
+    runs += [(name, {"agent": load_agent(f"model:{path}")}) for name, path in args.agent]
+    for name, how in runs:
         for commit in (False, True):
-            r = row(workload, policy, commit)
-            lines.append(f"| {policy} | {'kept' if commit else 're-made'} | {r['mean_wait_h']:.2f} | "
+            r = whole_part_row(workload, commit, **how)
+            lines.append(f"| {name} | {'kept' if commit else 're-made'} | {r['mean_wait_h']:.2f} | "
                          f"{r['max_wait_h']:.1f} | {r['max_wait_large_h']:.1f} | {r['mean_bsld']:.2f} |")
     lines.append(f"\n_{time.perf_counter() - t0:.0f} s; large: more than {workload.procs // 4} processors._")
-    text = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
+
+
+def window_metrics(jobs: dict[str, np.ndarray], procs: int) -> dict[str, float]:
+    """One window's metrics; a size class with no job in the window gives NaN (left out of its pairs)."""
+    wait = jobs["wait"] / 3600.0
+    large = jobs["size"] >= LARGE_SHARE * procs
+
+    def worst(hit: np.ndarray) -> float:
+        return float(wait[hit].max()) if hit.any() else float("nan")
+
+    return {"mean_wait_h": float(wait.mean()), "max_wait_h": float(wait.max()), "max_wait_small_h": worst(~large),
+            "max_wait_large_h": worst(large), "mean_bsld": float(jobs["bsld"].mean())}
+
+
+def windows(args) -> tuple[str, dict]:
+    """Run (unless --reuse) and sum up the windows comparison."""
+    specs = {name: f"{spec},window:50" for name, spec in WINDOW_POLICIES.items()}
+    specs.update({name: f"select/backfill:model:{path},easy,window:50" for name, path in args.agent})
+    out = args.windows
+    if not args.reuse:
+        cmd = [HPCGYM, "compare", "--trace", str(args.trace), "--train-fraction", str(args.train_fraction),
+               "--part", "test", "--jobs", "512", "--samples", str(args.samples), "--seed", "7",
+               "--workers", str(args.workers), "--out", str(out), "--force"]
+        for name, spec in specs.items():
+            for rule, option in RULES.items():
+                cmd += ["--policy", f"{name}.{rule}={spec},{option}"]
+        run(cmd)
+    saved = json.loads((out / "run.json").read_text())
+    seconds = (datetime.strptime(saved["finished"], TIME) - datetime.strptime(saved["started"], TIME)).total_seconds()
+    procs = load_workload({"trace": str(args.trace)}).procs
+    values: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for name in specs:
+        values[name] = {}
+        for rule in RULES:
+            tables = sorted((out / "jobs" / f"{name}.{rule}").glob("seq-*.csv"))
+            rows = [window_metrics(read_jobs(p), procs) for p in tables]
+            values[name][rule] = {m: [r[m] for r in rows] for m in METRICS}
+    results = {"trace": args.trace.name, "windows": args.samples, "jobs": 512, "seeds": f"7..{6 + args.samples}",
+               "large_from_procs": int(np.ceil(LARGE_SHARE * procs)), "seconds": seconds, "policies": {}}
+    head = ["policy", "reservation", *(LABELS[m] for m in METRICS)]
+    table = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(METRICS)]
+    diffs = ["| policy | " + " | ".join(f"{LABELS[m]}: kept - re-made [95% CI]" for m in METRICS) + " |",
+             "|---|" + "---|" * len(METRICS)]
+    for name in specs:
+        entry = {"spec": specs[name], "mean": {}, "diff": {}}
+        for rule in RULES:
+            entry["mean"][rule] = {m: float(np.nanmean(values[name][rule][m])) for m in METRICS}
+            table.append(f"| {name} | {'kept' if rule == 'kept' else 're-made'} | "
+                         + " | ".join(f"{entry['mean'][rule][m]:.2f}" for m in METRICS) + " |")
+        cells = []
+        for m in METRICS:
+            d = np.asarray(values[name]["kept"][m]) - np.asarray(values[name]["remade"][m])
+            d = d[~np.isnan(d)]
+            low, high = bootstrap_ci(d, 10_000, 7)
+            entry["diff"][m] = {"mean": float(d.mean()), "ci_low": low, "ci_high": high, "pairs": int(len(d))}
+            cells.append(f"{d.mean():+.2f} [{low:+.2f}, {high:+.2f}]")
+        diffs.append(f"| {name} | " + " | ".join(cells) + " |")
+        results["policies"][name] = entry
+    text = "\n".join([
+        f"# Persistent reservations on {args.trace.name}: {args.samples} test windows of 512 jobs "
+        f"(seeds 7..{6 + args.samples})",
+        "", "Means over the windows of each window's value; large jobs use at least "
+        f"{LARGE_SHARE:.0%} of the machine ({int(np.ceil(LARGE_SHARE * procs))} processors or more); "
+        "window 50 for everyone.", "",
+        *table, "", "Paired differences over the windows (kept - re-made; bootstrap 95% CI, 10,000 resamples, seed 7):",
+        "", *diffs, "", f"_{seconds:.0f} s for the comparison (`hpcgym compare`, {args.workers} worker(s))._"]) + "\n"
+    return text, results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--train-fraction", type=float, default=0.8)
+    parser.add_argument("--windows", type=Path, help="compare on test windows, into this folder")
+    parser.add_argument("--agent", action="append", default=[], type=lambda s: tuple(s.split("=", 1)),
+                        help="NAME=CHECKPOINT: a DRAS checkpoint (select+backfill) to run too; repeat it")
+    parser.add_argument("--samples", type=int, default=10, help="test windows")
+    parser.add_argument("--workers", type=int, default=1, help="hpcgym compare workers")
+    parser.add_argument("--reuse", action="store_true", help="sum up the comparison already in --windows")
+    parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--json", type=Path, help="with --windows: the numbers as JSON")
+    args = parser.parse_args()
+    if args.windows is None:
+        text = whole_part(args)
+    else:
+        text, results = windows(args)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1) + "\n")
     print(text)
     if args.markdown:
         args.markdown.write_text(text)

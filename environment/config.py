@@ -82,8 +82,10 @@ class SimConfig:
     exact_requests: every job's requested time is its run time, for the priority policies, the
         estimates and the agents' observations alike (SchedInspector's code: oracle requests).
     commit_pick: a pick that does not fit (accepted, if an inspector is asked) stays the pick
-        until it starts: no new select or inspect meanwhile (SchedInspector's code; off: every
-        scheduling pass selects afresh, docs/semantics.md section 4).
+        until it starts: no new select or inspect meanwhile, so EASY's reservation (built-in or
+        an agent's) persists (SchedInspector's code, and what DRAS's "reserve nodes for it"
+        reads as; off: every scheduling pass selects afresh, docs/semantics.md section 4).
+        Refused with conservative backfilling, whose reservations persist anyway.
     The EASY variants of docs/semantics.md section 5 (RL backfilling's code; the defaults are
     textbook EASY):
     backfill_order: scan the waiting jobs in queue (priority) order, submit order, or shortest
@@ -157,6 +159,10 @@ class SimConfig:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}: use one of {', '.join(allowed)}")
         if self.keep_shadow and not self.commit_pick:
             raise ConfigError("keep_shadow keeps the shadow time of a committed pick: it needs commit_pick")
+        if self.commit_pick and self.backfill == "conservative":
+            raise ConfigError("commit_pick keeps the one reserved job of backfill easy or none until it starts; "
+                              "conservative backfilling already keeps every queued job's reservation: turn "
+                              "commit_pick off or use backfill easy")
         if self.overrun not in OVERRUN_MODES:
             raise ConfigError(f"unknown overrun {self.overrun!r}: use one of {', '.join(OVERRUN_MODES)}")
         for name in ("window", "max_interval"):

@@ -97,7 +97,8 @@ def _rule_options(f):
     f = click.option("--preset", type=click.Choice(list(PRESETS)),
                      help="A paper code's simulation rules (environment/config.py PRESETS); the flags here win.")(f)
     f = click.option("--commit-pick", is_flag=True,
-                     help="A pick that does not fit stays the pick until it starts (SchedInspector's code).")(f)
+                     help="A pick that does not fit stays the pick until it starts: reservations persist "
+                          "(SchedInspector's code; not with --backfill conservative).")(f)
     f = click.option("--exact-requests", is_flag=True,
                      help="Requested time = run time for every job (SchedInspector's code).")(f)
     return f

@@ -197,3 +197,32 @@ def test_the_irl_teacher_trains_and_distils_by_regression_on_its_q_values(tmp_pa
     tree = load_tree(out / "irl-d6.npz")
     assert tree.features == ["size", "requested", "utilization", "kind=select", "kind=backfill"]
     assert tree.meta["mode"] == "regression" and tree.depth <= 6
+
+
+def test_a_checkpoint_teacher_labels_a_batch_as_it_labels_each_decision(traces_dir):
+    """A tree's rollout is labelled in one batch after the episode: every label (action, slot,
+    scores) must be the one the teacher gives that decision alone, in the same order."""
+    from hpcgym.agents.distill import make_teacher
+    from hpcgym.agents.runtime import load_agent
+
+    model = ROOT / "docs/results/schedinspector/agents/si-SDSC-SP2-1998-4.2-cln-sjf-code/model.pt"
+    teacher = make_teacher(load_agent(f"model:{model}"), WINDOW)
+    alone, prepared = [], []
+
+    class Capture(PriorityAgent):
+        kinds = ("inspect",)
+
+        def act(self, decision):
+            alone.append(teacher.label(decision))
+            prepared.append(teacher.prepare(decision))
+            return alone[-1][0]
+
+    workload = read_swf(traces_dir / "SDSC-SP2-1998-4.2-cln.swf.gz").take(slice(0, 150))
+    config = SimConfig(backfill="none", exact_requests=True, commit_pick=True)
+    simulate(workload, config, policy="sjf", agents={"inspect": Capture("sjf")})
+    batch = teacher.labels(prepared)
+    assert len(batch) == len(alone) > 50
+    assert len({label[1] for label in alone}) == 2  # both accept and reject occur: the order matters
+    for (action, slot, scores), (action1, slot1, scores1) in zip(batch, alone):
+        assert (action, slot) == (action1, slot1)
+        np.testing.assert_allclose(scores, scores1, rtol=1e-5, atol=1e-6)

@@ -294,7 +294,7 @@ def test_ctrl_c_on_an_agent_mid_episode_frees_its_kinds_at_once(children, ipc_di
                            env={"HPCGYM_TEST_MARKER": str(marker)})
     wait_for(marker, agent)
     agent.send_signal(signal.SIGINT)
-    assert agent.wait(timeout=30) != 0
+    assert agent.wait(timeout=10) != 0
     sock = dealer(bind)
     try:  # it said bye on its way out: the kind is free now, not after the decision timeout (30 s)
         assert ask(sock, {**HELLO, "kinds": ["select"]})["type"] == "welcome"

@@ -41,6 +41,13 @@ TOKEN = {"HPCGYM_SESSION_TOKEN": "test-session-token"}
 
 
 # ------------------------------------------------------------------------------------------ helpers
+def _default_sigint() -> None:
+    """Children take Ctrl-C as a terminal user's programs do, even when the tests run in the
+    background (a shell starts background jobs with SIGINT ignored, and Python then installs no
+    KeyboardInterrupt handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Children:
     """Child processes of one test; all killed (SIGKILL) and reaped at its end."""
 
@@ -54,7 +61,7 @@ class Children:
         err = self.folder / f"{name}.err"
         with open(out, "wb") as o, open(err, "wb") as e:
             proc = subprocess.Popen([HPCGYM, *args], cwd=ROOT, stdout=o, stderr=e, stdin=subprocess.DEVNULL,
-                                    env={**os.environ, **(env or {})})
+                                    env={**os.environ, **(env or {})}, preexec_fn=_default_sigint)
         self.procs.append(proc)
         self.logs[proc.pid] = out
         return proc
