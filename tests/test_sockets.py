@@ -422,10 +422,10 @@ def test_the_agent_runtime_ignores_reply_fields_it_does_not_know(ipc_dir):
         for _ in range(4):
             if not router.poll(10_000):
                 return
-            peer, empty, body = router.recv_multipart()
+            *envelope, body = router.recv_multipart()  # the peer id (and an empty frame from a two-frame DEALER)
             msg = msgpack.unpackb(body)
             seen.append(msg)
-            router.send_multipart([peer, empty, msgpack.packb(script[msg["type"]])])
+            router.send_multipart([*envelope, msgpack.packb(script[msg["type"]])])
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
