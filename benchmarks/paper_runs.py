@@ -1,10 +1,11 @@
 """What the papers' evaluation scripts share: run `hpcgym` commands (printed first), read a
-`hpcgym compare` summary, time training epochs from a curve.csv."""
+`hpcgym compare` summary and its units, time training epochs from a curve.csv."""
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -20,24 +21,32 @@ SUMMARY_KEYS = ("mean_bsld_mean", "mean_bsld_diff", "mean_bsld_ci_low", "mean_bs
                                          for k in ("mean", "diff", "ci_low", "ci_high")))
 
 
-def run(cmd: list[str]) -> None:
+def run(cmd: list[str], check: bool = True) -> None:
     print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, cwd=ROOT)
+    subprocess.run(cmd, check=check, cwd=ROOT)
 
 
 def compare(folder: Path, trace: Path, policies: dict[str, str], seed: int, samples: int, jobs: int,
-            *extra: str) -> dict[str, dict[str, float | None]]:
+            *extra: str, failures: bool = False) -> dict[str, dict[str, float | None]]:
     """Run (or resume) `hpcgym compare` of `policies` on `samples` windows of `trace` and return
-    each finished policy's mean metrics and paired differences to the first policy."""
+    each finished policy's mean metrics and paired differences to the first policy; `failures`:
+    a policy that fails a window (compare then exits 1) is expected, not an error."""
     cmd = [HPCGYM, "compare", "--trace", str(trace), "--jobs", str(jobs), "--samples", str(samples), "--seed",
            str(seed), "--inproc", "--no-plots", "--out", str(folder), *extra]
     for name, spec in policies.items():
         cmd += ["--policy", f"{name}={spec}"]
-    run(cmd + (["--resume"] if (folder / "run.json").is_file() else []))
+    run(cmd + (["--resume"] if (folder / "run.json").is_file() else []), check=not failures)
     with open(folder / "summary.csv", newline="") as f:
         rows = {r["policy"]: r for r in csv.DictReader(f)}
     return {name: {key: _num(rows[name].get(key)) for key in SUMMARY_KEYS}
             for name in policies if rows[name]["status"] == "ok"}
+
+
+def unit_summaries(folder: Path, name: str) -> list[dict | None]:
+    """Per window of policy `name` in a `hpcgym compare` folder, in window order: its run's
+    metrics, or None where the unit failed (summary.csv then leaves the policy out)."""
+    return [None if unit.name.endswith(".error.json") else json.loads(unit.read_text())["summary"]
+            for unit in sorted((folder / "units" / name).glob("seq-*.json"))]
 
 
 def _num(text: str | None) -> float | None:

@@ -2,10 +2,14 @@
 completion time of Tetris, Random, SJF, Tetris*, SAF, each without and with the rule-based kill,
 and the RL kill agent where one is trained) under each predictor, over two disjoint seed sets of
 test-part windows, through `hpcgym compare` (paired differences to SJF with 95% bootstrap CIs),
-with the orderings beside the paper's.
+with the orderings beside the paper's. With --shares, the paper's Table 9 instead: the running
+predictor revising only a share of the jobs (`prediction: running:share=S`), SJF without and with
+the rule-based kill (and the RL kill agent) at each share: kills, lost work, mean slowdown and mean
+completion time, paired differences to SJF at the first share and of each kill to SJF at its share.
 
     python benchmarks/rlschert_eval.py --out runs/rlschert-eval                    # both traces
     python benchmarks/rlschert_eval.py --traces SDSC-SP2 --predictors running --samples 5
+    python benchmarks/rlschert_eval.py --traces SDSC-SP2 --shares 0,0.5,0.8,1 --out runs/rlschert-table9
 
 The baselines run on hpcgym's event simulator, not the paper's discrete-time DeepRM one: SJF and
 SAF are priority orders with EASY backfilling; Tetris, Tetris* and Random (`random-packing`) are
@@ -13,7 +17,7 @@ packing agents that start jobs that fit and never reserve (`--backfill none`). R
 the predictions (`estimate: predicted`). The `learned` model is fitted on each trace's training
 part first (`hpcgym predict fit`). An RL kill agent is read from RUNS/rlschert-TRACE/model.pt
 (`hpcgym train rlschert`) when it exists; its rows are left out otherwise. Outputs in OUT:
-compare folders, results.json and results.md.
+compare folders, results.json and results.md (with --shares: table9.json and table9.md).
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from paper_runs import HPCGYM, TRACES_DIR, argument_parser, compare, run
+import numpy as np
+from paper_runs import HPCGYM, TRACES_DIR, argument_parser, compare, run, unit_summaries
+
+from hpcgym.gymbridge.compare.stats import bootstrap_ci
 
 TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "HPC2N": "HPC2N-2002-2.2-cln"}
 PREDICTORS = ("running", "user_history", "learned")
@@ -33,6 +40,11 @@ KILL = "kill:rlschert-rule"
 #: The paper's orderings (Tables 7 and 8, lower is better; kill helps slowdown, barely completion time).
 PAPER_ORDER = "RLSchert < DeepRM < SAF ~ Tetris* < SJF < Random < Tetris"
 METRICS = {"mean_slowdown": "mean slowdown", "mean_response": "mean completion time (s)"}
+#: The paper's Table 9: mean slowdown with shares 0, 0.5, 0.8, 1 of the jobs predicted while running.
+PAPER_TABLE9 = {"SJF": (10.29, 10.29, 10.29, 10.29), "RLSchert": (9.63, 8.55, 8.36, 8.32)}
+#: Table 9's metrics, per window: those with paired differences, then the kills' counts.
+SHARE_METRICS = {**METRICS, "kills": "kills", "lost_work": "lost work (proc-s)"}
+RESAMPLES = 10_000
 
 
 def trace_path(trace: str) -> Path:
@@ -53,16 +65,85 @@ def prediction(args, trace: str, predictor: str) -> str:
     return f"learned:{model.resolve()}"
 
 
+def kill_agent(args, trace: str) -> Path | None:
+    """The trained RL kill agent of `trace` (`hpcgym train rlschert`), if there is one."""
+    agent = args.runs / f"rlschert-{TRACES[trace]}" / "model.pt"
+    return agent.resolve() if agent.is_file() else None
+
+
 def policies(args, trace: str, predictor: str) -> dict[str, str]:
     options = f"prediction:{prediction(args, trace, predictor)},estimate:predicted"
     table = {}
     for name, spec in BASELINES.items():
         table[name] = f"{spec},{options}"
         table[f"{name}-kill"] = f"{spec},{options},{KILL}"
-    agent = args.runs / f"rlschert-{TRACES[trace]}" / "model.pt"
-    if agent.is_file():
-        table["rlschert"] = f"fcfs,{options},kill:model:{agent.resolve()}"
+    if agent := kill_agent(args, trace):
+        table["rlschert"] = f"fcfs,{options},kill:model:{agent}"
     return table
+
+
+def share_policies(args, trace: str, shares: list[float]) -> dict[str, tuple[float, str | None, str]]:
+    """Table 9's policies by name: (share, the no-kill policy of the same share or None, spec);
+    SJF at the first share first (the baseline of compare's differences)."""
+    table: dict[str, tuple[float, str | None, str]] = {}
+    agent = kill_agent(args, trace)
+    for share in shares:
+        options = f"prediction:running:share={share:g},estimate:predicted"
+        plain = f"sjf-s{share * 100:g}"
+        table[plain] = (share, None, f"sjf,{options}")
+        table[f"sjf-kill-s{share * 100:g}"] = (share, plain, f"sjf,{options},{KILL}")
+        if agent:
+            table[f"rlschert-s{share * 100:g}"] = (share, plain, f"fcfs,{options},kill:model:{agent}")
+    return table
+
+
+def window_values(folder: Path, name: str) -> dict[str, np.ndarray]:
+    """Per window (in seed order), each SHARE_METRICS value of policy `name` (one that finished
+    every window: those in summary.csv)."""
+    units = unit_summaries(folder, name)
+    return {m: np.array([u[m] for u in units], dtype=np.float64) for m in SHARE_METRICS}
+
+
+def share_rows(folder: Path, table: dict, summary: dict) -> dict[str, dict]:
+    """Each policy's means, compare's paired difference to the baseline and, for a kill, the
+    paired difference to SJF without kill at its share (its own bootstrap, as compare's)."""
+    values = {name: window_values(folder, name) for name in summary}
+    rows = {}
+    for name, (share, plain, _) in table.items():
+        if name not in summary:
+            continue
+        row = {"share": share, **{f"{m}_mean": float(values[name][m].mean()) for m in SHARE_METRICS}}
+        row.update({f"{m}_{s}": summary[name][f"{m}_{s}"] for m in METRICS for s in ("diff", "ci_low", "ci_high")})
+        if plain in values:
+            for m in METRICS:
+                d = values[name][m] - values[plain][m]
+                row[f"{m}_kill"] = float(d.mean())
+                row[f"{m}_kill_low"], row[f"{m}_kill_high"] = bootstrap_ci(d, RESAMPLES, 0)
+        rows[name] = row
+    return rows
+
+
+def table9_markdown(results: dict) -> str:
+    paper = ", ".join(f"{who} " + " / ".join(f"{v:g}" for v in values) for who, values in PAPER_TABLE9.items())
+    lines = ["# RLSchert's Table 9: the share of jobs with a running predictor (benchmarks/rlschert_eval.py)", "",
+             f"{results['samples']} windows of {results['jobs']} jobs per seed set from each trace's test part "
+             f"(last {1 - TRAIN_FRACTION:.0%}); `prediction: running:share=S`, `estimate: predicted`, EASY. Means "
+             "per window; (paired difference to the first row, 95% bootstrap CI, by hpcgym compare); kill effect: "
+             "the paired difference to SJF without kill at the same share. Paper (mean slowdown at 0 / 50 / 80 / "
+             f"100%): {paper}.", ""]
+    for key, rows in results["shares"].items():
+        trace, seed = key.split("/")
+        lines += [f"## {trace}, seeds {seed}..{int(seed) + results['samples'] - 1}", "",
+                  "| policy | share | kills | lost work (proc-s) | " + " | ".join(METRICS.values()) + " | "
+                  + " | ".join(f"kill effect on {label}" for label in METRICS.values()) + " |",
+                  "|---|---:|---:|---:|" + "---:|" * 2 * len(METRICS)]
+        for name, row in rows.items():
+            effect = [f"{row[f'{m}_kill']:+,.2f} [{row[f'{m}_kill_low']:+,.2f}, {row[f'{m}_kill_high']:+,.2f}]"
+                      if f"{m}_kill" in row else "" for m in METRICS]
+            lines.append(f"| {name} | {row['share']:g} | {row['kills_mean']:.1f} | {row['lost_work_mean']:,.0f} | "
+                         + " | ".join(cell(row, m) for m in METRICS) + " | " + " | ".join(effect) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def ordering(rows: dict, metric: str) -> str:
@@ -102,9 +183,13 @@ def markdown(results: dict) -> str:
 def main() -> None:
     parser = argument_parser(__doc__, "rlschert-eval", 0, 10, 200, "0,100", list(TRACES))
     parser.add_argument("--predictors", default=",".join(PREDICTORS), help="Comma-separated: " + ", ".join(PREDICTORS))
+    parser.add_argument("--shares", help="Table 9 instead: shares of jobs with a running predictor, e.g. 0,0.5,0.8,1.")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     traces = [t for t in TRACES if t in args.traces.split(",")]
+    if args.shares:
+        table9(args, traces, seeds, [float(s) for s in args.shares.split(",")])
+        return
     predictors = [p for p in PREDICTORS if p in args.predictors.split(",")]
     results: dict = {"samples": args.samples, "jobs": args.jobs, "tables": {}}
     for trace in traces:
@@ -119,6 +204,23 @@ def main() -> None:
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     (args.out / "results.md").write_text(markdown(results))
     print(markdown(results))
+
+
+def table9(args, traces: list[str], seeds: list[int], shares: list[float]) -> None:
+    """The share sweep: one compare per trace and seed set, all shares' policies on the same windows."""
+    results: dict = {"samples": args.samples, "jobs": args.jobs, "shares": {}}
+    for trace in traces:
+        table = share_policies(args, trace, shares)
+        for seed in seeds:
+            folder = args.out / f"{TRACES[trace]}-shares-seed{seed}"
+            summary = compare(folder, trace_path(trace), {name: spec for name, (_, _, spec) in table.items()}, seed,
+                              args.samples, args.jobs, "--train-fraction", str(TRAIN_FRACTION), "--part", "test",
+                              "--metric", "mean_slowdown")
+            results["shares"][f"{trace}/{seed}"] = share_rows(folder, table, summary)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "table9.json").write_text(json.dumps(results, indent=1))
+    (args.out / "table9.md").write_text(table9_markdown(results))
+    print(table9_markdown(results))
 
 
 if __name__ == "__main__":

@@ -104,8 +104,9 @@ class SimConfig:
     one_event: one event per scheduling pass (arrivals before finishes at equal times); off: all
         events of an instant, then one pass.
     prediction: the run-time predictor (environment/predictions.py): none, user_history,
-        learned:MODEL or running[:PRE,RUN,END[,PERIOD]]; with estimate `predicted` reservations
-        follow its predictions. Over the protocol since 1.4 (PROTOCOL.md sections 4, 6).
+        learned:MODEL or running[:PRE,RUN,END[,PERIOD]][,share=S] (S: the share of jobs revised
+        while they run); with estimate `predicted` reservations follow its predictions. Over the
+        protocol since 1.4 (PROTOCOL.md sections 4, 6).
     seed: seeds every random choice of the run (noisy estimates, the random policy, the running
         predictor's errors).
     """

@@ -14,7 +14,10 @@ prediction). Three predictors are offered (docs/semantics.md section 12):
   network reads each job's output log while it runs). It knows the true run time and adds a
   seeded error whose mean absolute size is PRE (0.4) before the run, falls linearly while it runs
   so that its mean over the run is RUN (0.1), and is END (0.03) at the end; the prediction is
-  revised every PERIOD seconds of a job's run (300, the paper's time step).
+  revised every PERIOD seconds of a job's run (300, the paper's time step). `share=S`
+  (default 1) revises only a share S of the jobs, drawn from the seed (`revised_jobs`); the others
+  keep their pre-run prediction while they run (the paper's Table 9: not every job's remaining
+  time can be predicted).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from .errors import ConfigError
 from .workload import Workload
 
 PREDICTION_KINDS = ("none", "user_history", "learned", "running")
-PREDICTION_SYNTAX = "none, user_history, learned:MODEL.json or running[:PRE,RUN,END[,PERIOD]]"
+PREDICTION_SYNTAX = "none, user_history, learned:MODEL.json or running[:PRE,RUN,END[,PERIOD]][,share=S]"
 #: The running model's defaults: the paper's reported mean absolute percentage errors (Table 5:
 #: about 40% before the run and 10% while it runs; Fig. 6: a few percent near the end) and its
 #: 5-minute time step.
@@ -52,6 +55,7 @@ class PredictionSpec:
     run: float = RUNNING_DEFAULTS[1]
     end: float = RUNNING_DEFAULTS[2]
     period: int = RUNNING_DEFAULTS[3]
+    share: float = 1.0
 
     @classmethod
     def parse(cls, text: str) -> PredictionSpec:
@@ -67,34 +71,61 @@ class PredictionSpec:
             if arg:
                 raise ConfigError(f"prediction {kind!r} takes no argument, got {text!r}")
             return cls(kind)
-        if not arg:
-            return cls(kind)
-        parts = arg.split(",")
+        parts = arg.split(",") if arg else []
+        share = _share(text, [p for p in parts if p.strip().startswith("share=")])
+        parts = [p for p in parts if not p.strip().startswith("share=")]
+        if not parts:
+            return cls(kind, share=share)
         try:
             values = [float(p) for p in parts[:3]]
             period = int(parts[3]) if len(parts) == 4 else RUNNING_DEFAULTS[3]
         except ValueError:
             values = []
         if len(values) != 3 or len(parts) > 4:
-            raise ConfigError(f"prediction running takes PRE,RUN,END[,PERIOD], e.g. running:0.4,0.1,0.03,300; "
-                              f"got {text!r}")
+            raise ConfigError(f"prediction running takes PRE,RUN,END[,PERIOD][,share=S], e.g. "
+                              f"running:0.4,0.1,0.03,300 or running:share=0.5; got {text!r}")
         pre, run, end = values
         if not (0 <= end <= run and 0 <= pre <= 10 and run <= 5):
             raise ConfigError(f"prediction running needs 0 <= END <= RUN <= 5 and 0 <= PRE <= 10, got {text!r}")
         if period < MIN_PERIOD:
             raise ConfigError(f"prediction running's PERIOD must be at least {MIN_PERIOD} s, got {period}")
-        return cls(kind, pre=pre, run=run, end=end, period=period)
+        return cls(kind, pre=pre, run=run, end=end, period=period, share=share)
 
     def __str__(self) -> str:
         if self.kind == "learned":
             return f"learned:{self.model}"
         if self.kind == "running":
-            return f"running:{self.pre:g},{self.run:g},{self.end:g},{self.period}"
+            share = f",share={self.share:g}" if self.share != 1 else ""  # as before shares existed
+            return f"running:{self.pre:g},{self.run:g},{self.end:g},{self.period}{share}"
         return self.kind
 
     @property
     def on(self) -> bool:
         return self.kind != "none"
+
+
+def _share(text: str, given: list[str]) -> float:
+    """The S of `share=S` among `given` (1 when absent): a number in [0, 1], given once."""
+    if not given:
+        return 1.0
+    try:
+        share = float(given[0].strip()[len("share="):])
+    except ValueError:
+        share = math.nan
+    if len(given) > 1 or not 0 <= share <= 1:
+        raise ConfigError(f"prediction running's share must be one number in [0, 1] (the share of jobs whose "
+                          f"prediction is revised while they run), e.g. running:share=0.5; got {text!r}")
+    return share
+
+
+def revised_jobs(n: int, share: float, seed: int) -> list[bool]:
+    """Which of n jobs the running predictor revises: the first round(share * n) (halves up) of a
+    seeded permutation, so that a sweep over shares with one seed revises nested sets (the jobs
+    of 0.5 are among those of 0.8) and the model's error draws do not depend on the share."""
+    chosen = np.random.default_rng([seed, 0x5A4E]).permutation(n)[:math.floor(share * n + 0.5)]
+    mask = np.zeros(n, dtype=bool)
+    mask[chosen] = True
+    return mask.tolist()
 
 
 def check_users(workload: Workload, spec: PredictionSpec) -> None:

@@ -32,7 +32,7 @@ from .config import SimConfig
 from .decisions import BACKFILL, INSPECT, KILL, SELECT, SELECT_KILL, Action, Decision, check_kinds
 from .errors import ConfigError, InvalidAction
 from .metrics import RunResult
-from .predictions import RunningModel, UserHistory, check_users, load_prerun_model
+from .predictions import RunningModel, UserHistory, check_users, load_prerun_model, revised_jobs
 from .workload import Workload
 
 NEVER = sys.maxsize
@@ -129,6 +129,7 @@ class Simulation:
         self._model: RunningModel | None = None
         if spec.kind == "running":
             self._model = RunningModel(spec, run, self.config.seed)
+            self._revised = revised_jobs(len(w), spec.share, self.config.seed)
             prerun = self._model.prerun
         elif spec.kind == "learned":
             prerun = load_prerun_model(spec.model).predict(w)
@@ -414,7 +415,7 @@ class Simulation:
         self._pred[i] = self._pred0[i]  # a queued job's estimate is already its pre-run prediction
         insort(self._running, (now + self._est[i], i))
         heapq.heappush(self._finishes, (end, i))
-        if self._model is not None and now + self._model.spec.period < end:
+        if self._model is not None and self._revised[i] and now + self._model.spec.period < end:
             heapq.heappush(self._revisions, (now + self._model.spec.period, i, now))
 
     def _revise(self, now: int) -> bool:

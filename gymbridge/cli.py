@@ -125,7 +125,7 @@ def _rules(ctx: click.Context, **given: Any) -> dict[str, Any]:
                    "noisy:E (e.g. noisy:0.2).")
 @click.option("--prediction", default="none", show_default=True,
               help="Run-time predictor: none, user_history, learned:MODEL.json (hpcgym predict fit) or "
-                   "running[:PRE,RUN,END[,PERIOD]] (docs/semantics.md section 12).")
+                   "running[:PRE,RUN,END[,PERIOD]][,share=S] (docs/semantics.md section 12).")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default="run", show_default=True,
               help="A job past its requested time: run to its recorded end, or kill it at its walltime.")
 @_rule_options
@@ -233,7 +233,7 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 @click.option("--max-trace-bytes", type=click.IntRange(min=1), default=1 << 30, show_default=True,
               help="Largest trace file a reset may name, on disk and unpacked.")
 @click.option("--prediction", help="Default run-time predictor of episodes (none, user_history, learned:MODEL.json, "
-                                   "running[:PRE,RUN,END[,PERIOD]]; docs/semantics.md section 12).")
+                                   "running[:PRE,RUN,END[,PERIOD]][,share=S]; docs/semantics.md section 12).")
 @click.option("--model-dir", "model_dirs", type=click.Path(path_type=Path, file_okay=False, exists=True),
               multiple=True, help="A folder agents may name learned prediction models from (prediction "
                                   "learned:NAME.json; besides --prediction's model's folder); without one, no "

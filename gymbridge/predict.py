@@ -45,7 +45,7 @@ def fit(trace, train_fraction, out) -> None:
 @predict.command()
 @TRACE
 @FRACTION
-@click.option("--prediction", required=True, help="user_history, learned:MODEL or running[:PRE,RUN,END[,PERIOD]].")
+@click.option("--prediction", required=True, help="user_history, learned:MODEL or running[:PRE,RUN,END[,PERIOD]][,share=S].")
 @click.option("--seed", type=int, default=0, show_default=True)
 def score(trace, train_fraction, prediction, seed) -> None:
     """The MAPE of the pre-run predictions on the test part (replayed by FCFS + EASY: user

@@ -14,6 +14,7 @@ for J1 before it runs and the truth from its first revision, at 100 s of running
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -23,7 +24,7 @@ from hpcgym.environment import simulator
 from hpcgym.environment.config import SimConfig
 from hpcgym.environment.errors import ConfigError
 from hpcgym.environment.predictions import (PredictionSpec, RunningModel, UserHistory, fit_prerun_model,
-                                            load_prerun_model, mape)
+                                            load_prerun_model, mape, revised_jobs)
 from hpcgym.environment.simulator import Simulation, simulate
 from hpcgym.environment.spec import sim_config
 from hpcgym.environment.workload import Workload
@@ -49,16 +50,72 @@ class Stepped:
         return run if self.revise else int(self.prerun[i])
 
 
-def moved(revise: bool, monkeypatch) -> dict[int, int]:
+def moved(revise: bool, monkeypatch, prediction: str = "running", seed: int = 0) -> dict[int, int]:
     monkeypatch.setattr(simulator, "RunningModel", lambda spec, run, seed: Stepped([200, 100, 300], revise))
     w = jobs([0, 10, 150], [1000, 100, 300], [1, 2, 1], [5000, 100, 300])
-    starts = simulate(w, SimConfig(prediction="running", estimate="predicted")).jobs["start"]
+    starts = simulate(w, SimConfig(prediction=prediction, estimate="predicted", seed=seed)).jobs["start"]
     return dict(zip([1, 2, 3], starts.tolist()))
 
 
 def test_a_revised_prediction_moves_the_reservation(monkeypatch):
     assert moved(True, monkeypatch) == {1: 0, 2: 1000, 3: 150}
     assert moved(False, monkeypatch) == {1: 0, 2: 1000, 3: 1100}
+
+
+def test_a_share_of_revised_jobs_moves_only_their_reservations(monkeypatch):
+    """The moved reservation above, with `share`: only J1's revision (200 -> 1000 at 100 s) moves
+    anything (J2 and J3 are predicted exactly from the start). Share 0 revises no job: the
+    schedule of the pre-run predictions (J3 1100); share 1 is today's running predictor (J3 150).
+    Share 1/3 revises round(3 / 3) = 1 job, the first of the seed's permutation of (J1, J2, J3):
+    J1 with seed 0, J3 with seed 2 (asserted below), so J3 backfills at 150 only with seed 0."""
+    pre_run, revised = {1: 0, 2: 1000, 3: 1100}, {1: 0, 2: 1000, 3: 150}
+    assert moved(True, monkeypatch, "running:share=0") == pre_run
+    assert moved(True, monkeypatch, "running:share=1") == revised == moved(True, monkeypatch)
+    assert revised_jobs(3, 1 / 3, 0) == [True, False, False] and revised_jobs(3, 1 / 3, 2) == [False, False, True]
+    assert moved(True, monkeypatch, "running:share=0.3333", seed=0) == revised
+    assert moved(True, monkeypatch, "running:share=0.3333", seed=2) == pre_run
+
+
+def test_a_share_changes_exactly_the_chosen_jobs_predictions(monkeypatch):
+    """Four one-processor jobs on four processors, all submitted at 0 and running 1000 s,
+    predicted 200, 300, 400, 500 s before the run and 1000 s from the first revision (100 s).
+    Share 0.5 with seed 1 revises round(0.5 * 4) = 2 jobs, J1 and J3 (asserted): at 100 s their
+    current prediction is 1000 and J2's and J4's stay 300 and 500; the pre-run ones never change."""
+    monkeypatch.setattr(simulator, "RunningModel", lambda spec, run, seed: Stepped([200, 300, 400, 500], True))
+    w = jobs([0] * 4, [1000] * 4, [1] * 4, [5000] * 4, procs=4)
+    assert revised_jobs(4, 0.5, 1) == [True, False, True, False]
+    sim = Simulation(w, SimConfig(prediction="running:share=0.5", estimate="predicted", seed=1), external=["kill"])
+    seen = {}
+    decision = sim.reset()
+    while decision is not None:
+        r = decision.observation["running"]
+        seen[decision.time] = dict(zip(r["id"], zip(r["prediction0"], r["prediction"])))
+        decision = sim.step(None)
+    assert seen == {0: {1: (200, 200), 2: (300, 300), 3: (400, 400), 4: (500, 500)},
+                    100: {1: (200, 1000), 2: (300, 300), 3: (400, 1000), 4: (500, 500)}}
+
+
+def test_revised_shares_are_exact_nested_and_seeded():
+    """round(S * n) jobs: 0.5 and 0.8 of 10 are 5 and 8 jobs, the 5 among the 8; another seed
+    draws other jobs."""
+    half, most = np.array(revised_jobs(10, 0.5, 7)), np.array(revised_jobs(10, 0.8, 7))
+    assert half.sum() == 5 and most.sum() == 8 and np.all(most[half])
+    assert revised_jobs(10, 0.5, 7) == half.tolist() != revised_jobs(10, 0.5, 8)
+    assert revised_jobs(10, 0.0, 7) == [False] * 10 and revised_jobs(10, 1.0, 7) == [True] * 10
+
+
+def test_share_zero_is_the_schedule_of_the_pre_run_predictions():
+    """With the real model on 200 jobs: share 0 schedules as FCFS + EASY on requests set to the
+    model's pre-run predictions (nothing is revised, so nothing else differs), share 1 as
+    `running`, and share 0.5 like neither."""
+    w = busy()
+    prerun = RunningModel(PredictionSpec.parse("running"), w.run, seed=1).prerun
+    as_requests = simulate(dataclasses.replace(w, requested=prerun), SimConfig()).jobs["start"].tolist()
+    starts = {share: simulate(w, SimConfig(prediction=f"running:share={share}", estimate="predicted", seed=1))
+              .jobs["start"].tolist() for share in (0, 0.5, 1)}
+    full = simulate(w, SimConfig(prediction="running", estimate="predicted", seed=1)).jobs["start"].tolist()
+    assert starts[0] == as_requests and starts[1] == full
+    assert starts[0.5] != starts[0] and starts[0.5] != starts[1]
 
 
 def test_running_jobs_show_both_predictions(monkeypatch):
@@ -110,9 +167,14 @@ def test_running_model_is_calibrated():
     assert 1.5 < near_end < 2.6
 
 
+def busy() -> Workload:
+    """200 jobs of 50 to 949 s and 1 to 3 processors every 20 s on 4 processors: a queue forms."""
+    return jobs(list(range(0, 4000, 20)), [(37 * k) % 900 + 50 for k in range(200)],
+                [(k % 3) + 1 for k in range(200)], [1000] * 200, procs=4)
+
+
 def test_running_predictions_are_deterministic():
-    w = jobs(list(range(0, 4000, 20)), [(37 * k) % 900 + 50 for k in range(200)], [(k % 3) + 1 for k in range(200)],
-             [1000] * 200, procs=4)
+    w = busy()
     a, b, c = (simulate(w, SimConfig(prediction="running", estimate="predicted", seed=s)).jobs["start"]
                for s in (1, 1, 2))
     assert a.tolist() == b.tolist() and a.tolist() != c.tolist()
@@ -143,6 +205,13 @@ def test_options_and_bad_input():
             PredictionSpec.parse(bad)
     with pytest.raises(ConfigError, match="PERIOD must be at least 60 s, got 59"):
         PredictionSpec.parse("running:0.4,0.1,0.03,59")
+    assert str(PredictionSpec.parse("running:0.5,0.2,0.05,share=0.8")) == "running:0.5,0.2,0.05,300,share=0.8"
+    assert PredictionSpec.parse("running:share=1") == PredictionSpec.parse("running")
+    for bad in ("running:share=1.5", "running:share=-0.1", "running:share=half", "running:share=nan",
+                "running:share=", "running:share=0.5,share=0.6", "running:0.4,0.1,0.03,share=2"):
+        with pytest.raises(ConfigError, match=r"share must be one number in \[0, 1\]") as refused:
+            PredictionSpec.parse(bad)
+        assert "\n" not in str(refused.value)
 
 
 def test_a_model_file_of_the_wrong_shape_is_refused(tmp_path):
