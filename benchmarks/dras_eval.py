@@ -102,11 +102,11 @@ def job_tables(compare: Path, procs: int) -> dict[str, dict[str, float]]:
 VALIDATION_SEEDS = [2 ** 30 + k for k in range(4)]
 
 
-def validation_curve(run_dir: Path, args) -> list[dict[str, float]]:
-    """Each epoch's checkpoint, greedy, on the same 4 windows of the training part (seeds no
-    training episode uses): mean return and mean wait per epoch, as the paper's convergence plots
-    validate each snapshot. Cached in run_dir/validation.csv."""
-    cache = run_dir / "validation.csv"
+def validation_curve(run_dir: Path, args, every: int = 1) -> list[dict[str, float]]:
+    """Each epoch's checkpoint (or every `every`-th), greedy, on the same 4 windows of the training
+    part (seeds no training episode uses): mean return and mean wait per epoch, as the paper's
+    convergence plots validate each snapshot. Cached in run_dir/validation.csv (validation-eN.csv)."""
+    cache = run_dir / ("validation.csv" if every == 1 else f"validation-e{every}.csv")
     if cache.exists():
         with open(cache, newline="") as f:
             return [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
@@ -114,7 +114,8 @@ def validation_curve(run_dir: Path, args) -> list[dict[str, float]]:
     from hpcgym.gymbridge.training.trainer import TrainSettings, make_env
 
     rows = []
-    for path in sorted(p for p in run_dir.glob("epoch_*.pt") if p.stem[len("epoch_"):].isdigit()):
+    for path in sorted(p for p in run_dir.glob("epoch_*.pt")
+                       if p.stem[len("epoch_"):].isdigit() and int(p.stem[len("epoch_"):]) % every == 0):
         ckpt = load_checkpoint(path)
         settings = TrainSettings.from_json(ckpt.trainer["settings"], curriculum=None)
         workload = {"trace": str(args.trace), "train_fraction": args.train_fraction, "part": "train",

@@ -28,10 +28,11 @@ import json
 import time
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
-from dras_eval import DEFAULT_TRACE, HPCGYM, LARGE_SHARE, read_jobs, run
+from dras_eval import DEFAULT_TRACE, HPCGYM, LARGE_SHARE, read_jobs, run, validation_curve
 from hpcgym.agents.base import Agent
 from hpcgym.agents.runtime import load_agent
 from hpcgym.environment.config import SimConfig
@@ -98,9 +99,24 @@ def window_metrics(jobs: dict[str, np.ndarray], procs: int) -> dict[str, float]:
             "max_wait_large_h": worst(large), "mean_bsld": float(jobs["bsld"].mean())}
 
 
+def picked_checkpoint(model: Path, args) -> Path:
+    """The epoch checkpoint beside `model` with the best validation return (every N-th epoch)."""
+    setting = SimpleNamespace(trace=args.trace, train_fraction=args.train_fraction, jobs=512)  # as in training
+    rows = validation_curve(model.parent, setting, every=args.pick_every)
+    if not rows:
+        raise SystemExit(f"--pick-every {args.pick_every}: no epoch checkpoints in {model.parent}")
+    best = max(rows, key=lambda r: r["return"])
+    print(f"{model.parent.name}: epoch {int(best['epoch'])} (validation return {best['return']:.3f}, "
+          f"mean wait {best['mean_wait_h']:.2f} h)", flush=True)
+    return model.parent / f"epoch_{int(best['epoch']):06d}.pt"
+
+
 def windows(args) -> tuple[str, dict]:
     """Run (unless --reuse) and sum up the windows comparison."""
-    specs = {name: f"{spec},window:50" for name, spec in WINDOW_POLICIES.items()}
+    unknown = sorted(set(args.builtin) - set(WINDOW_POLICIES))
+    if unknown:
+        raise SystemExit(f"--builtin: unknown {', '.join(unknown)}; choose among {', '.join(WINDOW_POLICIES)}")
+    specs = {name: f"{spec},window:50" for name, spec in WINDOW_POLICIES.items() if name in args.builtin}
     specs.update({name: f"select/backfill:model:{path},easy,window:50" for name, path in args.agent})
     out = args.windows
     if not args.reuse:
@@ -160,12 +176,19 @@ def main() -> None:
     parser.add_argument("--windows", type=Path, help="compare on test windows, into this folder")
     parser.add_argument("--agent", action="append", default=[], type=lambda s: tuple(s.split("=", 1)),
                         help="NAME=CHECKPOINT: a DRAS checkpoint (select+backfill) to run too; repeat it")
+    parser.add_argument("--builtin", type=lambda s: s.split(","), default=list(WINDOW_POLICIES),
+                        help="with --windows: the built-in policies to compare, comma-separated (default: all)")
+    parser.add_argument("--pick-every", type=int, default=0, metavar="N",
+                        help="replace each --agent checkpoint by the epoch of its run, among every N-th, with the "
+                             "best greedy validation return (as the paper picks its models); 0: the final one")
     parser.add_argument("--samples", type=int, default=10, help="test windows")
     parser.add_argument("--workers", type=int, default=1, help="hpcgym compare workers")
     parser.add_argument("--reuse", action="store_true", help="sum up the comparison already in --windows")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path, help="with --windows: the numbers as JSON")
     args = parser.parse_args()
+    if args.pick_every:
+        args.agent = [(name, str(picked_checkpoint(Path(path), args))) for name, path in args.agent]
     if args.windows is None:
         text = whole_part(args)
     else:
