@@ -794,14 +794,16 @@ class Simulation:
             fits = True
             if lost and profile.least_free(t, t + e) < (0 if held else s):
                 if held or t + e > horizon:
-                    horizon, loose = self._loosen(reserved, k if held else loose, t + e)
+                    horizon = t + e
+                    loose = self._loosen(reserved, k if held else loose, horizon)
                     held = False
                 fits = profile.least_free(t, t + e) >= s
             if not fits:  # placed afresh, later or earlier
                 since = failed.since(s, e, now)
                 new = earliest(s, e, since=since)
                 while new + e > horizon:  # the fit reaches jobs still in the profile
-                    horizon, loose = self._loosen(reserved, loose, new + e)
+                    horizon = new + e
+                    loose = self._loosen(reserved, loose, horizon)
                     new = earliest(s, e, since=since)
                 add(new, new + e, -s)
                 lost = lost or new > t
@@ -832,14 +834,14 @@ class Simulation:
             placed.append(entry)
         return placed
 
-    def _loosen(self, reserved: list[tuple[int, int, int]], loose: int, horizon: int) -> tuple[int, int]:
+    def _loosen(self, reserved: list[tuple[int, int, int]], loose: int, horizon: int) -> int:
         """Take the reservations from position `loose` on that start before `horizon` out of the
-        profile (`_replace` places them afresh); returns the horizon and the new end of the loose ones."""
+        profile (`_replace` places them afresh); returns the new end of the loose ones."""
         size, est = self._size, self._est
         stop = bisect_left(reserved, (horizon,), loose)
         if stop > loose:
             self._profile.add_many([(t, t + est[i], size[i]) for t, _, i in reserved[loose:stop]])
-        return horizon, stop
+        return stop
 
     # ----------------------------------------------------------------- observations
     def _decision(self, kind: str, candidates: list[int], context: dict[str, Any],
