@@ -74,3 +74,13 @@ def argument_parser(doc: str, out: str, epochs: int, samples: int, jobs: int, se
     parser.add_argument("--seeds", default=seeds, help="First seed of each disjoint seed set.")
     parser.add_argument("--traces", default=",".join(traces))
     return parser
+
+
+def chosen(parser: argparse.ArgumentParser, option: str, text: str, known) -> list[str]:
+    """The comma-separated names of `text`, each checked against `known` (a typo would otherwise
+    silently leave its rows out)."""
+    names = [name for name in text.split(",") if name]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        parser.error(f"{option}: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
+    return names

@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from paper_runs import HPCGYM, TRACES_DIR, argument_parser, compare, run, unit_summaries
+from paper_runs import HPCGYM, TRACES_DIR, argument_parser, chosen, compare, run, unit_summaries
 
 from hpcgym.gymbridge.compare.stats import bootstrap_ci
 
@@ -186,11 +186,11 @@ def main() -> None:
     parser.add_argument("--shares", help="Table 9 instead: shares of jobs with a running predictor, e.g. 0,0.5,0.8,1.")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    traces = [t for t in TRACES if t in args.traces.split(",")]
+    traces = chosen(parser, "--traces", args.traces, TRACES)
     if args.shares:
         table9(args, traces, seeds, [float(s) for s in args.shares.split(",")])
         return
-    predictors = [p for p in PREDICTORS if p in args.predictors.split(",")]
+    predictors = chosen(parser, "--predictors", args.predictors, PREDICTORS)
     results: dict = {"samples": args.samples, "jobs": args.jobs, "tables": {}}
     for trace in traces:
         for predictor in predictors:

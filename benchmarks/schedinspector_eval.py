@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import paper_runs
-from paper_runs import HPCGYM, TRACES_DIR, argument_parser, epoch_seconds, run
+from paper_runs import HPCGYM, TRACES_DIR, argument_parser, chosen, epoch_seconds, run
 
 TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "CTC-SP2": "CTC-SP2-1996-3.1-cln",
           "HPC2N": "HPC2N-2002-2.2-cln", "Lublin": "lublin_256"}
@@ -193,10 +193,11 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in args.seeds.split(",")]
-    traces = args.traces.split(",")
+    traces = chosen(parser, "--traces", args.traces, TRACES)
+    semantics_list = chosen(parser, "--semantics", args.semantics, RULES)
     results: dict = {"table4": {}, "table5": {}, "training": {}, "settings": vars(args) | {"runs": str(args.runs),
                                                                                         "out": str(args.out)}}
-    for semantics in args.semantics.split(","):
+    for semantics in semantics_list:
         rules = RULES[semantics]
         for trace in traces:
             if args.train:
@@ -257,7 +258,7 @@ def main() -> None:
         results["inspect_rate"] = inspect_rate(sdsc, "SDSC-SP2")
     plot_curves(args.runs, args.out / "curves.png")
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / "results.md").write_text(markdown(results, seeds, traces, args.semantics.split(",")))
+    (args.out / "results.md").write_text(markdown(results, seeds, traces, semantics_list))
     print((args.out / "results.md").read_text())
 
 
