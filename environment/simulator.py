@@ -247,19 +247,22 @@ class Simulation:
     # ----------------------------------------------------------------- the loop
     def _episode(self):
         """The event loop as one generator: it yields external decisions, receives actions."""
-        submit, state, queue = self._submit, self._state, self._queue
-        finishes = self._finishes
+        submit, state, queue, end = self._submit, self._state, self._queue, self._end
+        finishes, revisions = self._finishes, self._revisions
         n = len(submit)
         kill_external = KILL in self.external
         one_event = self.config.one_event
+        cfg = self.config
+        builtin = not (self._conservative or self.external & {SELECT, INSPECT, SELECT_KILL, BACKFILL}
+                       or cfg.commit_pick or cfg.keep_shadow)
         while True:
             t = submit[self._next_submit] if self._next_submit < n else NEVER
             if finishes and finishes[0][0] < t:
                 t = finishes[0][0]
             if self._wakeup < t:
                 t = self._wakeup
-            if self._revisions and self._revisions[0][0] < t:
-                t = self._revisions[0][0]
+            if revisions and revisions[0][0] < t:
+                t = revisions[0][0]
             if t == NEVER:
                 return
             self.queue_area += len(queue) * (t - self.now)
@@ -270,19 +273,22 @@ class Simulation:
             else:
                 while finishes and finishes[0][0] == t:
                     _, i = heapq.heappop(finishes)
-                    if state[i] == RUNNING and self._end[i] == t:
+                    if state[i] == RUNNING and end[i] == t:
                         self._complete(i)
                         happened = True
                 while self._next_submit < n and submit[self._next_submit] == t:
                     self._enqueue(self._next_submit)
                     self._next_submit += 1
                     happened = True
-            if self._revisions and self._revisions[0][0] == t:
+            if revisions and revisions[0][0] == t:
                 happened = self._revise(t) or happened
             if not happened:
                 continue  # only the finish of a run that was killed: not a scheduling instance
             self._wakeup = NEVER
-            if queue or (self._running and SELECT_KILL in self.external):
+            if builtin:
+                if queue:
+                    self._schedule_builtin(t)
+            elif queue or (self._running and SELECT_KILL in self.external):
                 yield from self._schedule(t)
             if kill_external and self._running:
                 victim = yield self._decision(KILL, [self._ids[i] for _, i in self._running], {})
@@ -304,6 +310,23 @@ class Simulation:
             self._complete(i)
             return True
         return False
+
+    def _schedule_builtin(self, now: int) -> None:
+        """`_schedule` when every decision of the pass is built in (EASY or none, no committed
+        pick): a plain call, not a generator, as most replays and baselines run."""
+        queue, size, held = self._queue, self._size, self._held
+        if self.policy.dynamic and len(queue) > 1:
+            self._resort(now)
+        while queue:
+            i = queue[0]
+            if size[i] <= self.free:
+                self._start_job(i, now, held[i], 0)
+                continue
+            held[i] = RESERVED
+            if self.config.backfill == "easy":
+                shadow, extra = self._shadow(i, now)
+                self._backfill_easy(i, now, shadow, extra)
+            return
 
     def _schedule(self, now: int):
         if self._conservative:
@@ -558,6 +581,8 @@ class Simulation:
         if cfg.backfill_order != "queue" or cfg.strict_shadow or not cfg.easy_extra:
             return self._backfill_variant(head, now, shadow, extra)
         free = self.free
+        if free == 0:
+            return extra
         size, est, queue = self._size, self._est, self._queue
         chosen = []
         for k, i in enumerate(queue[:LONG_QUEUE]):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +53,8 @@ def load(key: str) -> tuple[dict[str, str], np.ndarray, np.ndarray] | None:
 
 def store(key: str, header: dict[str, str], columns: np.ndarray, lines: np.ndarray) -> None:
     """Keep a parsed trace (best effort; an atomic rename, so readers never see half an entry)."""
+    import tempfile  # only when an entry is written: it pulls shutil and random into every start-up
+
     entry = _entry(key)
     if entry is None:
         return

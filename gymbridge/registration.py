@@ -21,7 +21,6 @@ ids at once when gymnasium is already imported, and otherwise as soon as gymnasi
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.util
 import sys
 import warnings
@@ -65,10 +64,11 @@ def _register_or_warn() -> None:
                       "use hpcgym.gymbridge.make(kind, ...) instead", RuntimeWarning, stacklevel=2)
 
 
-class _RegisterAfterImport(importlib.abc.MetaPathFinder):
+class _RegisterAfterImport:
     """Finds nothing itself: when `gymnasium` is about to be imported, it takes itself off
     `sys.meta_path`, lets the other finders find gymnasium, and registers the ids once the
-    module has run."""
+    module has run. A finder by duck typing: subclassing `importlib.abc.MetaPathFinder` would
+    import `importlib.resources` into every start of the command line."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "gymnasium":
