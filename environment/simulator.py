@@ -74,13 +74,13 @@ class Simulation:
         if SELECT_KILL in self.external and config.commit_pick:
             raise ConfigError("select_kill asks at every pass, which commit_pick skips while its pick waits: "
                               "turn commit_pick off")
-        if len(set(workload.job_id.tolist())) != len(workload):
-            raise ConfigError(f"workload {workload.name!r} has duplicate job ids; renumber its jobs")
         self.procs = workload.procs
         self._conservative = config.backfill == "conservative"
         self._max_run = workload.max_run
         self._rejection_cap = NEVER if config.max_rejections is None else config.max_rejections
         self._prepare_jobs()
+        if len(self._index) != len(workload):
+            raise ConfigError(f"workload {workload.name!r} has duplicate job ids; renumber its jobs")
         self._gen = None
         self._pending: Decision | None = None
         self._progress: Callable[[int], None] | None = None
@@ -101,16 +101,18 @@ class Simulation:
             rng = np.random.default_rng(cfg.seed)
             noise = rng.uniform(-1.0, 1.0, len(w))
             est = np.maximum(1, np.rint(run * (1.0 + cfg.estimate.error * noise))).astype(np.int64)
+        self._req = w.requested.tolist()
+        self._run = run.tolist()
         self._prepare_predictions(run)
         if cfg.estimate.kind == "predicted":
             est = np.asarray(self._prerun, np.int64)
         self._ids = w.job_id.tolist()
-        self._index = {job: i for i, job in enumerate(self._ids)}
+        self._index = dict(zip(self._ids, range(len(self._ids))))
         self._submit = w.submit.tolist()
-        self._run = run.tolist()
         self._size = w.size.tolist()
-        self._req = w.requested.tolist()
-        self._est = est.tolist()
+        # the same list where the column is the same: none is written to (estimate `predicted`,
+        # whose estimates change, gets a list of its own at reset)
+        self._est = self._req if est is w.requested else self._run if est is run else est.tolist()
         self._user = w.user.tolist()
         self._predicted = cfg.estimate.kind == "predicted"
         self._columns = {"id": w.job_id, "submit": w.submit, "requested": w.requested, "size": w.size}
@@ -135,7 +137,7 @@ class Simulation:
             prerun = load_prerun_model(spec.model).predict(w)
         else:
             prerun = w.requested
-        self._prerun = prerun.tolist()
+        self._prerun = self._req if prerun is w.requested else prerun.tolist()
 
     # ----------------------------------------------------------------- driving
     def reset(self) -> Decision | None:
@@ -323,7 +325,7 @@ class Simulation:
                 self._start_job(i, now, held[i], 0)
                 continue
             held[i] = RESERVED
-            if self.config.backfill == "easy":
+            if self.free and self.config.backfill == "easy":
                 shadow, extra = self._shadow(i, now)
                 self._backfill_easy(i, now, shadow, extra)
             return
@@ -429,12 +431,11 @@ class Simulation:
         self._state[i] = RUNNING
         self._start[i] = now
         self._start_kind[i] = kind
-        end = now + self._run[i]
-        self._end[i] = end
-        self.free -= self._size[i]
+        end = self._end[i] = now + self._run[i]
+        free = self.free = self.free - self._size[i]
         if self.policy.usage:
             self._charge(i, self._size[i], now)
-        self._start_log += (i, now, self.procs - self.free)
+        self._start_log += (i, now, self.procs - free)
         self._pred[i] = self._pred0[i]  # a queued job's estimate is already its pre-run prediction
         insort(self._running, (now + self._est[i], i))
         heapq.heappush(self._finishes, (end, i))
@@ -535,16 +536,14 @@ class Simulation:
         need = self._size[head]
         avail = self.free
         size = self._size
-        running = self._running
         shadow = NEVER
-        k = 0
-        in_past_is_now = not self.config.strict_shadow
-        for k, (est_end, i) in enumerate(running):
+        ends = iter(self._running)
+        for est_end, i in ends:
             avail += size[i]
             if avail >= need:
-                shadow = now if est_end < now and in_past_is_now else est_end
+                shadow = now if est_end < now and not self.config.strict_shadow else est_end
                 break
-        for est_end, i in running[k + 1:]:
+        for est_end, i in ends:  # jobs ending with the last one needed free processors too
             if est_end > shadow:
                 break
             avail += size[i]
