@@ -7,7 +7,7 @@ predictor revising only a share of the jobs (`prediction: running:share=S`), SJF
 the rule-based kill (and the RL kill agent) at each share: kills, lost work, mean slowdown and mean
 completion time, paired differences to SJF at the first share and of each kill to SJF at its share.
 
-    python benchmarks/rlschert_eval.py --out runs/rlschert-eval                    # both traces
+    python benchmarks/rlschert_eval.py --out runs/rlschert-eval                    # every trace
     python benchmarks/rlschert_eval.py --traces SDSC-SP2 --predictors running --samples 5
     python benchmarks/rlschert_eval.py --traces SDSC-SP2 --shares 0,0.5,0.8,1 --out runs/rlschert-table9
 
@@ -30,7 +30,8 @@ from paper_runs import HPCGYM, TRACES_DIR, argument_parser, chosen, compare, run
 
 from hpcgym.gymbridge.compare.stats import bootstrap_ci
 
-TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "HPC2N": "HPC2N-2002-2.2-cln"}
+#: KTH-SP2: a second trace whose test windows queue (HPC2N's barely do).
+TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "HPC2N": "HPC2N-2002-2.2-cln", "KTH-SP2": "KTH-SP2-1996-2.1-cln"}
 PREDICTORS = ("running", "user_history", "learned")
 TRAIN_FRACTION = 0.8
 #: The paper's baselines as hpcgym policies (SJF first: the differences are to it).

@@ -8,7 +8,7 @@ prediction). Three predictors are offered (docs/semantics.md section 12):
   episode, capped by the request; the request while the user has fewer than two (Tsafrir,
   Etsion, Feitelson 2007). Known at submit; it does not change while the job runs.
 - `learned:MODEL`: a ridge regression of log run time on the fields a scheduler knows at submit
-  (user, queue, size, requested time, hour of day), fitted on a trace's training part by
+  (user, group, queue, size, requested time, hour of day), fitted on a trace's training part by
   `fit_prerun_model` (`hpcgym predict fit`) and stored as JSON. Numpy only.
 - `running[:PRE,RUN,END[,PERIOD]]`: a *model* of a predictor hpcgym cannot have (RLSchert's
   network reads each job's output log while it runs). It knows the true run time and adds a
@@ -177,11 +177,13 @@ class RunningModel:
 
 
 # ----------------------------------------------------------------- the learned pre-run predictor
-MODEL_FORMAT = 1
-#: A user or queue gets its own weight when the training part has at least this many of its jobs.
+MODEL_FORMAT = 2
+#: The submit-time fields read as categories (one weight per common value), in weight order.
+CATEGORIES = ("user", "group", "queue")
+#: A value gets its own weight when the training part has at least this many of its jobs.
 MIN_CATEGORY_JOBS = 5
 RIDGE = 1.0
-#: Weights besides the per-user and per-queue ones: intercept, log request, log size, 24 hours.
+#: Weights besides the per-category ones: intercept, log request, log size, 24 hours.
 FIXED_WEIGHTS = 27
 
 
@@ -194,14 +196,15 @@ def _hours(workload: Workload) -> np.ndarray:
     return ((workload.submit + offset) % 86400) // 3600
 
 
-def _features(workload: Workload, users: list[int], queues: list[int]) -> np.ndarray:
+def _features(workload: Workload, known: dict[str, list[int]]) -> np.ndarray:
     n = len(workload)
     cols = [np.ones(n), np.log1p(workload.requested), np.log1p(workload.size),
             np.eye(24)[_hours(workload)].T]
-    for values, known in ((workload.user, users), (workload.queue, queues)):
-        position = {v: k for k, v in enumerate(known)}
-        onehot = np.zeros((len(known), n))
-        for row, v in enumerate(values.tolist()):
+    for field in CATEGORIES:
+        values = known[field]
+        position = {v: k for k, v in enumerate(values)}
+        onehot = np.zeros((len(values), n))
+        for row, v in enumerate(getattr(workload, field).tolist()):
             k = position.get(v)
             if k is not None:
                 onehot[k, row] = 1.0
@@ -211,37 +214,41 @@ def _features(workload: Workload, users: list[int], queues: list[int]) -> np.nda
 
 @dataclass(frozen=True)
 class PrerunModel:
-    """Ridge regression of log(run time) on submit-time fields; predictions capped by the request."""
+    """Ridge regression of log(run time) on submit-time fields; predictions capped by the request.
+    `categories`: per field of CATEGORIES, the values that have a weight of their own."""
 
-    users: list[int]
-    queues: list[int]
+    categories: dict[str, list[int]]
     weights: list[float]
 
     def predict(self, workload: Workload) -> np.ndarray:
-        log_run = _features(workload, self.users, self.queues) @ np.asarray(self.weights)
+        log_run = _features(workload, self.categories) @ np.asarray(self.weights)
         guess = np.rint(np.exp(np.clip(log_run, 0.0, 30.0))).astype(np.int64)
         return np.clip(guess, 1, np.maximum(workload.requested, 1))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         Path(path).write_text(json.dumps({"format": MODEL_FORMAT, "kind": "hpcgym-prerun-ridge",
-                                          "users": self.users, "queues": self.queues, "weights": self.weights}))
+                                          "categories": self.categories, "weights": self.weights}))
 
 
-def fit_prerun_model(workload: Workload) -> PrerunModel:
-    """Fit on `workload` (a trace's training part): users and queues with at least
-    MIN_CATEGORY_JOBS jobs get a weight each, the rest share the intercept."""
+def fit_prerun_model(workload: Workload, fields: tuple[str, ...] = CATEGORIES) -> PrerunModel:
+    """Fit on `workload` (a trace's training part): the users, groups and queues (those of
+    `fields`) with at least MIN_CATEGORY_JOBS jobs get a weight each, the rest share the intercept."""
     if not len(workload):
         raise ConfigError("cannot fit a run-time predictor on no jobs; check the trace and --train-fraction")
-    common = []
-    for values in (workload.user, workload.queue):
+    unknown = sorted(set(fields) - set(CATEGORIES))
+    if unknown:
+        raise ConfigError(f"unknown predictor field(s) {', '.join(unknown)}; choose among {', '.join(CATEGORIES)}")
+    common = {}
+    for field in CATEGORIES:
+        values = getattr(workload, field)
         kept, counts = np.unique(values[values >= 0], return_counts=True)
-        common.append(kept[counts >= MIN_CATEGORY_JOBS].tolist())
-    x = _features(workload, *common)
+        common[field] = kept[counts >= MIN_CATEGORY_JOBS].tolist() if field in fields else []
+    x = _features(workload, common)
     y = np.log(np.maximum(workload.run, 1))
     penalty = RIDGE * np.eye(x.shape[1])
     penalty[0, 0] = 0.0  # the intercept is not shrunk
     weights = np.linalg.solve(x.T @ x + penalty, x.T @ y)
-    return PrerunModel(common[0], common[1], weights.tolist())
+    return PrerunModel(common, weights.tolist())
 
 
 _LOADED: dict[tuple[str, int], PrerunModel] = {}
@@ -256,11 +263,14 @@ def load_prerun_model(path: str | os.PathLike[str]) -> PrerunModel:
     if key not in _LOADED:
         try:
             data = json.loads(Path(path).read_text())
-            if data.get("kind") != "hpcgym-prerun-ridge" or data.get("format") != MODEL_FORMAT:
+            if data.get("kind") != "hpcgym-prerun-ridge":
                 raise ValueError
-            model = PrerunModel([int(u) for u in data["users"]], [int(q) for q in data["queues"]],
-                                [float(w) for w in data["weights"]])
-            if len(model.weights) != FIXED_WEIGHTS + len(model.users) + len(model.queues) \
+            if data.get("format") != MODEL_FORMAT:
+                raise ConfigError(f"{os.fspath(path)} is a run-time model of format {data.get('format')!r}; this "
+                                  f"hpcgym reads format {MODEL_FORMAT}: fit it again with hpcgym predict fit")
+            categories = {field: [int(v) for v in data["categories"][field]] for field in CATEGORIES}
+            model = PrerunModel(categories, [float(w) for w in data["weights"]])
+            if len(model.weights) != FIXED_WEIGHTS + sum(map(len, categories.values())) \
                     or not all(math.isfinite(w) for w in model.weights):
                 raise ValueError
             _LOADED[key] = model

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-#: Columns every workload carries, all int64, all of the same length (`queue`: -1 where unknown).
-COLUMNS = ("job_id", "submit", "run", "size", "requested", "user", "queue")
+#: Columns every workload carries, all int64, all of the same length (`queue`, `group`: -1 where
+#: unknown).
+COLUMNS = ("job_id", "submit", "run", "size", "requested", "user", "queue", "group")
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,14 +36,16 @@ class Workload:
     requested: np.ndarray
     user: np.ndarray
     queue: np.ndarray | None = None   # SWF field 15; None: -1 (unknown) for every job
+    group: np.ndarray | None = None   # SWF field 13, the user's group; None: -1 for every job
     dropped: dict[str, int] = field(default_factory=dict)
     header: dict[str, str] = field(default_factory=dict)
     source_max_run: int | None = None
 
     def __post_init__(self) -> None:
         n = len(self.job_id)
-        if self.queue is None:
-            object.__setattr__(self, "queue", np.full(n, -1, dtype=np.int64))
+        for optional in ("queue", "group"):
+            if getattr(self, optional) is None:
+                object.__setattr__(self, optional, np.full(n, -1, dtype=np.int64))
         for col in COLUMNS:
             arr = np.ascontiguousarray(getattr(self, col), dtype=np.int64)
             if arr.shape != (n,):

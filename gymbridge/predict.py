@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from ..environment.config import SimConfig
-from ..environment.predictions import fit_prerun_model, mape
+from ..environment.predictions import CATEGORIES, fit_prerun_model, mape
 from ..environment.simulator import Simulation
 from ..environment.spec import load_workload
 
@@ -31,11 +31,14 @@ def predict() -> None:
 @TRACE
 @FRACTION
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="Model file (JSON).")
-def fit(trace, train_fraction, out) -> None:
+@click.option("--fields", default=",".join(CATEGORIES), show_default=True,
+              help="The SWF fields read as categories (a weight per common value), comma-separated; "
+                   "'' for none (request, size and hour of day only).")
+def fit(trace, train_fraction, out, fields) -> None:
     """Fit the learned pre-run predictor on the training part; print its MAPE on both parts."""
     spec = {"trace": trace, "train_fraction": train_fraction}
     train, test = (load_workload({**spec, "part": part}) for part in ("train", "test"))
-    model = fit_prerun_model(train)
+    model = fit_prerun_model(train, tuple(f.strip() for f in fields.split(",") if f.strip()))
     model.save(out)
     click.echo(json.dumps({"model": str(out), "train_jobs": len(train), "test_jobs": len(test),
                            "train_mape": round(mape(model.predict(train), train.run), 1),

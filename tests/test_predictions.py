@@ -27,6 +27,7 @@ from hpcgym.environment.predictions import (PredictionSpec, RunningModel, UserHi
                                             load_prerun_model, mape, revised_jobs)
 from hpcgym.environment.simulator import Simulation, simulate
 from hpcgym.environment.spec import sim_config
+from hpcgym.environment.swf import read_swf
 from hpcgym.environment.workload import Workload
 
 
@@ -192,6 +193,30 @@ def test_learned_predictor_learns_a_users_run_times(tmp_path):
     assert np.all(np.abs(guess - w.run) / w.run < 0.25)
 
 
+def test_learned_predictor_reads_the_group_field_from_swf(tmp_path):
+    """Everything but SWF's group field (13) is the same for all jobs: group 5's jobs run 100 s,
+    group 6's 10,000 s. Written to SWF and read back, the model tells the groups apart, which it
+    can only do through the group column."""
+    n = 40
+    line = "{job} {submit} -1 {run} 1 -1 -1 1 20000 -1 1 3 {group} -1 1 -1 -1 -1"
+    body = [line.format(job=k + 1, submit=k, run=100 if k % 2 else 10_000, group=5 if k % 2 else 6) for k in range(n)]
+    path = tmp_path / "groups.swf"
+    path.write_text("; MaxProcs: 2\n" + "\n".join(body) + "\n")
+    w = read_swf(path)
+    assert w.group.tolist() == [6, 5] * (n // 2)
+    model = fit_prerun_model(w)
+    assert model.categories == {"user": [3], "group": [5, 6], "queue": [1]}
+    assert np.all(np.abs(model.predict(w) - w.run) / w.run < 0.25)
+
+
+def test_a_model_of_the_former_format_is_refused_with_what_to_do(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"format": 1, "kind": "hpcgym-prerun-ridge", "users": [7], "queues": [],
+                                "weights": [0.0] * 28}))
+    with pytest.raises(ConfigError, match="of format 1; this hpcgym reads format 2: fit it again"):
+        load_prerun_model(path)
+
+
 def test_options_and_bad_input():
     assert str(PredictionSpec.parse("running:0.5,0.2,0.05,600")) == "running:0.5,0.2,0.05,600"
     w = jobs([0], [10], [1], [10], user=[-1])
@@ -215,16 +240,17 @@ def test_options_and_bad_input():
 
 
 def test_a_model_file_of_the_wrong_shape_is_refused(tmp_path):
-    """A model whose weights do not match its users and queues (27 fixed weights + 1 user + 0
+    """A model whose weights do not match its categories (27 fixed weights + 1 user + 0 groups + 0
     queues = 28, here 27) would fail inside numpy at the first prediction: refused when read."""
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({"format": 1, "kind": "hpcgym-prerun-ridge", "users": [7], "queues": [],
+    categories = {"user": [7], "group": [], "queue": []}
+    path.write_text(json.dumps({"format": 2, "kind": "hpcgym-prerun-ridge", "categories": categories,
                                 "weights": [0.0] * 27}))
     with pytest.raises(ConfigError, match="is not an hpcgym run-time model"):
         load_prerun_model(path)
-    path.write_text(json.dumps({"format": 1, "kind": "hpcgym-prerun-ridge", "users": [7], "queues": [],
+    path.write_text(json.dumps({"format": 2, "kind": "hpcgym-prerun-ridge", "categories": categories,
                                 "weights": [0.0] * 28}))
-    assert load_prerun_model(path).users == [7]
+    assert load_prerun_model(path).categories == categories
 
 
 def test_a_trace_without_user_ids_is_one_line_on_the_command_line():
