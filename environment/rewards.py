@@ -13,6 +13,7 @@ system (IRL's rewards A and I, RLSchert).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -364,6 +365,37 @@ def sum_spec(name: str) -> RewardSpec:
                       lambda: SumReward([part.make() for part in parts]), requires)
 
 
+class ScaledReward(Reward):
+    """Another reward times a constant (`K*NAME`): returns of very different sizes (eq. 9 of
+    RLSchert reaches -1e6 per episode) brought to where a critic can fit them."""
+
+    def __init__(self, factor: float, part: Reward) -> None:
+        self.factor, self.part = factor, part
+
+    def step(self, sim: Any) -> float:
+        return self.factor * self.part.step(sim)
+
+    def end(self, sim: Any, summary: dict[str, Any]) -> float:
+        return self.factor * self.part.end(sim, summary)
+
+
+SCALE_SYNTAX = "K*REWARD"
+
+
+def scale_spec(name: str) -> RewardSpec:
+    """The spec of `K*NAME`: NAME's reward times the number K."""
+    factor, _, inner = name.partition("*")
+    try:
+        k = float(factor)
+    except ValueError:
+        k = math.nan
+    if not math.isfinite(k) or not inner.strip():
+        raise ConfigError(f"reward {name!r}: write {SCALE_SYNTAX} with K a finite number, e.g. "
+                          "0.001*system_slowdown_prediction")
+    part = get_reward(inner.strip())
+    return RewardSpec(name, f"{k:g} times {part.description}", lambda: ScaledReward(k, part.make()), part.requires)
+
+
 def _no_requirement(config: Any) -> str | None:
     return None
 
@@ -434,6 +466,8 @@ def get_reward(name: str) -> RewardSpec:
         raise ConfigError(f"reward must be a name, not {name!r}")
     if "+" in name:
         return sum_spec(name)
+    if "*" in name:
+        return scale_spec(name)
     if name == "relative" or name.startswith("relative:"):
         return relative_spec(name)
     if name == "delay_penalty" or name.startswith("delay_penalty:"):
@@ -442,7 +476,8 @@ def get_reward(name: str) -> RewardSpec:
         return REWARDS[name]
     except KeyError:
         raise ConfigError(f"unknown reward {name!r}; use one of {', '.join(REWARDS)}, "
-                          f"{RELATIVE_SYNTAX} or {DELAY_SYNTAX}, or several joined by '+'") from None
+                          f"{RELATIVE_SYNTAX} or {DELAY_SYNTAX}, scaled ({SCALE_SYNTAX}) or several joined by "
+                          "'+'") from None
 
 
 #: What the `welcome` and `--help` list beside `REWARDS`: the relative family's syntax.
@@ -455,3 +490,4 @@ DELAY_DESCRIPTION = (f"at every decision, minus C (default {DEFAULT_DELAY_PENALT
                      "reserved job's start was delayed by unguarded backfills; needs backfill_candidates: unguarded")
 SUM_SYNTAX = "REWARD+REWARD[+...]"
 SUM_DESCRIPTION = "the rewards named added together, e.g. relative:bsld+delay_penalty:0.001"
+SCALE_DESCRIPTION = "the reward named times the number K, e.g. 0.001*system_slowdown_prediction"

@@ -37,8 +37,8 @@ from ..protocol import messages as m
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
 from .decisions import KINDS, SELECT, Decision
 from .errors import HpcgymError, InvalidAction
-from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS, SUM_DESCRIPTION,
-                      SUM_SYNTAX, Reward, get_reward)
+from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS,
+                      SCALE_DESCRIPTION, SCALE_SYNTAX, SUM_DESCRIPTION, SUM_SYNTAX, Reward, get_reward)
 from .predictions import PredictionSpec
 from .simulator import Simulation
 from .spec import TraceNotFound, WorkloadCache, check_workload_spec, reset_workload, sim_config
@@ -787,7 +787,7 @@ class EnvService:
         return {"kinds": list(KINDS), "policies": list(POLICIES),
                 "rewards": {**{name: r.description for name, r in REWARDS.items()},
                             RELATIVE_SYNTAX: RELATIVE_DESCRIPTION, DELAY_SYNTAX: DELAY_DESCRIPTION,
-                            SUM_SYNTAX: SUM_DESCRIPTION},
+                            SUM_SYNTAX: SUM_DESCRIPTION, SCALE_SYNTAX: SCALE_DESCRIPTION},
                 # `policy` inside `options`, as a reset gives it (1.3); at the top level for older readers
                 "defaults": _plain({**self.defaults, "options": {**self.defaults["options"],
                                                                  "policy": self.defaults["policy"]}}),

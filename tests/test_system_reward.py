@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from hpcgym.environment.errors import ConfigError
 from hpcgym.environment.rewards import REWARDS, get_reward
 from hpcgym.environment.simulator import Simulation
 from hpcgym.environment.swf import read_swf
@@ -58,6 +59,22 @@ def test_reward_i_by_hand():
     steps, end, _ = rewards_of("system_wait_slowdown", three_jobs())
     assert [r * 3600 for _, r in steps] == pytest.approx([0, 0, -225, -587.5, 0, -147.5])
     assert end * 3600 == pytest.approx(-80)
+
+
+def test_a_scaled_reward_is_the_hand_worked_one_times_k():
+    """0.5*system_slowdown: half of reward A's hand-worked values; in a sum, only its own part."""
+    steps, end, _ = rewards_of("0.5*system_slowdown", three_jobs())
+    assert [r for _, r in steps] == pytest.approx([0, 0, -2.75, -4, 0, -0.75])
+    assert end == pytest.approx(-0.5)
+    steps, end, _ = rewards_of("2*system_slowdown+system_slowdown", three_jobs())
+    assert sum(r for _, r in steps) + end == pytest.approx(-48.0)  # 3 x the sum 16 above
+
+
+@pytest.mark.parametrize("bad", ["x*system_slowdown", "inf*system_slowdown", "0.5*", "0.5*nothing"])
+def test_a_bad_scale_is_one_line(bad):
+    with pytest.raises(ConfigError, match="reward") as refused:
+        get_reward(bad)
+    assert "\n" not in str(refused.value)
 
 
 def test_estimate_variant_reads_the_request():
