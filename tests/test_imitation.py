@@ -31,12 +31,12 @@ def test_imitation_loss_by_hand():
     assert float(imitation_loss(dist, torch.tensor([-1, -1, -1]))) == 0.0
 
 
-def updated_teacher_probability(weight: float) -> tuple[float, float]:
-    """A 2-feature, 3-action policy updated on a batch with zero advantages (the clipped term has
-    no gradient), the teacher saying action 2 everywhere: P(2) averaged over the batch, before
-    and after."""
-    algo = PPO((2,), 3, {"hidden": [8], "lr": 0.05, "target_kl": None, "update_epochs": 20, "minibatch_size": 16},
-               seed=0)
+def updated_teacher_probability(weight: float, advantage: float = 0.0, clone: bool = False) -> tuple[float, float]:
+    """A 2-feature, 3-action policy updated on a batch of action 0 taken with `advantage` (0: the
+    clipped term has no gradient), the teacher saying action 2 everywhere: P(2) averaged over the
+    batch, before and after."""
+    algo = PPO((2,), 3, {"hidden": [8], "lr": 0.05, "target_kl": None, "update_epochs": 20, "minibatch_size": 16,
+                         "normalize_advantages": False}, seed=0)
     obs = torch.as_tensor(np.random.default_rng(0).uniform(size=(16, 2)), dtype=torch.float32)
     mask = torch.ones(16, 3, dtype=torch.bool)
     with torch.no_grad():
@@ -44,8 +44,9 @@ def updated_teacher_probability(weight: float) -> tuple[float, float]:
         before = float(dist.log_prob(torch.full((16,), 2)).exp().mean())
         batch = {"obs": obs, "mask": mask, "action": torch.zeros(16, dtype=torch.long),
                  "logp": dist.log_prob(torch.zeros(16, dtype=torch.long)), "teacher": torch.full((16,), 2)}
-    zeros = torch.zeros(16)
-    ppo_update(algo.model, algo.clip_and_step, batch, zeros, zeros, algo.config, np.random.default_rng(0), weight)
+    advantages, zeros = torch.full((16,), advantage), torch.zeros(16)
+    ppo_update(algo.model, algo.clip_and_step, batch, advantages, zeros, algo.config, np.random.default_rng(0), weight,
+               clone)
     with torch.no_grad():
         return before, float(algo.model.distribution(obs, mask).log_prob(torch.full((16,), 2)).exp().mean())
 
@@ -55,6 +56,23 @@ def test_the_imitation_gradient_pushes_the_policy_toward_the_teacher():
     before, after = updated_teacher_probability(1.0)
     assert before < 0.5 and after > 0.9
     assert updated_teacher_probability(0.0) == pytest.approx((before, before), abs=1e-6)
+
+
+def test_pretraining_follows_the_teacher_alone():
+    """Action 0 taken with a large advantage: PPO moves towards 0, away from the teacher's 2;
+    pretraining (`clone`) ignores the advantage and goes to 2."""
+    before, ppo = updated_teacher_probability(0.0, advantage=5.0)
+    _, cloned = updated_teacher_probability(1.0, advantage=5.0, clone=True)
+    assert ppo < before < 0.5 and cloned > 0.9
+
+
+def test_pretraining_comes_first_and_the_weight_is_counted_after_it():
+    c = PPOConfig(imitation_coef=0.5, imitation_epochs=2, pretrain_epochs=3)
+    assert [c.pretraining(t) for t in range(6)] == [True, True, True, False, False, False]
+    assert [c.imitation_weight(t) for t in range(3, 7)] == [0.5, 0.25, 0.0, 0.0]
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="pretrain_epochs"):
+            PPOConfig(pretrain_epochs=bad)
 
 
 def test_labels_name_the_teachers_slot_for_any_kind():
@@ -83,21 +101,25 @@ def test_the_imitation_weight_falls_to_zero_and_bad_schedules_are_refused():
 
 
 def test_train_rlschert_briefly(tmp_path):
-    """Two epochs of two 64-job episodes (cut at 60 decisions): the curve shows the imitation
-    weight 0.5 then 0.5 * (1 - 1/20) = 0.475 and a labelled imitation loss."""
+    """Three epochs of two 64-job episodes (cut at 60 decisions), the first a pretraining one: the
+    curve shows the imitation alone (weight 1), then PPO with the weight 0.5 and 0.5 * (1 - 1/20)
+    = 0.475, and a labelled imitation loss."""
     out = tmp_path / "rls"
-    result = CliRunner().invoke(main, ["train", "rlschert", "--jobs", "64", "--trajectories", "2", "--epochs", "2",
+    result = CliRunner().invoke(main, ["train", "rlschert", "--jobs", "64", "--trajectories", "2", "--epochs", "3",
                                        "--envs", "1", "--max-steps", "60", "--eval-episodes", "0", "--out", str(out),
-                                       "--no-progress"])
+                                       "--no-progress", "--set", "pretrain_epochs=1"])
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(open(out / "curve.csv")))
-    assert [float(r["imitation_weight"]) for r in rows] == [0.5, 0.475]
+    assert [float(r["pretraining"]) for r in rows] == [1.0, 0.0, 0.0]
+    assert [float(r["imitation_weight"]) for r in rows] == [1.0, 0.5, 0.475]
     assert all(float(r["imitation_loss"]) > 0 for r in rows)
     assert (out / "model.pt").is_file()
 
 
 @pytest.mark.parametrize("args, message", [
     (["--set", "imitation_coef=0.5"], "imitates a teacher: name one"),
+    (["--set", "pretrain_epochs=2"], "imitates a teacher: name one"),
+    (["--teacher", "sjf", "--set", "pretrain_epochs=-1"], "pretrain_epochs"),
     (["--teacher", "rlschert-rule", "--set", "imitation_coef=0.5", "--set", "imitation_epochs=0"],
      "imitation_epochs"),
 ])

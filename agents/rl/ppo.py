@@ -14,7 +14,10 @@ bounds each step, the KL stop bounds the whole update.
 With `imitation_coef` > 0 (RLSchert's eq. 11) the loss also has alpha_t * mean(-log pi(a_T|s))
 over the steps a teacher labelled (a_T: the teacher agent's action there, agents/rl/imitation.py),
 alpha_t = imitation_coef * max(0, 1 - t / imitation_epochs) at the t-th update epoch (0-based):
-the teacher guides the first updates and none after `imitation_epochs`.
+the teacher guides the first updates and none after `imitation_epochs`. With `pretrain_epochs`
+= K > 0 the paper's two stages instead of one blended loss: the first K update epochs fit the
+policy to the teacher's actions alone (behaviour cloning on the states the policy visits; the
+critic is fitted alongside, no KL stop), and PPO starts after them (its t counted from there).
 
 With `value_epochs` set, the value loss leaves that sum and gets its own passes afterwards, which
 the KL stop does not cut short, and `vf_lr` gives the critic its own learning rate: Spinning Up's
@@ -55,6 +58,7 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     imitation_coef: float = 0.0     # alpha_t at the first update (0: no imitation term)
     imitation_epochs: int = 1       # update epochs over which alpha_t falls linearly to 0
+    pretrain_epochs: int = 0        # update epochs of imitation alone before PPO (0: none)
 
     def __post_init__(self) -> None:
         if isinstance(self.imitation_coef, bool) or not isinstance(self.imitation_coef, (int, float)) \
@@ -65,15 +69,25 @@ class PPOConfig:
             raise ValueError(f"imitation_epochs (the epochs over which the imitation weight falls to 0) must be an "
                              f"integer >= 1, got {self.imitation_epochs!r}")
 
+        if isinstance(self.pretrain_epochs, bool) or not isinstance(self.pretrain_epochs, int) \
+                or self.pretrain_epochs < 0:
+            raise ValueError(f"pretrain_epochs (update epochs of imitation alone before PPO) must be an integer "
+                             f">= 0, got {self.pretrain_epochs!r}")
+
     def imitation_weight(self, epoch: int) -> float:
-        """alpha_t at update epoch `epoch` (0-based)."""
-        return self.imitation_coef * max(0.0, 1.0 - epoch / self.imitation_epochs)
+        """alpha_t at update epoch `epoch` (0-based), counted from the end of pretraining."""
+        return self.imitation_coef * max(0.0, 1.0 - (epoch - self.pretrain_epochs) / self.imitation_epochs)
+
+    def pretraining(self, epoch: int) -> bool:
+        """Whether update epoch `epoch` (0-based) fits the teacher's actions alone."""
+        return epoch < self.pretrain_epochs
 
 
 def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages: torch.Tensor,
                returns: torch.Tensor, config: PPOConfig, rng: np.random.Generator,
-               imitation: float = 0.0) -> dict[str, float]:
-    """The clipped-objective passes over one batch (plus `imitation` times the imitation term);
+               imitation: float = 0.0, clone: bool = False) -> dict[str, float]:
+    """The clipped-objective passes over one batch (plus `imitation` times the imitation term;
+    with `clone`, the imitation term alone, without the clipped objective and the KL stop);
     returns the last minibatch's statistics."""
     n = len(advantages)
     stats: dict[str, float] = {}
@@ -90,7 +104,7 @@ def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages
             ratio = log_ratio.exp()
             policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - config.clip, 1 + config.clip) * adv).mean()
             entropy = dist.entropy().mean()
-            loss = policy_loss - config.ent_coef * entropy
+            loss = 0.0 if clone else policy_loss - config.ent_coef * entropy
             if imitation > 0:
                 imitated = imitation_loss(dist, batch["teacher"][idx])
                 loss = loss + imitation * imitated
@@ -100,9 +114,11 @@ def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages
             with torch.no_grad():
                 approx_kl = float(((ratio - 1) - log_ratio).mean())
                 clip_fraction = float(((ratio - 1).abs() > config.clip).float().mean())
-            if config.target_kl is not None and approx_kl > config.target_kl:
+            if not clone and config.target_kl is not None and approx_kl > config.target_kl:
                 stopped = True  # this minibatch already moved too far: do not step on it
                 break
+            if clone and not loss.requires_grad:
+                continue  # pretraining, no state of this minibatch labelled, the critic on its own passes
             grad_norm = optimizer_step(loss)
             stats = {"policy_loss": policy_loss.item(), "entropy": entropy.item(), "approx_kl": approx_kl,
                      "clip_fraction": clip_fraction, "grad_norm": grad_norm}
@@ -148,11 +164,13 @@ class PPO(ActorCriticAlgorithm):
         adv, ret = (torch.as_tensor(x, device=self.device, dtype=torch.float32)
                     for x in storage.advantages(c.gamma, c.gae_lambda))
         before = self.updates
-        weight = c.imitation_weight(self.epochs_done)
-        stats = ppo_update(self.model, self.clip_and_step, batch, adv, ret, c, self.rng, weight)
+        clone = c.pretraining(self.epochs_done)
+        weight = 1.0 if clone else c.imitation_weight(self.epochs_done)
+        stats = ppo_update(self.model, self.clip_and_step, batch, adv, ret, c, self.rng, weight, clone)
         self.epochs_done += 1
-        if c.imitation_coef:
+        if c.imitation_coef or c.pretrain_epochs:
             stats["imitation_weight"] = weight
+            stats["pretraining"] = float(clone)
         with torch.no_grad():
             stats["explained_variance"] = explained_variance(self.model.value(batch["obs"]), ret)
         return {**stats, "updates": self.updates - before}

@@ -301,8 +301,9 @@ class Trainer:
         teacher without PPO's imitation term, is a mistake worth one line."""
         s, coef = self.settings, getattr(self.algo.config, "imitation_coef", None)
         if s.teacher is None:
-            if coef:
-                raise ConfigError("imitation_coef > 0 imitates a teacher: name one (--teacher AGENT)")
+            if coef or getattr(self.algo.config, "pretrain_epochs", 0):
+                raise ConfigError("imitation_coef > 0 (or pretrain_epochs > 0) imitates a teacher: name one "
+                                  "(--teacher AGENT)")
             return None
         if coef is None:
             raise ConfigError(f"--teacher needs ppo (its imitation term), not {s.algorithm}")
