@@ -24,6 +24,7 @@ Two measurements:
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import time
 from datetime import datetime
@@ -111,6 +112,34 @@ def picked_checkpoint(model: Path, args) -> Path:
     return model.parent / f"epoch_{int(best['epoch']):06d}.pt"
 
 
+def plot_curves(agents: list[tuple[str, str]], args, path: Path) -> None:
+    """Per agent's run: the training return per epoch and the greedy validation return of every
+    `--pick-every`-th epoch (the curve its checkpoint is picked from)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    setting = SimpleNamespace(trace=args.trace, train_fraction=args.train_fraction, jobs=512)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for k, (name, model) in enumerate(agents):
+        run_dir = Path(model).parent
+        with open(run_dir / "curve.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        style = {"color": plt.get_cmap("tab20")(k % 20), "linewidth": 0.9, "label": name}
+        axes[0].plot([int(r["epoch"]) for r in rows], [float(r["return"]) for r in rows], **style)
+        valid = validation_curve(run_dir, setting, every=args.pick_every)
+        axes[1].plot([r["epoch"] for r in valid], [r["return"] for r in valid], marker="o", markersize=3, **style)
+    for ax, title in zip(axes, ("training return (sampling policy)",
+                                f"validation return (greedy, every {args.pick_every}th epoch)")):
+        ax.set_xlabel("epoch")
+        ax.set_title(title, fontsize=10)
+    axes[1].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def windows(args) -> tuple[str, dict]:
     """Run (unless --reuse) and sum up the windows comparison."""
     unknown = sorted(set(args.builtin) - set(WINDOW_POLICIES))
@@ -186,7 +215,14 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="sum up the comparison already in --windows")
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--json", type=Path, help="with --windows: the numbers as JSON")
+    parser.add_argument("--curves", type=Path, metavar="PNG",
+                        help="only this: the --agent runs' training and validation curves (needs --pick-every)")
     args = parser.parse_args()
+    if args.curves:
+        if not args.pick_every:
+            parser.error("--curves draws the validation curve of every --pick-every N-th epoch: give --pick-every")
+        plot_curves(args.agent, args, args.curves)
+        return
     if args.pick_every:
         args.agent = [(name, str(picked_checkpoint(Path(path), args))) for name, path in args.agent]
     if args.windows is None:
