@@ -253,6 +253,7 @@ def main() -> None:
     parser.add_argument("--delay-study", nargs="+", type=Path, metavar="AGENT_DIR",
                         help="Only this: the given SDSC-SP2 FCFS agents' bsld and reservation delays on both seed "
                              "sets, in the options each was trained in (OUT/delay-study.json).")
+    parser.add_argument("--no-fig1", action="store_true", help="Leave Fig. 1 (noisy estimates) out.")
     args = parser.parse_args()
     if args.delay_study:
         study = delay_study(args, args.delay_study)
@@ -284,7 +285,7 @@ def main() -> None:
                         args, trace, base, semantics)
                 if semantics == "public":
                     results["delays"][f"{trace}/{base}"] = reservation_delays(args, trace, base)
-    for seed in seeds:
+    for seed in seeds if not args.no_fig1 else []:
         results["fig1"][str(seed)] = fig1(args, seed)
     plot_curves(args.runs, args.out / "rlbf-curves.png")
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
