@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..environment.decisions import KILL, Action, Decision
+from ..environment.decisions import KILL, SELECT_KILL, Action, Decision
 from ..environment.errors import ConfigError
-from .base import Agent
+from .base import Agent, PriorityAgent
 
 #: The rule's 50-minute line (the paper's 10 time steps of 5 minutes).
 SHORT = 50 * 60
@@ -46,6 +46,26 @@ class RuleKill(Agent):
             if now - start <= p0 and p0 < self.short < p and abs(p - p0) > self.change * p0:
                 return job
         return None
+
+
+class JointTeacher(Agent):
+    """A teacher of the joint `select_kill` decision (the paper's single output over select and
+    kill slots): the rule-based kill when it names a running job on offer, else the select
+    teacher's pick among the queued ones (a priority policy; the paper's is a trained no-kill
+    agent), else wait."""
+
+    kinds = (SELECT_KILL,)
+
+    def __init__(self, select: str = "sjf", short: int = SHORT, change: float = 1.0) -> None:
+        self.select, self.kill = PriorityAgent(select), RuleKill(short, change)
+
+    def act(self, decision: Decision) -> Action:
+        queued = decision.context["queued"]
+        offered = decision.candidates[queued:]
+        victim = self.kill.act(decision) if offered else None
+        if victim is not None and victim in offered:
+            return victim
+        return self.select.act(decision) if queued else None
 
 
 #: Simulation options of each semantics (the env's `options`): hpcgym's event simulator with EASY

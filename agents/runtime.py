@@ -26,7 +26,7 @@ from ..environment.priorities import POLICIES
 from .inspectors import AcceptAllInspector, RejectLargeInspector
 from .knapsack import KnapsackAgent
 from .packing import BinPackingAgent, RandomPackingAgent, TetrisAgent, TetrisStarAgent
-from .rlschert import RuleKill
+from .rlschert import JointTeacher, RuleKill
 
 #: Built-in agents other than the priority policies: name -> factory (keyword arguments pass on).
 BUILTIN_AGENTS: dict[str, Callable[..., Agent]] = {
@@ -40,6 +40,7 @@ BUILTIN_AGENTS: dict[str, Callable[..., Agent]] = {
     "accept-all": AcceptAllInspector,
     "reject-large": RejectLargeInspector,
     "rlschert-rule": RuleKill,
+    "rlschert-joint": JointTeacher,
 }
 
 #: What each of `BUILTIN_AGENTS` does, in one line (`hpcgym agent --help` lists them).
@@ -54,6 +55,7 @@ BUILTIN_HELP: dict[str, str] = {
     "accept-all": "accept every pick",
     "reject-large": "reject a pick that cannot start now if another job could",
     "rlschert-rule": "RLSchert's rule-based kill of a job mispredicted as short (needs predictions)",
+    "rlschert-joint": "select_kill: the rule-based kill when it fires, else SJF's pick (a joint teacher)",
 }
 
 

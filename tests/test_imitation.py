@@ -91,6 +91,29 @@ def test_labels_name_the_teachers_slot_for_any_kind():
     assert label({"decision": select, "action_mask": np.ones(4)}) == -1   # RuleKill does not select
 
 
+def test_the_joint_teacher_kills_by_the_rule_else_selects_by_sjf():
+    """select_kill over queued 7, 8 (SJF: 8, the shorter request) and running 4, 6 (the rule fires
+    on 6 only, as in the kill case above). Window 3: queued row k is slot k, running row k slot 3 + k,
+    wait slot 6."""
+    from hpcgym.agents.rlschert import JointTeacher
+
+    running = {"id": [4, 6], "start": [900, 900], "submit": [0, 0], "prediction0": [100, 100],
+               "prediction": [150, 3100], "size": [1, 1]}
+    queue = {"id": [7, 8], "submit": [0, 1], "requested": [500, 100], "size": [1, 1]}
+
+    def joint(candidates, queued):
+        return SimpleNamespace(kind="select_kill", candidates=candidates, time=1000, can_wait=True,
+                               context={"queued": queued},
+                               observation={"time": 1000, "running": running, "queue": queue})
+
+    teacher, mask = JointTeacher(), np.ones(7)
+    assert teacher.act(joint([7, 8, 4, 6], 2)) == 6
+    assert teacher_labeller(teacher, 3)({"decision": joint([7, 8, 4, 6], 2), "action_mask": mask}) == 4
+    assert teacher.act(joint([7, 8], 2)) == 8   # no running job offered (one was killed this instant)
+    assert teacher_labeller(teacher, 3)({"decision": joint([7, 8], 2), "action_mask": mask}) == 1
+    assert teacher.act(joint([4], 0)) is None   # the rule spares 4 and nothing is queued: wait
+
+
 def test_the_imitation_weight_falls_to_zero_and_bad_schedules_are_refused():
     c = PPOConfig(imitation_coef=0.5, imitation_epochs=4)
     assert [c.imitation_weight(t) for t in range(6)] == [0.5, 0.375, 0.25, 0.125, 0.0, 0.0]
