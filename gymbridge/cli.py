@@ -306,6 +306,8 @@ class _AgentCommand(click.Command):
             ("Kill agents (agents/rlschert.py; they read run-time predictions: reset with --prediction "
              "running, docs/rlschert.md)",
              [(n, t) for n, k, t in rows if k == ("kill",)]),
+            ("Joint select and kill agents (agents/rlschert.py; take select_kill, with --prediction running)",
+             [(n, t) for n, k, t in rows if k == ("select_kill",)]),
         ]
         with formatter.section("Built-in agents (AGENT)"):
             for title, items in groups:
