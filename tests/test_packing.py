@@ -352,6 +352,6 @@ def test_builtin_names():
     assert load_agent("knapsack-capacity-runtime").capacity_time == "runtime"
     assert set(BUILTIN_AGENTS) == {"knapsack", "knapsack-capacity", "knapsack-capacity-runtime", "binpacking",
                                    "random-packing", "tetris", "tetris-star", "accept-all", "reject-large",
-                                   "rlschert-rule"}
+                                   "rlschert-rule", "rlschert-joint"}
     with pytest.raises(HpcgymError, match="knapsack"):
         load_agent("no-such-agent")
