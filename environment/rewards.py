@@ -428,6 +428,9 @@ REWARDS: dict[str, RewardSpec] = {
                    lambda: EndReward(lambda s: -float(s["mean_bsld"]))),
         RewardSpec("wait", "at the end, minus the mean wait in hours",
                    lambda: EndReward(lambda s: -float(s["mean_wait"]) / 3600.0)),
+        RewardSpec("max_wait", "at the end, minus the longest wait in hours (prices starvation, which sums "
+                               "of per-job terms do not; e.g. dras_capacity+0.01*max_wait)",
+                   lambda: EndReward(lambda s: -float(s["max_wait"]) / 3600.0)),
         RewardSpec("utilization", "at the end, the utilization", lambda: EndReward(lambda s: float(s["utilization"]))),
         RewardSpec("queue_wait", "at every decision, minus the job-hours waited in the queue since the previous "
                                  "decision", QueueWait),

@@ -70,6 +70,15 @@ def test_a_scaled_reward_is_the_hand_worked_one_times_k():
     assert sum(r for _, r in steps) + end == pytest.approx(-48.0)  # 3 x the sum 16 above
 
 
+def test_max_wait_prices_the_longest_wait_at_the_end_only():
+    """FCFS on one processor: J1 waits 0, J2 100 s (J1's run), J3 submitted at 50 starts at 110: 60 s.
+    The longest wait, 100 s, is 1/36 h; 0.5*max_wait halves it; no step reward."""
+    steps, end, summary = rewards_of("max_wait", three_jobs())
+    assert all(r == 0 for _, r in steps) and summary["max_wait"] == 100
+    assert end == pytest.approx(-100 / 3600)
+    assert rewards_of("0.5*max_wait", three_jobs())[1] == pytest.approx(-50 / 3600)
+
+
 @pytest.mark.parametrize("bad", ["x*system_slowdown", "inf*system_slowdown", "0.5*", "0.5*nothing"])
 def test_a_bad_scale_is_one_line(bad):
     with pytest.raises(ConfigError, match="reward") as refused:
