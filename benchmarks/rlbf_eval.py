@@ -234,7 +234,12 @@ def markdown(results: dict, seeds: list[int]) -> str:
                 if semantics == "scw" and seed == seeds[0]:
                     lines.append(f"| {trace}, paper | " + " | ".join(f"{v:,.2f}" for v in PAPER_TABLE4[trace]) + " |")
             lines.append("")
-    lines += ["## Fig. 1: EASY with noisy estimates on SDSC-SP2 (textbook rules, mean bsld)", ""]
+    lines += ["## Table 5: each trace's agent on every trace", "",
+              "Mean bsld (paired difference to the base policy with EASY, 95% bootstrap CI).", ""]
+    for key, bases in results["table5"].items():
+        for base, rows in bases.items():
+            lines.append(f"* {key}, {base.upper()}: " + ", ".join(f"{name} {cell(rows, name)}" for name in rows))
+    lines += ["", "## Fig. 1: EASY with noisy estimates on SDSC-SP2 (textbook rules, mean bsld)", ""]
     for seed in seeds:
         for base, rows in results["fig1"].get(str(seed), {}).items():
             lines.append(f"* {base.upper()}, seeds {seed}..: " + ", ".join(f"{k} {cell(rows, k)}" for k in rows))
