@@ -34,6 +34,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from dras_eval import DEFAULT_TRACE, HPCGYM, LARGE_SHARE, read_jobs, run, validation_curve
+from paper_runs import chosen
 from hpcgym.agents.base import Agent
 from hpcgym.agents.runtime import load_agent
 from hpcgym.environment.config import SimConfig
@@ -100,10 +101,15 @@ def window_metrics(jobs: dict[str, np.ndarray], procs: int) -> dict[str, float]:
             "max_wait_large_h": worst(large), "mean_bsld": float(jobs["bsld"].mean())}
 
 
+def validation(run_dir: Path, args) -> list[dict[str, float]]:
+    """The greedy validation curve of a run, every `--pick-every`-th epoch (512-job windows, as in training)."""
+    setting = SimpleNamespace(trace=args.trace, train_fraction=args.train_fraction, jobs=512)
+    return validation_curve(run_dir, setting, every=args.pick_every)
+
+
 def picked_checkpoint(model: Path, args) -> Path:
     """The epoch checkpoint beside `model` with the best validation return (every N-th epoch)."""
-    setting = SimpleNamespace(trace=args.trace, train_fraction=args.train_fraction, jobs=512)  # as in training
-    rows = validation_curve(model.parent, setting, every=args.pick_every)
+    rows = validation(model.parent, args)
     if not rows:
         raise SystemExit(f"--pick-every {args.pick_every}: no epoch checkpoints in {model.parent}")
     best = max(rows, key=lambda r: r["return"])
@@ -120,7 +126,6 @@ def plot_curves(agents: list[tuple[str, str]], args, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    setting = SimpleNamespace(trace=args.trace, train_fraction=args.train_fraction, jobs=512)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     for k, (name, model) in enumerate(agents):
         run_dir = Path(model).parent
@@ -128,7 +133,7 @@ def plot_curves(agents: list[tuple[str, str]], args, path: Path) -> None:
             rows = list(csv.DictReader(f))
         style = {"color": plt.get_cmap("tab20")(k % 20), "linewidth": 0.9, "label": name}
         axes[0].plot([int(r["epoch"]) for r in rows], [float(r["return"]) for r in rows], **style)
-        valid = validation_curve(run_dir, setting, every=args.pick_every)
+        valid = validation(run_dir, args)
         axes[1].plot([r["epoch"] for r in valid], [r["return"] for r in valid], marker="o", markersize=3, **style)
     for ax, title in zip(axes, ("training return (sampling policy)",
                                 f"validation return (greedy, every {args.pick_every}th epoch)")):
@@ -142,9 +147,6 @@ def plot_curves(agents: list[tuple[str, str]], args, path: Path) -> None:
 
 def windows(args) -> tuple[str, dict]:
     """Run (unless --reuse) and sum up the windows comparison."""
-    unknown = sorted(set(args.builtin) - set(WINDOW_POLICIES))
-    if unknown:
-        raise SystemExit(f"--builtin: unknown {', '.join(unknown)}; choose among {', '.join(WINDOW_POLICIES)}")
     specs = {name: f"{spec},window:50" for name, spec in WINDOW_POLICIES.items() if name in args.builtin}
     specs.update({name: f"select/backfill:model:{path},easy,window:50" for name, path in args.agent})
     out = args.windows
@@ -205,7 +207,7 @@ def main() -> None:
     parser.add_argument("--windows", type=Path, help="compare on test windows, into this folder")
     parser.add_argument("--agent", action="append", default=[], type=lambda s: tuple(s.split("=", 1)),
                         help="NAME=CHECKPOINT: a DRAS checkpoint (select+backfill) to run too; repeat it")
-    parser.add_argument("--builtin", type=lambda s: s.split(","), default=list(WINDOW_POLICIES),
+    parser.add_argument("--builtin", default=",".join(WINDOW_POLICIES),
                         help="with --windows: the built-in policies to compare, comma-separated (default: all)")
     parser.add_argument("--pick-every", type=int, default=0, metavar="N",
                         help="replace each --agent checkpoint by the epoch of its run, among every N-th, with the "
@@ -218,6 +220,7 @@ def main() -> None:
     parser.add_argument("--curves", type=Path, metavar="PNG",
                         help="only this: the --agent runs' training and validation curves (needs --pick-every)")
     args = parser.parse_args()
+    args.builtin = chosen(parser, "--builtin", args.builtin, WINDOW_POLICIES)
     if args.curves:
         if not args.pick_every:
             parser.error("--curves draws the validation curve of every --pick-every N-th epoch: give --pick-every")

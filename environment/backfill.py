@@ -47,17 +47,19 @@ class Profile:
 
     def add(self, start: int, end: int, size: int) -> None:
         """`size` more processors free over [start, end) (negative: reserve them)."""
-        times, free = self.times, self.free
-        k = bisect_right(times, start) - 1
-        if times[k] != start:
-            k += 1
-            times.insert(k, start)
-            free.insert(k, free[k - 1])
+        times = self.times
+        k = bisect_left(times, start)
+        self._boundary(k, start)
         stop = bisect_left(times, end, k + 1)
-        if stop == len(times) or times[stop] != end:
-            times.insert(stop, end)
-            free.insert(stop, free[stop - 1])
+        self._boundary(stop, end)
         self._change(k, stop, size)
+
+    def _boundary(self, j: int, t: int) -> None:
+        """Make `t` a segment boundary at index `j` (the first boundary not before `t`)."""
+        times, free = self.times, self.free
+        if j == len(times) or times[j] != t:
+            times.insert(j, t)
+            free.insert(j, free[j - 1])
 
     def _change(self, k: int, stop: int, size: int) -> None:
         """Add `size` to segments k..stop-1 (both ends already boundaries), then merge equal
@@ -140,12 +142,8 @@ class Profile:
         """Reserve `size` processors for `duration` at the earliest time they stay free (none
         fits before `since`, the caller knows), found and carved out in one pass; return it."""
         k, j = self._fit(size, duration, FOREVER, FOREVER, since)
-        times, free = self.times, self.free
-        start = times[k]
-        limit = start + duration
-        if j == len(times) or times[j] != limit:
-            times.insert(j, limit)
-            free.insert(j, free[j - 1])
+        start = self.times[k]
+        self._boundary(j, start + duration)
         self._change(k, j, -size)
         return start
 

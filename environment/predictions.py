@@ -238,11 +238,11 @@ def fit_prerun_model(workload: Workload, fields: tuple[str, ...] = CATEGORIES) -
     unknown = sorted(set(fields) - set(CATEGORIES))
     if unknown:
         raise ConfigError(f"unknown predictor field(s) {', '.join(unknown)}; choose among {', '.join(CATEGORIES)}")
-    common = {}
-    for field in CATEGORIES:
+    common: dict[str, list[int]] = {field: [] for field in CATEGORIES}
+    for field in fields:
         values = getattr(workload, field)
         kept, counts = np.unique(values[values >= 0], return_counts=True)
-        common[field] = kept[counts >= MIN_CATEGORY_JOBS].tolist() if field in fields else []
+        common[field] = kept[counts >= MIN_CATEGORY_JOBS].tolist()
     x = _features(workload, common)
     y = np.log(np.maximum(workload.run, 1))
     penalty = RIDGE * np.eye(x.shape[1])

@@ -253,8 +253,8 @@ class Simulation:
         finishes, revisions = self._finishes, self._revisions
         n = len(submit)
         kill_external = KILL in self.external
-        one_event = self.config.one_event
         cfg = self.config
+        one_event = cfg.one_event
         builtin = not (self._conservative or self.external & {SELECT, INSPECT, SELECT_KILL, BACKFILL}
                        or cfg.commit_pick or cfg.keep_shadow)
         while True:
