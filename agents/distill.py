@@ -37,7 +37,7 @@ from ..environment.simulator import simulate
 from ..environment.workload import Workload
 from .base import Agent
 from .candidates import CandidateFeatures
-from .slots import action_slot, slot_action
+from .slots import action_slot, slot_action, slot_mask
 from .tree import TreeModel
 
 #: A teacher's label of one decision: its action, that action's slot (-1: none of the candidate
@@ -56,6 +56,7 @@ class Teacher:
     kinds: tuple[str, ...] = ()
     has_scores = False
     window = 0
+    waited = 0.0  # seconds the last `run` waited for the answers of a teacher in another process
 
     def label(self, decision: Decision) -> Label:
         raise NotImplementedError
@@ -65,6 +66,18 @@ class Teacher:
 
     def labels(self, prepared: list[Any]) -> list[Label]:
         return prepared
+
+    def run(self, workload: Workload, config: SimConfig, policy: str, agent: Agent) -> dict[str, Any]:
+        """One episode in which `agent` takes the decisions of its kinds; the summary metrics.
+        In process here; a teacher that must see the decisions over the protocol runs it there."""
+        return dict(simulate(workload, config, policy=policy, agents={k: agent for k in agent.kinds}).summary)
+
+
+def action_label(decision: Decision, action: Action, window: int) -> Label:
+    """The label of a teacher that gives only its action: the action and its slot."""
+    _, ids = slot_mask(decision, window)
+    slot = action_slot(decision.kind, action, ids, window)
+    return action, slot if 0 <= slot < (2 if decision.kind == "inspect" else window) else -1, None
 
 
 class CheckpointTeacher(Teacher):
@@ -103,12 +116,7 @@ class AgentTeacher(Teacher):
         self.agent, self.kinds, self.window = agent, tuple(agent.kinds), int(window)
 
     def label(self, decision: Decision) -> Label:
-        from .slots import slot_mask
-
-        action = self.agent.act(decision)
-        _, ids = slot_mask(decision, self.window)
-        slot = action_slot(decision.kind, action, ids, self.window)
-        return action, slot if 0 <= slot < (2 if decision.kind == "inspect" else self.window) else -1, None
+        return action_label(decision, self.agent.act(decision), self.window)
 
 
 def make_teacher(agent: Agent, window: int) -> Teacher:
@@ -259,10 +267,11 @@ def rollout(workload: Workload, config: SimConfig, policy: str, teacher: Teacher
     out = Rollout(Samples(), {})
     agent = _Labeller(teacher, features, tree, mode, out)
     start = time.perf_counter()
-    result = simulate(workload, config, policy=policy, agents={k: agent for k in features.kinds})
+    summary = teacher.run(workload, config, policy, agent)
     agent.finish()
     out.seconds = time.perf_counter() - start
-    out.summary = dict(result.summary)
+    out.teacher_seconds += teacher.waited
+    out.summary = summary
     return out
 
 

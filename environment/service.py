@@ -173,7 +173,8 @@ class EnvService:
     def __init__(self, defaults: dict[str, Any] | None = None, *, decision_timeout: float = 30.0,
                  heartbeat: float = 1.0, on_agent_lost: str = "fallback",
                  clock: Callable[[], float] = time.monotonic, record_latency: bool = False,
-                 on_act: Callable[[Decision, Any], None] | None = None, limits: Limits = Limits(),
+                 on_act: Callable[[Decision, Any], None] | None = None,
+                 steer: Callable[[Decision, Any], Any] | None = None, limits: Limits = Limits(),
                  private: bool = False) -> None:
         if on_agent_lost not in AGENT_LOST_MODES:
             raise HpcgymError(f"on_agent_lost must be one of {', '.join(AGENT_LOST_MODES)}")
@@ -203,6 +204,10 @@ class EnvService:
         # Called with each decision an agent answered and its action, once the action is taken
         # (decision records of agents in any language: agents/records.py).
         self.on_act = on_act
+        # Called with each decision an agent answered and its (valid) answer; what it returns is
+        # applied instead. `hpcgym distill` lets a tree drive while a teacher program answers
+        # (DAgger with a teacher in any language). The agent is not told: it is an advisor.
+        self.steer = steer
         self._workloads = WorkloadCache()  # a trace is read once, not at every reset
         self._out: list[Reply] = []
         # Guards everything but a running episode, which only its session's task touches; held
@@ -481,6 +486,7 @@ class EnvService:
                 order = decision.parse_order(action)
                 action = decision.by_order(order)
             with self._unlocked():
+                action = self._steered(decision, action)
                 ep.sim.step(action)
         except InvalidAction as exc:
             raise m.ProtocolError(m.INVALID_ACTION, str(exc)) from None
@@ -654,6 +660,7 @@ class EnvService:
                     if self.latency is not None:
                         key = kinds_key(owner.kinds)
                         self.answered_by_order[key] = self.answered_by_order.get(key, 0) + 1
+                    job = self._steered(decision, job)
                     if self.on_act is not None:
                         self.on_act(decision, job)
                     ep.sim.step(job)
@@ -661,6 +668,13 @@ class EnvService:
                 del ep.orders[owner.id]  # a candidate it has not ranked: ask the agent
             return decision
         return None
+
+    def _steered(self, decision: Decision, action: Any) -> Any:
+        """The action to take for an agent's answer: the answer, or what `steer` makes of it."""
+        if self.steer is None:
+            return action
+        decision.parse(action)  # an invalid answer is the agent's error, not the steer's
+        return self.steer(decision, action)
 
     def _decision_message(self, ep: Episode, decision: Decision, owner: Peer) -> dict[str, Any]:
         reward = ep.rewards.get(owner.id, 0.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from hpcgym.environment.simulator import simulate
 from hpcgym.environment.spec import load_workload, sim_config
 from hpcgym.environment.swf import read_swf
 from hpcgym.gymbridge.cli import main
+from hpcgym.gymbridge.distill.program_teacher import ProgramTeacher
 
 from .agents_for_tests import write_trace
 from .test_rl import HPCGYM, ROOT
@@ -55,6 +57,28 @@ def test_dagger_on_an_sjf_teacher_reaches_full_agreement_with_a_depth_one_tree(t
     sjf = simulate(test, config, agents={"select": PriorityAgent("sjf")})
     assert last.test.summary == sjf.summary
     assert last.test.summary != simulate(test, config).summary   # not FCFS: the choice mattered
+
+
+def test_a_teacher_program_over_the_protocol_teaches_what_the_same_rule_teaches_in_process(traces_dir):
+    """DAgger with a teacher in another process: the tree drives, the program's answers are the
+    labels. WFP3 mixes wait, size and request, so a depth-2 tree cannot copy it exactly and its
+    disagreements show the labels are the program's, not the tree's own choices."""
+    jobs = read_swf(traces_dir / "SDSC-SP2-1998-4.2-cln.swf.gz")
+    train, test = jobs.take(slice(0, 400)), jobs.take(slice(400, 600))
+    _, features, meta = sjf_setup()
+    config = SimConfig(window=WINDOW)
+    program = ProgramTeacher(f"{sys.executable} -m hpcgym.gymbridge.compare.agent_process wfp3 --connect {{addr}} "
+                             "--kinds select --timeout 30", ("select",), WINDOW)
+    runs = [dagger(teacher, features, train, test, config, "fcfs", depth=2, iterations=1, critical=3,
+                   mode="classification", meta=meta)[-1]
+            for teacher in (AgentTeacher(PriorityAgent("wfp3"), WINDOW), program)]
+    in_process, over_protocol = runs
+    assert 0 < in_process.test.agreed < in_process.test.taught      # the tree is not the teacher
+    for a, b in [(in_process.tree.feature, over_protocol.tree.feature),
+                 (in_process.tree.threshold, over_protocol.tree.threshold)]:
+        assert np.array_equal(a, b)
+    assert (over_protocol.test.taught, over_protocol.test.agreed) == (in_process.test.taught, in_process.test.agreed)
+    assert over_protocol.test.summary == in_process.test.summary
 
 
 def test_the_critical_state_filter_keeps_exactly_the_decisions_above_the_threshold():
@@ -226,3 +250,11 @@ def test_a_checkpoint_teacher_labels_a_batch_as_it_labels_each_decision(traces_d
     for (action, slot, scores), (action1, slot1, scores1) in zip(batch, alone):
         assert (action, slot) == (action1, slot1)
         np.testing.assert_allclose(scores, scores1, rtol=1e-5, atol=1e-6)
+
+
+def test_a_teacher_program_without_an_address_or_that_dies_is_refused(tmp_path, traces_dir):
+    trace = ["--trace", str(traces_dir / "SDSC-SP2-1998-4.2-cln.swf.gz"), "--train-jobs", "50", "--test-jobs", "50",
+             "--out", str(tmp_path / "x")]
+    assert "has no {addr}" in one_line_error(["distill", "cmd:./my_agent --join", *trace])
+    out = one_line_error(["distill", f"cmd:{sys.executable} -c 'import sys; sys.exit(3)' {{addr}}", *trace])
+    assert "teacher program" in out and "exited with status 3" in out

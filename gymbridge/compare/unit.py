@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ def run_unit(task: dict[str, Any], swf_text: str) -> dict[str, Any]:
         trace.write_text(swf_text)
         mode = "protocol" if task["mode"] == "protocol" or policy.external else "inproc"
         if mode == "protocol":
-            result = _run_protocol(policy, task, trace, tmp)
+            result = run_protocol(policy, task, trace, tmp)
         else:
             result = _run_inproc(policy, task, trace)
         result.update(status="ok", mode=mode)
@@ -279,7 +280,10 @@ class _Agents:
                 proc.wait()
 
 
-def _run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Path) -> dict[str, Any]:
+def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Path,
+                 steer: Callable[[Any, Any], Any] | None = None) -> dict[str, Any]:
+    """The policy's agents as processes over ipc:// in `tmp`, this process the env and driver
+    (`steer`: `EnvService`'s, what is taken instead of an agent's answer). Raises UnitFailed."""
     from ...agents.runtime import Connection
     from ...environment.server import serve
     from ...protocol.messages import PROTOCOL_VERSION
@@ -289,7 +293,8 @@ def _run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pa
     address = f"ipc://{tmp}/env.ipc"
     log = _decision_log(task, int(task.get("procs") or _read_procs(trace)))
     service = EnvService({"workload": {}, "options": {}}, decision_timeout=timeout, heartbeat=HEARTBEAT_S,
-                         on_agent_lost="end", record_latency=True, on_act=log.add if log is not None else None)
+                         on_agent_lost="end", record_latency=True, on_act=log.add if log is not None else None,
+                         steer=steer)
     ready = threading.Event()
     failure: list[BaseException] = []
 

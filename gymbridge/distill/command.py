@@ -60,6 +60,11 @@ def _teacher_setup(spec: str, kinds: tuple[str, ...] | None, encoder: str | None
     from ...agents.distill import check_teacher_kinds, make_teacher
     from ...agents.runtime import load_agent
 
+    if spec.lower().startswith("cmd:"):  # a program in any language, over the protocol
+        from .program_teacher import ProgramTeacher
+
+        kinds = kinds or ("select",)
+        return ProgramTeacher(spec[4:].strip(), kinds, window), kinds, encoder, window, None, {**options, "window": window}
     agent = load_agent(spec)
     teacher = make_teacher(agent, window)
     if teacher.has_scores:  # a checkpoint: its own encoder, window and training options
@@ -114,8 +119,10 @@ def _teacher_setup(spec: str, kinds: tuple[str, ...] | None, encoder: str | None
 @click.option("--progress/--no-progress", default=None, help="A progress bar (default: when stderr is a terminal).")
 def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, encoder, window, backfill, policy,
             depths, iterations, critical, methods, mode, relative, seed, out, progress) -> None:
-    """Distil TEACHER (an agent in `hpcgym agent` syntax: sjf, module:Class, model:PATH, tree:PATH)
-    into decision trees by DAgger with critical states (IRL) and plain DAgger."""
+    """Distil TEACHER (an agent in `hpcgym agent` syntax: sjf, module:Class, model:PATH, tree:PATH;
+    or cmd:'PROGRAM {addr} ...', a program in any language asked over the protocol, taking the
+    --kind decisions, default select) into decision trees by DAgger with critical states (IRL)
+    and plain DAgger."""
     from ...agents.candidates import CandidateFeatures
     from ...agents.distill import Samples, dagger, rollout
     from ...agents.encoders import DEFAULT_ENCODERS, get_encoder
