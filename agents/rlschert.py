@@ -84,10 +84,11 @@ SEMANTICS_REWARD: dict[str, str] = {"event": "system_slowdown_prediction"}
 #: 200 jobs per epoch (its num_ex and simu_len); the kill decision over 8 running slots (its kill
 #: outputs) with the rule-based kill as teacher, episodes cut at 3,000 decisions (its max_seq: a
 #: policy that kills at random may never finish a sequence). The paper anneals the imitation weight without
-#: saying how: here it falls linearly to 0 over 20 update epochs (`imitation_epochs`).
+#: saying how: here it falls linearly to 0 over 20 update epochs (`imitation_epochs`). The teacher
+#: depends on the kind: `select` alone is the paper's DeepRM baseline, plain PPO with no teacher.
 TRAINING_DEFAULTS: dict[str, Any] = {
     "kind": "kill", "encoder": "rlschert+nodes", "policy": "fcfs", "jobs": 200, "trajectories": 16, "window": 8,
-    "semantics": "event", "teacher": "rlschert-rule", "max_steps": 3000,
+    "semantics": "event", "teacher": {"kill": "rlschert-rule", "select_kill": "rlschert-joint"}, "max_steps": 3000,
     "config": {"net": "mlp", "hidden": [64, 64], "activation": "tanh", "lr": 1e-4, "gamma": 0.99,
                "gae_lambda": 0.95, "clip": 0.2, "update_epochs": 5, "minibatch_size": 128, "target_kl": 0.01,
                "vf_coef": 0.25, "ent_coef": 0.02, "imitation_coef": 0.5, "imitation_epochs": 20},

@@ -145,6 +145,7 @@ def test_train_rlschert_briefly(tmp_path):
     (["--teacher", "sjf", "--set", "pretrain_epochs=-1"], "pretrain_epochs"),
     (["--teacher", "rlschert-rule", "--set", "imitation_coef=0.5", "--set", "imitation_epochs=0"],
      "imitation_epochs"),
+    (["--teacher", "sjf", "--set", "imitation_coef=0.5"], "teacher sjf takes select decisions, the agent learns kill"),
 ])
 def test_bad_imitation_settings_are_one_line(tmp_path, args, message):
     result = CliRunner().invoke(main, ["train", "ppo", "--kind", "kill", "--jobs", "16", "--epochs", "1",

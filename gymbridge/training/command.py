@@ -218,7 +218,10 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         window = S.get("window", window) if unset("window") else window
         trajectories = S["trajectories"] if unset("trajectories") else trajectories
         reward = paper.SEMANTICS_REWARD[semantics] if unset("reward") else reward
-        teacher = teacher or S.get("teacher")
+        preset_teacher = S.get("teacher")
+        if isinstance(preset_teacher, dict):  # a teacher per kind; none for the others
+            preset_teacher = preset_teacher.get(kind)
+        teacher = teacher or preset_teacher
         max_steps = max_steps or S.get("max_steps")
         options = dict(paper.SEMANTICS[semantics])
         workload_keys = dict(paper.SEMANTICS_WORKLOAD[semantics])
@@ -228,6 +231,8 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         if not unset("backfill"):
             options["backfill"] = backfill
         config = dict(S["config"])
+        if teacher is None and config.get("imitation_coef"):
+            config["imitation_coef"] = 0.0  # nothing to imitate on this kind (the preset's teacher takes another)
         preset = {k: config.pop(k) for k in ("net", "hidden", "lr", "gamma")}
         net = net or preset["net"]
         hidden = hidden or ",".join(map(str, preset["hidden"]))

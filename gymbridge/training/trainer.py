@@ -310,7 +310,13 @@ class Trainer:
         from ...agents.rl.imitation import teacher_labeller
         from ...agents.runtime import load_agent
 
-        return teacher_labeller(load_agent(s.teacher), s.options.get("window", SimConfig.window))
+        agent = load_agent(s.teacher)
+        kinds = s.kind.split("+")
+        if not set(kinds) & set(agent.kinds):
+            raise ConfigError(f"teacher {s.teacher} takes {'/'.join(agent.kinds)} decisions, the agent learns "
+                              f"{s.kind}: nothing to imitate; name a teacher of {s.kind} decisions (e.g. --teacher sjf "
+                              "for select) or none")
+        return teacher_labeller(agent, s.options.get("window", SimConfig.window))
 
     # ---------------------------------------------------------------- the loop
     def train(self, resume: bool = False) -> list[dict[str, Any]]:
