@@ -1,10 +1,10 @@
 """RLSchert evaluation (docs/rlschert.md): the paper's Tables 7 and 8 (mean slowdown and mean
 completion time of Tetris, Random, SJF, Tetris*, SAF, each without and with the rule-based kill,
-and the RL kill agent where one is trained) under each predictor, over two disjoint seed sets of
+and the RL agents where they are trained) under each predictor, over two disjoint seed sets of
 test-part windows, through `hpcgym compare` (paired differences to SJF with 95% bootstrap CIs),
 with the orderings beside the paper's. With --shares, the paper's Table 9 instead: the running
 predictor revising only a share of the jobs (`prediction: running:share=S`), SJF without and with
-the rule-based kill (and the RL kill agent) at each share: kills, lost work, mean slowdown and mean
+the rule-based kill (and the RL agents) at each share: kills, lost work, mean slowdown and mean
 completion time, paired differences to SJF at the first share and of each kill to SJF at its share.
 
     python benchmarks/rlschert_eval.py --out runs/rlschert-eval                    # every trace
@@ -15,8 +15,9 @@ The baselines run on hpcgym's event simulator, not the paper's discrete-time Dee
 SAF are priority orders with EASY backfilling; Tetris, Tetris* and Random (`random-packing`) are
 packing agents that start jobs that fit and never reserve (`--backfill none`). Reservations use
 the predictions (`estimate: predicted`). The `learned` model is fitted on each trace's training
-part first (`hpcgym predict fit`). An RL kill agent is read from RUNS/rlschert-TRACE/model.pt
-(`hpcgym train rlschert`) when it exists; its rows are left out otherwise. Outputs in OUT:
+part first (`hpcgym predict fit`). The RL agents are read from RUNS/deeprm-TRACE/model.pt (`hpcgym
+train rlschert --kind select`: the paper's DeepRM, no kill) and RUNS/rlschert-TRACE/model.pt (`hpcgym
+train rlschert`, kind kill or select_kill) when they exist; their rows are left out otherwise. Outputs in OUT:
 compare folders, results.json and results.md (with --shares: table9.json and table9.md).
 """
 
@@ -66,10 +67,15 @@ def prediction(args, trace: str, predictor: str) -> str:
     return f"learned:{model.resolve()}"
 
 
-def kill_agent(args, trace: str) -> Path | None:
-    """The trained RL kill agent of `trace` (`hpcgym train rlschert`), if there is one."""
-    agent = args.runs / f"rlschert-{TRACES[trace]}" / "model.pt"
-    return agent.resolve() if agent.is_file() else None
+#: The RL rows, each read from RUNS/NAME-TRACE/model.pt when it exists: `deeprm` (`hpcgym train
+#: rlschert --kind select`, no kill, no teacher) and `rlschert` (kind kill or select_kill).
+RL_AGENTS = ("deeprm", "rlschert")
+
+
+def rl_agents(args, trace: str) -> dict[str, Path]:
+    """The trained RL agents of `trace`, by row name; each takes the kinds it was trained on."""
+    found = {name: args.runs / f"{name}-{TRACES[trace]}" / "model.pt" for name in RL_AGENTS}
+    return {name: path.resolve() for name, path in found.items() if path.is_file()}
 
 
 def policies(args, trace: str, predictor: str) -> dict[str, str]:
@@ -78,8 +84,8 @@ def policies(args, trace: str, predictor: str) -> dict[str, str]:
     for name, spec in BASELINES.items():
         table[name] = f"{spec},{options}"
         table[f"{name}-kill"] = f"{spec},{options},{KILL}"
-    if agent := kill_agent(args, trace):
-        table["rlschert"] = f"fcfs,{options},kill:model:{agent}"
+    for name, agent in rl_agents(args, trace).items():
+        table[name] = f"fcfs,{options},model:{agent}"
     return table
 
 
@@ -87,14 +93,14 @@ def share_policies(args, trace: str, shares: list[float]) -> dict[str, tuple[flo
     """Table 9's policies by name: (share, the no-kill policy of the same share or None, spec);
     SJF at the first share first (the baseline of compare's differences)."""
     table: dict[str, tuple[float, str | None, str]] = {}
-    agent = kill_agent(args, trace)
+    agents = rl_agents(args, trace)
     for share in shares:
         options = f"prediction:running:share={share:g},estimate:predicted"
         plain = f"sjf-s{share * 100:g}"
         table[plain] = (share, None, f"sjf,{options}")
         table[f"sjf-kill-s{share * 100:g}"] = (share, plain, f"sjf,{options},{KILL}")
-        if agent:
-            table[f"rlschert-s{share * 100:g}"] = (share, plain, f"fcfs,{options},kill:model:{agent}")
+        for name, agent in agents.items():
+            table[f"{name}-s{share * 100:g}"] = (share, plain, f"fcfs,{options},model:{agent}")
     return table
 
 
