@@ -115,10 +115,13 @@ def _teacher_setup(spec: str, kinds: tuple[str, ...] | None, encoder: str | None
               help="Add each job column's rank among the candidates (from the smallest and from the largest) to "
                    "the tree's features.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="CPU threads for a checkpoint teacher's torch (it scores one decision at a time while it drives: "
+                   "more threads only contend).")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True)
 @click.option("--progress/--no-progress", default=None, help="A progress bar (default: when stderr is a terminal).")
 def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, encoder, window, backfill, policy,
-            depths, iterations, critical, methods, mode, relative, seed, out, progress) -> None:
+            depths, iterations, critical, methods, mode, relative, seed, threads, out, progress) -> None:
     """Distil TEACHER (an agent in `hpcgym agent` syntax: sjf, module:Class, model:PATH, tree:PATH;
     or cmd:'PROGRAM {addr} ...', a program in any language asked over the protocol, taking the
     --kind decisions, default select) into decision trees by DAgger with critical states (IRL)
@@ -140,6 +143,10 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
         _clone_records(records_path, train, test, kinds, depth_list, relative, seed, out, options)
         return
     t0 = time.perf_counter()
+    if teacher.lower().startswith(("model:", "online:")):
+        import torch
+
+        torch.set_num_threads(threads)
     teach, kinds, encoder, window, procs, options = _teacher_setup(teacher, kinds, encoder, window, options)
     mode = ("regression" if teach.has_scores else "classification") if mode == "auto" else mode
     if mode == "regression" and not teach.has_scores:
