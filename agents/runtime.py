@@ -270,6 +270,15 @@ def load_model(path: str | os.PathLike, online: bool = False, **kwargs: Any) -> 
     return OnlineRLAgent(path, **kwargs) if online else RLAgent(path, **kwargs)
 
 
+def serve_on_one_thread() -> None:
+    """For a process that serves a checkpoint: torch on one thread. A served network scores one
+    decision at a time, which more threads only slow (they contend with the simulation and with
+    each other: a comparison of a DRAS agent took 108 s with two threads, 52 s with one)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
 def episode_policy(agent: str | None, policy: str | None = None) -> str | None:
     """The env priority policy an agent's resets ask for: `policy` if given, else the agent's own
     name when it is a priority policy (the window and the built-in backfill scan then follow the

@@ -373,7 +373,7 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
                   require, timeout, curve_server, curve_secret, as_json, progress_every, orders) -> None:
     """Serve AGENT (a built-in name such as sjf, or module:Class), or a checkpoint (--model), to an env;
     with --online the checkpoint keeps learning while it serves."""
-    from ..agents.runtime import agent_name, episode_policy, load_agent, run_agent
+    from ..agents.runtime import agent_name, episode_policy, load_agent, run_agent, serve_on_one_thread
 
     if (agent is None) == (model is None):
         raise click.UsageError("name an AGENT or give --model CHECKPOINT (one of the two)")
@@ -400,7 +400,7 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
             raise HpcgymError("--model needs PyTorch, which is not installed: pip install torch==2.13.0 (the CPU "
                               "build; see the README) and pip install 'hpcgym[rl]'") from None
 
-        torch.set_num_threads(1)  # one decision at a time: a small network gains nothing from more
+        serve_on_one_thread()
         if online:
             from ..agents.rl.online import DEFAULT_EVERY, OnlineRLAgent
 

@@ -22,10 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=40.0)
     args = parser.parse_args(argv)
 
-    from ...agents.runtime import load_agent, run_agent
+    from ...agents.runtime import load_agent, run_agent, serve_on_one_thread
 
     try:
         agent = load_agent(args.agent)
+        serve_on_one_thread()
         kinds = tuple(k for k in args.kinds.split(",") if k)
         declared = tuple(getattr(agent, "kinds", ()))
         if kinds:

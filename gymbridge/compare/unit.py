@@ -177,9 +177,10 @@ def _run_inproc(policy: PolicySpec, task: dict[str, Any], trace: Path) -> dict[s
 
 
 def _make_agent(spec: AgentSpec, cwd: str | None) -> Any:
-    from ...agents.runtime import load_agent
+    from ...agents.runtime import load_agent, serve_on_one_thread
 
     agent = load_agent(_load_spec(spec, cwd))
+    serve_on_one_thread()
     declared = tuple(getattr(agent, "kinds", ()))
     if spec.kinds:
         if not set(spec.kinds) <= set(declared):
