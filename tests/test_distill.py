@@ -221,6 +221,15 @@ def test_the_irl_teacher_trains_and_distils_by_regression_on_its_q_values(tmp_pa
     tree = load_tree(out / "irl-d6.npz")
     assert tree.features == ["size", "requested", "utilization", "kind=select", "kind=backfill"]
     assert tree.meta["mode"] == "regression" and tree.depth <= 6
+    # the tree may read other features than its teacher, over the same slots
+    r = CliRunner().invoke(main, ["distill", f"model:{tmp_path / 'dqn' / 'model.pt'}", "--trace", str(trace),
+                                  "--train-jobs", "250", "--test-jobs", "150", "--depth", "4", "--iterations", "1",
+                                  "--methods", "irl", "--no-relative", "--encoder", "jobs", "--out", str(out / "jobs"),
+                                  "--no-progress"])
+    assert r.exit_code == 0, r.output
+    tree = load_tree(out / "jobs" / "irl-d4.npz")
+    assert tree.meta["encoder"] == "jobs" and "wait" in tree.features and "utilization" not in tree.features
+    assert 0.0 < json.loads((out / "jobs" / "distill.json").read_text())["iterations"][-1]["agreement"] <= 1.0
 
 
 def test_a_checkpoint_teacher_labels_a_batch_as_it_labels_each_decision(traces_dir):

@@ -73,10 +73,10 @@ def _teacher_setup(spec: str, kinds: tuple[str, ...] | None, encoder: str | None
             check_teacher_kinds(teacher.kinds, kinds, spec)
             raise HpcgymError(f"teacher {spec} takes {'+'.join(teacher.kinds)} together; distil them together "
                               f"(--kind {'+'.join(teacher.kinds)})")
-        if encoder is not None and encoder != ckpt.encoder:
-            raise ConfigError(f"teacher {spec} reads the {ckpt.encoder!r} encoder; drop --encoder")
         trained = dict(ckpt.env.get("options", {}))
-        return teacher, teacher.kinds, ckpt.encoder, teacher.window, ckpt.env.get("procs"), {**trained, **options}
+        # the tree may read other features than the teacher (which always reads its own): the slots are the same
+        return (teacher, teacher.kinds, encoder or ckpt.encoder, teacher.window, ckpt.env.get("procs"),
+                {**trained, **options})
     declared = tuple(agent.kinds)
     kinds = kinds or declared
     check_teacher_kinds(declared, kinds, spec)
@@ -97,7 +97,8 @@ def _teacher_setup(spec: str, kinds: tuple[str, ...] | None, encoder: str | None
 @click.option("--test-jobs", type=click.IntRange(min=1), default=2_500, show_default=True)
 @click.option("--kind", help="Decision kinds to distil: select, backfill, inspect or select+backfill "
               "(default: the teacher's).")
-@click.option("--encoder", help="Features (default: a checkpoint's own; else the kind's usual encoder).")
+@click.option("--encoder", help="The tree's features (default: a checkpoint teacher's own encoder, else the kind's "
+              "usual one); a checkpoint teacher always reads its own, over the same window slots.")
 @click.option("--window", type=click.IntRange(min=1), default=128, show_default=True,
               help="Queue window (a checkpoint's own window wins).")
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), help="Backfilling (default: a checkpoint's, else easy).")
