@@ -101,3 +101,19 @@ def test_a_checkpoint_served_over_ipc_gives_the_in_process_schedule(tmp_path, ip
                      agents={"backfill": RLAgent(model, greedy=False, seed=3)}).summary
     assert local != simulate(workload, sim_config(options), policy="fcfs").summary
     assert served_summary(trace, model, ipc_dir, ["--preset", "rlbf-public"], 80, 5, 3) == dict(local)
+
+
+def test_an_evaluation_it_cannot_make_stops_the_training_before_it_starts(tmp_path, traces_dir):
+    """`scw` windows drop the code's cleaning from the trace, which the held-out evaluation cannot
+    redo: that used to fail after the whole training; now before the first epoch, in one line."""
+    pytest.importorskip("torch")
+    from click.testing import CliRunner
+
+    from hpcgym.gymbridge.cli import main
+
+    out = tmp_path / "run"
+    r = CliRunner().invoke(main, ["train", "rlbf", "--trace", str(traces_dir / "lublin_256.swf.gz"), "--semantics",
+                                  "scw", "--epochs", "1", "--trajectories", "1", "--out", str(out), "--no-progress"])
+    assert r.exit_code == 2 and "cannot draw sequences with workload key(s) cleaning" in r.output, r.output
+    assert "Traceback" not in r.output and "--eval-episodes 0" in r.output.strip().splitlines()[-1]
+    assert not list(out.glob("epoch_*.pt"))

@@ -262,6 +262,8 @@ class Trainer:
     # ---------------------------------------------------------------- set-up
     def setup(self, resume: bool = False) -> None:
         s = self.settings
+        if s.eval_episodes:  # a held-out evaluation it cannot make fails now, not after the training
+            eval_sequences(s.eval_workload or s.workload, s.eval_episodes, s.seed)
         envs = [self.env_fn(i) for i in range(s.envs)]
         self.envs = envs
         ckpt_path = latest_checkpoint(self.out) if resume else None
@@ -472,7 +474,7 @@ def eval_sequences(workload: dict[str, Any], episodes: int, seed: int) -> Sequen
                                       "jobs", "start", "sample", "sampled_jobset"})
     if unknown:
         raise ConfigError(f"the held-out evaluation cannot draw sequences with workload key(s) "
-                          f"{', '.join(unknown)}; use eval_episodes=0 and evaluate with hpcgym compare")
+                          f"{', '.join(unknown)}; train with --eval-episodes 0 and evaluate with hpcgym compare")
     jobs = workload.get("jobs")
     return SequenceSpec(trace=workload.get("trace"), procs=workload.get("procs"),
                         strict=bool(workload.get("strict")), skip_malformed=bool(workload.get("skip_malformed")),
