@@ -103,17 +103,38 @@ def test_a_checkpoint_served_over_ipc_gives_the_in_process_schedule(tmp_path, ip
     assert served_summary(trace, model, ipc_dir, ["--preset", "rlbf-public"], 80, 5, 3) == dict(local)
 
 
-def test_an_evaluation_it_cannot_make_stops_the_training_before_it_starts(tmp_path, traces_dir):
-    """`scw` windows drop the code's cleaning from the trace, which the held-out evaluation cannot
-    redo: that used to fail after the whole training; now before the first epoch, in one line."""
+def test_scw_training_ends_with_its_held_out_evaluation(tmp_path, traces_dir):
+    """`scw` windows are cut from the trace cleaned by the code's rule, and the held-out evaluation
+    draws its windows the same way (it used to refuse the `cleaning` key, after the whole training)."""
     pytest.importorskip("torch")
+    import json
+
     from click.testing import CliRunner
 
     from hpcgym.gymbridge.cli import main
 
     out = tmp_path / "run"
     r = CliRunner().invoke(main, ["train", "rlbf", "--trace", str(traces_dir / "lublin_256.swf.gz"), "--semantics",
-                                  "scw", "--epochs", "1", "--trajectories", "1", "--out", str(out), "--no-progress"])
-    assert r.exit_code == 2 and "cannot draw sequences with workload key(s) cleaning" in r.output, r.output
-    assert "Traceback" not in r.output and "--eval-episodes 0" in r.output.strip().splitlines()[-1]
-    assert not list(out.glob("epoch_*.pt"))
+                                  "scw", "--epochs", "1", "--trajectories", "1", "--eval-episodes", "1", "--out",
+                                  str(out), "--no-progress"])
+    assert r.exit_code == 0, r.output
+    result = json.loads((out / "eval.json").read_text())
+    assert result["workload"]["cleaning"] == "rlbf-scw" and set(result["summary"]) == {"ppo", "fcfs"}
+
+
+def test_an_evaluation_it_cannot_make_stops_the_training_before_it_starts(tmp_path):
+    """A workload the held-out evaluation cannot draw from (a generated one given by its size) is
+    refused before the first epoch, not after the last, naming --eval-episodes 0."""
+    pytest.importorskip("torch")
+    from hpcgym.agents.rlbf import SEMANTICS, SEMANTICS_REWARD, TRAINING_DEFAULTS as S
+    from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
+
+    settings = TrainSettings(
+        algorithm="ppo", kind="backfill", encoder="rlbf", reward=SEMANTICS_REWARD["textbook"],
+        workload={"generate_jobs": 500, "procs": 64, "jobs": 64, "sample": True},
+        options={**SEMANTICS["textbook"], "policy": "fcfs", "window": 32}, config=S["config"], epochs=1,
+        trajectories=1, envs=1, seed=0, eval_episodes=1)
+    trainer = Trainer(settings, tmp_path / "run", progress=False)
+    with pytest.raises(ConfigError, match="generate_jobs; train with --eval-episodes 0"):
+        trainer.train()
+    assert not list((tmp_path / "run").glob("epoch_*.pt"))

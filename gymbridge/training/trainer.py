@@ -471,7 +471,7 @@ def eval_sequences(workload: dict[str, Any], episodes: int, seed: int) -> Sequen
     from ..compare.plan import SequenceSpec
 
     unknown = sorted(set(workload) - {"trace", "procs", "strict", "skip_malformed", "train_fraction", "part",
-                                      "jobs", "start", "sample", "sampled_jobset"})
+                                      "jobs", "start", "sample", "sampled_jobset", "cleaning"})
     if unknown:
         raise ConfigError(f"the held-out evaluation cannot draw sequences with workload key(s) "
                           f"{', '.join(unknown)}; train with --eval-episodes 0 and evaluate with hpcgym compare")
@@ -481,4 +481,4 @@ def eval_sequences(workload: dict[str, Any], episodes: int, seed: int) -> Sequen
                         samples=episodes if jobs is not None else 1, jobs=jobs,
                         sampled_jobset=bool(workload.get("sampled_jobset")),
                         train_fraction=workload.get("train_fraction"), part=workload.get("part", "test"),
-                        seed=eval_seed(seed))
+                        seed=eval_seed(seed), cleaning=workload.get("cleaning", SequenceSpec.cleaning))
