@@ -62,6 +62,18 @@ def test_the_networks_have_the_codes_shapes():
     assert [g["lr"] for g in algo.optimizer.param_groups] == [3e-4, 1e-3]
 
 
+def textbook_settings(generate_jobs: int, **run):
+    """RL backfilling's PPO with textbook EASY-safe candidates on a generated 64-processor workload
+    (64-job episodes, window 32)."""
+    from hpcgym.agents.rlbf import SEMANTICS, SEMANTICS_REWARD, TRAINING_DEFAULTS as S
+    from hpcgym.gymbridge.training.trainer import TrainSettings
+
+    return TrainSettings(
+        algorithm="ppo", kind="backfill", encoder="rlbf", reward=SEMANTICS_REWARD["textbook"],
+        workload={"generate_jobs": generate_jobs, "procs": 64, "jobs": 64, "sample": True},
+        options={**SEMANTICS["textbook"], "policy": "fcfs", "window": 32}, config=S["config"], seed=0, **run)
+
+
 def test_short_training_raises_the_relative_reward(tmp_path):
     """PPO with RL backfilling's settings, textbook EASY-safe candidates, on a generated workload
     (64 processors, 64-job episodes, window 32): 8 epochs of 16 episodes raise the sampled
@@ -69,16 +81,9 @@ def test_short_training_raises_the_relative_reward(tmp_path):
     test was written (training seeds 0, 1, 2): -0.318 -> about -0.12 each time (seed 1: -0.115,
     seed 2: -0.115); the bar is a third of the smallest gain."""
     pytest.importorskip("torch")
-    from hpcgym.agents.rlbf import SEMANTICS, SEMANTICS_REWARD, TRAINING_DEFAULTS as S
-    from hpcgym.gymbridge.training.trainer import TrainSettings
-
     from .test_dras_agent import returns_before_and_after_training
 
-    settings = TrainSettings(
-        algorithm="ppo", kind="backfill", encoder="rlbf", reward=SEMANTICS_REWARD["textbook"],
-        workload={"generate_jobs": 3000, "procs": 64, "jobs": 64, "sample": True},
-        options={**SEMANTICS["textbook"], "policy": "fcfs", "window": 32}, config=S["config"], epochs=8,
-        trajectories=16, envs=4, seed=0, eval_episodes=0)
+    settings = textbook_settings(generate_jobs=3000, epochs=8, trajectories=16, envs=4, eval_episodes=0)
     before, after = returns_before_and_after_training(settings, tmp_path / "run")
     assert after.mean() - before.mean() > 0.065, (before.mean(), after.mean())
 
@@ -126,14 +131,9 @@ def test_an_evaluation_it_cannot_make_stops_the_training_before_it_starts(tmp_pa
     """A workload the held-out evaluation cannot draw from (a generated one given by its size) is
     refused before the first epoch, not after the last, naming --eval-episodes 0."""
     pytest.importorskip("torch")
-    from hpcgym.agents.rlbf import SEMANTICS, SEMANTICS_REWARD, TRAINING_DEFAULTS as S
-    from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
+    from hpcgym.gymbridge.training.trainer import Trainer
 
-    settings = TrainSettings(
-        algorithm="ppo", kind="backfill", encoder="rlbf", reward=SEMANTICS_REWARD["textbook"],
-        workload={"generate_jobs": 500, "procs": 64, "jobs": 64, "sample": True},
-        options={**SEMANTICS["textbook"], "policy": "fcfs", "window": 32}, config=S["config"], epochs=1,
-        trajectories=1, envs=1, seed=0, eval_episodes=1)
+    settings = textbook_settings(generate_jobs=500, epochs=1, trajectories=1, envs=1, eval_episodes=1)
     trainer = Trainer(settings, tmp_path / "run", progress=False)
     with pytest.raises(ConfigError, match="generate_jobs; train with --eval-episodes 0"):
         trainer.train()
