@@ -56,7 +56,6 @@ class Teacher:
     kinds: tuple[str, ...] = ()
     has_scores = False
     window = 0
-    waited = 0.0  # seconds the last `run` waited for the answers of a teacher in another process
 
     def label(self, decision: Decision) -> Label:
         raise NotImplementedError
@@ -67,10 +66,11 @@ class Teacher:
     def labels(self, prepared: list[Any]) -> list[Label]:
         return prepared
 
-    def run(self, workload: Workload, config: SimConfig, policy: str, agent: Agent) -> dict[str, Any]:
-        """One episode in which `agent` takes the decisions of its kinds; the summary metrics.
-        In process here; a teacher that must see the decisions over the protocol runs it there."""
-        return dict(simulate(workload, config, policy=policy, agents={k: agent for k in agent.kinds}).summary)
+    def run(self, workload: Workload, config: SimConfig, policy: str, agent: Agent) -> tuple[dict[str, Any], float]:
+        """One episode in which `agent` takes the decisions of its kinds: its summary metrics, and the
+        seconds spent waiting for a teacher in another process (none here: in process; a teacher
+        that must see the decisions over the protocol runs the episode there)."""
+        return dict(simulate(workload, config, policy=policy, agents={k: agent for k in agent.kinds}).summary), 0.0
 
 
 def action_label(decision: Decision, action: Action, window: int) -> Label:
@@ -267,10 +267,10 @@ def rollout(workload: Workload, config: SimConfig, policy: str, teacher: Teacher
     out = Rollout(Samples(), {})
     agent = _Labeller(teacher, features, tree, mode, out)
     start = time.perf_counter()
-    summary = teacher.run(workload, config, policy, agent)
+    summary, waited = teacher.run(workload, config, policy, agent)
     agent.finish()
     out.seconds = time.perf_counter() - start
-    out.teacher_seconds += teacher.waited
+    out.teacher_seconds += waited
     out.summary = summary
     return out
 

@@ -48,7 +48,7 @@ def run_unit(task: dict[str, Any], swf_text: str) -> dict[str, Any]:
     ("protocol" or "inproc"), cwd (for agent processes and module imports), decision_timeout."""
     started = time.perf_counter()
     policy = PolicySpec.from_json(task["policy"])
-    tmp = Path(tempfile.mkdtemp(prefix="hpcgym-cmp-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    tmp = ipc_folder("hpcgym-cmp-")
     try:
         trace = tmp / "seq.swf"
         trace.write_text(swf_text)
@@ -72,6 +72,12 @@ def run_unit(task: dict[str, Any], swf_text: str) -> dict[str, Any]:
 
 class UnitFailed(Exception):
     """The unit could not finish (an agent died, the env refused, the episode did not complete)."""
+
+
+def ipc_folder(prefix: str) -> Path:
+    """A new temporary folder, under /tmp where it exists: an ipc:// socket path inside it must fit
+    the ~107-byte limit, which a long $TMPDIR can break."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp" if os.path.isdir("/tmp") else None))
 
 
 def _sim_options(policy: PolicySpec, task: dict[str, Any]) -> dict[str, Any]:

@@ -64,7 +64,8 @@ def _teacher_setup(spec: str, kinds: tuple[str, ...] | None, encoder: str | None
         from .program_teacher import ProgramTeacher
 
         kinds = kinds or ("select",)
-        return ProgramTeacher(spec[4:].strip(), kinds, window), kinds, encoder, window, None, {**options, "window": window}
+        teacher = ProgramTeacher(spec[4:].strip(), kinds, window)
+        return teacher, kinds, encoder, window, None, {**options, "window": window}
     agent = load_agent(spec)
     teacher = make_teacher(agent, window)
     if teacher.has_scores:  # a checkpoint: its own encoder, window and training options

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from ...agents.base import Agent
@@ -45,9 +43,9 @@ class ProgramTeacher(Teacher):
                               "only decisions of its own episodes (ProgramTeacher.run)")
         return action_label(decision, self._answer[1], self.window)
 
-    def run(self, workload: Workload, config: SimConfig, policy: str, agent: Agent) -> dict[str, Any]:
+    def run(self, workload: Workload, config: SimConfig, policy: str, agent: Agent) -> tuple[dict[str, Any], float]:
         from ..compare.policy import parse_policy
-        from ..compare.unit import UnitFailed, run_protocol
+        from ..compare.unit import UnitFailed, ipc_folder, run_protocol
 
         failed: list[BaseException] = []
 
@@ -62,7 +60,7 @@ class ProgramTeacher(Teacher):
         spec = parse_policy(f"teacher={policy},{'/'.join(self.kinds)}:cmd:{self.command}")
         task = {"seed": config.seed, "options": config.to_options(), "procs": workload.procs, "cwd": os.getcwd(),
                 "decision_timeout": self.decision_timeout}
-        tmp = Path(tempfile.mkdtemp(prefix="hpcgym-teacher-", dir="/tmp" if os.path.isdir("/tmp") else None))  # ipc paths are short
+        tmp = ipc_folder("hpcgym-teacher-")
         try:
             write_swf(tmp / "jobs.swf", workload)
             result = run_protocol(spec, task, tmp / "jobs.swf", tmp, steer)
@@ -73,5 +71,4 @@ class ProgramTeacher(Teacher):
             shutil.rmtree(tmp, ignore_errors=True)
         if failed:
             raise failed[0]
-        self.waited = sum(sum(times) for times in result["latency"].values())  # env-side, per answer
-        return result["summary"]
+        return result["summary"], sum(sum(times) for times in result["latency"].values())  # env-side

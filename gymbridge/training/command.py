@@ -218,10 +218,7 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         window = S.get("window", window) if unset("window") else window
         trajectories = S["trajectories"] if unset("trajectories") else trajectories
         reward = paper.SEMANTICS_REWARD[semantics] if unset("reward") else reward
-        preset_teacher = S.get("teacher")
-        if isinstance(preset_teacher, dict):  # a teacher per kind; none for the others
-            preset_teacher = preset_teacher.get(kind)
-        teacher = teacher or preset_teacher
+        teacher = teacher or S.get("teacher", {}).get(kind)  # a preset's teacher is per kind
         max_steps = max_steps or S.get("max_steps")
         options = dict(paper.SEMANTICS[semantics])
         workload_keys = dict(paper.SEMANTICS_WORKLOAD[semantics])
