@@ -16,7 +16,7 @@ Events of one instant go in one message, completions before submissions (hpcgym'
 requested calls, then the end-of-submissions notice. Decisions take effect at the instant of the
 message they answer: the decision time a scheduler claims by answering with a later `now` is not
 simulated. Run times are hidden from the scheduler unless `reveal_run_times` (Batsim itself
-reveals each job's profile at the start): every job then names one profile of an unknown type.
+reveals each job's profile at the start): every job then names one profile that tells nothing.
 
 The loop has no sockets: `run(exchange)` sends each message through `exchange`, a function from
 a message to the scheduler's decoded reply; `SchedulerSocket` is the ZeroMQ one.
@@ -41,8 +41,10 @@ from .workload import Workload
 
 #: The one workload's id: Batsim names jobs WORKLOAD!ID.
 WORKLOAD_ID = "w0"
-#: The profile every job names when run times are hidden (pybatsim reads it as an unknown type).
+#: The profile every job names when run times are hidden, and what it says: no type (pybatsim
+#: reads it as an unknown profile; one with an unknown type crashes its high-level API).
 HIDDEN_PROFILE = "hidden"
+HIDDEN = {"hidden": "hpcgym hides run times from the scheduler (hpcgym batsim run --reveal-run-times shows them)"}
 #: Most messages the loop exchanges at one instant before it calls the scheduler stuck (a
 #: scheduler that asks to be called now, over and over, would otherwise never let time move).
 MAX_EXCHANGES_PER_INSTANT = 10_000
@@ -117,7 +119,7 @@ def workload_json(workload: Workload, reveal_run_times: bool = True) -> dict[str
     for job_id, submit, run, size, requested in zip(workload.job_id.tolist(), workload.submit.tolist(),
                                                      workload.run.tolist(), workload.size.tolist(),
                                                      workload.requested.tolist()):
-        name, profile = delay_profile(run) if reveal_run_times else (HIDDEN_PROFILE, {"type": HIDDEN_PROFILE})
+        name, profile = delay_profile(run) if reveal_run_times else (HIDDEN_PROFILE, HIDDEN)
         profiles[name] = profile
         jobs.append({"id": str(job_id), "subtime": float(submit), "walltime": float(requested), "res": size,
                      "profile": name})
@@ -155,6 +157,7 @@ class BatsimRun:
 
     result: RunResult
     rejected: list[int] = field(default_factory=list)
+    allocations: dict[int, str] = field(default_factory=dict)  # job id -> the hosts it ran on (interval set)
     exchanges: int = 0
     wall_s: float = 0.0
 
@@ -248,6 +251,7 @@ class BatsimReplay:
             self._send(events)
         self._send([self._event("SIMULATION_ENDS", {})], apply=False)
         return BatsimRun(self._result(), [self._ids[i] for i in range(n) if self._state[i] == REJECTED],
+                         {self._ids[i]: format_interval_set(self._hosts[i]) for i in range(n) if self._state[i] == DONE},
                          self._exchanges, time.perf_counter() - began)
 
     def _event(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -274,7 +278,6 @@ class BatsimReplay:
         hosts = self._hosts[i]
         for h in hosts:
             self._owner[h] = -1
-        self._hosts[i] = []
         self._state[i] = DONE
         self._open -= 1
         return format_interval_set(hosts)

@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hpcgym.environment.batsim import (BatsimReplay, SchedulerFailed, format_interval_set, parse_interval_set,
-                                       workload_json)
+from hpcgym.environment.batsim import BatsimReplay, SchedulerFailed, format_interval_set, parse_interval_set
 from hpcgym.environment.config import SimConfig
 from hpcgym.environment.simulator import simulate
 from hpcgym.environment.spec import load_workload
@@ -232,3 +231,71 @@ def test_batsim_policies_parse_alone_only():
     for bad in ("batsim:", "sjf,batsim:pybatsim easyBackfill", "batsim:pybatsim easyBackfill,overrun:run"):
         with pytest.raises(Exception, match="batsim"):
             parse_policy(bad)
+
+
+# ------------------------------------------------------------------ pybatsim's examples, unchanged
+def pybatsim(name: str) -> list[str]:
+    return [str(PYBATSIM), name, "-t", "0"]  # -t 0: wait for Batsim without pybatsim's 2 s limit
+
+
+@pytest.fixture(scope="module")
+def lublin_200(traces_dir):
+    return load_workload({"trace": str(traces_dir / "lublin_256.swf.gz"), "jobs": 200})
+
+
+@needs_pybatsim
+@pytest.mark.parametrize("name", ["easyBackfill", "fillerSched", *(pytest.param(name, marks=pytest.mark.slow) for name in (
+    "schedFcfs", "schedFiller", "schedEasySjfBackfill"))])  # pybatsim's high-level API: 5 to 70 s here
+def test_pybatsims_example_schedulers_run_unchanged_to_the_end(name, lublin_200):
+    run, _ = run_scheduler(lublin_200, pybatsim(name), timeout=120)
+    jobs = run.result.jobs
+    # no job is larger than the 256 hosts, so none is rejected and every job has its record
+    assert run.rejected == [] and sorted(jobs["job_id"].tolist()) == sorted(lublin_200.job_id.tolist())
+    # every job ran its whole run time (Lublin's requested times are its run times: no walltime kill)
+    order = np.argsort(jobs["job_id"])
+    assert (jobs["run"][order] == lublin_200.run[np.argsort(lublin_200.job_id)]).all()
+    assert (jobs["start"] >= jobs["submit"]).all()
+
+
+def on_halves(w: Workload) -> Workload:
+    """Every job takes half the machine or all of it."""
+    return w.with_columns(size=np.where(w.size <= w.procs // 2, w.procs // 2, w.procs))
+
+
+@needs_pybatsim
+def test_easy_backfill_equals_hpcgyms_fcfs_easy_where_contiguous_placement_cannot_fragment(traces_dir):
+    # SDSC-SP2's first 200 jobs, each made to take half the machine (64 hosts) or all of it (128).
+    # easyBackfill allocates from either end of a free interval, so every allocation is one half
+    # or the whole machine, and the free hosts are always one interval (none, a half, or all):
+    # a job fits contiguously exactly when it fits by count, and the reservation of the first
+    # waiting job holds the very hosts hpcgym's count reserves. So pybatsim's EASY (first come
+    # first served, reservation by requested times, backfill of what ends before it or uses other
+    # hosts) must give hpcgym's FCFS + EASY with walltime kills, job for job. Not a trivial
+    # schedule: 40% of the jobs are backfilled and 8 reach their walltime.
+    w = on_halves(load_workload({"trace": str(traces_dir / "SDSC-SP2-1998-4.2-cln.swf.gz"), "jobs": 200}))
+    ours = simulate(w, SimConfig(overrun="kill"), policy="fcfs")
+    theirs, _ = run_scheduler(w, pybatsim("easyBackfill"), timeout=120)
+    assert ours.summary["started_backfilled"] > 0.2 and ours.summary["walltime_killed"] > 0
+    for column in ("job_id", "start", "end", "walltime_killed"):
+        assert theirs.result.jobs[column].tolist() == ours.jobs[column].tolist(), column
+
+
+@needs_pybatsim
+def test_easy_backfill_first_differs_from_hpcgym_where_the_free_hosts_are_fragmented(lublin_200):
+    # On Lublin-256's first 200 jobs the schedules first part at time 41986: job 41 (7 hosts,
+    # submitted at 41968) starts then in hpcgym, which counts 9 free processors, but pybatsim's
+    # easyBackfill places jobs on contiguous hosts only, and the 9 free hosts lie in three
+    # intervals of 4, 1 and 4: it waits until an interval of 7 is free (41989).
+    ours = simulate(lublin_200, SimConfig(overrun="kill"), policy="fcfs")
+    theirs, _ = run_scheduler(lublin_200, pybatsim("easyBackfill"), timeout=120)
+    a, b = ours.jobs, theirs.result.jobs
+    assert a["job_id"].tolist() == b["job_id"].tolist()
+    differ = np.flatnonzero(a["start"] != b["start"])
+    first = differ[np.argmin(np.minimum(a["start"], b["start"])[differ])]
+    t = int(a["start"][first])
+    assert (int(a["job_id"][first]), int(a["size"][first]), t) == (41, 7, 41986) and b["start"][first] > t
+    running = (b["start"] < t) & (b["end"] > t)
+    busy = {h for j in b["job_id"][running].tolist() for h in parse_interval_set(theirs.allocations[j])}
+    free = format_interval_set(sorted(set(range(lublin_200.procs)) - busy))
+    lengths = [len(parse_interval_set(part)) for part in free.split()]
+    assert sum(lengths) >= 7 and max(lengths) < 7, free
