@@ -239,7 +239,8 @@ class BatsimReplay:
             events = []
             while self._finishes and self._finishes[0][0] == t:
                 _, _, i = heapq.heappop(self._finishes)
-                events.append(self._complete(i))
+                if self._state[i] == RUNNING:  # not killed before its end
+                    events.append(self._complete(i))
             while submitted < n and self._submit[submitted] == t:
                 events.append(self._submission(submitted))
                 submitted += 1
@@ -248,7 +249,8 @@ class BatsimReplay:
                 events.append(self._event("REQUESTED_CALL", {}))
             if submitted == n and any(e["type"] == "JOB_SUBMITTED" for e in events):
                 events.append(self._event("NOTIFY", {"type": "no_more_static_job_to_submit"}))
-            self._send(events)
+            if events:  # else only the planned end of a killed job: nothing to tell
+                self._send(events)
         self._send([self._event("SIMULATION_ENDS", {})], apply=False)
         return BatsimRun(self._result(), [self._ids[i] for i in range(n) if self._state[i] == REJECTED],
                          {self._ids[i]: format_interval_set(self._hosts[i]) for i in range(n) if self._state[i] == DONE},

@@ -6,7 +6,7 @@ REP socket (no pybatsim needed):
 MODE `wake-reject-kill` (each event it receives is appended to LOG as one JSON line):
 - a job as large as the cluster is rejected;
 - a job requesting more than 300 s starts at once if it fits, and the scheduler asks to be called
-  60 s later; at that call it kills every running job requesting more than 300 s;
+  60 s later; at that call it kills every job requesting more than 300 s that started before;
 - any other job starts, first come first served, on the lowest free hosts when it fits.
 MODE `crash` exits with status 3 on the first message; `garbage` answers it with text that is not
 JSON; `silent` never answers.
@@ -58,7 +58,7 @@ class WakeRejectKill:
                 for name in data["job_progress"]:
                     self.free = sorted(self.free + self.running.pop(name)["hosts"])
             elif kind == "REQUESTED_CALL":
-                long_ones = [name for name, job in self.running.items() if job["walltime"] > 300]
+                long_ones = [name for name, job in self.running.items() if job["walltime"] > 300 and job["start"] < now]
                 if long_ones:
                     say("KILL_JOB", {"job_ids": long_ones})
         while self.waiting and self.waiting[0]["res"] <= len(self.free):
@@ -67,7 +67,7 @@ class WakeRejectKill:
 
     def _start(self, job: dict, now: float, say) -> None:
         hosts, self.free = self.free[:job["res"]], self.free[job["res"]:]
-        self.running[job["id"]] = {**job, "hosts": hosts}
+        self.running[job["id"]] = {**job, "hosts": hosts, "start": now}
         say("EXECUTE_JOB", {"job_id": job["id"], "alloc": hosts_text(hosts)})
 
 

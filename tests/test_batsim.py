@@ -299,3 +299,34 @@ def test_easy_backfill_first_differs_from_hpcgym_where_the_free_hosts_are_fragme
     free = format_interval_set(sorted(set(range(lublin_200.procs)) - busy))
     lengths = [len(parse_interval_set(part)) for part in free.split()]
     assert sum(lengths) >= 7 and max(lengths) < 7, free
+
+
+def test_compare_runs_a_batsim_scheduler_beside_hpcgyms_policies_on_the_same_windows(tmp_path):
+    from .test_compare import write_trace
+
+    trace = write_trace(tmp_path / "trace.swf", n_jobs=120, procs=32)
+    out = tmp_path / "out"
+    mine = f"mine=batsim:{sys.executable} {SCHEDULERS} wake-reject-kill {tmp_path / 'seen.jsonl'} -s {{addr}}"
+    result = CliRunner().invoke(main, ["compare", "--trace", str(trace), "--jobs", "40", "--samples", "2",
+                                       "--policy", "fcfs+easy", "--policy", mine, "--out", str(out), "--no-plots",
+                                       "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert "| mine | ok |" in (out / "summary.md").read_text()
+    for seq in ("seq-000.csv", "seq-001.csv"):
+        ours = {row[0]: row for row in csv_rows(out / "jobs" / "fcfs+easy" / seq)}
+        theirs = {row[0]: row for row in csv_rows(out / "jobs" / "mine" / seq)}
+        # the same window: every job the scheduler did not reject (it rejects whole-machine jobs)
+        assert set(theirs) == {job for job, row in ours.items() if row[6] != "32"} and len(theirs) < len(ours)
+
+
+def csv_rows(path: Path) -> list[list[str]]:
+    return [line.split(",") for line in path.read_text().splitlines()[1:]]
+
+
+def test_a_killed_job_does_not_complete_later():
+    # job 1 (planned end 100) is killed at 5; job 2 runs until 155: nothing may happen at 100
+    scheduler = Scripted({0: [execute(1, "0-1")], 5: [execute(2, "2-3"), {"type": "KILL_JOB",
+                                                                          "data": {"job_ids": ["w0!1"]}}]})
+    run = BatsimReplay(workload([(0, 100, 2, 200), (5, 150, 2, 200)])).run(scheduler)
+    assert [int(m["now"]) for m in scheduler.seen[1:]] == [0, 5, 5, 155, 155]  # the kill acknowledged at 5
+    assert records(run) == {1: (0, 0, 5), 2: (5, 5, 155)}
