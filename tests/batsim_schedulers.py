@@ -8,7 +8,8 @@ MODE `wake-reject-kill` (each event it receives is appended to LOG as one JSON l
 - a job requesting more than 300 s starts at once if it fits, and the scheduler asks to be called
   60 s later; at that call it kills every job requesting more than 300 s that started before;
 - any other job starts, first come first served, on the lowest free hosts when it fits.
-MODE `crash` exits with status 3 on the first message; `garbage` answers it with text that is not
+MODE `fcfs` only starts jobs, first come first served, on the lowest free hosts (the cheapest
+scheduler: benchmarks/batsim_speed.py). MODE `crash` exits with status 3 on the first message; `garbage` answers it with text that is not
 JSON; `silent` never answers.
 """
 
@@ -26,7 +27,8 @@ def hosts_text(hosts: list[int]) -> str:
 
 
 class WakeRejectKill:
-    def __init__(self) -> None:
+    def __init__(self, wake_reject_kill: bool = True) -> None:
+        self.wake_reject_kill = wake_reject_kill
         self.free: list[int] = []
         self.size = 0
         self.waiting: list[dict] = []
@@ -45,7 +47,9 @@ class WakeRejectKill:
                 self.free = list(range(self.size))
             elif kind == "JOB_SUBMITTED":
                 job = data["job"]
-                if job["res"] == self.size:
+                if not self.wake_reject_kill:
+                    self.waiting.append(job)
+                elif job["res"] == self.size:
                     say("REJECT_JOB", {"job_id": job["id"]})
                 elif job["walltime"] > 300 and job["res"] <= len(self.free):
                     self._start(job, now, say)
@@ -75,9 +79,9 @@ def main(argv: list[str]) -> int:
     address = argv[argv.index("-s") + 1]
     mode = argv[0]
     log = open(argv[1], "a") if mode == "wake-reject-kill" else None
+    scheduler = WakeRejectKill(wake_reject_kill=mode != "fcfs")
     socket = zmq.Context.instance().socket(zmq.REP)
     socket.bind(address)
-    scheduler = WakeRejectKill()
     while True:
         message = json.loads(socket.recv())
         if mode == "crash":
@@ -88,9 +92,10 @@ def main(argv: list[str]) -> int:
             continue
         if mode == "silent":
             time.sleep(3600)
-        for event in message["events"]:
-            log.write(json.dumps(event) + "\n")
-        log.flush()
+        if log is not None:
+            for event in message["events"]:
+                log.write(json.dumps(event) + "\n")
+            log.flush()
         socket.send(json.dumps({"now": message["now"],
                                 "events": scheduler.handle(message["now"], message["events"])}).encode())
         if any(e["type"] == "SIMULATION_ENDS" for e in message["events"]):

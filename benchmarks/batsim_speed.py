@@ -1,0 +1,75 @@
+"""Replay speed of the Batsim path (docs/batsim.md) beside `hpcgym run`, in jobs per second.
+
+    python benchmarks/batsim_speed.py --trace SDSC-SP2-1998-4.2-cln.swf.gz --jobs 10000 --out docs/results/batsim/speed.json
+
+Rows, on the same window: hpcgym's own FCFS + EASY with walltime kills, in process (what `hpcgym
+run` does); the Batsim loop over ipc:// with the cheapest scheduler there is (tests/
+batsim_schedulers.py fcfs: raw JSON, first come first served), so the row is hpcgym's side of
+the path and the JSON/ZeroMQ exchange; and pybatsim's easyBackfill, unchanged. Each row is the
+fastest of --repeat runs; the load average is recorded, as other work on the machine slows every
+row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    from hpcgym.environment.config import SimConfig
+    from hpcgym.environment.simulator import simulate
+    from hpcgym.environment.spec import load_workload
+    from hpcgym.gymbridge.batsim import run_scheduler
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trace", default="SDSC-SP2-1998-4.2-cln.swf.gz")
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    workload = load_workload({"trace": args.trace, "jobs": args.jobs, "start": args.start})
+    pybatsim = str(Path(sys.executable).parent / "pybatsim")
+    schedulers = {"batsim-loop+fcfs-raw-json": [sys.executable, str(ROOT / "tests" / "batsim_schedulers.py"), "fcfs"],
+                  "batsim-loop+pybatsim-easyBackfill": [pybatsim, "easyBackfill", "-t", "0"]}
+    rows = []
+
+    def timed(name, call):
+        best, extra = None, {}
+        for _ in range(args.repeat):
+            began = time.perf_counter()
+            extra = call() or {}
+            took = time.perf_counter() - began
+            best = took if best is None else min(best, took)
+        rows.append({"path": name, "jobs": len(workload), "seconds": round(best, 3),
+                     "jobs_per_s": round(len(workload) / best, 1), **extra})
+        print(f"{name:<40}{best:8.2f} s {len(workload) / best:12,.0f} jobs/s", flush=True)
+
+    timed("hpcgym-run-fcfs+easy", lambda: {"mean_bsld": simulate(workload, SimConfig(overrun="kill"),
+                                                                    policy="fcfs").summary["mean_bsld"]})
+    for name, argv in schedulers.items():
+        def batsim(argv=argv):
+            run, latency = run_scheduler(workload, argv, timeout=120)
+            return {"messages": run.exchanges, "mean_bsld": run.summary["mean_bsld"]}
+        timed(name, batsim)
+    if args.out:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({
+            "provenance": {"commit": commit, "command": " ".join(["python", *sys.argv])},
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                        "load_average_at_end": [round(v, 2) for v in os.getloadavg()]},
+            "workload": workload.name, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
