@@ -330,3 +330,20 @@ def test_a_killed_job_does_not_complete_later():
     run = BatsimReplay(workload([(0, 100, 2, 200), (5, 150, 2, 200)])).run(scheduler)
     assert [int(m["now"]) for m in scheduler.seen[1:]] == [0, 5, 5, 155, 155]  # the kill acknowledged at 5
     assert records(run) == {1: (0, 0, 5), 2: (5, 5, 155)}
+
+
+def test_the_same_window_gives_the_same_schedule_and_connect_reaches_a_running_scheduler(lublin_200, ipc_dir):
+    import subprocess
+
+    first, _ = run_scheduler(lublin_200, scheduler("fcfs"), timeout=60)
+    address = f"ipc://{ipc_dir}/mine.ipc"
+    running = subprocess.Popen(scheduler("fcfs", "-s", address))
+    try:
+        second, _ = run_scheduler(lublin_200, connect=address, timeout=60)
+    finally:
+        running.wait(10)
+    for column in ("job_id", "start", "end"):
+        assert first.result.jobs[column].tolist() == second.result.jobs[column].tolist()
+    assert first.allocations == second.allocations
+    # first come first served, without backfilling: starts never go backwards in submit order
+    assert (np.diff(first.result.jobs["start"]) >= 0).all()
