@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -28,7 +29,8 @@ def main() -> None:
     from hpcgym.environment.config import SimConfig
     from hpcgym.environment.simulator import simulate
     from hpcgym.environment.spec import load_workload
-    from hpcgym.gymbridge.batsim import run_scheduler
+    from hpcgym.gymbridge.compare.unit import ipc_folder
+    from hpcgym.gymbridge.scheduler_program import run_scheduler
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--trace", default="SDSC-SP2-1998-4.2-cln.swf.gz")
@@ -58,7 +60,11 @@ def main() -> None:
                                                                     policy="fcfs").summary["mean_bsld"]})
     for name, argv in schedulers.items():
         def batsim(argv=argv):
-            run, latency = run_scheduler(workload, argv, timeout=120)
+            folder = ipc_folder("hpcgym-speed-")
+            try:
+                run, _ = run_scheduler(workload, argv, folder=folder, timeout=120)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
             return {"messages": run.exchanges, "mean_bsld": run.summary["mean_bsld"]}
         timed(name, batsim)
     if args.out:

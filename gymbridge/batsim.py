@@ -12,90 +12,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import click
 
-from ..environment.batsim import BatsimReplay, BatsimRun, SchedulerSocket, platform_xml, workload_json
-from ..environment.errors import ConfigError, HpcgymError
+from ..environment.batsim import platform_xml, workload_json
+from ..environment.errors import HpcgymError
 from ..environment.spec import load_workload
 from ..environment.workload import Workload
 from .cli import SUMMARY_LABELS, _reading_options, _workload_spec
 from .compare.unit import ipc_folder
-
-#: Seconds the scheduler program may take to exit after the simulation ended.
-EXIT_WAIT_S = 10.0
-
-
-def scheduler_argv(argv: list[str], address: str) -> list[str]:
-    """PROGRAM ARGS with the scheduler's address put in: at `{addr}`, else as `-s ADDR`."""
-    if any("{addr}" in arg for arg in argv):
-        return [arg.replace("{addr}", address) for arg in argv]
-    return [*argv, "-s", address]
-
-
-class SchedulerProgram:
-    """A scheduler program started for one run, its output kept in `log` for error messages."""
-
-    def __init__(self, argv: list[str], log: Path, cwd: str | None = None) -> None:
-        self.argv, self.log = argv, log
-        with open(log, "wb") as out:
-            try:
-                self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                             cwd=cwd)
-            except OSError as exc:
-                raise ConfigError(f"cannot start the scheduler {argv[0]!r}: {exc.strerror or exc}") from None
-
-    def gone(self) -> str | None:
-        """None while the program runs; else how it ended, with its last line of output."""
-        code = self.proc.poll()
-        if code is None:
-            return None
-        lines = [line.strip() for line in self.log.read_text(errors="replace").splitlines() if line.strip()]
-        return f"exited with status {code}" + (f" ({lines[-1][:200]})" if lines else "")
-
-    def stop(self, wait: float = 0.0) -> None:
-        """Give the program `wait` seconds to exit on its own, then end it."""
-        try:
-            self.proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            self.proc.terminate()
-        try:
-            self.proc.wait(5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def run_scheduler(workload: Workload, argv: list[str] | None = None, *, connect: str | None = None,
-                  reveal_run_times: bool = False, timeout: float = 30.0,
-                  cwd: str | None = None) -> tuple[BatsimRun, list[float]]:
-    """Play Batsim for a scheduler over `workload`: the program `argv` started on an ipc://
-    address of its own, or the one listening at `connect`. Returns the run and each exchange's
-    round trip in seconds; raises SchedulerFailed (one line) when the scheduler fails."""
-    if (argv is None) == (connect is None):
-        raise ConfigError("give the scheduler program (after --) or --connect ADDR, one of the two")
-    folder = ipc_folder("hpcgym-batsim-")
-    program = None
-    socket = None
-    try:
-        address = connect or f"ipc://{folder}/scheduler.ipc"
-        if argv is not None:
-            program = SchedulerProgram(scheduler_argv(argv, address), folder / "scheduler.log", cwd)
-        socket = SchedulerSocket(address, timeout, program.gone if program else None)
-        run = BatsimReplay(workload, reveal_run_times=reveal_run_times).run(socket)
-        if program is not None:
-            program.stop(EXIT_WAIT_S)
-        return run, socket.latency
-    finally:
-        if socket is not None:
-            socket.close()
-        if program is not None:
-            program.stop()
-        shutil.rmtree(folder, ignore_errors=True)
-
+from .scheduler_program import run_scheduler
 
 def _window_options(f):
     f = click.option("--sample", type=int, help="Seed of a random window start (with --jobs).")(f)
@@ -140,8 +67,12 @@ def run_command(trace, procs, strict, skip_malformed, n_jobs, start, sample, con
         raise click.UsageError("give the scheduler program after --, e.g. -- pybatsim easyBackfill -t 0, "
                                "or --connect ADDR")
     workload = _load(trace, procs, strict, skip_malformed, n_jobs, start, sample)
-    run, latency = run_scheduler(workload, list(program) or None, connect=connect, reveal_run_times=reveal_run_times,
-                                 timeout=timeout)
+    folder = ipc_folder("hpcgym-batsim-")
+    try:
+        run, latency = run_scheduler(workload, list(program) or None, connect=connect, folder=folder,
+                                     reveal_run_times=reveal_run_times, timeout=timeout)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     run.result.write_jobs_csv(jobs_out)
     summary = run.summary
     if as_json:

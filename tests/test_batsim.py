@@ -22,7 +22,7 @@ from hpcgym.environment.config import SimConfig
 from hpcgym.environment.simulator import simulate
 from hpcgym.environment.spec import load_workload
 from hpcgym.environment.workload import Workload
-from hpcgym.gymbridge.batsim import run_scheduler
+from hpcgym.gymbridge.scheduler_program import run_scheduler
 from hpcgym.gymbridge.cli import main
 from hpcgym.gymbridge.compare.policy import parse_policy
 
@@ -156,14 +156,14 @@ def scheduler(mode: str, *args: str) -> list[str]:
     return [sys.executable, str(SCHEDULERS), mode, *args]
 
 
-def test_wake_up_reject_and_kill_over_a_socket(tmp_path):
+def test_wake_up_reject_and_kill_over_a_socket(tmp_path, ipc_dir):
     # 4 hosts. Job 1 (2 hosts) starts at 0. Job 2 takes the whole cluster: rejected at 10. Job 3
     # requests 400 s: starts at 20 on hosts 2-3, and the scheduler asks to be called at 80. Job 4
     # (1 host) waits. At 80 the call comes, the scheduler kills job 3 (60 s of 300 done: progress
     # 0.2); with its hosts back, job 4 starts at 80 and reaches its walltime of 30 s at 110.
     w = workload([(0, 100, 2, 200), (10, 50, 4, 100), (20, 300, 2, 400), (30, 40, 1, 30)])
     log = tmp_path / "seen.jsonl"
-    run, latency = run_scheduler(w, scheduler("wake-reject-kill", str(log)), timeout=20)
+    run, latency = run_scheduler(w, scheduler("wake-reject-kill", str(log)), folder=ipc_dir, timeout=20)
     assert records(run) == {1: (0, 0, 100), 3: (20, 20, 80), 4: (30, 80, 110)}
     assert run.rejected == [2]
     jobs = run.result.jobs
@@ -183,10 +183,10 @@ def test_wake_up_reject_and_kill_over_a_socket(tmp_path):
     ("garbage", "with something that is not JSON: b'hello, this is not JSON'"),
     ("silent", "the scheduler did not answer the message of time 0 within 2 s"),
 ])
-def test_a_scheduler_that_crashes_talks_nonsense_or_goes_silent_ends_the_run_in_bounded_time(mode, expected):
+def test_a_scheduler_that_crashes_talks_nonsense_or_goes_silent_ends_the_run_in_bounded_time(mode, expected, ipc_dir):
     began = time.monotonic()
     with pytest.raises(SchedulerFailed) as caught:
-        run_scheduler(workload(TWO), scheduler(mode), timeout=2)
+        run_scheduler(workload(TWO), scheduler(mode), folder=ipc_dir, timeout=2)
     assert expected in str(caught.value) and "\n" not in str(caught.value)
     assert time.monotonic() - began < 20  # the timeout, start-up and the program's end, far from a hang
 
@@ -246,8 +246,8 @@ def lublin_200(traces_dir):
 @needs_pybatsim
 @pytest.mark.parametrize("name", ["easyBackfill", "fillerSched", *(pytest.param(name, marks=pytest.mark.slow) for name in (
     "schedFcfs", "schedFiller", "schedEasySjfBackfill"))])  # pybatsim's high-level API: 5 to 70 s here
-def test_pybatsims_example_schedulers_run_unchanged_to_the_end(name, lublin_200):
-    run, _ = run_scheduler(lublin_200, pybatsim(name), timeout=120)
+def test_pybatsims_example_schedulers_run_unchanged_to_the_end(name, lublin_200, ipc_dir):
+    run, _ = run_scheduler(lublin_200, pybatsim(name), folder=ipc_dir, timeout=120)
     jobs = run.result.jobs
     # no job is larger than the 256 hosts, so none is rejected and every job has its record
     assert run.rejected == [] and sorted(jobs["job_id"].tolist()) == sorted(lublin_200.job_id.tolist())
@@ -263,7 +263,7 @@ def on_halves(w: Workload) -> Workload:
 
 
 @needs_pybatsim
-def test_easy_backfill_equals_hpcgyms_fcfs_easy_where_contiguous_placement_cannot_fragment(traces_dir):
+def test_easy_backfill_equals_hpcgyms_fcfs_easy_where_contiguous_placement_cannot_fragment(traces_dir, ipc_dir):
     # SDSC-SP2's first 200 jobs, each made to take half the machine (64 hosts) or all of it (128).
     # easyBackfill allocates from either end of a free interval, so every allocation is one half
     # or the whole machine, and the free hosts are always one interval (none, a half, or all):
@@ -274,20 +274,20 @@ def test_easy_backfill_equals_hpcgyms_fcfs_easy_where_contiguous_placement_canno
     # schedule: 40% of the jobs are backfilled and 8 reach their walltime.
     w = on_halves(load_workload({"trace": str(traces_dir / "SDSC-SP2-1998-4.2-cln.swf.gz"), "jobs": 200}))
     ours = simulate(w, SimConfig(overrun="kill"), policy="fcfs")
-    theirs, _ = run_scheduler(w, pybatsim("easyBackfill"), timeout=120)
+    theirs, _ = run_scheduler(w, pybatsim("easyBackfill"), folder=ipc_dir, timeout=120)
     assert ours.summary["started_backfilled"] > 0.2 and ours.summary["walltime_killed"] > 0
     for column in ("job_id", "start", "end", "walltime_killed"):
         assert theirs.result.jobs[column].tolist() == ours.jobs[column].tolist(), column
 
 
 @needs_pybatsim
-def test_easy_backfill_first_differs_from_hpcgym_where_the_free_hosts_are_fragmented(lublin_200):
+def test_easy_backfill_first_differs_from_hpcgym_where_the_free_hosts_are_fragmented(lublin_200, ipc_dir):
     # On Lublin-256's first 200 jobs the schedules first part at time 41986: job 41 (7 hosts,
     # submitted at 41968) starts then in hpcgym, which counts 9 free processors, but pybatsim's
     # easyBackfill places jobs on contiguous hosts only, and the 9 free hosts lie in three
     # intervals of 4, 1 and 4: it waits until an interval of 7 is free (41989).
     ours = simulate(lublin_200, SimConfig(overrun="kill"), policy="fcfs")
-    theirs, _ = run_scheduler(lublin_200, pybatsim("easyBackfill"), timeout=120)
+    theirs, _ = run_scheduler(lublin_200, pybatsim("easyBackfill"), folder=ipc_dir, timeout=120)
     a, b = ours.jobs, theirs.result.jobs
     assert a["job_id"].tolist() == b["job_id"].tolist()
     differ = np.flatnonzero(a["start"] != b["start"])
@@ -335,7 +335,7 @@ def test_a_killed_job_does_not_complete_later():
 def test_the_same_window_gives_the_same_schedule_and_connect_reaches_a_running_scheduler(lublin_200, ipc_dir):
     import subprocess
 
-    first, _ = run_scheduler(lublin_200, scheduler("fcfs"), timeout=60)
+    first, _ = run_scheduler(lublin_200, scheduler("fcfs"), folder=ipc_dir, timeout=60)
     address = f"ipc://{ipc_dir}/mine.ipc"
     running = subprocess.Popen(scheduler("fcfs", "-s", address))
     try:

@@ -217,10 +217,11 @@ def _with_cwd_on_path(cwd: str | None) -> None:
 def _run_batsim(spec: AgentSpec, task: dict[str, Any], trace: Path) -> dict[str, Any]:
     """The policy's Batsim scheduler program, with hpcgym playing Batsim for it (docs/batsim.md)."""
     from ...environment.swf import read_swf
-    from ..batsim import run_scheduler
+    from ..scheduler_program import run_scheduler
 
     cwd = task.get("cwd")
-    run, latency = run_scheduler(read_swf(trace), shlex.split(spec.target), cwd=cwd if cwd and os.path.isdir(cwd) else None,
+    run, latency = run_scheduler(read_swf(trace), shlex.split(spec.target), folder=trace.parent,
+                                 cwd=cwd if cwd and os.path.isdir(cwd) else None,
                                  timeout=float(task.get("decision_timeout", 30.0)))
     out = _records({name: column.tolist() for name, column in run.result.jobs.items()}, run.result.procs)
     out.update(latency={"batsim": [round(v, 7) for v in latency]}, decisions=len(latency), rejected=len(run.rejected))
