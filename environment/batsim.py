@@ -231,7 +231,7 @@ class BatsimReplay:
                     self._finishes[0][0] if self._finishes else math.inf,
                     self._calls[0] if self._calls else math.inf)
             if t == math.inf:
-                waiting = self._ids[self._waiting[0]]
+                waiting = self._ids[self._first_waiting()]
                 raise SchedulerFailed(f"the scheduler left {self._open} job(s) waiting (first {job_name(waiting)}) "
                                       f"with nothing running and no call requested at time {self.now}: "
                                       "Batsim would wait forever")
@@ -294,10 +294,9 @@ class BatsimReplay:
 
     # ----------------------------------------------------------------- the scheduler's decisions
     def _check_message(self, reply: Any) -> list[dict[str, Any]]:
-        shown = json.dumps(reply)[:120] if not isinstance(reply, str) else reply[:120]
         if not (isinstance(reply, dict) and _is_number(reply.get("now")) and isinstance(reply.get("events"), list)):
             raise SchedulerFailed(f"the scheduler's reply at time {self.now} is not a Batsim message "
-                                  f"({{\"now\": number, \"events\": [...]}}): {shown}")
+                                  f"({{\"now\": number, \"events\": [...]}}): {json.dumps(reply)[:120]}")
         for event in reply["events"]:
             if not (isinstance(event, dict) and isinstance(event.get("type"), str)
                     and _is_number(event.get("timestamp")) and isinstance(event.get("data", {}), dict)):
@@ -382,12 +381,16 @@ class BatsimReplay:
         self._state[i] = RUNNING
         self._start[i] = self.now
         self._end[i] = self.now + self._run[i]
-        while self._waiting and self._state[self._waiting[0]] != QUEUED:
-            heapq.heappop(self._waiting)
-        if self._waiting and self._waiting[0] < i:
+        if self._first_waiting() < i:
             self._start_kind[i] = BACKFILLED  # started ahead of a job submitted before it
         self._starts += 1
         heapq.heappush(self._finishes, (self._end[i], self._starts, i))
+
+    def _first_waiting(self) -> int | float:
+        """The first submitted job (index) still waiting, or infinity."""
+        while self._waiting and self._state[self._waiting[0]] != QUEUED:
+            heapq.heappop(self._waiting)
+        return self._waiting[0] if self._waiting else math.inf
 
     def _kill(self, names: Any) -> None:
         if not isinstance(names, list) or not names:

@@ -24,6 +24,7 @@ from .cli import SUMMARY_LABELS, _reading_options, _workload_spec
 from .compare.unit import ipc_folder
 from .scheduler_program import run_scheduler
 
+
 def _window_options(f):
     f = click.option("--sample", type=int, help="Seed of a random window start (with --jobs).")(f)
     f = click.option("--start", type=click.IntRange(min=0), help="First job of the window (with --jobs).")(f)

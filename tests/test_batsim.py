@@ -101,6 +101,7 @@ def test_a_right_schedule_gives_hpcgyms_records():
     ({0: [{"type": "REGISTER_JOB", "data": {}}]}, "dynamic job registration is out of scope"),
     ({0: [{"type": "CALL_ME_LATER", "data": {"timestamp": -1}}]}, "CALL_ME_LATER at time 0 asks for -1"),
     ({}, "the scheduler left 2 job(s) waiting (first w0!1) with nothing running and no call requested"),
+    ({0: [{"type": "REJECT_JOB", "data": {"job_id": "w0!1"}}]}, "left 1 job(s) waiting (first w0!2)"),
 ])
 def test_a_wrong_decision_ends_the_run_with_one_line_naming_it(script, expected):
     with pytest.raises(SchedulerFailed) as caught:
