@@ -3,9 +3,10 @@
     python benchmarks/batsim_speed.py --trace SDSC-SP2-1998-4.2-cln.swf.gz --jobs 10000 --out docs/results/batsim/speed.json
 
 Rows, on the same window: hpcgym's own FCFS + EASY with walltime kills, in process (what `hpcgym
-run` does); the Batsim loop over ipc:// with the cheapest scheduler there is (tests/
-batsim_schedulers.py fcfs: raw JSON, first come first served), so the row is hpcgym's side of
-the path and the JSON/ZeroMQ exchange; and pybatsim's easyBackfill, unchanged. Each row is the
+run` does); the Batsim loop alone, with the cheapest scheduler there is (tests/
+batsim_schedulers.py's first come first served) called in process, no JSON, no socket; the same
+scheduler as a program over ipc:// (raw JSON), which adds the exchange; and pybatsim's
+easyBackfill, unchanged. Each row is the
 fastest of --repeat runs; the load average is recorded, as other work on the machine slows every
 row.
 """
@@ -26,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
+    from hpcgym.environment.batsim import BatsimReplay
     from hpcgym.environment.config import SimConfig
     from hpcgym.environment.simulator import simulate
     from hpcgym.environment.spec import load_workload
@@ -58,6 +60,15 @@ def main() -> None:
 
     timed("hpcgym-run-fcfs+easy", lambda: {"mean_bsld": simulate(workload, SimConfig(overrun="kill"),
                                                                     policy="fcfs").summary["mean_bsld"]})
+
+    def in_process():
+        sys.path.insert(0, str(ROOT / "tests"))
+        from batsim_schedulers import WakeRejectKill
+
+        fcfs = WakeRejectKill(wake_reject_kill=False)
+        run = BatsimReplay(workload).run(lambda m: {"now": m["now"], "events": fcfs.handle(m["now"], m["events"])})
+        return {"messages": run.exchanges, "mean_bsld": run.summary["mean_bsld"]}
+    timed("batsim-loop+fcfs-in-process", in_process)
     for name, argv in schedulers.items():
         def batsim(argv=argv):
             folder = ipc_folder("hpcgym-speed-")
