@@ -448,9 +448,9 @@ class SchedulerSocket:
         while not self._socket.poll(int(1000 * self.CHECK_S)):
             why = self.gone() if self.gone is not None else None
             if why is not None:
-                raise SchedulerFailed(f"the scheduler {why} before answering the message of time {message['now']:g}")
+                raise SchedulerFailed(f"the scheduler {why} before answering the message of time {message['now']:.0f}")
             if time.perf_counter() > deadline:
-                raise SchedulerFailed(f"the scheduler did not answer the message of time {message['now']:g} within "
+                raise SchedulerFailed(f"the scheduler did not answer the message of time {message['now']:.0f} within "
                                       f"{self.timeout:g} s (is it listening on {self.address}? pybatsim needs -t 0 "
                                       "to wait longer than 2 s for Batsim)")
         data = self._socket.recv()
@@ -458,7 +458,7 @@ class SchedulerSocket:
         try:
             return json.loads(data)
         except ValueError:
-            raise SchedulerFailed(f"the scheduler answered the message of time {message['now']:g} with something "
+            raise SchedulerFailed(f"the scheduler answered the message of time {message['now']:.0f} with something "
                                   f"that is not JSON: {data[:80]!r}") from None
 
     def close(self) -> None:
