@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     workload = load_workload({"trace": args.trace, "jobs": args.jobs, "start": args.start})
     pybatsim = str(Path(sys.executable).parent / "pybatsim")
     schedulers = {"batsim-loop+fcfs-raw-json": [sys.executable, str(ROOT / "tests" / "batsim_schedulers.py"), "fcfs"],
@@ -88,7 +89,6 @@ def main() -> None:
             return {"messages": run.exchanges, "mean_bsld": run.summary["mean_bsld"]}
         timed(name, batsim)
     if args.out:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({
             "provenance": {"commit": commit, "command": " ".join(["python", *sys.argv])},
