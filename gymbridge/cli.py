@@ -45,7 +45,7 @@ SUMMARY_LABELS = [
 #: loading the comparison, training and protocol machinery.
 LAZY_COMMANDS = {"protocol": ".protocol_commands:protocol", "train": ".training.command:train",
                  "compare": ".compare:compare", "record": ".compare.record:record", "distill": ".distill:distill",
-                 "tree": ".distill:tree_command", "predict": ".predict:predict"}
+                 "tree": ".distill:tree_command", "predict": ".predict:predict", "batsim": ".batsim:batsim"}
 
 
 class HpcgymGroup(click.Group):

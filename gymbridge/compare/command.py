@@ -25,7 +25,8 @@ POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or
                "updating itself while it serves), estimate:E, "
                "overrun:O, window:N, prediction:P. "
                "E.g. --policy fcfs+easy --policy sjf=sjf+easy --policy ppo=select:model:runs/ppo/model.pt "
-               "--policy 'c=cmd:examples/c-sjf/build/sjf_agent {addr} --join'.")
+               "--policy 'c=cmd:examples/c-sjf/build/sjf_agent {addr} --join'; alone, batsim:'PROGRAM {addr} ...' is a Batsim "
+               "scheduler (docs/batsim.md), e.g. --policy 'pyb=batsim:pybatsim easyBackfill -t 0 -s {addr}'.")
 
 
 @click.command("compare")

@@ -24,7 +24,10 @@ Items:
 - `agent:module:Class` or a bare `module:Class`: a Python agent taking the kinds its class declares;
 - a bare `model:PATH`, `online:PATH` or `tree:PATH`: a trained checkpoint (or tree) taking the decision
   kinds it was trained on;
-- a bare `cmd:COMMAND LINE`: an external program taking `select`.
+- a bare `cmd:COMMAND LINE`: an external program taking `select`;
+- `batsim:COMMAND LINE`, alone: a Batsim scheduler (pybatsim, batsched) that decides everything
+  itself, hpcgym playing Batsim 4 for it (docs/batsim.md); `{addr}` is replaced by the address it
+  listens on (without `{addr}`, `-s ADDRESS` is appended).
 
 A separator splits only where the text after it starts a new item (a known word, `KEY:` or
 `module:Class`), so a comma inside a command line stays part of it.
@@ -32,7 +35,7 @@ A separator splits only where the text after it starts a new item (a known word,
 Examples: `fcfs+easy`, `sjf,backfill:none`, `select:sjf,easy`, `select:sjf,inspect:my.mod:Inspector`,
 `inspect:reject-large`,
 `ppo=select:model:runs/ppo/model.pt`, `ppo-online=online:runs/ppo/model.pt`,
-`c-sjf=cmd:examples/c-sjf/build/sjf_agent {addr} --join`.
+`c-sjf=cmd:examples/c-sjf/build/sjf_agent {addr} --join`, `pyb-easy=batsim:pybatsim easyBackfill -t 0 -s {addr}`.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ BOOL_OPTIONS = {name: {"true": True, "false": False} for name in BOOL_FIELDS}
 #: Agent sources that are a trained file: `model:PATH` (frozen), `online:PATH` (adapting) and
 #: `tree:PATH` (a tree of `hpcgym distill`).
 CHECKPOINT_SOURCES = ("model", "online", "tree")
-ITEM_KEYS = ("priority", "agent", "cmd", *CHECKPOINT_SOURCES) + tuple(k for k in OPTION_KEYS if k != "backfill") + KINDS
+ITEM_KEYS = ("priority", "agent", "cmd", "batsim", *CHECKPOINT_SOURCES) + tuple(k for k in OPTION_KEYS if k != "backfill") + KINDS
 
 _NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.\-]*)=(.+)$", re.S)
 _MODULE_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -67,7 +70,8 @@ class AgentSpec:
     """One agent process of a policy: the kinds it takes and what it is."""
 
     kinds: tuple[str, ...]   # empty: the kinds its class (or checkpoint) declares (Python agents only)
-    source: str              # "builtin" (a built-in agent name), "python" (module:Class), "model", "online" or "cmd"
+    source: str              # "builtin" (a built-in agent name), "python" (module:Class), "model", "online", "cmd"
+                             # or "batsim" (a Batsim scheduler program)
     target: str              # the priority name, module:Class, checkpoint path, or the command line
 
     @property
@@ -77,7 +81,7 @@ class AgentSpec:
 
     @property
     def label(self) -> str:
-        what = f"cmd:{self.target}" if self.source == "cmd" else self.agent
+        what = f"{self.source}:{self.target}" if self.source in ("cmd", "batsim") else self.agent
         return f"{'/'.join(self.kinds)}:{what}" if self.kinds else what
 
     def to_json(self) -> dict[str, Any]:
@@ -101,7 +105,12 @@ class PolicySpec:
     @property
     def external(self) -> bool:
         """Whether an agent is an outside program (which can only run over the protocol)."""
-        return any(a.source == "cmd" for a in self.agents)
+        return any(a.source in ("cmd", "batsim") for a in self.agents)
+
+    @property
+    def batsim(self) -> AgentSpec | None:
+        """The Batsim scheduler that decides everything in this policy, if it is one."""
+        return next((a for a in self.agents if a.source == "batsim"), None)
 
     @property
     def slug(self) -> str:
@@ -152,6 +161,12 @@ def parse_policy(text: str) -> PolicySpec:
             agents.append(_agent((), item.split(":", 1)[1].strip(), text))
         elif lowered.startswith("cmd:"):
             agents.append(_agent((SELECT,), item, text))
+        elif lowered.startswith("batsim:"):
+            command = item.split(":", 1)[1].strip()
+            if not command:
+                raise ConfigError(f"policy {text!r}: batsim: needs the scheduler's command line, e.g. "
+                                  "batsim:pybatsim easyBackfill -t 0 -s {addr}")
+            agents.append(AgentSpec((), "batsim", command))
         elif lowered.startswith(("model:", "online:", "tree:")):
             agents.append(_agent((), item, text))
         elif _MODULE_CLASS.match(item):
@@ -159,8 +174,11 @@ def parse_policy(text: str) -> PolicySpec:
         else:
             raise ConfigError(f"policy {text!r}: cannot read {item!r}; items are a priority ({', '.join(POLICIES)}), "
                               f"a backfill mode ({', '.join(BACKFILL_MODES)}), KIND:AGENT (KIND among "
-                              f"{', '.join(KINDS)}), agent:module:Class, model:PATH, online:PATH, tree:PATH, cmd:COMMAND "
-                              "or OPTION:VALUE")
+                              f"{', '.join(KINDS)}), agent:module:Class, model:PATH, online:PATH, tree:PATH, cmd:COMMAND, "
+                              "batsim:COMMAND or OPTION:VALUE")
+    if any(a.source == "batsim" for a in agents) and (priority or options or len(agents) > 1):
+        raise ConfigError(f"policy {text!r}: a batsim: scheduler decides every job itself (with walltime kills); "
+                          "give it alone, without a priority, backfill mode, option or other agent")
     policy = PolicySpec(name, spec, priority or "fcfs", options, tuple(agents))
     _check(policy)
     return policy

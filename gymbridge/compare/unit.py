@@ -52,8 +52,10 @@ def run_unit(task: dict[str, Any], swf_text: str) -> dict[str, Any]:
     try:
         trace = tmp / "seq.swf"
         trace.write_text(swf_text)
-        mode = "protocol" if task["mode"] == "protocol" or policy.external else "inproc"
-        if mode == "protocol":
+        mode = "batsim" if policy.batsim else "protocol" if task["mode"] == "protocol" or policy.external else "inproc"
+        if mode == "batsim":
+            result = _run_batsim(policy.batsim, task, trace)
+        elif mode == "protocol":
             result = run_protocol(policy, task, trace, tmp)
         else:
             result = _run_inproc(policy, task, trace)
@@ -209,6 +211,21 @@ def _load_spec(spec: AgentSpec, cwd: str | None) -> str:
 def _with_cwd_on_path(cwd: str | None) -> None:
     if cwd and os.path.isdir(cwd) and cwd not in sys.path:
         sys.path.insert(0, cwd)
+
+
+# --------------------------------------------------------------------------- a Batsim scheduler
+def _run_batsim(spec: AgentSpec, task: dict[str, Any], trace: Path) -> dict[str, Any]:
+    """The policy's Batsim scheduler program, with hpcgym playing Batsim for it (docs/batsim.md)."""
+    from ...environment.swf import read_swf
+    from ..scheduler_program import run_scheduler
+
+    cwd = task.get("cwd")
+    run, latency = run_scheduler(read_swf(trace), shlex.split(spec.target), folder=trace.parent,
+                                 cwd=cwd if cwd and os.path.isdir(cwd) else None,
+                                 timeout=float(task.get("decision_timeout", 30.0)))
+    out = _records({name: column.tolist() for name, column in run.result.jobs.items()}, run.result.procs)
+    out.update(latency={"batsim": [round(v, 7) for v in latency]}, decisions=len(latency), rejected=len(run.rejected))
+    return out
 
 
 # --------------------------------------------------------------------------- over the protocol

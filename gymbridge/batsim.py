@@ -1,0 +1,114 @@
+"""`hpcgym batsim`: Batsim's schedulers (pybatsim, batsched) on hpcgym's workloads (docs/batsim.md).
+
+    hpcgym batsim run --trace T [--jobs N --start K] -- PROGRAM ARGS   (PROGRAM binds; we connect)
+    hpcgym batsim run --trace T --connect ADDR                          (a scheduler already running)
+    hpcgym batsim export --trace T [--jobs N ...] --out DIR             (workload JSON + platform for real Batsim)
+
+The scheduler's address goes where PROGRAM's arguments say `{addr}`; with no `{addr}`, it is
+appended as `-s ADDR`, the socket option of pybatsim, batsched and Batsim alike.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import click
+
+from ..environment.batsim import platform_xml, workload_json
+from ..environment.errors import HpcgymError
+from ..environment.spec import load_workload
+from ..environment.workload import Workload
+from .cli import SUMMARY_LABELS, _reading_options, _workload_spec
+from .compare.unit import ipc_folder
+from .scheduler_program import run_scheduler
+
+
+def _window_options(f):
+    f = click.option("--sample", type=int, help="Seed of a random window start (with --jobs).")(f)
+    f = click.option("--start", type=click.IntRange(min=0), help="First job of the window (with --jobs).")(f)
+    f = click.option("--jobs", "n_jobs", type=click.IntRange(min=1), help="Only this many jobs (a window).")(f)
+    f = _reading_options(f)
+    return click.option("--trace", type=click.Path(path_type=Path, dir_okay=False), required=True,
+                        help="SWF or SWF.gz trace: a path, or a file name found in $HPCGYM_TRACES.")(f)
+
+
+def _load(trace: Path, procs: int | None, strict: bool, skip_malformed: bool, n_jobs: int | None,
+          start: int | None, sample: int | None) -> Workload:
+    spec = _workload_spec(trace, procs, strict, skip_malformed)
+    spec.update(jobs=n_jobs, start=start, sample=sample)
+    return load_workload(spec)
+
+
+@click.group("batsim")
+def batsim() -> None:
+    """Batsim's schedulers (pybatsim, batsched) on hpcgym's workloads: hpcgym plays Batsim 4."""
+
+
+@batsim.command("run", context_settings={"ignore_unknown_options": True})
+@_window_options
+@click.option("--connect", help="Address of a scheduler already listening (instead of PROGRAM).")
+@click.option("--reveal-run-times", is_flag=True,
+              help="Show each job's run time to the scheduler (its delay profile), as Batsim does; by default "
+                   "it sees requested times only, like hpcgym's policies.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Seconds the scheduler may take to answer one message (its start-up included).")
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as one JSON object.")
+@click.option("--jobs-out", type=click.Path(path_type=Path, dir_okay=False), default=Path("batsim-jobs.csv"),
+              show_default=True, help="Per-job records (CSV; rejected jobs have none).")
+@click.argument("program", nargs=-1, type=click.UNPROCESSED)
+def run_command(trace, procs, strict, skip_malformed, n_jobs, start, sample, connect, reveal_run_times, timeout,
+                as_json, jobs_out, program) -> None:
+    """Run a Batsim scheduler over a trace window and print hpcgym's metrics:
+    hpcgym batsim run --trace lublin_256.swf.gz --jobs 200 -- pybatsim easyBackfill -t 0"""
+    if program and connect:
+        raise click.UsageError("give PROGRAM (after --) or --connect ADDR, not both")
+    if not program and not connect:
+        raise click.UsageError("give the scheduler program after --, e.g. -- pybatsim easyBackfill -t 0, "
+                               "or --connect ADDR")
+    workload = _load(trace, procs, strict, skip_malformed, n_jobs, start, sample)
+    folder = ipc_folder("hpcgym-batsim-")
+    try:
+        run, latency = run_scheduler(workload, list(program) or None, connect=connect, folder=folder,
+                                     reveal_run_times=reveal_run_times, timeout=timeout)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    run.result.write_jobs_csv(jobs_out)
+    summary = run.summary
+    if as_json:
+        click.echo(json.dumps({**summary, "workload": workload.name, "procs": workload.procs, "overrun": "kill",
+                               "reveal_run_times": reveal_run_times, "exchanges": run.exchanges,
+                               "wall_s": round(run.wall_s, 3)}))
+        return
+    who = connect or " ".join(program)
+    click.echo(f"{workload.name}: {len(workload)} jobs on {workload.procs} hosts, Batsim scheduler {who} "
+               f"(run times {'revealed' if reveal_run_times else 'hidden'}, walltime kills)")
+    for key, label, fmt in SUMMARY_LABELS:
+        if key in summary:
+            click.echo(f"  {label:<24}{fmt.format(summary[key])}")
+    click.echo(f"  {'rejected jobs':<24}{summary['rejected']}")
+    click.echo(f"  {'walltime kills':<24}{summary.get('walltime_killed', 0)}")
+    click.echo(f"  {'scheduler kills':<24}{summary.get('kills', 0)}")
+    slowest = max(latency) if latency else 0.0
+    click.echo(f"{run.exchanges} messages in {run.wall_s:.2f} s (slowest answer {slowest * 1000:.1f} ms); "
+               f"per-job records in {jobs_out}", err=True)
+
+
+@batsim.command("export")
+@_window_options
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Folder for workload.json and platform.xml.")
+@click.option("--speed", default="1Gf", show_default=True, help="Host speed in the platform (delay profiles ignore it).")
+def export_command(trace, procs, strict, skip_malformed, n_jobs, start, sample, out, speed) -> None:
+    """Write a trace window as a Batsim workload (delay profiles, walltime = requested time) and a
+    homogeneous platform of as many hosts as processors, to replay the same jobs in real Batsim."""
+    workload = _load(trace, procs, strict, skip_malformed, n_jobs, start, sample)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "workload.json").write_text(json.dumps(workload_json(workload), indent=1) + "\n")
+        (out / "platform.xml").write_text(platform_xml(workload.procs, speed))
+    except OSError as exc:
+        raise HpcgymError(f"cannot write to {out}: {exc.strerror or exc}") from None
+    click.echo(f"wrote {len(workload)} jobs on {workload.procs} hosts to {out}/workload.json and {out}/platform.xml "
+               f"(batsim -p {out}/platform.xml -w {out}/workload.json)")
