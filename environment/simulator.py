@@ -60,6 +60,8 @@ class Simulation:
         config = config or SimConfig()
         if config.exact_requests:
             workload = workload.with_columns(requested=workload.run)
+        elif config.raise_requests:
+            workload = workload.with_columns(requested=np.maximum(workload.requested, workload.run))
         self.workload = workload
         self.config = config
         self.policy = get_policy(policy, config.seed) if isinstance(policy, str) else policy
@@ -76,6 +78,8 @@ class Simulation:
                               "turn commit_pick off")
         self.procs = workload.procs
         self._conservative = config.backfill == "conservative"
+        self._easy_variant = (config.backfill_order != "queue" or config.strict_shadow or not config.easy_extra
+                              or bool(config.backfill_relax) or config.backfill_skip_next)
         self._max_run = workload.max_run
         self._rejection_cap = NEVER if config.max_rejections is None else config.max_rejections
         self._prepare_jobs()
@@ -576,8 +580,7 @@ class Simulation:
         processor taken. Beyond it, in a long queue, each next job that fits is found in one
         vectorised search, so the jobs that do not fit cost no Python step.
         """
-        cfg = self.config
-        if cfg.backfill_order != "queue" or cfg.strict_shadow or not cfg.easy_extra:
+        if self._easy_variant:
             return self._backfill_variant(head, now, shadow, extra)
         free = self.free
         if free == 0:
@@ -615,14 +618,20 @@ class Simulation:
 
     def _backfill_variant(self, head: int, now: int, shadow: int, extra: int) -> int:
         """`_backfill_easy` under the EASY variants (another scan order, a strict shadow time, no
-        extra-processor rule), job by job."""
+        extra-processor rule, a relaxed bound, a skip after each backfill), job by job."""
         free = self.free
         size, est = self._size, self._est
         strict, use_extra = self.config.strict_shadow, self.config.easy_extra
+        bound = self._relaxed(head, shadow)
+        skip_next = self.config.backfill_skip_next
         chosen = []
+        skipping = False
         for i in self._scan_order():
             if free == 0:
                 break
+            if skipping:
+                skipping = False
+                continue
             s = size[i]
             if s > free or i == head:
                 continue
@@ -634,9 +643,21 @@ class Simulation:
                 chosen.append(i)
                 free -= s
                 extra -= s
+            elif end < bound or (end == bound and not strict):
+                chosen.append(i)
+                free -= s
+            else:
+                continue
+            skipping = skip_next
         for i in chosen:
             self._start_job(i, now, BACKFILLED)
         return extra
+
+    def _relaxed(self, head: int, shadow: int) -> float:
+        """The latest end a backfilled job may have under `backfill_relax` R: the shadow time plus
+        R times the reserved job's expected wait (shadow - its submit), as RL backfilling's code."""
+        relax = self.config.backfill_relax
+        return shadow + relax * (shadow - self._submit[head]) if relax else shadow
 
     def _next_fit(self, first: int, free: int, window: int, extra: int) -> int:
         """The first queue position from `first` on of a job that fits; -1 if none does."""
@@ -651,8 +672,9 @@ class Simulation:
         ests = np.frombuffer(self._queue_est, dtype=np.int64)[first:]
         return (sizes <= free) & ((ests <= window) | (sizes <= extra))
 
-    def _backfill_candidates(self, head: int, now: int, shadow: int, extra: int) -> list[int]:
-        """An agent's candidates: jobs of the queue window (those it sees), in scan order."""
+    def _backfill_candidates(self, head: int, now: int, bound: float, extra: int) -> list[int]:
+        """An agent's candidates: jobs of the queue window (those it sees), in scan order; guarded
+        ones end by `bound` (the shadow time, or its relaxed bound) or fit the extra processors."""
         free, size, est = self.free, self._size, self._est
         jobs = self._scan_order(self._queue[:self.config.window])
         if self.config.backfill_candidates == "unguarded":
@@ -660,14 +682,15 @@ class Simulation:
         strict, use_extra = self.config.strict_shadow, self.config.easy_extra
         return [i for i in jobs
                 if i != head and size[i] <= free
-                and (now + est[i] < shadow or (now + est[i] == shadow and not strict)
+                and (now + est[i] < bound or (now + est[i] == bound and not strict)
                      or (use_extra and size[i] <= extra))]
 
     def _backfill_by_agent(self, head: int, now: int):
         shadow, extra = self._shadow_for(head, now)
+        bound = self._relaxed(head, shadow)  # fixed for the pass, as the built-in scan's
         can_stop = self.config.backfill_stop
         while True:
-            candidates = self._backfill_candidates(head, now, shadow, extra)
+            candidates = self._backfill_candidates(head, now, max(bound, shadow), extra)
             if not candidates:
                 return
             if len(candidates) == 1 and not can_stop:  # the code leaves one candidate to its scan
@@ -685,7 +708,7 @@ class Simulation:
                     extra -= self._size[i]
                     if self.config.keep_shadow:
                         self._kept_shadow = (shadow, extra)
-                else:  # unguarded: the reserved job now starts later, by estimates
+                else:  # unguarded or relaxed: the reserved job now starts later, by estimates
                     self._start_job(i, now, BACKFILLED)
                     later, extra = self._shadow(head, now)
                     if later > shadow:
