@@ -15,6 +15,9 @@ BACKFILL_ORDERS = ("queue", "submit", "sjf")
 #: job (by estimates), or every one that fits now.
 BACKFILL_CANDIDATES = ("guarded", "unguarded")
 OVERRUN_MODES = ("run", "kill")
+#: Which of the jobs ending in the same second releases its processors first under `one_event`:
+#: the lowest job index, or the one that started first (RLScheduler's running list).
+RELEASE_ORDERS = ("index", "start")
 #: The largest `backfill_relax` (a bound that keeps it finite; 100 lets a job end 100 expected waits late).
 MAX_RELAX = 100.0
 ESTIMATE_KINDS = ("requested", "actual", "noisy", "predicted")
@@ -108,6 +111,9 @@ class SimConfig:
         until it starts (not recomputed as jobs end).
     one_event: one event per scheduling pass (arrivals before finishes at equal times); off: all
         events of an instant, then one pass.
+    release_order: under one_event, which of the jobs ending in the same second is released first:
+        `index` (the lowest job index) or `start` (the one that started first, as RLScheduler's
+        loop releases its running list, kept sorted by end with a stable sort).
     backfill_skip_next: the built-in EASY scan passes over the job that follows each backfilled
         one in scan order (RL backfilling's public code removes jobs from the list it scans).
     backfill_relax: RL backfilling's `relax` R: a job may backfill when it ends by
@@ -137,6 +143,7 @@ class SimConfig:
     strict_shadow: bool = False
     keep_shadow: bool = False
     one_event: bool = False
+    release_order: str = "index"
     backfill_skip_next: bool = False
     backfill_relax: float = 0.0
     prediction: PredictionSpec = PredictionSpec()
@@ -167,7 +174,8 @@ class SimConfig:
         for name in BOOL_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        for name, allowed in (("backfill_order", BACKFILL_ORDERS), ("backfill_candidates", BACKFILL_CANDIDATES)):
+        for name, allowed in (("backfill_order", BACKFILL_ORDERS), ("backfill_candidates", BACKFILL_CANDIDATES),
+                              ("release_order", RELEASE_ORDERS)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}: use one of {', '.join(allowed)}")
         relax = self.backfill_relax
@@ -179,6 +187,9 @@ class SimConfig:
         if isinstance(relax, bool) or not isinstance(relax, Real) or not 0.0 <= relax <= MAX_RELAX:
             raise ConfigError(f"backfill_relax must be a number in [0, {MAX_RELAX:g}], got {relax!r}")
         object.__setattr__(self, "backfill_relax", float(relax))
+        if self.release_order != "index" and not self.one_event:
+            raise ConfigError("release_order orders the finishes of one second, which only one_event applies one "
+                              "at a time: set one_event true or leave release_order at index")
         if self.keep_shadow and not self.commit_pick:
             raise ConfigError("keep_shadow keeps the shadow time of a committed pick: it needs commit_pick")
         if self.commit_pick and self.backfill == "conservative":
@@ -218,6 +229,13 @@ PRESETS: dict[str, dict[str, object]] = {
                     "backfill_candidates": "unguarded", "backfill_stop": False},
     # the public code's own heuristic baseline: that loop, whose EASY scan skips the job after each
     # backfilled one, with every request below the run time raised to it (docs/semantics.md 5)
+    # RLScheduler's heuristic loop (schedule_curr_sequence_reset): the head waits without
+    # backfilling until it fits, one event at a time, finishes of one second in start order
+    "rlscheduler": {"backfill": "none", "commit_pick": True, "one_event": True, "release_order": "start"},
+    # the same with its backfilling (`--backfil`): rlbf-scw's loop, which RL backfilling inherited
+    "rlscheduler-backfill": {"backfill": "easy", "commit_pick": True, "keep_shadow": True, "one_event": True,
+                             "backfill_order": "submit", "easy_extra": False, "strict_shadow": True,
+                             "release_order": "start"},
     "rlbf-public-baseline": {"backfill": "easy", "commit_pick": True, "keep_shadow": True, "one_event": True,
                              "backfill_order": "submit", "easy_extra": False, "strict_shadow": True,
                              "backfill_candidates": "unguarded", "backfill_stop": False,

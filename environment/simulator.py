@@ -78,6 +78,7 @@ class Simulation:
                               "turn commit_pick off")
         self.procs = workload.procs
         self._conservative = config.backfill == "conservative"
+        self._release_by_start = config.release_order == "start"
         self._easy_variant = (config.backfill_order != "queue" or config.strict_shadow or not config.easy_extra
                               or bool(config.backfill_relax) or config.backfill_skip_next)
         self._max_run = workload.max_run
@@ -303,19 +304,53 @@ class Simulation:
                     yield from self._schedule(t)
 
     def _one_event(self, t: int) -> bool:
-        """Apply one event at `t` (`one_event`): an arrival first, else one finish (the earliest
-        index among equal ends); False if it was only the finish of a killed run."""
+        """Apply one event at `t` (`one_event`): an arrival first, else one finish (among equal
+        ends the lowest index, or under release_order `start` the first started); False if it was
+        only the finish of a killed run."""
         if self._next_submit < len(self._submit) and self._submit[self._next_submit] == t:
             self._enqueue(self._next_submit)
             self._next_submit += 1
             return True
-        if not self._finishes or self._finishes[0][0] != t:
+        finishes = self._finishes
+        if not finishes or finishes[0][0] != t:
             return False  # only prediction revisions are due
-        _, i = heapq.heappop(self._finishes)
+        if self._release_by_start:
+            return self._release_first_started(t)
+        _, i = heapq.heappop(finishes)
         if self._state[i] == RUNNING and self._end[i] == t:
             self._complete(i)
             return True
         return False
+
+    def _release_first_started(self, t: int) -> bool:
+        """Complete, of the jobs ending at `t`, the one whose current run started first (the start
+        log's order); the others stay due. False if none is a live run (only killed ones)."""
+        finishes, state, end = self._finishes, self._state, self._end
+        due = []
+        while finishes and finishes[0][0] == t:
+            _, i = heapq.heappop(finishes)
+            if state[i] == RUNNING and end[i] == t:
+                due.append(i)
+        if not due:
+            return False
+        first = due[0] if len(due) == 1 else min(due, key=self._start_position)
+        for i in due:
+            if i != first:
+                heapq.heappush(finishes, (t, i))
+        self._complete(first)
+        return True
+
+    def _start_position(self, i: int) -> int:
+        """Where running job i's current start is in the start log (starts are logged in time
+        order, so it is found by bisection on its start time, then among that second's starts)."""
+        log, start = self._start_log, self._start[i]
+        k = bisect_left(range(len(log) // 3), start, key=lambda k: log[3 * k + 1])
+        position = -1
+        while k < len(log) // 3 and log[3 * k + 1] == start:
+            if log[3 * k] == i:
+                position = k  # the last start of i in that second is its current one
+            k += 1
+        return position
 
     def _schedule_builtin(self, now: int) -> None:
         """`_schedule` when every decision of the pass is built in (EASY or none, no committed

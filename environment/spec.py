@@ -49,7 +49,7 @@ WORKLOAD_KEYS = {
 }
 CONFIG_KEYS = ("preset", "backfill", "estimate", "overrun", "window", "max_interval", "max_rejections",
                "exact_requests", "raise_requests", "commit_pick", "backfill_order", "backfill_candidates",
-               "backfill_stop", "easy_extra", "strict_shadow", "keep_shadow", "one_event", "backfill_skip_next",
+               "backfill_stop", "easy_extra", "strict_shadow", "keep_shadow", "one_event", "release_order", "backfill_skip_next",
                "backfill_relax", "prediction")
 #: Value types of the workload keys (None is always allowed: it means "the default").
 WORKLOAD_TYPES = {"trace": (str, Path), "procs": int, "strict": bool, "skip_malformed": bool, "cleaning": str,
