@@ -119,6 +119,7 @@ class Simulation:
         # whose estimates change, gets a list of its own at reset)
         self._est = self._req if est is w.requested else self._run if est is run else est.tolist()
         self._user = w.user.tolist()
+        self._group, self._executable, self._memory = w.group.tolist(), w.executable.tolist(), w.memory.tolist()
         self._predicted = cfg.estimate.kind == "predicted"
         self._columns = {"id": w.job_id, "submit": w.submit, "requested": w.requested, "size": w.size}
         if self.policy.prepare is not None:
@@ -954,6 +955,9 @@ class Simulation:
                 "wait": [now - s for s in waiting_since],
                 "rejections": queued(self._rejections),
                 "user": queued(self._user),
+                "group": queued(self._group),
+                "executable": queued(self._executable),
+                "memory": queued(self._memory),
             },
             "running": {
                 "id": run(ids),

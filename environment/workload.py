@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-#: Columns every workload carries, all int64, all of the same length (`queue`, `group`: -1 where
-#: unknown).
-COLUMNS = ("job_id", "submit", "run", "size", "requested", "user", "queue", "group")
+#: Columns every workload carries, all int64, all of the same length (`queue`, `group`,
+#: `executable`, `memory`: -1 where unknown).
+COLUMNS = ("job_id", "submit", "run", "size", "requested", "user", "queue", "group", "executable", "memory")
+#: The columns a workload may leave out (each then -1 for every job).
+OPTIONAL_COLUMNS = ("queue", "group", "executable", "memory")
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,13 +39,15 @@ class Workload:
     user: np.ndarray
     queue: np.ndarray | None = None   # SWF field 15; None: -1 (unknown) for every job
     group: np.ndarray | None = None   # SWF field 13, the user's group; None: -1 for every job
+    executable: np.ndarray | None = None  # SWF field 14, the application number; None: -1
+    memory: np.ndarray | None = None  # SWF field 10, requested memory (kB per processor); None: -1
     dropped: dict[str, int] = field(default_factory=dict)
     header: dict[str, str] = field(default_factory=dict)
     source_max_run: int | None = None
 
     def __post_init__(self) -> None:
         n = len(self.job_id)
-        for optional in ("queue", "group"):
+        for optional in OPTIONAL_COLUMNS:
             if getattr(self, optional) is None:
                 object.__setattr__(self, optional, np.full(n, -1, dtype=np.int64))
         for col in COLUMNS:
