@@ -9,6 +9,7 @@ lets a reader find the jobs in the source trace.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from numbers import Real
 
 import numpy as np
@@ -64,17 +65,24 @@ def window(workload: Workload, n_jobs: int, start: int) -> Workload:
                          name=f"{workload.name}-w{start}-{start + n_jobs}")
 
 
-def random_window(workload: Workload, n_jobs: int, seed: int) -> Workload:
+def random_window(workload: Workload, n_jobs: int, seed: int,
+                  accept: Callable[[Workload], bool] | None = None, draws: int = 1) -> Workload:
     """A contiguous window whose start is drawn uniformly from all that fit (seeded).
 
+    With `accept`, starts are drawn from the same seeded stream until `accept(window)` holds, at
+    most `draws` times (RLScheduler's trajectory filtering); the first draw is the plain one.
     The RL scheduling papers draw sequences the same way, though with their own generator and
     start range, so a seed here never reproduces their exact windows (docs/fidelity.md).
     """
     n_jobs = check_int(n_jobs, "n_jobs", 1)
     rng = np.random.default_rng(_check_seed(seed))
     _check_length(workload, n_jobs)
-    start = int(rng.integers(0, len(workload) - n_jobs + 1))
-    return window(workload, n_jobs, start)
+    for _ in range(draws if accept is not None else 1):
+        drawn = window(workload, n_jobs, int(rng.integers(0, len(workload) - n_jobs + 1)))
+        if accept is None or accept(drawn):
+            return drawn
+    raise WorkloadError(f"none of {draws} windows of {n_jobs} jobs drawn from {workload.name!r} with seed {seed} "
+                        "passed the filter; widen its range or use another seed")
 
 
 def sampled_jobset(workload: Workload, n_jobs: int, seed: int) -> Workload:
