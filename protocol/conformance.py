@@ -551,15 +551,22 @@ class _EnvChecker:
         self.check("req_socket", ok and r.get("type") == "bye", f"REQ hello/bye answered welcome/{r.get('type')}")
 
 
+    def select_client(self, protocol: str, what: str) -> Any:
+        """A select agent speaking `protocol`, welcomed in a session of its own for check `what`;
+        None (the failed check recorded) when the env does not welcome it."""
+        c = self.client()
+        r = self.ask(c, {"type": "hello", "protocol": protocol, "agent": f"conformance-{what.replace('_', '-')}",
+                         "kinds": ["select"], "session": f"{self.session}-{what.replace('_', '-')}-{protocol}"},
+                     f"hello {protocol} for {what}")
+        return c if self.check(f"{what}_welcome_{protocol}", r.get("type") == "welcome", f"answered {_short(r)}") \
+            else None
+
     def predictions(self) -> None:
         """1.4: a reset's `prediction` option is checked like every option, and the prediction
         columns go to a 1.4 agent and not to a 1.3 one (each in a session of its own)."""
         for protocol in (PROTOCOL_VERSION, "1.3"):
-            c = self.client()
-            r = self.ask(c, {"type": "hello", "protocol": protocol, "agent": "conformance-predictions",
-                             "kinds": ["select"], "session": f"{self.session}-predictions-{protocol}"},
-                         f"hello {protocol} for predictions")
-            if not self.check(f"predictions_welcome_{protocol}", r.get("type") == "welcome", f"answered {_short(r)}"):
+            c = self.select_client(protocol, "predictions")
+            if c is None:
                 continue
             if protocol == PROTOCOL_VERSION:
                 for name, given in (("unknown", "oracle"), ("model_path", "learned:/nonexistent/hpcgym-model.json")):
@@ -595,11 +602,8 @@ class _EnvChecker:
         """1.5: the queue's group, executable and memory columns go to a 1.5 agent (integers, one
         per job) and not to a 1.4 one (each in a session of its own)."""
         for protocol in (PROTOCOL_VERSION, "1.4"):
-            c = self.client()
-            r = self.ask(c, {"type": "hello", "protocol": protocol, "agent": "conformance-job-columns",
-                             "kinds": ["select"], "session": f"{self.session}-job-columns-{protocol}"},
-                         f"hello {protocol} for the job columns")
-            if not self.check(f"job_columns_welcome_{protocol}", r.get("type") == "welcome", f"answered {_short(r)}"):
+            c = self.select_client(protocol, "job_columns")
+            if c is None:
                 continue
             r = self.settle(c, self.ask(c, {"type": "reset", "seed": 1, "workload": self.workload},
                                         "reset for the job columns"), "reset for the job columns")
