@@ -73,6 +73,11 @@ class Simulation:
         if SELECT_KILL in self.external and self.external & {SELECT, KILL}:
             raise ConfigError("select_kill decides select and kill in one: take it instead of select and kill, "
                               "not beside them")
+        self._prefill = workload.prefill if workload.prefill is not None and len(workload.prefill) else None
+        if self._prefill is not None and (config.backfill == "conservative" or self.external & {KILL, SELECT_KILL}
+                                          or config.prediction.on):
+            raise ConfigError("a pre-filled cluster (workload key prefill) runs with backfill easy or none, without "
+                              "kill agents and without a predictor: drop prefill or those")
         if SELECT_KILL in self.external and config.commit_pick:
             raise ConfigError("select_kill asks at every pass, which commit_pick skips while its pick waits: "
                               "turn commit_pick off")
@@ -121,6 +126,8 @@ class Simulation:
         self._user = w.user.tolist()
         self._group, self._executable, self._memory = w.group.tolist(), w.executable.tolist(), w.memory.tolist()
         self._predicted = cfg.estimate.kind == "predicted"
+        if self._prefill is not None:
+            self._add_prefill_jobs()
         self._columns = {"id": w.job_id, "submit": w.submit, "requested": w.requested, "size": w.size}
         if self.policy.prepare is not None:
             self._columns.update(self.policy.prepare(w))
@@ -129,6 +136,20 @@ class Simulation:
             rank = np.empty(len(w), dtype=np.int64)
             rank[order] = np.arange(len(w))
             self._rank = rank.tolist()
+
+    def _add_prefill_jobs(self) -> None:
+        """The pre-filled jobs as running-only jobs after the episode's (ids -1, -2, ...): they
+        hold processors and end, but never queue, and metrics leave them out."""
+        sizes, runs = self._prefill[:, 0].tolist(), self._prefill[:, 1].tolist()
+        if self._est is not self._req and self._est is not self._run:
+            self._est += runs  # its own list (noisy estimates): a pre-filled job ends by its request
+        self._req += runs
+        self._run += runs
+        if self._prerun is not self._req:
+            self._prerun += runs
+        self._size += sizes
+        self._user += [-1] * len(sizes)
+        self._ids += [-1 - k for k in range(len(sizes))]
 
     def _prepare_predictions(self, run: np.ndarray) -> None:
         """The pre-run predictions known before the episode (user_history's are made at submit)."""
@@ -148,7 +169,7 @@ class Simulation:
     # ----------------------------------------------------------------- driving
     def reset(self) -> Decision | None:
         """Start the episode; return the first external decision, or None if it ran to the end."""
-        n = len(self.workload)
+        n = len(self._size)  # the episode's jobs, then any pre-filled ones
         self._state = [PENDING] * n
         self._start = [-1] * n
         self._end = [-1] * n
@@ -175,7 +196,7 @@ class Simulation:
         self._freed_until = -1                      # conservative: end of the processors handed back early
         self._profile = Profile(int(self.workload.submit[0]) if n else 0, self.procs)
         self.free = self.procs
-        self.now = int(self.workload.submit[0]) if n else 0
+        self.now = int(self.workload.submit[0]) if len(self.workload) else 0
         self._next_submit = 0
         self._wakeup = NEVER
         self.queue_area = 0  # job-seconds spent waiting in the queue so far
@@ -192,8 +213,23 @@ class Simulation:
         self.reservation_delay_s = 0     # by how many seconds in all
         self.done = False
         self._result = None
+        if self._prefill is not None:
+            self._start_prefill()
         self._gen = self._episode()
         return self._advance(None)
+
+    def _start_prefill(self) -> None:
+        """Put the pre-filled jobs on the cluster: each started `elapsed` seconds before the first
+        submit and ends its run later (not a start of the episode: no start log entry)."""
+        first = len(self.workload)
+        for k, (size, run, elapsed) in enumerate(self._prefill.tolist()):
+            i = first + k
+            self._state[i] = RUNNING
+            start = self._start[i] = self.now - elapsed
+            self._end[i] = start + run
+            self.free -= size
+            insort(self._running, (start + self._est[i], i))
+            heapq.heappush(self._finishes, (start + run, i))
 
     def step(self, action: Action) -> Decision | None:
         """Apply `action` to the pending decision; return the next one, or None at the end.
@@ -245,11 +281,13 @@ class Simulation:
         if not self.done:
             raise InvalidAction("the episode is still running: drive it to the end first")
         if self._result is None:
+            n = len(self.workload)  # pre-filled jobs, after the episode's, are left out
             self._result = RunResult.from_arrays(
                 procs=self.procs, job_id=self.workload.job_id, submit=self.workload.submit,
-                start=self._start, end=self._end, run=self._run, size=self.workload.size,
-                requested=self.workload.requested, kills=self._kills, rejections=self._rejections,
-                lost_work=self._lost, walltime_killed=self._walltime_killed, start_kind=self._start_kind)
+                start=self._start[:n], end=self._end[:n], run=self._run[:n], size=self.workload.size,
+                requested=self.workload.requested,
+                kills=self._kills[:n], rejections=self._rejections[:n], lost_work=self._lost[:n],
+                walltime_killed=self._walltime_killed, start_kind=self._start_kind[:n])
         return self._result
 
     # ----------------------------------------------------------------- the loop
@@ -510,7 +548,7 @@ class Simulation:
         est_end = self._start[i] + self._est[i]
         del running[bisect_left(running, (est_end, i))]
         self.free += self._size[i]
-        if self.policy.usage:
+        if self.policy.usage and i < len(self._submit):  # a pre-filled job was never charged
             self._charge(i, -self._size[i], self.now)
         if self._conservative and est_end > self.now:  # ends before its estimate: the profile gets the processors back
             self._profile.add(self.now, est_end, self._size[i])

@@ -46,6 +46,7 @@ WORKLOAD_KEYS = {
     "start": "window start",
     "sample": "seed of a random window",
     "first_jobs": "with sample: draw random windows from the first N jobs only (SchedInspector's code)",
+    "prefill": "with a window: start with the jobs before it running, as RLScheduler's pre-filled cluster",
     "sjf_range": "with sample: [LOW, HIGH], redraw random windows until SJF's mean bsld on it (preset rlscheduler) "
                  "lies strictly between (RLScheduler's trajectory filtering: [10, 150])",
     "sampled_jobset": "with sample: random jobs with Poisson arrivals (DRAS)",
@@ -60,7 +61,7 @@ WORKLOAD_TYPES = {"trace": (str, Path), "procs": int, "strict": bool, "skip_malf
                   "model": str,
                   "generate_jobs": int, "train_fraction": (float, int), "part": str, "jobs": int, "start": int,
                   "sample": int, "first_jobs": int, "sampled_jobset": bool, "synthetic": bool,
-                  "sjf_range": (list, tuple)}
+                  "sjf_range": (list, tuple), "prefill": bool}
 #: How many windows `sjf_range` draws at most per episode (each is simulated once with SJF).
 SJF_RANGE_DRAWS = 200
 #: The largest generated workload; larger ones would stall an env serving others.
@@ -140,6 +141,9 @@ def check_workload_spec(spec: dict[str, Any]) -> None:
             raise ConfigError(f"a {key.replace('_', ' ')} workload needs a sample seed (--sample SEED)")
     if spec.get("sampled_jobset") and spec.get("synthetic"):
         raise ConfigError("sampled_jobset and synthetic exclude each other: pick one kind of episode")
+    if spec.get("prefill") and (jobs is None or spec.get("sampled_jobset") or spec.get("synthetic")):
+        raise ConfigError("prefill starts a window with the jobs before it running: it needs a window (jobs, with "
+                          "start or sample), not a whole workload, a sampled jobset or a synthetic workload")
     if spec.get("sjf_range") is not None:
         bounds = spec["sjf_range"]
         if len(bounds) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds) \
@@ -182,7 +186,9 @@ def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
     if jobs is None:
         return workload
     if sample is None:
-        return sequences.window(workload, jobs, spec.get("start") or 0)
+        start = spec.get("start") or 0
+        return sequences.prefilled(workload, jobs, start, start) if spec.get("prefill") else \
+            sequences.window(workload, jobs, start)
     if spec.get("sampled_jobset"):
         return sequences.sampled_jobset(workload, jobs, sample)
     if spec.get("synthetic"):
@@ -190,8 +196,11 @@ def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
     if spec.get("first_jobs") is not None:
         workload = workload.take(slice(0, spec["first_jobs"]))
     if spec.get("sjf_range") is not None:
-        return sequences.random_window(workload, jobs, sample, _sjf_within(*spec["sjf_range"]), SJF_RANGE_DRAWS)
-    return sequences.random_window(workload, jobs, sample)
+        start = sequences.random_start(workload, jobs, sample, _sjf_within(*spec["sjf_range"]), SJF_RANGE_DRAWS)
+    else:
+        start = sequences.random_start(workload, jobs, sample)
+    return sequences.prefilled(workload, jobs, start, sample) if spec.get("prefill") else \
+        sequences.window(workload, jobs, start)
 
 
 def _sjf_within(low: float, high: float) -> Callable[[Workload], bool]:
@@ -212,7 +221,7 @@ def _fitted(workload: Workload) -> WorkloadModel:
     return model
 
 
-WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset", "synthetic", "sjf_range")
+WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset", "synthetic", "sjf_range", "prefill")
 #: Workload keys that name a job source: a reset's workload with one of them does not take the
 #: env's default workload keys (PROTOCOL.md section 4), or it would get another trace's `procs`.
 SOURCE_KEYS = ("trace", "generate_jobs", "model")

@@ -44,6 +44,10 @@ class Workload:
     dropped: dict[str, int] = field(default_factory=dict)
     header: dict[str, str] = field(default_factory=dict)
     source_max_run: int | None = None
+    #: Jobs already running when the episode starts (RLScheduler's pre-filled cluster), one row
+    #: each: size, run time (its request: it ends by its estimate), seconds already run. They hold
+    #: processors but are not the episode's jobs (no metrics); None or no rows: an empty cluster.
+    prefill: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.job_id)
@@ -57,6 +61,12 @@ class Workload:
             object.__setattr__(self, col, arr)
         if self.procs <= 0:
             raise ValueError(f"cluster size must be positive, got {self.procs}")
+        if self.prefill is not None:
+            rows = np.asarray(self.prefill, dtype=np.int64).reshape(-1, 3)
+            if np.any(rows[:, 0] < 1) or np.any(rows[:, 1] < 1) or np.any(rows[:, 2] < 0) \
+                    or np.any(rows[:, 2] > rows[:, 1]) or rows[:, 0].sum() > self.procs:
+                raise ValueError("prefill rows are (size >= 1, run >= 1, 0 <= elapsed <= run) and fit the cluster")
+            object.__setattr__(self, "prefill", rows)
         if n and np.any(np.diff(self.submit) < 0):
             raise ValueError("workload jobs must be sorted by submit time")
 
