@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from numbers import Integral
+from numbers import Integral, Real
 
 from .errors import ConfigError
 from .predictions import PredictionSpec
@@ -15,6 +15,11 @@ BACKFILL_ORDERS = ("queue", "submit", "sjf")
 #: job (by estimates), or every one that fits now.
 BACKFILL_CANDIDATES = ("guarded", "unguarded")
 OVERRUN_MODES = ("run", "kill")
+#: Which of the jobs ending in the same second releases its processors first under `one_event`:
+#: the lowest job index, or the one that started first (RLScheduler's running list).
+RELEASE_ORDERS = ("index", "start")
+#: The largest `backfill_relax` (a bound that keeps it finite; 100 lets a job end 100 expected waits late).
+MAX_RELAX = 100.0
 ESTIMATE_KINDS = ("requested", "actual", "noisy", "predicted")
 
 
@@ -62,8 +67,8 @@ class EstimateSpec:
 
 
 #: The on/off options of SimConfig.
-BOOL_FIELDS = ("exact_requests", "commit_pick", "backfill_stop", "easy_extra", "strict_shadow", "keep_shadow",
-               "one_event")
+BOOL_FIELDS = ("exact_requests", "raise_requests", "commit_pick", "backfill_stop", "easy_extra", "strict_shadow",
+               "keep_shadow", "one_event", "backfill_skip_next")
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,9 @@ class SimConfig:
         inspector is asked at every pass (SchedInspector's code).
     exact_requests: every job's requested time is its run time, for the priority policies, the
         estimates and the agents' observations alike (SchedInspector's code: oracle requests).
+    raise_requests: a requested time below the run time is raised to the run time (RL
+        backfilling's public code), for the policies, the estimates and the observations alike, so
+        no job outlives its estimate.
     commit_pick: a pick that does not fit (accepted, if an inspector is asked) stays the pick
         until it starts: no new select or inspect meanwhile, so EASY's reservation (built-in or
         an agent's) persists (SchedInspector's code, and what DRAS's "reserve nodes for it"
@@ -103,6 +111,14 @@ class SimConfig:
         until it starts (not recomputed as jobs end).
     one_event: one event per scheduling pass (arrivals before finishes at equal times); off: all
         events of an instant, then one pass.
+    release_order: under one_event, which of the jobs ending in the same second is released first:
+        `index` (the lowest job index) or `start` (the one that started first, as RLScheduler's
+        loop releases its running list, kept sorted by end with a stable sort).
+    backfill_skip_next: the built-in EASY scan passes over the job that follows each backfilled
+        one in scan order (RL backfilling's public code removes jobs from the list it scans).
+    backfill_relax: RL backfilling's `relax` R: a job may backfill when it ends by
+        shadow + R x (shadow - the reserved job's submit), its expected wait stretched by R, so
+        it may delay the reserved job (0: EASY's shadow time).
     prediction: the run-time predictor (environment/predictions.py): none, user_history,
         learned:MODEL or running[:PRE,RUN,END[,PERIOD]][,share=S] (S: the share of jobs revised
         while they run); with estimate `predicted` reservations follow its predictions. Over the
@@ -118,6 +134,7 @@ class SimConfig:
     max_interval: int = 600
     max_rejections: int | None = 72
     exact_requests: bool = False
+    raise_requests: bool = False
     commit_pick: bool = False
     backfill_order: str = "queue"
     backfill_candidates: str = "guarded"
@@ -126,6 +143,9 @@ class SimConfig:
     strict_shadow: bool = False
     keep_shadow: bool = False
     one_event: bool = False
+    release_order: str = "index"
+    backfill_skip_next: bool = False
+    backfill_relax: float = 0.0
     prediction: PredictionSpec = PredictionSpec()
     seed: int = 0
 
@@ -154,9 +174,22 @@ class SimConfig:
         for name in BOOL_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        for name, allowed in (("backfill_order", BACKFILL_ORDERS), ("backfill_candidates", BACKFILL_CANDIDATES)):
+        for name, allowed in (("backfill_order", BACKFILL_ORDERS), ("backfill_candidates", BACKFILL_CANDIDATES),
+                              ("release_order", RELEASE_ORDERS)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}: use one of {', '.join(allowed)}")
+        relax = self.backfill_relax
+        if isinstance(relax, str):  # as compare's KEY:VALUE items and the CLI's --option give it
+            try:
+                relax = float(relax)
+            except ValueError:
+                pass
+        if isinstance(relax, bool) or not isinstance(relax, Real) or not 0.0 <= relax <= MAX_RELAX:
+            raise ConfigError(f"backfill_relax must be a number in [0, {MAX_RELAX:g}], got {relax!r}")
+        object.__setattr__(self, "backfill_relax", float(relax))
+        if self.release_order != "index" and not self.one_event:
+            raise ConfigError("release_order orders the finishes of one second, which only one_event applies one "
+                              "at a time: set one_event true or leave release_order at index")
         if self.keep_shadow and not self.commit_pick:
             raise ConfigError("keep_shadow keeps the shadow time of a committed pick: it needs commit_pick")
         if self.commit_pick and self.backfill == "conservative":
@@ -194,6 +227,19 @@ PRESETS: dict[str, dict[str, object]] = {
     "rlbf-public": {"backfill": "easy", "commit_pick": True, "keep_shadow": True, "one_event": True,
                     "backfill_order": "submit", "easy_extra": False, "strict_shadow": True,
                     "backfill_candidates": "unguarded", "backfill_stop": False},
+    # the public code's own heuristic baseline: that loop, whose EASY scan skips the job after each
+    # backfilled one, with every request below the run time raised to it (docs/semantics.md 5)
+    # RLScheduler's heuristic loop (schedule_curr_sequence_reset): the head waits without
+    # backfilling until it fits, one event at a time, finishes of one second in start order
+    "rlscheduler": {"backfill": "none", "commit_pick": True, "one_event": True, "release_order": "start"},
+    # the same with its backfilling (`--backfil`): rlbf-scw's loop, which RL backfilling inherited
+    "rlscheduler-backfill": {"backfill": "easy", "commit_pick": True, "keep_shadow": True, "one_event": True,
+                             "backfill_order": "submit", "easy_extra": False, "strict_shadow": True,
+                             "release_order": "start"},
+    "rlbf-public-baseline": {"backfill": "easy", "commit_pick": True, "keep_shadow": True, "one_event": True,
+                             "backfill_order": "submit", "easy_extra": False, "strict_shadow": True,
+                             "backfill_candidates": "unguarded", "backfill_stop": False,
+                             "backfill_skip_next": True, "raise_requests": True},
 }
 
 

@@ -9,7 +9,9 @@ earlier submit, then to the lower job id, so every policy is a total order and e
 deterministic.
 
 Sources: FCFS, LCFS, SJF, LJF, SQF, SAF and SRF as tabulated in the SchedInspector paper
-(Zhang et al., Table 3); WFP3 and UNICEF from Tang et al. (2009) as used in the RL backfilling
+(Zhang et al., Table 3); LARGEST, LAF, LRF, SEXP and LEXP as SchedInspector's public code defines
+its other base policies (HPCSimSkip.py, `largest_score` .. `lrf_score`; docs/semantics.md section 9
+says where hpcgym's wait differs from that code's); WFP3 and UNICEF from Tang et al. (2009) as used in the RL backfilling
 paper (Table 3) and RLSchert; F1-F4 from Carastan-Santos and de Camargo (SC'17), whose `s` is
 the submit time in seconds. `multifactor` is Slurm's multifactor priority as SchedInspector's
 section 4.5 configures it (`multifactor_score`).
@@ -77,6 +79,11 @@ def _wait(jobs: Jobs, now: int) -> np.ndarray:
     return np.maximum(now - _f(jobs["submit"]), 0.0)
 
 
+def _expansion(jobs: Jobs, now: int) -> np.ndarray:
+    """SchedInspector's "expansion" score (sexp/lexp): (wait + requested time) per processor."""
+    return (_wait(jobs, now) + _f(jobs["requested"])) / _f(jobs["size"])
+
+
 def _mix64(values: np.ndarray, seed: int) -> np.ndarray:
     """A splitmix64 hash: a random but reproducible key per job id, wherever it is computed."""
     with np.errstate(over="ignore"):
@@ -135,6 +142,11 @@ POLICIES: dict[str, PriorityPolicy] = {
         PriorityPolicy("sqf", "n", lambda j, now, seed: _f(j["size"])),
         PriorityPolicy("saf", "r * n", lambda j, now, seed: _f(j["requested"]) * _f(j["size"])),
         PriorityPolicy("srf", "r / n", lambda j, now, seed: _f(j["requested"]) / _f(j["size"])),
+        PriorityPolicy("largest", "-n", lambda j, now, seed: -_f(j["size"])),
+        PriorityPolicy("laf", "-r * n", lambda j, now, seed: -_f(j["requested"]) * _f(j["size"])),
+        PriorityPolicy("lrf", "-r / n", lambda j, now, seed: -_f(j["requested"]) / _f(j["size"])),
+        PriorityPolicy("sexp", "(w + r) / n", lambda j, now, seed: _expansion(j, now), dynamic=True),
+        PriorityPolicy("lexp", "-(w + r) / n", lambda j, now, seed: -_expansion(j, now), dynamic=True),
         PriorityPolicy(
             "wfp3", "-(w / r)^3 * n",
             lambda j, now, seed: -((_wait(j, now) / _f(j["requested"])) ** 3) * _f(j["size"]),

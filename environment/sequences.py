@@ -9,6 +9,8 @@ lets a reader find the jobs in the source trace.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import replace
 from numbers import Real
 
 import numpy as np
@@ -64,17 +66,53 @@ def window(workload: Workload, n_jobs: int, start: int) -> Workload:
                          name=f"{workload.name}-w{start}-{start + n_jobs}")
 
 
-def random_window(workload: Workload, n_jobs: int, seed: int) -> Workload:
+def random_window(workload: Workload, n_jobs: int, seed: int,
+                  accept: Callable[[Workload], bool] | None = None, draws: int = 1) -> Workload:
     """A contiguous window whose start is drawn uniformly from all that fit (seeded).
 
+    With `accept`, starts are drawn from the same seeded stream until `accept(window)` holds, at
+    most `draws` times (RLScheduler's trajectory filtering); the first draw is the plain one.
     The RL scheduling papers draw sequences the same way, though with their own generator and
     start range, so a seed here never reproduces their exact windows (docs/fidelity.md).
     """
+    return window(workload, n_jobs, random_start(workload, n_jobs, seed, accept, draws))
+
+
+def random_start(workload: Workload, n_jobs: int, seed: int,
+                 accept: Callable[[Workload], bool] | None = None, draws: int = 1) -> int:
+    """The start of `random_window`'s window."""
     n_jobs = check_int(n_jobs, "n_jobs", 1)
     rng = np.random.default_rng(_check_seed(seed))
     _check_length(workload, n_jobs)
-    start = int(rng.integers(0, len(workload) - n_jobs + 1))
-    return window(workload, n_jobs, start)
+    for _ in range(draws if accept is not None else 1):
+        start = int(rng.integers(0, len(workload) - n_jobs + 1))
+        if accept is None or accept(window(workload, n_jobs, start)):
+            return start
+    raise WorkloadError(f"none of {draws} windows of {n_jobs} jobs drawn from {workload.name!r} with seed {seed} "
+                        "passed the filter; widen its range or use another seed")
+
+
+#: Tells the pre-fill's random stream apart from the window draw's of the same seed.
+PREFILL_STREAM = 1
+
+
+def prefilled(workload: Workload, n_jobs: int, start: int, seed: int) -> Workload:
+    """The window of `n_jobs` jobs from `start`, on a cluster pre-filled as RLScheduler's code
+    fills it (`gen_preworkloads`): walking back from the job before the window, at most
+    n_jobs + U{0..n_jobs-1} of them, each one that fits the processors still free is running, for
+    its request (its run time here), having run U{0..max(request, 1)} s of it (at most all of it);
+    the walk stops at the first that does not fit. Seeded by `seed`."""
+    cut = window(workload, n_jobs, start)
+    rng = np.random.default_rng([_check_seed(seed), PREFILL_STREAM])
+    count = n_jobs + int(rng.integers(0, n_jobs))
+    free, rows = workload.procs, []
+    for j in range(start - 1, max(start - 1 - count, -1), -1):
+        size, request = int(workload.size[j]), int(workload.requested[j])
+        if size > free:
+            break
+        free -= size
+        rows.append((size, request, min(int(rng.integers(0, max(request, 1) + 1)), request)))
+    return replace(cut, prefill=np.array(rows, dtype=np.int64).reshape(-1, 3))
 
 
 def sampled_jobset(workload: Workload, n_jobs: int, seed: int) -> Workload:

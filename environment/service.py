@@ -63,6 +63,9 @@ MAX_MODEL_BYTES = 16 << 20
 PREDICTIONS_MINOR = 4
 #: The observation columns of predictions (PROTOCOL.md section 6), per table.
 PREDICTION_COLUMNS = {"queue": ("prediction",), "running": ("submit", "prediction0", "prediction")}
+#: The first minor version whose agents are sent the queued jobs' group, executable and memory.
+JOB_COLUMNS_MINOR = 5
+JOB_COLUMNS = {"queue": ("group", "executable", "memory")}
 
 
 @dataclass(frozen=True)
@@ -681,8 +684,9 @@ class EnvService:
         ep.rewards[owner.id] = 0.0
         observation = decision.observation
         if owner.minor < PREDICTIONS_MINOR and ep.sim.config.prediction.on:  # columns a 1.0-1.3 agent never asked for
-            observation = {**observation, **{table: {k: v for k, v in observation[table].items() if k not in columns}
-                                             for table, columns in PREDICTION_COLUMNS.items()}}
+            observation = _without(observation, PREDICTION_COLUMNS)
+        if owner.minor < JOB_COLUMNS_MINOR:  # nor does a 1.0-1.4 agent know these
+            observation = _without(observation, JOB_COLUMNS)
         message = {"type": "decision", "episode": ep.number, "decision": ep.decision_id, "step": decision.step,
                    "time": decision.time, "kind": decision.kind, "observation": observation,
                    "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": float(reward)}
@@ -862,3 +866,9 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+def _without(observation: dict[str, Any], columns: dict[str, tuple[str, ...]]) -> dict[str, Any]:
+    """The observation less some columns of its job tables (those an older agent never asked for)."""
+    return {**observation, **{table: {k: v for k, v in observation[table].items() if k not in dropped}
+                              for table, dropped in columns.items()}}

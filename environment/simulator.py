@@ -60,6 +60,8 @@ class Simulation:
         config = config or SimConfig()
         if config.exact_requests:
             workload = workload.with_columns(requested=workload.run)
+        elif config.raise_requests:
+            workload = workload.with_columns(requested=np.maximum(workload.requested, workload.run))
         self.workload = workload
         self.config = config
         self.policy = get_policy(policy, config.seed) if isinstance(policy, str) else policy
@@ -71,11 +73,19 @@ class Simulation:
         if SELECT_KILL in self.external and self.external & {SELECT, KILL}:
             raise ConfigError("select_kill decides select and kill in one: take it instead of select and kill, "
                               "not beside them")
+        self._prefill = workload.prefill if workload.prefill is not None and len(workload.prefill) else None
+        if self._prefill is not None and (config.backfill == "conservative" or self.external & {KILL, SELECT_KILL}
+                                          or config.prediction.on):
+            raise ConfigError("a pre-filled cluster (workload key prefill) runs with backfill easy or none, without "
+                              "kill agents and without a predictor: drop prefill or those")
         if SELECT_KILL in self.external and config.commit_pick:
             raise ConfigError("select_kill asks at every pass, which commit_pick skips while its pick waits: "
                               "turn commit_pick off")
         self.procs = workload.procs
         self._conservative = config.backfill == "conservative"
+        self._release_by_start = config.release_order == "start"
+        self._easy_variant = (config.backfill_order != "queue" or config.strict_shadow or not config.easy_extra
+                              or bool(config.backfill_relax) or config.backfill_skip_next)
         self._max_run = workload.max_run
         self._rejection_cap = NEVER if config.max_rejections is None else config.max_rejections
         self._prepare_jobs()
@@ -114,7 +124,10 @@ class Simulation:
         # whose estimates change, gets a list of its own at reset)
         self._est = self._req if est is w.requested else self._run if est is run else est.tolist()
         self._user = w.user.tolist()
+        self._group, self._executable, self._memory = w.group.tolist(), w.executable.tolist(), w.memory.tolist()
         self._predicted = cfg.estimate.kind == "predicted"
+        if self._prefill is not None:
+            self._add_prefill_jobs()
         self._columns = {"id": w.job_id, "submit": w.submit, "requested": w.requested, "size": w.size}
         if self.policy.prepare is not None:
             self._columns.update(self.policy.prepare(w))
@@ -123,6 +136,20 @@ class Simulation:
             rank = np.empty(len(w), dtype=np.int64)
             rank[order] = np.arange(len(w))
             self._rank = rank.tolist()
+
+    def _add_prefill_jobs(self) -> None:
+        """The pre-filled jobs as running-only jobs after the episode's (ids -1, -2, ...): they
+        hold processors and end, but never queue, and metrics leave them out."""
+        sizes, runs = self._prefill[:, 0].tolist(), self._prefill[:, 1].tolist()
+        if self._est is not self._req and self._est is not self._run:
+            self._est += runs  # its own list (noisy estimates): a pre-filled job ends by its request
+        self._req += runs
+        self._run += runs
+        if self._prerun is not self._req:
+            self._prerun += runs
+        self._size += sizes
+        self._user += [-1] * len(sizes)
+        self._ids += [-1 - k for k in range(len(sizes))]
 
     def _prepare_predictions(self, run: np.ndarray) -> None:
         """The pre-run predictions known before the episode (user_history's are made at submit)."""
@@ -142,7 +169,7 @@ class Simulation:
     # ----------------------------------------------------------------- driving
     def reset(self) -> Decision | None:
         """Start the episode; return the first external decision, or None if it ran to the end."""
-        n = len(self.workload)
+        n = len(self._size)  # the episode's jobs, then any pre-filled ones
         self._state = [PENDING] * n
         self._start = [-1] * n
         self._end = [-1] * n
@@ -169,7 +196,7 @@ class Simulation:
         self._freed_until = -1                      # conservative: end of the processors handed back early
         self._profile = Profile(int(self.workload.submit[0]) if n else 0, self.procs)
         self.free = self.procs
-        self.now = int(self.workload.submit[0]) if n else 0
+        self.now = int(self.workload.submit[0]) if len(self.workload) else 0
         self._next_submit = 0
         self._wakeup = NEVER
         self.queue_area = 0  # job-seconds spent waiting in the queue so far
@@ -186,8 +213,23 @@ class Simulation:
         self.reservation_delay_s = 0     # by how many seconds in all
         self.done = False
         self._result = None
+        if self._prefill is not None:
+            self._start_prefill()
         self._gen = self._episode()
         return self._advance(None)
+
+    def _start_prefill(self) -> None:
+        """Put the pre-filled jobs on the cluster: each started `elapsed` seconds before the first
+        submit and ends its run later (not a start of the episode: no start log entry)."""
+        first = len(self.workload)
+        for k, (size, run, elapsed) in enumerate(self._prefill.tolist()):
+            i = first + k
+            self._state[i] = RUNNING
+            start = self._start[i] = self.now - elapsed
+            self._end[i] = start + run
+            self.free -= size
+            insort(self._running, (start + self._est[i], i))
+            heapq.heappush(self._finishes, (start + run, i))
 
     def step(self, action: Action) -> Decision | None:
         """Apply `action` to the pending decision; return the next one, or None at the end.
@@ -239,11 +281,13 @@ class Simulation:
         if not self.done:
             raise InvalidAction("the episode is still running: drive it to the end first")
         if self._result is None:
+            n = len(self.workload)  # pre-filled jobs, after the episode's, are left out
             self._result = RunResult.from_arrays(
                 procs=self.procs, job_id=self.workload.job_id, submit=self.workload.submit,
-                start=self._start, end=self._end, run=self._run, size=self.workload.size,
-                requested=self.workload.requested, kills=self._kills, rejections=self._rejections,
-                lost_work=self._lost, walltime_killed=self._walltime_killed, start_kind=self._start_kind)
+                start=self._start[:n], end=self._end[:n], run=self._run[:n], size=self.workload.size,
+                requested=self.workload.requested,
+                kills=self._kills[:n], rejections=self._rejections[:n], lost_work=self._lost[:n],
+                walltime_killed=self._walltime_killed, start_kind=self._start_kind[:n])
         return self._result
 
     # ----------------------------------------------------------------- the loop
@@ -299,19 +343,53 @@ class Simulation:
                     yield from self._schedule(t)
 
     def _one_event(self, t: int) -> bool:
-        """Apply one event at `t` (`one_event`): an arrival first, else one finish (the earliest
-        index among equal ends); False if it was only the finish of a killed run."""
+        """Apply one event at `t` (`one_event`): an arrival first, else one finish (among equal
+        ends the lowest index, or under release_order `start` the first started); False if it was
+        only the finish of a killed run."""
         if self._next_submit < len(self._submit) and self._submit[self._next_submit] == t:
             self._enqueue(self._next_submit)
             self._next_submit += 1
             return True
-        if not self._finishes or self._finishes[0][0] != t:
+        finishes = self._finishes
+        if not finishes or finishes[0][0] != t:
             return False  # only prediction revisions are due
-        _, i = heapq.heappop(self._finishes)
+        if self._release_by_start:
+            return self._release_first_started(t)
+        _, i = heapq.heappop(finishes)
         if self._state[i] == RUNNING and self._end[i] == t:
             self._complete(i)
             return True
         return False
+
+    def _release_first_started(self, t: int) -> bool:
+        """Complete, of the jobs ending at `t`, the one whose current run started first (the start
+        log's order); the others stay due. False if none is a live run (only killed ones)."""
+        finishes, state, end = self._finishes, self._state, self._end
+        due = []
+        while finishes and finishes[0][0] == t:
+            _, i = heapq.heappop(finishes)
+            if state[i] == RUNNING and end[i] == t:
+                due.append(i)
+        if not due:
+            return False
+        first = due[0] if len(due) == 1 else min(due, key=self._start_position)
+        for i in due:
+            if i != first:
+                heapq.heappush(finishes, (t, i))
+        self._complete(first)
+        return True
+
+    def _start_position(self, i: int) -> int:
+        """Where running job i's current start is in the start log (starts are logged in time
+        order, so it is found by bisection on its start time, then among that second's starts)."""
+        log, start = self._start_log, self._start[i]
+        k = bisect_left(range(len(log) // 3), start, key=lambda k: log[3 * k + 1])
+        position = -1
+        while k < len(log) // 3 and log[3 * k + 1] == start:
+            if log[3 * k] == i:
+                position = k  # the last start of i in that second is its current one
+            k += 1
+        return position
 
     def _schedule_builtin(self, now: int) -> None:
         """`_schedule` when every decision of the pass is built in (EASY or none, no committed
@@ -470,7 +548,7 @@ class Simulation:
         est_end = self._start[i] + self._est[i]
         del running[bisect_left(running, (est_end, i))]
         self.free += self._size[i]
-        if self.policy.usage:
+        if self.policy.usage and i < len(self._submit):  # a pre-filled job was never charged
             self._charge(i, -self._size[i], self.now)
         if self._conservative and est_end > self.now:  # ends before its estimate: the profile gets the processors back
             self._profile.add(self.now, est_end, self._size[i])
@@ -576,8 +654,7 @@ class Simulation:
         processor taken. Beyond it, in a long queue, each next job that fits is found in one
         vectorised search, so the jobs that do not fit cost no Python step.
         """
-        cfg = self.config
-        if cfg.backfill_order != "queue" or cfg.strict_shadow or not cfg.easy_extra:
+        if self._easy_variant:
             return self._backfill_variant(head, now, shadow, extra)
         free = self.free
         if free == 0:
@@ -615,14 +692,20 @@ class Simulation:
 
     def _backfill_variant(self, head: int, now: int, shadow: int, extra: int) -> int:
         """`_backfill_easy` under the EASY variants (another scan order, a strict shadow time, no
-        extra-processor rule), job by job."""
+        extra-processor rule, a relaxed bound, a skip after each backfill), job by job."""
         free = self.free
         size, est = self._size, self._est
         strict, use_extra = self.config.strict_shadow, self.config.easy_extra
+        bound = self._relaxed(head, shadow)
+        skip_next = self.config.backfill_skip_next
         chosen = []
+        skipping = False
         for i in self._scan_order():
             if free == 0:
                 break
+            if skipping:
+                skipping = False
+                continue
             s = size[i]
             if s > free or i == head:
                 continue
@@ -634,9 +717,21 @@ class Simulation:
                 chosen.append(i)
                 free -= s
                 extra -= s
+            elif end < bound or (end == bound and not strict):
+                chosen.append(i)
+                free -= s
+            else:
+                continue
+            skipping = skip_next
         for i in chosen:
             self._start_job(i, now, BACKFILLED)
         return extra
+
+    def _relaxed(self, head: int, shadow: int) -> float:
+        """The latest end a backfilled job may have under `backfill_relax` R: the shadow time plus
+        R times the reserved job's expected wait (shadow - its submit), as RL backfilling's code."""
+        relax = self.config.backfill_relax
+        return shadow + relax * (shadow - self._submit[head]) if relax else shadow
 
     def _next_fit(self, first: int, free: int, window: int, extra: int) -> int:
         """The first queue position from `first` on of a job that fits; -1 if none does."""
@@ -651,8 +746,9 @@ class Simulation:
         ests = np.frombuffer(self._queue_est, dtype=np.int64)[first:]
         return (sizes <= free) & ((ests <= window) | (sizes <= extra))
 
-    def _backfill_candidates(self, head: int, now: int, shadow: int, extra: int) -> list[int]:
-        """An agent's candidates: jobs of the queue window (those it sees), in scan order."""
+    def _backfill_candidates(self, head: int, now: int, bound: float, extra: int) -> list[int]:
+        """An agent's candidates: jobs of the queue window (those it sees), in scan order; guarded
+        ones end by `bound` (the shadow time, or its relaxed bound) or fit the extra processors."""
         free, size, est = self.free, self._size, self._est
         jobs = self._scan_order(self._queue[:self.config.window])
         if self.config.backfill_candidates == "unguarded":
@@ -660,14 +756,15 @@ class Simulation:
         strict, use_extra = self.config.strict_shadow, self.config.easy_extra
         return [i for i in jobs
                 if i != head and size[i] <= free
-                and (now + est[i] < shadow or (now + est[i] == shadow and not strict)
+                and (now + est[i] < bound or (now + est[i] == bound and not strict)
                      or (use_extra and size[i] <= extra))]
 
     def _backfill_by_agent(self, head: int, now: int):
         shadow, extra = self._shadow_for(head, now)
+        bound = self._relaxed(head, shadow)  # fixed for the pass, as the built-in scan's
         can_stop = self.config.backfill_stop
         while True:
-            candidates = self._backfill_candidates(head, now, shadow, extra)
+            candidates = self._backfill_candidates(head, now, max(bound, shadow), extra)
             if not candidates:
                 return
             if len(candidates) == 1 and not can_stop:  # the code leaves one candidate to its scan
@@ -685,7 +782,7 @@ class Simulation:
                     extra -= self._size[i]
                     if self.config.keep_shadow:
                         self._kept_shadow = (shadow, extra)
-                else:  # unguarded: the reserved job now starts later, by estimates
+                else:  # unguarded or relaxed: the reserved job now starts later, by estimates
                     self._start_job(i, now, BACKFILLED)
                     later, extra = self._shadow(head, now)
                     if later > shadow:
@@ -896,6 +993,9 @@ class Simulation:
                 "wait": [now - s for s in waiting_since],
                 "rejections": queued(self._rejections),
                 "user": queued(self._user),
+                "group": queued(self._group),
+                "executable": queued(self._executable),
+                "memory": queued(self._memory),
             },
             "running": {
                 "id": run(ids),

@@ -11,14 +11,16 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from . import sequences
-from .config import SimConfig, expand_preset
+from .config import PRESETS, SimConfig, expand_preset
 from .errors import ConfigError, WorkloadError
 from .fitted import WorkloadModel, fit_workload_model, generate_from_model
 from .lublin import LublinParams, generate_lublin
+from .simulator import simulate
 from .swf import read_swf
 from .workload import Workload
 
@@ -44,17 +46,24 @@ WORKLOAD_KEYS = {
     "start": "window start",
     "sample": "seed of a random window",
     "first_jobs": "with sample: draw random windows from the first N jobs only (SchedInspector's code)",
+    "prefill": "with a window: start with the jobs before it running, as RLScheduler's pre-filled cluster",
+    "sjf_range": "with sample: [LOW, HIGH], redraw random windows until SJF's mean bsld on it (preset rlscheduler) "
+                 "lies strictly between (RLScheduler's trajectory filtering: [10, 150])",
     "sampled_jobset": "with sample: random jobs with Poisson arrivals (DRAS)",
     "synthetic": "with sample: jobs generated from a model fitted to the trace (part) (DRAS)",
 }
 CONFIG_KEYS = ("preset", "backfill", "estimate", "overrun", "window", "max_interval", "max_rejections",
-               "exact_requests", "commit_pick", "backfill_order", "backfill_candidates", "backfill_stop", "easy_extra",
-               "strict_shadow", "keep_shadow", "one_event", "prediction")
+               "exact_requests", "raise_requests", "commit_pick", "backfill_order", "backfill_candidates",
+               "backfill_stop", "easy_extra", "strict_shadow", "keep_shadow", "one_event", "release_order", "backfill_skip_next",
+               "backfill_relax", "prediction")
 #: Value types of the workload keys (None is always allowed: it means "the default").
 WORKLOAD_TYPES = {"trace": (str, Path), "procs": int, "strict": bool, "skip_malformed": bool, "cleaning": str,
                   "model": str,
                   "generate_jobs": int, "train_fraction": (float, int), "part": str, "jobs": int, "start": int,
-                  "sample": int, "first_jobs": int, "sampled_jobset": bool, "synthetic": bool}
+                  "sample": int, "first_jobs": int, "sampled_jobset": bool, "synthetic": bool,
+                  "sjf_range": (list, tuple), "prefill": bool}
+#: How many windows `sjf_range` draws at most per episode (each is simulated once with SJF).
+SJF_RANGE_DRAWS = 200
 #: The largest generated workload; larger ones would stall an env serving others.
 MAX_GENERATED_JOBS = 10_000_000
 
@@ -132,6 +141,17 @@ def check_workload_spec(spec: dict[str, Any]) -> None:
             raise ConfigError(f"a {key.replace('_', ' ')} workload needs a sample seed (--sample SEED)")
     if spec.get("sampled_jobset") and spec.get("synthetic"):
         raise ConfigError("sampled_jobset and synthetic exclude each other: pick one kind of episode")
+    if spec.get("prefill") and (jobs is None or spec.get("sampled_jobset") or spec.get("synthetic")):
+        raise ConfigError("prefill starts a window with the jobs before it running: it needs a window (jobs, with "
+                          "start or sample), not a whole workload, a sampled jobset or a synthetic workload")
+    if spec.get("sjf_range") is not None:
+        bounds = spec["sjf_range"]
+        if len(bounds) != 2 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds) \
+                or not 0 <= bounds[0] < bounds[1] < float("inf"):
+            raise ConfigError(f"sjf_range takes two numbers LOW < HIGH (SJF's mean bsld), e.g. [10, 150]; got {bounds!r}")
+        if sample is None or spec.get("sampled_jobset") or spec.get("synthetic"):
+            raise ConfigError("sjf_range filters random windows: it needs a sample seed and plain windows "
+                              "(not a sampled jobset or a synthetic workload)")
 
 
 def load_source(spec: dict[str, Any], seed: int = 0, max_bytes: int | None = None) -> Workload:
@@ -166,14 +186,27 @@ def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
     if jobs is None:
         return workload
     if sample is None:
-        return sequences.window(workload, jobs, spec.get("start") or 0)
+        start = spec.get("start") or 0
+        return sequences.prefilled(workload, jobs, start, start) if spec.get("prefill") else \
+            sequences.window(workload, jobs, start)
     if spec.get("sampled_jobset"):
         return sequences.sampled_jobset(workload, jobs, sample)
     if spec.get("synthetic"):
         return generate_from_model(_fitted(workload), jobs, sample)
     if spec.get("first_jobs") is not None:
         workload = workload.take(slice(0, spec["first_jobs"]))
-    return sequences.random_window(workload, jobs, sample)
+    if spec.get("sjf_range") is not None:
+        start = sequences.random_start(workload, jobs, sample, _sjf_within(*spec["sjf_range"]), SJF_RANGE_DRAWS)
+    else:
+        start = sequences.random_start(workload, jobs, sample)
+    return sequences.prefilled(workload, jobs, start, sample) if spec.get("prefill") else \
+        sequences.window(workload, jobs, start)
+
+
+def _sjf_within(low: float, high: float) -> Callable[[Workload], bool]:
+    """Whether SJF's mean bsld on a window, under RLScheduler's rules, lies in (low, high)."""
+    config = SimConfig(**PRESETS["rlscheduler"])
+    return lambda window: low < simulate(window, config, policy="sjf").summary["mean_bsld"] < high
 
 
 #: Models fitted to loaded workloads: a synthetic episode is cut from a cached source each time,
@@ -188,7 +221,7 @@ def _fitted(workload: Workload) -> WorkloadModel:
     return model
 
 
-WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset", "synthetic")
+WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset", "synthetic", "sjf_range", "prefill")
 #: Workload keys that name a job source: a reset's workload with one of them does not take the
 #: env's default workload keys (PROTOCOL.md section 4), or it would get another trace's `procs`.
 SOURCE_KEYS = ("trace", "generate_jobs", "model")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 #: Bumped whenever what an entry holds changes, so old entries are never misread.
-FORMAT = 3
+FORMAT = 4
 
 
 def cache_dir() -> Path | None:

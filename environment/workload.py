@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-#: Columns every workload carries, all int64, all of the same length (`queue`, `group`: -1 where
-#: unknown).
-COLUMNS = ("job_id", "submit", "run", "size", "requested", "user", "queue", "group")
+#: Columns every workload carries, all int64, all of the same length (`queue`, `group`,
+#: `executable`, `memory`: -1 where unknown).
+COLUMNS = ("job_id", "submit", "run", "size", "requested", "user", "queue", "group", "executable", "memory")
+#: The columns a workload may leave out (each then -1 for every job).
+OPTIONAL_COLUMNS = ("queue", "group", "executable", "memory")
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,13 +39,19 @@ class Workload:
     user: np.ndarray
     queue: np.ndarray | None = None   # SWF field 15; None: -1 (unknown) for every job
     group: np.ndarray | None = None   # SWF field 13, the user's group; None: -1 for every job
+    executable: np.ndarray | None = None  # SWF field 14, the application number; None: -1
+    memory: np.ndarray | None = None  # SWF field 10, requested memory (kB per processor); None: -1
     dropped: dict[str, int] = field(default_factory=dict)
     header: dict[str, str] = field(default_factory=dict)
     source_max_run: int | None = None
+    #: Jobs already running when the episode starts (RLScheduler's pre-filled cluster), one row
+    #: each: size, run time (its request: it ends by its estimate), seconds already run. They hold
+    #: processors but are not the episode's jobs (no metrics); None or no rows: an empty cluster.
+    prefill: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.job_id)
-        for optional in ("queue", "group"):
+        for optional in OPTIONAL_COLUMNS:
             if getattr(self, optional) is None:
                 object.__setattr__(self, optional, np.full(n, -1, dtype=np.int64))
         for col in COLUMNS:
@@ -53,6 +61,12 @@ class Workload:
             object.__setattr__(self, col, arr)
         if self.procs <= 0:
             raise ValueError(f"cluster size must be positive, got {self.procs}")
+        if self.prefill is not None:
+            rows = np.asarray(self.prefill, dtype=np.int64).reshape(-1, 3)
+            if np.any(rows[:, 0] < 1) or np.any(rows[:, 1] < 1) or np.any(rows[:, 2] < 0) \
+                    or np.any(rows[:, 2] > rows[:, 1]) or rows[:, 0].sum() > self.procs:
+                raise ValueError("prefill rows are (size >= 1, run >= 1, 0 <= elapsed <= run) and fit the cluster")
+            object.__setattr__(self, "prefill", rows)
         if n and np.any(np.diff(self.submit) < 0):
             raise ValueError("workload jobs must be sorted by submit time")
 

@@ -24,7 +24,7 @@ from ..environment.predictions import PredictionSpec
 from ..environment.simulator import simulate
 from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload,
                                  resolve_trace)
-from ..environment.swf import trace_stats, write_swf
+from ..environment.swf import CLEANINGS, trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
 from .usage import check_part
 
@@ -117,6 +117,9 @@ def _rules(ctx: click.Context, **given: Any) -> dict[str, Any]:
               help=f"SWF or SWF.gz trace: a path, or a file name found in $HPCGYM_TRACES (default: a generated "
                    f"Lublin workload of {DEFAULT_JOBS} jobs).")
 @_reading_options
+@click.option("--cleaning", type=click.Choice(CLEANINGS), default="hpcgym", show_default=True,
+              help="SWF cleaning: hpcgym's, or rlbf-scw (cancelled jobs kept as 10 s jobs, RL backfilling's code; "
+                   "docs/semantics.md section 1).")
 @click.option("--policy", type=click.Choice(list(POLICIES), case_sensitive=False), default="fcfs", show_default=True,
               help="Priority policy that orders the queue.")
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
@@ -142,12 +145,12 @@ def _rules(ctx: click.Context, **given: Any) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--jobs-out", type=click.Path(path_type=Path, dir_okay=False), help="Write per-job records as CSV.")
 @click.pass_context
-def run(ctx, trace, procs, strict, skip_malformed, policy, backfill, estimate, prediction, overrun, exact_requests,
+def run(ctx, trace, procs, strict, skip_malformed, cleaning, policy, backfill, estimate, prediction, overrun, exact_requests,
         commit_pick, preset, n_jobs, start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out) -> None:
     """Replay a trace (or the generated default workload) with a policy and print its metrics."""
     check_part(ctx, train_fraction)
     spec = _workload_spec(trace, procs, strict, skip_malformed)
-    spec.update(jobs=n_jobs, start=start, sample=sample, sampled_jobset=sampled_jobset,
+    spec.update(cleaning=cleaning, jobs=n_jobs, start=start, sample=sample, sampled_jobset=sampled_jobset,
                 train_fraction=train_fraction, part=part)
     workload = load_workload(spec, seed)
     config = SimConfig(seed=seed, prediction=prediction,

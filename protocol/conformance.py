@@ -56,6 +56,8 @@ QUEUE_COLUMNS = ("id", "submit", "size", "requested", "estimate", "wait", "rejec
 RUNNING_COLUMNS = ("id", "start", "size", "requested", "estimated_end")
 #: 1.4: the prediction columns, sent to 1.4 agents in episodes with a predictor (section 6).
 PREDICTION_COLUMNS = {"queue": ("prediction",), "running": ("submit", "prediction0", "prediction")}
+#: 1.5: the queued jobs' group, executable and memory, sent to 1.5 agents (section 6).
+QUEUE_JOB_COLUMNS = ("group", "executable", "memory")
 ENV_KEYS = ("kinds", "policies", "rewards", "defaults", "limits", "on_agent_lost")
 LIMIT_KEYS = ("max_message_bytes", "heartbeat_s", "decision_timeout_s")
 PENDING_KEYS = ("decision", "kind", "time", "candidates", "can_wait")
@@ -329,6 +331,7 @@ class _EnvChecker:
         if self.strict:
             self.predictions()
             self.select_kill()
+            self.job_columns()
         # -------- bye
         r = self.ask(a, {"type": "bye"}, "bye")
         self.check("bye", r.get("type") == "bye", f"bye answered {r.get('type')}")
@@ -548,15 +551,22 @@ class _EnvChecker:
         self.check("req_socket", ok and r.get("type") == "bye", f"REQ hello/bye answered welcome/{r.get('type')}")
 
 
+    def select_client(self, protocol: str, what: str) -> Any:
+        """A select agent speaking `protocol`, welcomed in a session of its own for check `what`;
+        None (the failed check recorded) when the env does not welcome it."""
+        c = self.client()
+        r = self.ask(c, {"type": "hello", "protocol": protocol, "agent": f"conformance-{what.replace('_', '-')}",
+                         "kinds": ["select"], "session": f"{self.session}-{what.replace('_', '-')}-{protocol}"},
+                     f"hello {protocol} for {what}")
+        return c if self.check(f"{what}_welcome_{protocol}", r.get("type") == "welcome", f"answered {_short(r)}") \
+            else None
+
     def predictions(self) -> None:
         """1.4: a reset's `prediction` option is checked like every option, and the prediction
         columns go to a 1.4 agent and not to a 1.3 one (each in a session of its own)."""
         for protocol in (PROTOCOL_VERSION, "1.3"):
-            c = self.client()
-            r = self.ask(c, {"type": "hello", "protocol": protocol, "agent": "conformance-predictions",
-                             "kinds": ["select"], "session": f"{self.session}-predictions-{protocol}"},
-                         f"hello {protocol} for predictions")
-            if not self.check(f"predictions_welcome_{protocol}", r.get("type") == "welcome", f"answered {_short(r)}"):
+            c = self.select_client(protocol, "predictions")
+            if c is None:
                 continue
             if protocol == PROTOCOL_VERSION:
                 for name, given in (("unknown", "oracle"), ("model_path", "learned:/nonexistent/hpcgym-model.json")):
@@ -587,6 +597,31 @@ class _EnvChecker:
                             else "no prediction columns for a 1.3 agent"))
             self.ask(c, {"type": "bye"}, "bye after predictions")
 
+
+    def job_columns(self) -> None:
+        """1.5: the queue's group, executable and memory columns go to a 1.5 agent (integers, one
+        per job) and not to a 1.4 one (each in a session of its own)."""
+        for protocol in (PROTOCOL_VERSION, "1.4"):
+            c = self.select_client(protocol, "job_columns")
+            if c is None:
+                continue
+            r = self.settle(c, self.ask(c, {"type": "reset", "seed": 1, "workload": self.workload},
+                                        "reset for the job columns"), "reset for the job columns")
+            queue = (r.get("observation") or {}).get("queue") if r.get("type") == "decision" else None
+            if not isinstance(queue, dict):
+                self.check(f"job_columns_{protocol}", False, f"the reset answered {_short(r)}")
+            else:
+                rows = len(queue.get("id") or [])
+                if protocol == PROTOCOL_VERSION:
+                    problems = [f"queue.{c} is {_short(queue.get(c))}, not {rows} integers" for c in QUEUE_JOB_COLUMNS
+                                if not (isinstance(queue.get(c), list) and len(queue[c]) == rows
+                                        and all(_is_int(v) for v in queue[c]))]
+                else:
+                    problems = [f"queue.{c} sent to a {protocol} agent" for c in QUEUE_JOB_COLUMNS if c in queue]
+                self.check(f"job_columns_{protocol}", not problems, "; ".join(problems) or
+                           ("group, executable and memory, one per job" if protocol == PROTOCOL_VERSION
+                            else f"no job columns for a {protocol} agent"))
+            self.ask(c, {"type": "bye"}, "bye after the job columns")
 
     def select_kill(self) -> None:
         """1.4: the joint kind: candidates are the queue window's ids then the running ids

@@ -132,6 +132,71 @@ def test_without_stop_two_candidates_must_be_backfilled_and_one_is_left_to_the_s
     assert starts(UNGUARDED, {"backfill": Picker()}, backfill_stop=False) == [0, 100, 200, 0]
 
 
+# Four processors. J1 2p1000 starts at 0; J2 4p100 (submitted at 0) blocks: shadow 1000, no
+# extra processors, expected wait 1000 - 0 = 1000. J3 2p1400 arrives at 100 and would end at 1500.
+RELAX = jobs(4, [0, 0, 100], [2, 4, 2], [1000, 100, 1400])
+
+
+@pytest.mark.parametrize("relax, expected", [
+    (0.0, [0, 1000, 1100]),   # EASY: 1500 > 1000, J3 waits for J2 (1000-1100)
+    (0.4, [0, 1000, 1100]),   # bound 1000 + 0.4 x 1000 = 1400 < 1500: still waits
+    (0.5, [0, 1500, 100]),    # bound 1500: J3 backfills at 100 and delays J2 to 1500
+])
+def test_relax_stretches_the_shadow_time_by_the_expected_wait(relax, expected):
+    """RL backfilling's `relax` (rlbackfill.py: now + request < shadow + relax x expected wait)."""
+    assert starts(RELAX, backfill_relax=relax) == expected
+
+
+def test_relax_with_a_strict_shadow_needs_to_end_before_the_bound():
+    # the public code's test is strict (<): ending exactly at the bound 1500 is not enough
+    assert starts(RELAX, backfill_relax=0.5, strict_shadow=True) == [0, 1000, 1100]
+    assert starts(RELAX, backfill_relax=0.6, strict_shadow=True) == [0, 1500, 100]
+
+
+def test_relaxed_candidates_of_a_backfill_agent_and_their_delay():
+    agent = Picker(3)
+    sim = Simulation(RELAX, SimConfig(backfill_relax=0.5), external={"backfill"})
+    result = sim.run({"backfill": agent})
+    assert agent.seen == [([3], True)]  # at 100: J3 is a candidate only because of the relaxed bound
+    assert [int(s) for s in result.jobs["start"]] == [0, 1500, 100]
+    assert (sim.reservation_delays, sim.reservation_delay_s) == (1, 500)  # shadow 1000 -> 1500
+
+
+@pytest.mark.parametrize("relax", [-0.1, "much", float("nan"), True])
+def test_a_bad_relax_is_refused_in_one_line(relax):
+    with pytest.raises(ConfigError, match="backfill_relax must be a number"):
+        SimConfig(backfill_relax=relax)
+
+
+def test_skip_next_passes_over_the_job_after_each_backfill():
+    # 4 processors: J1 2p100 runs; J2 4p100 blocks (shadow 100, no extra); J3, J4, J5 1p50 wait.
+    # Textbook: J3 and J4 take the two free processors, J5 follows at 50. Skipping (the public
+    # code removes J3 from the list it scans, so its loop never looks at J4): J3 and J5 at 0, J4
+    # at 50, when J3 and J5 end
+    w = jobs(4, [0, 0, 0, 0, 0], [2, 4, 1, 1, 1], [100, 100, 50, 50, 50])
+    assert starts(w) == [0, 100, 0, 0, 50]
+    assert starts(w, backfill_skip_next=True) == [0, 100, 0, 50, 0]
+
+
+def test_raise_requests_lifts_a_request_below_the_run_time():
+    # 2 processors: J1 1p runs 300 s of a 200 s request; J2 2p100 blocks at 0 (shadow 200 by the
+    # request); J3 1p250 arrives at 10 and would end at 260 > 200, so it waits for J2 (300-400).
+    # Raised, J1's request is 300: the shadow is 300 and J3 backfills at 10
+    w = jobs(2, [0, 0, 10], [1, 2, 1], [300, 100, 250], [200, 100, 250])
+    assert starts(w) == [0, 300, 400]
+    assert starts(w, raise_requests=True) == [0, 300, 10]
+    assert simulate(w, SimConfig(raise_requests=True)).jobs["requested"].tolist() == [300, 100, 250]
+
+
+def test_the_rlbf_public_baseline_preset_gives_the_public_code_s_own_baseline(traces_dir):
+    """The public RL-backfilling code (DIR-LAB/RLBackfilling rlbackfill.py, run side by side on
+    2026-11-26 for issue 29) gives FCFS+EASY mean bsld 1,259 on SDSC-SP2's first 10,000 jobs (one
+    sequence, cancelled jobs kept as 10 s jobs); `rlbf-public` gives 1,815 there."""
+    pool = read_swf(traces_dir / "SDSC-SP2-1998-4.2-cln.swf.gz", cleaning="rlbf-scw").take(slice(0, 10_000))
+    bsld = simulate(pool, SimConfig(**PRESETS["rlbf-public-baseline"])).summary["mean_bsld"]
+    assert abs(bsld - 1259) < 0.005 * 1259
+
+
 def test_delay_penalty_charges_each_second_of_delay():
     spec = get_reward("bsld+delay_penalty:0.5")
     config = SimConfig(backfill_candidates="unguarded")

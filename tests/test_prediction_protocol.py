@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpcgym.environment.predictions import fit_prerun_model
+from hpcgym.protocol.messages import PROTOCOL_VERSION
 from hpcgym.environment.service import EnvService, Limits
 from hpcgym.environment.simulator import simulate
 from hpcgym.environment.spec import load_workload, sim_config
@@ -42,7 +43,7 @@ def reset(svc: EnvService, peer: bytes, options: dict, **more) -> dict:
 
 def test_a_1_4_agent_sees_each_jobs_predictions_and_a_1_3_agent_does_not(tmp_path):
     svc = EnvService({"workload": {"trace": str(swf(tmp_path / "t.swf"))}})
-    assert hello(svc, b"new", "1.4", ["kill"])["protocol"] == "1.4"
+    assert hello(svc, b"new", "1.4", ["kill"])["protocol"] == PROTOCOL_VERSION  # the env's own
     d = reset(svc, b"new", {"prediction": "user_history"})
     while d["time"] < 400:  # kill decisions at 0 and 100 (A, then B running): kill nothing
         (_, d), = svc.handle_message(b"new", {"type": "act", "decision": d["decision"], "action": None})

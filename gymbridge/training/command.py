@@ -46,6 +46,15 @@ def _parse_value(text: str):
         return text
 
 
+def _parse_range(text: str) -> list[float]:
+    """--sjf-range LOW,HIGH as two numbers (the workload key checks LOW < HIGH)."""
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--sjf-range takes LOW,HIGH such as 10,150; got {text!r}") from None
+    return [low, high]
+
+
 def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: float | None,
                       gamma: float | None, sets: tuple[str, ...]) -> dict:
     from ...agents.rl.algorithms import get_algorithm
@@ -90,6 +99,11 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
 @click.option("--sampled-jobset", is_flag=True, help="Episodes are DRAS-style sampled jobsets, not windows.")
 @click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="Train on the first fraction of the trace, evaluate on the rest.")
+@click.option("--sjf-range", metavar="LOW,HIGH",
+              help="Train only on windows whose SJF mean bsld (RLScheduler's rules) lies strictly between LOW and "
+                   "HIGH, redrawing the others (RLScheduler's trajectory filtering, 10,150); not the evaluation.")
+@click.option("--prefill", is_flag=True,
+              help="Start each training window with the jobs before it running (RLScheduler's pre-filled cluster).")
 @click.option("--curriculum", help="Phases of training episodes, in order: sampled (random jobs, Poisson "
               "arrivals), real (windows of the trace), synthetic (from a model fitted to the training part), "
               "e.g. sampled,real,synthetic (even split) or sampled:9,real:9,synthetic:82 (episodes each; "
@@ -153,8 +167,8 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
               help="Progress bar (default: a bar when stderr is a terminal, else one line per epoch; "
                    "--no-progress: neither).")
 @click.pass_context
-def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fraction, curriculum, backfill,
-          policy, base, semantics, env_options, teacher, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets,
+def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fraction, sjf_range, prefill,
+          curriculum, backfill, policy, base, semantics, env_options, teacher, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets,
           max_steps, discard_after, epochs, trajectories, envs, seed, out, checkpoint_every, resume, eval_episodes,
           baselines, device, threads, progress) -> None:
     """Train ALGORITHM (pg, a2c, ppo or dql; dras-pg, dras-a2c, dras-ppo or dras-dql: the same with
@@ -284,6 +298,12 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         if first_jobs is not None:  # train on the trace's first jobs, evaluate on windows of all of it
             eval_workload = dict(workload)
             workload["first_jobs"] = first_jobs
+        if sjf_range is not None or prefill:  # the training windows only
+            eval_workload = eval_workload or dict(workload)
+            if sjf_range is not None:
+                workload["sjf_range"] = _parse_range(sjf_range)
+            if prefill:
+                workload["prefill"] = True
         phases = None
         if curriculum is not None and curriculum.strip().lower() != "none":
             if trace is None:

@@ -33,7 +33,7 @@ from typing import Any
 import msgpack
 
 HERE = Path(__file__).resolve().parent
-PROTOCOL = "1.4"
+PROTOCOL = "1.5"
 HEX_UP_TO = 512
 ABOUT = ("Each vector is one message body (file) and its expected outcome. valid: decoded is the message as "
          "JSON (a number with a decimal point is a msgpack float, one without an integer). invalid: error is "
@@ -332,6 +332,12 @@ valid("decision_kill_predictions", "reply",
           "running": {**OBSERVATION_SELECT["running"], "submit": [0], "prediction0": [1800], "prediction": [4200]}}),
       "1.4: an episode with a predictor, to a 1.4 agent: queue.prediction (pre-run), running.submit, "
       "running.prediction0 (pre-run) and running.prediction (current)")
+valid("decision_job_columns", "reply",
+      decision("select", candidates=[3, 4], observation={
+          **OBSERVATION_SELECT, "queue": {**OBSERVATION_SELECT["queue"], "group": [2, -1], "executable": [17, -1],
+                                          "memory": [65536, -1]}}),
+      "1.5: to a 1.5 agent, the queued jobs' group, executable and requested memory (kB per processor; SWF "
+      "fields 13, 14 and 10; -1 where the trace does not say)")
 valid("decision_select_kill", "reply",
       decision("select_kill", candidates=[3, 4, 1], observation={**OBSERVATION_SELECT, "context": {"queued": 2}}),
       "1.4: the joint decision: the queue window's ids, then the running ids that may be killed; "
