@@ -22,9 +22,11 @@ import json
 import time
 from pathlib import Path
 
-from paper_runs import HPCGYM, TRACES_DIR, argument_parser, chosen, compare, epoch_seconds, run
+from paper_runs import (HPCGYM, TRACES_DIR, argument_parser, chosen, compare, epoch_seconds, loaded, results_provenance,
+                        run)
 
 from hpcgym.environment.spec import WorkloadCache
+from hpcgym.gymbridge.provenance import provenance_markdown
 
 TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "HPC2N": "HPC2N-2002-2.2-cln", "Lublin-1": "lublin_256",
           "Lublin-2": "lublin2-standin"}
@@ -124,7 +126,7 @@ def reservation_delays(args, trace: str, base: str, agent_file: Path | None = No
     agent_file = agent_file or agent_path(args.runs, trace, base, "public")
     if not agent_file.is_file():
         return None
-    trained = load_checkpoint(agent_file).trainer["settings"]["options"]
+    trained = load_checkpoint(loaded(agent_file)).trainer["settings"]["options"]
     options = {k: v for k, v in trained.items() if k not in ("window", "policy")}
     agent = RLAgent(agent_file)
     totals = {"episodes": 0, "mean_bsld_rl": 0.0, "mean_bsld_easy": 0.0, "backfills": 0, "delays": 0, "delay_s": 0,
@@ -166,7 +168,7 @@ def decision_rate(args, trace: str, base: str, semantics: str, windows: int = 5)
     if not agent_file.is_file():
         return None
     torch.set_num_threads(1)
-    agent, count = RLAgent(agent_file), [0]
+    agent, count = RLAgent(loaded(agent_file)), [0]
 
     class Counting:
         kinds = ("backfill",)
@@ -219,7 +221,7 @@ def cell(rows: dict, name: str) -> str:
 
 
 def markdown(results: dict, seeds: list[int]) -> str:
-    lines = ["# RL backfilling: results (benchmarks/rlbf_eval.py)", ""]
+    lines = ["# RL backfilling: results (benchmarks/rlbf_eval.py)", "", provenance_markdown(results["provenance"]), ""]
     columns = [f"{b}-{c}" for b in BASES for c in ("easy", "easy-ar", "rlbf")]
     for semantics in SEMANTICS:
         for seed in seeds:
@@ -262,6 +264,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.delay_study:
         study = delay_study(args, args.delay_study)
+        study["provenance"] = results_provenance(args)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "delay-study.json").write_text(json.dumps(study, indent=1))
         print(json.dumps(study, indent=1))
@@ -293,6 +296,7 @@ def main() -> None:
     for seed in seeds if not args.no_fig1 else []:
         results["fig1"][str(seed)] = fig1(args, seed)
     plot_curves(args.runs, args.out / "rlbf-curves.png")
+    results["provenance"] = results_provenance(args)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (args.out / "results.md").write_text(markdown(results, seeds))
     print(markdown(results, seeds))
