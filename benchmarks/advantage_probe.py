@@ -35,6 +35,7 @@ import torch
 from hpcgym.agents import schedinspector as si
 from hpcgym.agents.encoders import InspectorEncoder
 from hpcgym.agents.rl.storage import gae
+from hpcgym.gymbridge.provenance import provenance
 from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
 
 ACCEPT, REJECT = 0, 1
@@ -138,7 +139,8 @@ def main() -> None:
                   f"{r['at_cap']:>6}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"seed": args.seed, "lambda": lam, "semantics": args.semantics, "rows": rows}, f, indent=1)
+            json.dump({"seed": args.seed, "lambda": lam, "semantics": args.semantics, "rows": rows,
+                       "provenance": provenance(vars(args))}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcgym.gymbridge.provenance import provenance, provenance_markdown
+
 ROOT = Path(__file__).resolve().parents[1]
 _local = Path(sys.executable).parent / "hpcgym"
 HPCGYM = str(_local) if _local.exists() else "hpcgym"
@@ -254,6 +256,8 @@ def main() -> None:
                                             "jobs": job_tables(compare, args.procs)}
         if "ppo" in algorithms and not args.skip_dynamic:
             results["objectives"][objective]["dynamic"] = dynamic(args, objective, folder)
+    results["provenance"] = provenance(results["settings"], [args.out / objective / a / "model.pt"
+                                                             for objective in results["objectives"] for a in algorithms])
     name = "results-" + "-".join(results["objectives"])
     (args.out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
     (args.out / f"{name}.md").write_text(markdown(results))
@@ -261,7 +265,7 @@ def main() -> None:
 
 
 def markdown(results: dict) -> str:
-    lines = []
+    lines = [provenance_markdown(results["provenance"]), ""]
     for objective, r in results["objectives"].items():
         lines += [f"### {objective} objective", ""]
         if r["train_seconds"]:

@@ -65,6 +65,7 @@ from hpcgym.environment.sequences import random_window, window
 from hpcgym.environment.simulator import simulate
 from hpcgym.environment.swf import read_swf
 from hpcgym.environment.workload import Workload
+from hpcgym.gymbridge.provenance import provenance, provenance_markdown
 
 JOBS = 1024
 POOL = 10_000
@@ -200,6 +201,36 @@ def lib_bsld(win: Workload, policy: str | PriorityPolicy, actual: bool, overrun:
     return float(simulate(win, cfg, policy=policy).summary["mean_bsld"])
 
 
+def step3_inputs(win: PaperWindow, policy: str, actual: bool) -> tuple[Workload, str | PriorityPolicy]:
+    """Ladder step 3's workload and policy for one column: the paper code's AR (the run time as
+    the request) and its WFP3 form."""
+    return (actual_as_requested(win.workload) if actual else win.workload,
+            WFP3_PAPER_CODE if policy == "wfp3" else policy)
+
+
+def all_traits_options() -> dict[str, object]:
+    """The `rlbf-scw` preset with every textbook trait switched back on."""
+    options = dict(PRESETS["rlbf-scw"])
+    for _what, switch in TEXTBOOK_TRAITS.values():
+        options.update(switch)
+    return options
+
+
+def textbook_cross_check(windows: Sequence[PaperWindow]) -> tuple[int, int]:
+    """The paper code's loop (the preset) with all five textbook traits back on, given step 3's
+    inputs, against hpcgym's defaults in step 3, for every column of Table 4: (sequences whose
+    schedules differ in any job's start time, sequences compared)."""
+    loop, textbook = SimConfig(**all_traits_options()), SimConfig(backfill="easy")
+    differing = compared = 0
+    for _column, policy, actual in COLUMNS:
+        for win in windows:
+            workload, order = step3_inputs(win, policy, actual)
+            starts = [simulate(workload, config, policy=order).jobs["start"] for config in (loop, textbook)]
+            differing += not np.array_equal(*starts)
+            compared += 1
+    return differing, compared
+
+
 def paper_code_bsld(win: Workload, policy: str, traits: frozenset[str] = frozenset()) -> float:
     """Mean bsld of `win` under the paper code's loop (`preset: rlbf-scw`), with the given
     textbook traits switched back on."""
@@ -226,8 +257,7 @@ def run_setup(windows: Sequence[Workload] | Sequence[PaperWindow], setup: str,
             if setup in ("main", "kill"):
                 vals.append(lib_bsld(win, policy, actual, "kill" if setup == "kill" else "run"))
             elif setup == "papertraits":
-                w = actual_as_requested(win.workload) if actual else win.workload
-                vals.append(lib_bsld(w, WFP3_PAPER_CODE if policy == "wfp3" else policy, False))
+                vals.append(lib_bsld(*step3_inputs(win, policy, actual), False))
             elif setup == "paperloop":
                 vals.append(paper_code_bsld(win.ar if actual else win.workload, policy, traits))
             else:
@@ -263,8 +293,9 @@ def main(traces: Path, seeds: str, seeds2: str, pool: int, markdown: Path | None
     rule = "|---|" + "---:|" * len(col_names)
 
     emit("# Table 4 (heuristic columns) of the RL backfilling paper, reproduced with hpcgym\n")
-    emit(f"Command: `python benchmarks/fidelity_table4.py --seeds {seeds} --seeds2 {seeds2} "
-         f"--pool {pool}`  ")
+    made = provenance({"seeds": seeds, "seeds2": seeds2, "pool": pool, "traces": str(traces)},
+                      argv=[__file__, "--seeds", seeds, "--seeds2", seeds2, "--pool", str(pool)])
+    emit(provenance_markdown(made) + "  ")
     emit(f"Sequences: {JOBS} jobs; main seeds {seeds_a}; second seeds {seeds_b}; pool: "
          f"{'whole trace' if pool == 0 else f'first {pool} jobs'}; paper-script seed {PAPER_SEED}.  ")
     emit("Metric: mean bounded slowdown (tau = 10 s) per sequence, averaged over the sequences.\n")
@@ -272,6 +303,7 @@ def main(traces: Path, seeds: str, seeds2: str, pool: int, markdown: Path | None
     results: dict[str, dict[str, dict[str, list[float]]]] = {}
     starts_text: dict[str, dict[str, str]] = {}
     n_paper = len(seeds_a)
+    cross_check = (0, 0)   # (sequences whose schedules differ, sequences compared)
     for label, stem, _row in TRACES:
         path = traces / f"{stem}.swf.gz"
         full = read_swf(path)
@@ -309,6 +341,8 @@ def main(traces: Path, seeds: str, seeds2: str, pool: int, markdown: Path | None
         }
         for trait in TEXTBOOK_TRAITS:
             results[label][f"L4 + {trait}"] = run_setup(win_p_code, "paperloop", frozenset({trait}))
+        checked = textbook_cross_check(win_p_code)
+        cross_check = (cross_check[0] + checked[0], cross_check[1] + checked[1])
         print(f"[{label}: done at {time.perf_counter() - t_start:.0f} s]", file=sys.stderr)
 
     def mean_row(label: str, setup: str) -> str:
@@ -403,6 +437,8 @@ def main(traces: Path, seeds: str, seeds2: str, pool: int, markdown: Path | None
             name = "paper loop (L4)" if setup == "L4 + paper EASY loop" else setup.replace("L4 + ", "+ ")
             emit(f"| {label} | {name} | " + " | ".join(
                 fmt(float(np.mean(results[label][setup][c]))) for c in col_names) + " |")
+    emit(f"\nCross-check: the paper loop with all five traits on, given step L3's inputs, against hpcgym's "
+         f"defaults in step L3: {cross_check[0]} of {cross_check[1]} sequences differ in any job's start time.\n")
     emit("\n## Windows (start index in the sampled job list, first job id)\n")
     for label, _stem, _row in TRACES:
         emit(f"* **{label}**")

@@ -18,6 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+from hpcgym.gymbridge.provenance import provenance
+
+
 def run(argv: list[str]) -> float:
     start = time.perf_counter()
     print("$", " ".join(argv), flush=True)
@@ -68,7 +71,9 @@ def main() -> None:
         timing["distill"] = run([hpcgym, "distill", f"model:{a.out / 'teacher' / 'model.pt'}", "--trace", a.trace,
                                  "--train-jobs", "10000", "--test-jobs", "2500", "--depth", a.depth, "--iterations",
                                  str(a.iterations), "--no-relative", "--no-progress", "--out", str(a.out / "distill")])
-        (a.out / "timing.json").write_text(json.dumps(timing))
+        timing["provenance"] = provenance({k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
+                                          [a.out / "teacher" / "model.pt"])
+        (a.out / "timing.json").write_text(json.dumps(timing, indent=1))
     print(report(a.out))
 
 

@@ -20,6 +20,7 @@ import torch
 
 from hpcgym.agents import schedinspector as si
 from hpcgym.gymbridge import make
+from hpcgym.gymbridge.provenance import provenance
 
 
 def main() -> None:
@@ -76,8 +77,8 @@ def main() -> None:
     model.learn(total_timesteps=args.steps, callback=Curve())
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"seed": args.seed, "lambda": args.lam, "semantics": args.semantics, "curve": curve}, f,
-                      indent=1)
+            json.dump({"seed": args.seed, "lambda": args.lam, "semantics": args.semantics, "curve": curve,
+                       "provenance": provenance(vars(args))}, f, indent=1)
 
 
 if __name__ == "__main__":

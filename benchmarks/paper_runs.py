@@ -1,14 +1,18 @@
 """What the papers' evaluation scripts share: run `hpcgym` commands (printed first), read a
-`hpcgym compare` summary and its units, time training epochs from a curve.csv."""
+`hpcgym compare` summary and its units, time training epochs from a curve.csv, and record the
+provenance of their results (commit, command, options, the checkpoints read)."""
 
 from __future__ import annotations
 
 import argparse
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+from hpcgym.gymbridge.provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 _local = Path(sys.executable).parent / "hpcgym"
@@ -19,6 +23,25 @@ SUMMARY_KEYS = ("mean_bsld_mean", "mean_bsld_diff", "mean_bsld_ci_low", "mean_bs
                 "mean_wait_mean", "max_wait_mean", "utilization_mean", "utilization_diff", "utilization_ci_low",
                 "utilization_ci_high", *(f"{m}_{k}" for m in ("mean_slowdown", "mean_response")
                                          for k in ("mean", "diff", "ci_low", "ci_high")))
+
+
+#: Checkpoints and trees this process's evaluations loaded: their hashes go into the results' provenance.
+LOADED: list[str] = []
+#: A checkpoint or tree in a compare policy item (`model:PATH`, `tree:PATH`, `online:PATH`).
+CHECKPOINT_ITEM = re.compile(r"(?:model|tree|online):([^,]+)")
+
+
+def loaded(path: Path) -> Path:
+    """`path`, noted as read by this evaluation (for an agent it loads in process)."""
+    LOADED.append(str(path))
+    return path
+
+
+def results_provenance(args: argparse.Namespace) -> dict:
+    """The provenance block of an evaluation's results: commit, command, its options and the
+    checkpoints it read."""
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    return provenance(settings, LOADED)
 
 
 def run(cmd: list[str], check: bool = True) -> None:
@@ -35,6 +58,7 @@ def compare(folder: Path, trace: Path, policies: dict[str, str], seed: int, samp
            str(seed), "--inproc", "--no-plots", "--out", str(folder), *extra]
     for name, spec in policies.items():
         cmd += ["--policy", f"{name}={spec}"]
+        LOADED.extend(CHECKPOINT_ITEM.findall(spec))
     run(cmd + (["--resume"] if (folder / "run.json").is_file() else []), check=not failures)
     with open(folder / "summary.csv", newline="") as f:
         rows = {r["policy"]: r for r in csv.DictReader(f)}

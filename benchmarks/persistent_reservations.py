@@ -42,6 +42,7 @@ from hpcgym.environment.priorities import POLICIES
 from hpcgym.environment.simulator import simulate
 from hpcgym.environment.spec import load_workload
 from hpcgym.gymbridge.compare.stats import bootstrap_ci
+from hpcgym.gymbridge.provenance import provenance, provenance_markdown
 
 #: The rules compared: the option's value in a compare policy spec.
 RULES = {"remade": "commit_pick:false", "kept": "commit_pick:true"}
@@ -228,12 +229,15 @@ def main() -> None:
         return
     if args.pick_every:
         args.agent = [(name, str(picked_checkpoint(Path(path), args))) for name, path in args.agent]
+    made = provenance({k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                      [path for _, path in args.agent])
     if args.windows is None:
         text = whole_part(args)
     else:
         text, results = windows(args)
         if args.json:
-            args.json.write_text(json.dumps(results, indent=1) + "\n")
+            args.json.write_text(json.dumps({**results, "provenance": made}, indent=1) + "\n")
+    text = f"{provenance_markdown(made)}\n\n{text}"
     print(text)
     if args.markdown:
         args.markdown.write_text(text)

@@ -22,19 +22,22 @@ import json
 import time
 from pathlib import Path
 
-from paper_runs import HPCGYM, TRACES_DIR, argument_parser, chosen, compare, epoch_seconds, run
+from paper_runs import (HPCGYM, TRACES_DIR, argument_parser, chosen, compare, epoch_seconds, loaded, results_provenance,
+                        run)
 
 from hpcgym.environment.spec import WorkloadCache
+from hpcgym.gymbridge.provenance import provenance_markdown
 
 TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "HPC2N": "HPC2N-2002-2.2-cln", "Lublin-1": "lublin_256",
           "Lublin-2": "lublin2-standin"}
 #: Traces that are not the paper's: generated stand-ins, labelled so in every table.
 STAND_INS = {"Lublin-2"}
-#: Table 4 of the paper (SC-W code): FCFS+EASY, FCFS+EASY-AR, FCFS+RLBF, SJF+EASY, SJF+EASY-AR, SJF+RLBF
+#: Table 4 of the paper (SC-W code): FCFS+EASY, FCFS+EASY-AR, FCFS+RLBF, SJF+EASY, SJF+EASY-AR, SJF+RLBF;
+#: None where it prints "-" (EASY-AR on the Lublin traces, whose requests are the run times)
 PAPER_TABLE4 = {"SDSC-SP2": (1595.11, 412.01, 90.65, 2167.83, 187.63, 81.60),
                 "HPC2N": (127.38, 50.55, 66.50, 122.03, 24.03, 27.81),
-                "Lublin-1": (235.81, 235.81, 178.30, 73.30, 73.30, 24.11),
-                "Lublin-2": (247.60, 247.60, 123.00, 91.99, 91.99, 29.09)}
+                "Lublin-1": (235.81, None, 178.30, 73.30, None, 24.11),
+                "Lublin-2": (247.60, None, 123.00, 91.99, None, 29.09)}
 #: How each semantics runs: the simulation preset and compare's options.
 SEMANTICS = {"scw": ("rlbf-scw", ["--first-jobs", "10000", "--cleaning", "rlbf-scw"]),
              "public": ("rlbf-public", [])}
@@ -124,7 +127,7 @@ def reservation_delays(args, trace: str, base: str, agent_file: Path | None = No
     agent_file = agent_file or agent_path(args.runs, trace, base, "public")
     if not agent_file.is_file():
         return None
-    trained = load_checkpoint(agent_file).trainer["settings"]["options"]
+    trained = load_checkpoint(loaded(agent_file)).trainer["settings"]["options"]
     options = {k: v for k, v in trained.items() if k not in ("window", "policy")}
     agent = RLAgent(agent_file)
     totals = {"episodes": 0, "mean_bsld_rl": 0.0, "mean_bsld_easy": 0.0, "backfills": 0, "delays": 0, "delay_s": 0,
@@ -166,7 +169,7 @@ def decision_rate(args, trace: str, base: str, semantics: str, windows: int = 5)
     if not agent_file.is_file():
         return None
     torch.set_num_threads(1)
-    agent, count = RLAgent(agent_file), [0]
+    agent, count = RLAgent(loaded(agent_file)), [0]
 
     class Counting:
         kinds = ("backfill",)
@@ -219,7 +222,7 @@ def cell(rows: dict, name: str) -> str:
 
 
 def markdown(results: dict, seeds: list[int]) -> str:
-    lines = ["# RL backfilling: results (benchmarks/rlbf_eval.py)", ""]
+    lines = ["# RL backfilling: results (benchmarks/rlbf_eval.py)", "", provenance_markdown(results["provenance"]), ""]
     columns = [f"{b}-{c}" for b in BASES for c in ("easy", "easy-ar", "rlbf")]
     for semantics in SEMANTICS:
         for seed in seeds:
@@ -232,7 +235,8 @@ def markdown(results: dict, seeds: list[int]) -> str:
                 label = f"{trace} (stand-in)" if trace in STAND_INS else trace
                 lines.append(f"| {label} | " + " | ".join(cells) + " |")
                 if semantics == "scw" and seed == seeds[0]:
-                    lines.append(f"| {trace}, paper | " + " | ".join(f"{v:,.2f}" for v in PAPER_TABLE4[trace]) + " |")
+                    paper = ("-" if v is None else f"{v:,.2f}" for v in PAPER_TABLE4[trace])
+                    lines.append(f"| {trace}, paper | " + " | ".join(paper) + " |")
             lines.append("")
     lines += ["## Table 5: each trace's agent on every trace", "",
               "Mean bsld (paired difference to the base policy with EASY, 95% bootstrap CI).", ""]
@@ -262,6 +266,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.delay_study:
         study = delay_study(args, args.delay_study)
+        study["provenance"] = results_provenance(args)
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "delay-study.json").write_text(json.dumps(study, indent=1))
         print(json.dumps(study, indent=1))
@@ -293,6 +298,7 @@ def main() -> None:
     for seed in seeds if not args.no_fig1 else []:
         results["fig1"][str(seed)] = fig1(args, seed)
     plot_curves(args.runs, args.out / "rlbf-curves.png")
+    results["provenance"] = results_provenance(args)
     (args.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     (args.out / "results.md").write_text(markdown(results, seeds))
     print(markdown(results, seeds))

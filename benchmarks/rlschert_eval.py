@@ -27,9 +27,10 @@ import json
 from pathlib import Path
 
 import numpy as np
-from paper_runs import HPCGYM, TRACES_DIR, argument_parser, chosen, compare, run, unit_summaries
+from paper_runs import HPCGYM, TRACES_DIR, argument_parser, chosen, compare, results_provenance, run, unit_summaries
 
 from hpcgym.gymbridge.compare.stats import bootstrap_ci
+from hpcgym.gymbridge.provenance import provenance_markdown
 
 #: KTH-SP2: a second trace whose test windows queue (HPC2N's barely do).
 TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "HPC2N": "HPC2N-2002-2.2-cln", "KTH-SP2": "KTH-SP2-1996-2.1-cln"}
@@ -133,6 +134,7 @@ def share_rows(folder: Path, table: dict, summary: dict) -> dict[str, dict]:
 def table9_markdown(results: dict) -> str:
     paper = ", ".join(f"{who} " + " / ".join(f"{v:g}" for v in values) for who, values in PAPER_TABLE9.items())
     lines = ["# RLSchert's Table 9: the share of jobs with a running predictor (benchmarks/rlschert_eval.py)", "",
+             provenance_markdown(results["provenance"]), "",
              f"{results['samples']} windows of {results['jobs']} jobs per seed set from each trace's test part "
              f"(last {1 - TRAIN_FRACTION:.0%}); `prediction: running:share=S`, `estimate: predicted`, EASY. Means "
              "per window; (paired difference to the first row, 95% bootstrap CI, by hpcgym compare); kill effect: "
@@ -173,7 +175,7 @@ def cell(row: dict | None, metric: str) -> str:
 
 
 def markdown(results: dict) -> str:
-    lines = ["# RLSchert: results (benchmarks/rlschert_eval.py)", "",
+    lines = ["# RLSchert: results (benchmarks/rlschert_eval.py)", "", provenance_markdown(results["provenance"]), "",
              f"{results['samples']} windows of {results['jobs']} jobs per seed set from each trace's test part "
              f"(last {1 - TRAIN_FRACTION:.0%}); mean (paired difference to SJF, 95% bootstrap CI). "
              f"Paper's ordering: {PAPER_ORDER}.", ""]
@@ -208,6 +210,7 @@ def main() -> None:
                     folder, trace_path(trace), table, seed, args.samples, args.jobs, "--train-fraction",
                     str(TRAIN_FRACTION), "--part", "test", "--metric", "mean_slowdown")
     args.out.mkdir(parents=True, exist_ok=True)
+    results["provenance"] = results_provenance(args)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     (args.out / "results.md").write_text(markdown(results))
     print(markdown(results))
@@ -225,6 +228,7 @@ def table9(args, traces: list[str], seeds: list[int], shares: list[float]) -> No
                               "--metric", "mean_slowdown")
             results["shares"][f"{trace}/{seed}"] = share_rows(folder, table, summary)
     args.out.mkdir(parents=True, exist_ok=True)
+    results["provenance"] = results_provenance(args)
     (args.out / "table9.json").write_text(json.dumps(results, indent=1))
     (args.out / "table9.md").write_text(table9_markdown(results))
     print(table9_markdown(results))

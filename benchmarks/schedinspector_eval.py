@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 
 import paper_runs
-from paper_runs import HPCGYM, TRACES_DIR, argument_parser, chosen, epoch_seconds, run
+from paper_runs import HPCGYM, TRACES_DIR, argument_parser, chosen, epoch_seconds, loaded, results_provenance, run
+
+from hpcgym.gymbridge.provenance import provenance_markdown
 
 TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "CTC-SP2": "CTC-SP2-1996-3.1-cln",
           "HPC2N": "HPC2N-2002-2.2-cln", "Lublin": "lublin_256"}
@@ -75,7 +77,7 @@ def inspect_rate(model: Path, trace: str, windows: int = 20, jobs: int = 256) ->
     from hpcgym.environment.spec import load_workload, sim_config
 
     torch.set_num_threads(1)
-    agent = RLAgent(model)
+    agent = RLAgent(loaded(model))
     options = {"backfill": "none", "exact_requests": True, "commit_pick": True}
     count = [0]
 
@@ -131,6 +133,7 @@ def replay_analysis(runs: Path, out: Path) -> dict | None:
     agent = agent_dir(runs, "SDSC-SP2", "sjf", "code") / "model.pt"
     if not agent.is_file():
         return None
+    loaded(agent)
     records = out / "replay-SDSC-SP2.npz"
     if not records.is_file():
         run([HPCGYM, "record", f"sjf,{RULES['code']},inspect:model:{agent}", "--kind", "inspect", "--encoder",
@@ -257,13 +260,14 @@ def main() -> None:
     if sdsc.is_file():
         results["inspect_rate"] = inspect_rate(sdsc, "SDSC-SP2")
     plot_curves(args.runs, args.out / "curves.png")
+    results["provenance"] = results_provenance(args)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "results.md").write_text(markdown(results, seeds, traces, semantics_list))
     print((args.out / "results.md").read_text())
 
 
 def markdown(results: dict, seeds: list[int], traces: list[str], semantics_list: list[str]) -> str:
-    lines = ["# SchedInspector results", ""]
+    lines = ["# SchedInspector results", "", provenance_markdown(results["provenance"]), ""]
     for semantics in semantics_list:
         lines += [f"## Table 4, {semantics} semantics: mean bsld (SJF base, no backfilling)", "",
                   "| trace | seeds | base | SDSC-SP2 agent (diff, 95% CI) | own agent (diff, 95% CI) | paper: base / SDSC / own |",

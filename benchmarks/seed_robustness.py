@@ -24,12 +24,13 @@ import csv
 import json
 import os
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from paper_runs import HPCGYM, ROOT, TRACES_DIR
+
+from hpcgym.gymbridge.provenance import provenance
 
 SDSC = "SDSC-SP2-1998-4.2-cln.swf.gz"
 #: preset -> the `hpcgym train` arguments of its run (epochs, seed and out are added); the
@@ -115,11 +116,10 @@ def main() -> None:
         r["verdict"] = verdict(first, last, args.tolerance)
         print(f"{r['preset']:<24}{r['seed']:>5}{first['return']:>14.4g}{last['return']:>9.4g}"
               f"{first['length']:>14.1f}{last['length']:>8.1f}{last.get('truncated', 0.0):>8.2f}  {r['verdict']}")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     args.out.mkdir(parents=True, exist_ok=True)
-    report = {"provenance": {"commit": commit, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-                             "epochs": args.epochs, "seeds": seeds_from(args.seeds), "tolerance": args.tolerance,
-                             "presets": {p: PRESETS[p] for p in (args.preset or PRESETS)}},
+    report = {"provenance": provenance({"epochs": args.epochs, "seeds": seeds_from(args.seeds),
+                                        "tolerance": args.tolerance,
+                                        "presets": {p: PRESETS[p] for p in (args.preset or PRESETS)}}),
               "seconds": round(time.perf_counter() - t0, 1), "runs": results}
     (args.out / "seed_robustness.json").write_text(json.dumps(report, indent=1))
     print(f"\n{len(results)} runs in {report['seconds']} s; table in {args.out / 'seed_robustness.json'}")

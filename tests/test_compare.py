@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -267,6 +268,9 @@ def test_outputs_and_provenance(base, workdir):
     for s in run["sequences"]:
         assert __import__("hashlib").sha256((base / s["file"]).read_bytes()).hexdigest() == s["sha256"]
     assert run["versions"]["hpcgym"] and run["versions"]["numpy"] and run["bootstrap"]["resamples"] == 2000
+    made = run["provenance"]
+    assert made["command"].startswith("hpcgym compare --policy fcfs+easy") and made["settings"]["policies"]
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", made["commit"])
     assert run["units"]["run"] == run["units"]["total"] and run["units"]["failed"] == SAMPLES
     for png in ("bsld.png", "wait.png", "radar.png"):
         assert (base / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -427,5 +431,7 @@ def test_model_policy_schedules_as_the_checkpoint_served_in_process_and_over_the
         assert [int(r["start"]) for r in rows] == reference["start"].tolist()
         differs |= jobs != (inproc / "jobs" / "fcfs" / name).read_bytes()
     assert differs  # the model does not just schedule as FCFS
+    digest = __import__("hashlib").sha256(tiny_model.read_bytes()).hexdigest()
+    assert json.loads((inproc / "run.json").read_text())["provenance"]["checkpoints"] == {str(tiny_model.resolve()): digest}
     latency = {row["policy"]: row for row in read_csv(inproc / "latency.csv")}
     assert latency["bare"]["kinds"] == "select" and int(latency["bare"]["asked"]) > 0

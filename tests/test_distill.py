@@ -216,6 +216,10 @@ def test_the_irl_teacher_trains_and_distils_by_regression_on_its_q_values(tmp_pa
     assert r.exit_code == 0, r.output
     result = json.loads((out / "distill.json").read_text())
     assert result["mode"] == "regression"
+    teacher = tmp_path / "dqn" / "model.pt"   # provenance: the teacher checkpoint's sha256
+    assert result["provenance"]["checkpoints"] == {
+        str(teacher.resolve()): __import__("hashlib").sha256(teacher.read_bytes()).hexdigest()}
+    assert result["provenance"]["settings"]["depths"] == [6] and result["provenance"]["settings"]["threads"] == 1
     last = result["iterations"][-1]
     assert 0.5 < last["r2"] <= 1.0 and 0.0 < last["agreement"] <= 1.0
     tree = load_tree(out / "irl-d6.npz")

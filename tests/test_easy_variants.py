@@ -253,3 +253,25 @@ def test_the_rlbf_scw_preset_reproduces_table_4(traces_dir, trace, policy, paper
     config = SimConfig(**PRESETS["rlbf-scw"])
     bsld = [simulate(window(pool, 1024, s), config, policy=policy).summary["mean_bsld"] for s in PAPER_STARTS]
     assert abs(float(np.mean(bsld)) - paper) < 0.01
+
+
+@pytest.mark.slow  # 480 simulations of 1,024 jobs: about a minute on the shared machine
+def test_the_paper_loop_with_every_textbook_trait_back_on_is_hpcgyms_easy(traces_dir):
+    """docs/fidelity.md: turning the five textbook traits back on in the paper code's loop gives
+    hpcgym's schedules exactly, on all 240 sequences of the ladder's step 3 (4 traces x 6 columns
+    x 10 windows), as benchmarks/fidelity_table4.py prints it. It fails if the preset gains an
+    option no trait switches back."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from fidelity_table4 import POOL, TRACES, PaperCodeTrace, paper_script_starts, textbook_cross_check
+
+    differing = compared = 0
+    for _label, stem, _row in TRACES:
+        path = traces_dir / f"{stem}.swf.gz"
+        code = PaperCodeTrace.load(path, read_swf(path).procs)
+        pool = code.head(min(POOL, len(code.workload)))
+        found = textbook_cross_check([pool.window(s) for s in paper_script_starts(len(pool.workload), 10)])
+        differing, compared = differing + found[0], compared + found[1]
+    assert (differing, compared) == (0, 240)

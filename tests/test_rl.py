@@ -449,6 +449,13 @@ def test_train_command_then_serve_the_checkpoint_over_the_protocol(tmp_path, ipc
     model = out / "model.pt"
     ckpt = load_checkpoint(model)
     assert (ckpt.algorithm, ckpt.kind, ckpt.window, ckpt.encoder) == ("ppo", "select", 16, "jobs+nodes")
+    # provenance: the first start and the resume, the resume naming the checkpoint it continued
+    first, resume = ckpt.trainer["provenance"]
+    digest = __import__("hashlib").sha256((out / "epoch_000001.pt").read_bytes()).hexdigest()
+    assert first["checkpoints"] == {} and resume["checkpoints"] == {str((out / "epoch_000001.pt").resolve()): digest}
+    assert resume["settings"]["epochs"] == 2 and first["commit"] == resume["commit"]
+    assert evaluation["provenance"]["checkpoints"] == {
+        str(model.resolve()): __import__("hashlib").sha256(model.read_bytes()).hexdigest()}
 
     # the in-process reference: the policy in HpcEnv (as trained), and as an Agent in simulate()
     env = make("select", workload={"trace": str(trace), "jobs": 40, "sample": True}, options={"window": 16})

@@ -22,6 +22,7 @@ from ...environment.errors import ConfigError, WorkloadError
 from ...environment.spec import cut_sequence, load_workload, resolve_trace
 from ...environment.swf import read_swf, write_swf
 from ...environment.workload import COLUMNS, Workload
+from ..provenance import sha256_file
 from .policy import PolicySpec
 
 
@@ -100,14 +101,6 @@ def _check_round_trip(path: Path, workload: Workload) -> None:
     same = back.procs == workload.procs and all(np.array_equal(getattr(back, c), getattr(workload, c)) for c in COLUMNS)
     if not same:
         raise ConfigError(f"internal error: sequence {path} does not read back as written; please report this trace")
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def trace_checksums(path: str | Path) -> dict[str, Any]:

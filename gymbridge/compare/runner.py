@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -33,8 +32,9 @@ from ...environment.errors import ConfigError
 from ...environment.metrics import JOB_COLUMNS
 from . import report
 from .executors import run_local, run_ray
-from .plan import SequenceSpec, build_sequences, fingerprint, sha256_file, trace_checksums, unit_id
-from .policy import PolicySpec
+from ..provenance import git_commit, provenance, sha256_file
+from .plan import SequenceSpec, build_sequences, fingerprint, trace_checksums, unit_id
+from .policy import CHECKPOINT_SOURCES, PolicySpec
 from .stats import METRICS, latency_stats, summarize_policies
 from ...environment.service import kinds_key
 from ...environment.workload import describe_dropped
@@ -165,7 +165,10 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
             "sample_seeds": [s["seed"] for s in sequences],
             "bootstrap": {"resamples": c.resamples, "seed": c.sequences.seed, "method": "percentile, paired, 95%"},
             "mode": c.mode, "executor": c.executor, "workers": c.workers, "decision_timeout_s": c.decision_timeout,
-            "sequences": sequences, "history": history, "status": "running", "started": history[0]["started"]}
+            "sequences": sequences, "history": history, "status": "running", "started": history[0]["started"],
+            "provenance": provenance({"policies": {p.name: p.text for p in c.policies}, "options": dict(c.options),
+                                      "sequences": c.sequences.to_json()},
+                                     _checkpoints(c.policies, Path.cwd()), argv=first)}
     _write_json(out / "run.json", meta)
 
     units = [(p, s) for p in c.policies for s in sequences]
@@ -208,6 +211,11 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
     entry.update(finished=meta["finished"], ran=len(ran), reused=len(reused))
     _write_json(out / "run.json", meta)
     return outcome
+
+
+def _checkpoints(policies: list[PolicySpec], cwd: Path) -> list[Path]:
+    """The checkpoint and tree files the policies' agents load (their hashes go into run.json)."""
+    return [cwd / a.target for p in policies for a in p.agents if a.source in CHECKPOINT_SOURCES]
 
 
 def _record_task(c: Comparison, out: Path, uid: str) -> dict[str, Any] | None:
@@ -373,19 +381,5 @@ def versions(executor: str) -> dict[str, Any]:
         out["libzmq"] = zmq.zmq_version()
     except ImportError:
         pass
-    out["hpcgym_git"] = _git_state()
+    out["hpcgym_git"] = git_commit()
     return out
-
-
-def _git_state() -> str | None:
-    """The commit of the hpcgym source in use (with -dirty for local changes), if it is a git checkout."""
-    here = Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)
-        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return None

@@ -27,6 +27,7 @@ import numpy as np
 
 from ...environment.config import BACKFILL_MODES, SimConfig
 from ...environment.errors import ConfigError, HpcgymError
+from ..provenance import provenance
 
 METHODS = ("irl", "dagger")
 MODES = ("auto", "regression", "classification")
@@ -205,7 +206,13 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
         {"teacher": teacher, "kinds": list(kinds), "mode": mode, "critical": critical, "iterations": rows,
          "teacher_test": teacher_row, "base_policy": priority,
          "base_test": {k: baseline[k] for k in ("mean_wait", "mean_slowdown", "mean_bsld")},
-         "seconds": {"setup": setup_s, "total": time.perf_counter() - t0}, "trees": files}, indent=1, default=float))
+         "seconds": {"setup": setup_s, "total": time.perf_counter() - t0}, "trees": files,
+         "provenance": provenance({"trace": str(trace), "first": first, "train_jobs": train_jobs, "test_jobs": test_jobs,
+                                   "kinds": list(kinds), "encoder": encoder, "window": window, "options": options,
+                                   "policy": priority, "depths": depth_list, "iterations": iterations,
+                                   "critical": critical, "methods": method_list, "mode": mode, "relative": relative,
+                                   "seed": seed, "threads": threads}, [teacher])},
+        indent=1, default=float))
     _print_summary(rows, teacher_row, priority, baseline, iterations)
     click.echo(f"trees, rules and pictures in {out} ({time.perf_counter() - t0:.0f} s)")
 

@@ -40,6 +40,7 @@ from ...agents.slots import drop_last_slot
 from ...environment.decisions import BACKFILL, SELECT
 from ...environment.config import SimConfig
 from ...environment.errors import ConfigError
+from ..provenance import provenance
 
 if TYPE_CHECKING:
     from ..compare.plan import SequenceSpec
@@ -255,6 +256,7 @@ class Trainer:
         self.progress = progress
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.history: list[dict[str, Any]] = []
+        self.starts: list[dict[str, Any]] = []
         self.algo: Algorithm | None = None
         self.runner: Runner | None = None
         self.epoch = 0
@@ -281,6 +283,7 @@ class Trainer:
             self.algo = ckpt.build(self.device)
             self.epoch = ckpt.epoch
             self.history = list(ckpt.trainer.get("history", []))
+            self.starts = list(ckpt.trainer.get("provenance", []))
             next_episode = int(ckpt.trainer.get("next_episode", 0))
             self.log(f"resuming from {ckpt_path} (epoch {ckpt.epoch})")
         else:
@@ -294,6 +297,8 @@ class Trainer:
             self.algo = cls(envs[0].observation_space.shape, envs[0].action_space.n,
                             config_from_dict(cls.Config, config), device=self.device, seed=s.seed)
             next_episode = 0
+        # each start and resume of the run: its commit, command and what it read
+        self.starts = self.starts + [provenance(s.to_json(), [p for p in (ckpt_path, s.teacher) if p])]
         options_of = (lambda j: {"phase": curriculum_phase(s.curriculum, j)}) if s.curriculum else None
         self.runner = Runner(envs, lambda j: train_seed(s.seed, j), next_episode, s.max_steps, options_of,
                              s.discard_after, self._teacher())
@@ -364,7 +369,7 @@ class Trainer:
         return make_checkpoint(self.algo, kind=s.kind, encoder=getattr(getattr(env, "encoder", None), "name", None),
                                window=getattr(env, "window", None), epoch=self.epoch, env=env_info,
                                trainer={"next_episode": self.runner.next_episode, "history": self.history,
-                                        "settings": s.to_json()})
+                                        "settings": s.to_json(), "provenance": self.starts})
 
     def save(self) -> Path:
         """epoch_NNNNNN.pt; a replay buffer (DQL) goes beside it in epoch_NNNNNN.replay.pt, and
@@ -441,7 +446,8 @@ class Trainer:
                 json.loads((folder / "units" / f"{unit_id(policy, seq['index'])}.json").read_text())["summary"]
                 for seq in run["sequences"]]
         result = {"episodes": len(run["sequences"]), "workload": workload, "compare": folder.name,
-                  "baseline": run["baseline"], "summary": summary, "failed": failed, "per_episode": per_episode}
+                  "baseline": run["baseline"], "summary": summary, "failed": failed, "per_episode": per_episode,
+                  "provenance": provenance(s.to_json(), [model])}
         (self.out / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
         return result
 

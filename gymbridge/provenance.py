@@ -1,0 +1,98 @@
+"""What a result file records so that it can be remade: the hpcgym commit, the exact command,
+the settings it ran with and a hash of every checkpoint it read.
+
+Every writer of a result (`hpcgym compare`/`train`/`distill`, the paper benchmarks) puts this
+block under the key `provenance`; tests/test_provenance.py checks that every JSON under
+docs/results/ has one with a commit and a command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+#: The checkout hpcgym runs from (the folder above gymbridge/); paths inside it are recorded relative to it.
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
+
+def git_commit(folder: str | os.PathLike | None = None) -> str | None:
+    """The commit of the hpcgym source in use, with `-dirty` when tracked files have local changes;
+    None outside a git checkout."""
+    here = str(folder or SOURCE_ROOT)
+    try:
+        head = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """`path` relative to the hpcgym checkout when it lies inside it (so that a result names the
+    committed file, wherever the checkout is), else absolute."""
+    resolved = Path(path).resolve()
+    try:
+        return str(resolved.relative_to(SOURCE_ROOT))
+    except ValueError:
+        return str(resolved)
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command as one would type it again: `hpcgym ...` for the command-line tool,
+    `python benchmarks/X.py ...` for a script, arguments quoted for a POSIX shell."""
+    argv = list(sys.argv if argv is None else argv)
+    program = argv[0] if argv else "python"
+    if program.endswith(".py"):
+        head = ["python", shown_path(program)]
+    else:
+        head = [Path(program).name]
+    return shlex.join(head + argv[1:])
+
+
+def provenance(settings: Mapping[str, Any] | None = None, checkpoints: Iterable[str | os.PathLike] = (),
+               argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """The block a result file keeps under `provenance`: commit, command (this process's unless
+    `argv` is given), working folder, settings, sha256 of each checkpoint file named (a path or an
+    agent spec such as `model:PATH`; other names are skipped), and the
+    torch thread count where torch is loaded (float sums, hence greedy picks, can depend on it)."""
+    files = [f for f in map(_file_of, dict.fromkeys(map(str, checkpoints))) if f is not None]
+    hashes = {shown_path(f): sha256_file(f) for f in files}
+    block: dict[str, Any] = {"commit": git_commit(), "command": command_line(argv), "cwd": shown_path(os.getcwd()),
+                             "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                             "settings": dict(settings or {}), "checkpoints": hashes}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        block["torch_threads"] = torch.get_num_threads()
+    return block
+
+
+def _file_of(spec: str) -> Path | None:
+    """The file a checkpoint argument names: a path, or an agent spec such as `model:PATH` or
+    `tree:PATH`; None for anything else (a built-in agent's name)."""
+    for candidate in (spec, spec.partition(":")[2]):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def provenance_markdown(block: Mapping[str, Any]) -> str:
+    """One line for the head of a Markdown result: how to remake it and from which commit."""
+    return f"Made by `{block['command']}` at hpcgym commit {block['commit'] or 'unknown'} ({block['made']})."
