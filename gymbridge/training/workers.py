@@ -419,4 +419,6 @@ class ParallelCollector(Runner):
         held = sorted(self.held[w])
         if doing or not held:
             return doing or "idle"
-        return f"playing episode {held[0]}" + (f" (and {', '.join(map(str, held[1:]))})" if held[1:] else "")
+        if len(held) == 1:
+            return f"playing episode {held[0]}"
+        return f"playing episodes {', '.join(map(str, held[:-1]))} and {held[-1]}"   # in lockstep: one of them
