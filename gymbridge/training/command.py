@@ -2,6 +2,7 @@
 
     hpcgym train ppo --kind select --trace SDSC-SP2.swf.gz --jobs 256 --epochs 50 --seed 0 --out runs/ppo
     hpcgym train ppo --out runs/ppo --epochs 80 --resume      # go on where it stopped
+    hpcgym train rlbf --trace SDSC-SP2.swf.gz --workers 4 --out runs/rlbf    # 4 rollout worker processes
     hpcgym agent --model runs/ppo/model.pt --connect tcp://127.0.0.1:5555
 
 Each epoch collects `--trajectories` episodes, each a window of `--jobs` jobs drawn at random
