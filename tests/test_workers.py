@@ -84,10 +84,12 @@ def test_an_episode_samples_the_same_actions_whatever_runs_beside_it():
     {"algorithm": "pg", "config": {"hidden": [16]}, "max_steps": 50},       # cut and bootstrapped
 ], ids=["ppo", "ppo-teacher-discard-curriculum", "pg-max-steps"])
 def test_workers_train_exactly_as_in_process(tmp_path, trace, changes):
-    """The learning curve and the weights of 2 and 3 workers are those of the in-process runner,
-    bit for bit, and two runs with 2 workers are the same run."""
+    """The learning curve and the weights of 2 workers are those of the in-process runner, bit for
+    bit; for plain PPO, so are 3 workers', and two runs with 2 workers are the same run."""
     settings = tiny(trace, **changes)
-    runs = {"inproc": {}, "w2": {"workers": 2}, "w2-again": {"workers": 2}, "w3": {"workers": 3}}
+    runs = {"inproc": {}, "w2": {"workers": 2}}
+    if not changes:
+        runs.update({"w2-again": {"workers": 2}, "w3": {"workers": 3}})
     trainers = {name: train(settings, tmp_path / name, **kw) for name, kw in runs.items()}
     reference = curve(tmp_path / "inproc")
     assert len(reference) == 2 and reference[-1]["episodes_total"] >= "10"
