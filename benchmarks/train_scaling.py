@@ -35,6 +35,7 @@ import torch
 
 from hpcgym.agents.rl.checkpoint import load_checkpoint
 from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
+from ppo_epoch import time_collection   # benchmarks/ is the script's folder
 
 AGENTS = {"ppo-select": ["ppo", "--kind", "select"], "rlbf": ["rlbf"], "dras-ppo": ["dras-ppo"]}
 
@@ -62,17 +63,7 @@ def measure(settings: TrainSettings, workers: int, epochs: int, folder: Path) ->
     trainer = Trainer(settings, folder, device="cpu", progress=False, log=lambda m: None, workers=workers)
     trainer.setup()
     runner, algo = trainer.runner, trainer.algo
-    collect = {"s": 0.0}
-    run_epoch = runner.run_epoch
-
-    def timed_run_epoch(*a, **kw):
-        t0 = time.perf_counter()
-        try:
-            return run_epoch(*a, **kw)
-        finally:
-            collect["s"] += time.perf_counter() - t0
-
-    runner.run_epoch = timed_run_epoch
+    collect = time_collection(runner)
     try:
         for _ in range(epochs):
             collect["s"], steps = 0.0, runner.steps
