@@ -137,8 +137,8 @@ class Fatal(gym.Wrapper):
 @pytest.mark.slow
 def test_a_killed_worker_stops_the_run_and_resume_goes_on(tmp_path, trace):
     """Killing the worker that starts episode 7 (epoch 2 of 5-episode epochs) stops the run with
-    one line naming that worker and the episodes it held, 7 among them; epoch 1's checkpoint is intact, and --resume from
-    it ends where an uninterrupted run ends."""
+    one line naming that worker and the episodes it held, 7 among them; epoch 1's checkpoint is
+    intact, and --resume from it ends where an uninterrupted run ends."""
     settings = tiny(trace, epochs=3)
     out = tmp_path / "killed"
     env_fn = functools.partial(faulty_env, settings, train_seed(settings.seed, 7), "kill")

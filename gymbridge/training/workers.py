@@ -21,7 +21,6 @@ the finished epochs are untouched, so `--resume` goes on from the last one.
 
 from __future__ import annotations
 
-import functools
 import multiprocessing
 import multiprocessing.connection
 import signal
@@ -121,8 +120,11 @@ class RolloutWorker:
         runner = self.runner
         runner.assigned += episodes
         runner.to_start += len(episodes)
+        def keep(t: Transition) -> None:
+            self.steps.setdefault(runner.current[t.env].index, []).append(t)
+
         while not runner.epoch_done:
-            ended = runner.round(self.policy, lambda t: self.steps.setdefault(runner.current[t.env].index, []).append(t))
+            ended = runner.round(self.policy, keep)
             if ended:
                 return [self._record(e.index, e.info) for e in ended]
         return []
@@ -154,7 +156,7 @@ class ReplayEnv(gym.Env):
     def step(self, action):
         r, t = self.record, self.t
         if int(action) != int(r.action[t]):
-            raise RuntimeError(f"replay of episode {r.index} out of step: action {action} where {r.action[t]} was played")
+            raise RuntimeError(f"replay of episode {r.index} out of step: action {action}, {r.action[t]} was played")
         self.t += 1
         info = self._info()
         if self.t == len(r.action):
