@@ -308,8 +308,7 @@ class Trainer:
             return
         from .workers import ParallelCollector, WorkerSpec, start_workers
 
-        limits = [n for n in (s.max_steps, s.discard_after) if n is not None]
-        spec = WorkerSpec(self.env_fn, s.envs, seed_of, options_of, min(limits) if limits else None,
+        spec = WorkerSpec(self.env_fn, s.envs, seed_of, options_of, s.max_steps, s.discard_after,
                           functools.partial(teacher_for, s) if teacher else None, s.seed)
         self.runner = ParallelCollector(start_workers(self.workers, spec, self.executor, self.address), s.envs,
                                         s.envs, envs[0], seed_of, next_episode, s.max_steps, options_of,

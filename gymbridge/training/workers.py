@@ -52,7 +52,8 @@ class WorkerSpec:
     envs: int
     seed_of: Callable[[int], int]
     options_of: Callable[[int], dict[str, Any] | None] | None
-    limit: int | None                 # an episode is cut here (the smaller of max_steps and discard_after)
+    max_steps: int | None
+    discard_after: int | None
     teacher: Callable[[], Callable[[dict[str, Any]], int]] | None   # builds the labeller in the worker
     sampling_seed: int
 
@@ -79,14 +80,22 @@ class EpisodeRecord:
 
 
 class _AssignedRunner(Runner):
-    """The worker's runner: it starts the episodes handed to it, in the order given."""
+    """The worker's runner: it starts the episodes handed to it, in the order given, and no
+    others (the learner replaces a discarded episode)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
         self.assigned: list[int] = []
+        super().__init__(*args, **kwargs)
+
+    @property
+    def to_start(self) -> int:
+        return len(self.assigned)
+
+    @to_start.setter
+    def to_start(self, value: int) -> None:
+        pass   # what is left to start is what was handed out
 
     def _claim(self) -> int:
-        self.to_start -= 1
         return self.assigned.pop(0)
 
 
@@ -99,9 +108,9 @@ class RolloutWorker:
 
         torch.set_num_threads(1)
         s: WorkerSpec = cloudpickle.loads(spec)
-        self.runner = _AssignedRunner([s.env_fn(i) for i in range(s.envs)], s.seed_of, max_steps=s.limit,
-                                      options_of=s.options_of, teacher=s.teacher() if s.teacher else None,
-                                      sampling_seed=s.sampling_seed)
+        self.runner = _AssignedRunner([s.env_fn(i) for i in range(s.envs)], s.seed_of, max_steps=s.max_steps,
+                                      options_of=s.options_of, discard_after=s.discard_after,
+                                      teacher=s.teacher() if s.teacher else None, sampling_seed=s.sampling_seed)
         self.steps: dict[int, list[Transition]] = {}   # per episode held, its steps so far
         self.algorithm: Algorithm | None = None
         self.policy: Policy | None = None
@@ -116,18 +125,21 @@ class RolloutWorker:
         self.policy = getattr(self.algorithm, policy)
 
     def advance(self, episodes: list[int]) -> list[EpisodeRecord]:
-        """Take `episodes` on, and play until at least one held episode has ended: those."""
+        """Take `episodes` on, and play until at least one held episode has ended (or was cut to
+        be discarded, see `EpisodeRecord.discarded_by`): those."""
         runner = self.runner
         runner.assigned += episodes
-        runner.to_start += len(episodes)
+        finished: list[EpisodeRecord] = []
+
         def keep(t: Transition) -> None:
             self.steps.setdefault(runner.current[t.env].index, []).append(t)
 
-        while not runner.epoch_done:
-            ended = runner.round(self.policy, keep)
-            if ended:
-                return [self._record(e.index, e.info) for e in ended]
-        return []
+        def discard(i: int) -> None:
+            finished.append(self._record(runner.current[i].index, {}))
+
+        while not runner.epoch_done and not finished:
+            finished += [self._record(e.index, e.info) for e in runner.round(self.policy, keep, discard)]
+        return finished
 
     def _record(self, index: int, info: dict[str, Any]) -> EpisodeRecord:
         steps = self.steps.pop(index)
