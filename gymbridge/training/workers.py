@@ -390,14 +390,20 @@ class ParallelCollector(Runner):
         (a discarded one, see `discard_after`, is replaced by the next)."""
         next_index, end = self.next_episode, self.next_episode + wanted
         while True:
-            for w in range(len(self.workers)):
-                if w in self.workers.busy:
-                    continue
-                new = list(range(next_index, min(end, next_index + self.capacity - len(self.held[w]))))
-                next_index += len(new)
-                if self.held[w] or new:
-                    self.held[w] += new
-                    self._submit(w, "advance", new)
+            idle = [w for w in range(len(self.workers)) if w not in self.workers.busy]
+            new: dict[int, list[int]] = {w: [] for w in idle}
+            dealt = True
+            while dealt:   # one at a time to each idle worker with room: an even share
+                dealt = False
+                for w in idle:
+                    if next_index < end and len(self.held[w]) + len(new[w]) < self.capacity:
+                        new[w].append(next_index)
+                        next_index += 1
+                        dealt = True
+            for w in idle:
+                if self.held[w] or new[w]:
+                    self.held[w] += new[w]
+                    self._submit(w, "advance", new[w])
             if not self.workers.busy:
                 return
             for w, records in self._events():
