@@ -37,8 +37,6 @@ from ...agents.rl.algorithm import Algorithm
 from ...agents.rl.runner import Policy, Runner, Transition
 from ...environment.errors import HpcgymError
 
-EXECUTORS = ("local", "ray")
-
 
 class WorkerError(HpcgymError):
     """A rollout worker died, failed or hung; the run stops (its checkpoints stay)."""
