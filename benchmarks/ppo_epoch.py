@@ -20,6 +20,23 @@ import torch
 from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
 
 
+def time_collection(runner) -> dict[str, float]:
+    """A clock on the runner's `run_epoch` (collecting an epoch's episodes): its seconds add up
+    in the returned map's "s"."""
+    collect = {"s": 0.0}
+    run_epoch = runner.run_epoch
+
+    def timed_run_epoch(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return run_epoch(*a, **kw)
+        finally:
+            collect["s"] += time.perf_counter() - t0
+
+    runner.run_epoch = timed_run_epoch
+    return collect
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", help="SWF trace (default: generated Lublin workload, 256 processors)")
@@ -43,17 +60,7 @@ def main() -> None:
         trainer = Trainer(settings, out, device=args.device, progress=False, log=lambda m: None)
         trainer.setup()
         runner, algo = trainer.runner, trainer.algo
-        collect = {"s": 0.0}
-        run_epoch = runner.run_epoch
-
-        def timed_run_epoch(*a, **kw):
-            t0 = time.perf_counter()
-            try:
-                return run_epoch(*a, **kw)
-            finally:
-                collect["s"] += time.perf_counter() - t0
-
-        runner.run_epoch = timed_run_epoch
+        collect = time_collection(runner)
         print(f"PPO epoch: {args.trajectories} trajectories x {args.jobs} jobs, select, MLP {algo.config.hidden}, "
               f"jobs encoder, window {args.window} (obs {algo.obs_shape[0]} features, {algo.n_actions} actions), "
               f"{args.envs} envs, {args.threads} thread(s), {algo.device}; "

@@ -614,7 +614,7 @@ def test_discarded_episodes_leave_no_steps_and_are_replaced():
     storage = RolloutStorage(1)
     runner = Runner([Lengths()], seed_of=lambda j: j, discard_after=5)
 
-    def policy(obs, mask):
+    def policy(obs, mask, rngs):
         return np.zeros(len(obs), int), {}
 
     ended = runner.run_epoch(4, policy, lambda t: storage.add(t.env, t.obs, t.mask, t.action, 0.0, 0.0, t.reward,

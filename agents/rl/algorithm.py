@@ -114,6 +114,15 @@ class Algorithm:
         for k, m in self.modules().items():
             m.load_state_dict(weights[k])
 
+    def acting_state(self) -> dict[str, Any]:
+        """What a copy of this algorithm needs to act as it does now (a rollout worker's sync):
+        the weights (on the CPU) and the counters acting reads."""
+        return {"weights": self.weights(), "updates": self.updates}
+
+    def load_acting_state(self, state: dict[str, Any]) -> None:
+        self.load_weights(state["weights"])
+        self.updates = int(state["updates"])
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_weights(state["weights"])
         for k, o in self.optimizers().items():
@@ -155,13 +164,15 @@ class ActorCriticAlgorithm(Algorithm):
         return self.model
 
     @torch.no_grad()
-    def sample(self, obs: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """A runner policy: sampled actions, with their log-probabilities and the values."""
+    def sample(self, obs: np.ndarray, mask: np.ndarray, rngs: Sequence[np.random.Generator] | None = None
+               ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """A runner policy: sampled actions (row r's from rngs[r]; without them, from the
+        algorithm's generator), with their log-probabilities and the values."""
         from .policy import choose
 
         obs_t, mask_t = self.tensor(obs), self.tensor(mask, torch.bool)
         logits = self.model.scores(obs_t, mask_t)
-        actions = choose(logits.float().cpu().numpy(), mask, self.rng)
+        actions = choose(logits.float().cpu().numpy(), mask, self.rng if rngs is None else rngs)
         logp = torch.log_softmax(logits, -1).gather(-1, self.tensor(actions, torch.long).unsqueeze(-1))
         return actions, {"logp": logp.squeeze(-1).cpu().numpy(), "value": self.model.value(obs_t).cpu().numpy()}
 

@@ -14,6 +14,7 @@ Epsilon falls linearly from eps_start to eps_end over `eps_decay_steps` steps, o
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,10 +99,14 @@ class DQL(Algorithm):
     def acting_network(self) -> nn.Module:
         return self.q
 
-    def epsilon_greedy(self, obs: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    def epsilon_greedy(self, obs: np.ndarray, mask: np.ndarray, rngs: Sequence[np.random.Generator] | None = None
+                       ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """A runner policy: row r explores (uniform over its valid actions) with probability
+        epsilon, drawn from rngs[r] (without them, from the algorithm's generator)."""
         greedy = choose(self.scores(obs, mask), mask, None)
-        uniform = choose(np.zeros(mask.shape), mask, self.rng)   # uniform over the valid actions
-        explore = self.rng.random(len(obs)) < epsilon(self.config, self.env_steps, self.updates)
+        uniform = choose(np.zeros(mask.shape), mask, self.rng if rngs is None else rngs)
+        draws = self.rng.random(len(obs)) if rngs is None else np.array([g.random() for g in rngs])
+        explore = draws < epsilon(self.config, self.env_steps, self.updates)
         return np.where(explore, uniform, greedy), {}
 
     def train_epoch(self, runner, episodes: int) -> dict[str, float]:
@@ -122,6 +127,13 @@ class DQL(Algorithm):
         ended = runner.run_epoch(episodes, self.epsilon_greedy, on_step)
         mean = {k: float(np.mean([x[k] for x in losses])) for k in losses[0]} if losses else {}
         return {**episode_stats(ended), **mean, "epsilon": epsilon(c, self.env_steps, self.updates), "updates": len(losses)}
+
+    def acting_state(self) -> dict[str, Any]:
+        return {**super().acting_state(), "env_steps": self.env_steps}   # epsilon's clock
+
+    def load_acting_state(self, state: dict[str, Any]) -> None:
+        super().load_acting_state(state)
+        self.env_steps = int(state["env_steps"])
 
     def extra_state(self) -> dict[str, Any]:
         return {"env_steps": self.env_steps, "buffer": self.buffer.state_dict()}

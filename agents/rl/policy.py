@@ -45,12 +45,16 @@ class MaskedCategorical:
         return self.logits.argmax(-1)
 
 
-def choose(scores: np.ndarray, masks: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
+def choose(scores: np.ndarray, masks: np.ndarray,
+           rng: np.random.Generator | Sequence[np.random.Generator] | None) -> np.ndarray:
     """Actions for a batch: the best valid one (`rng` None), or one sampled from softmax(scores)
-    over the valid ones (Gumbel-max: argmax of scores + Gumbel noise)."""
+    over the valid ones (Gumbel-max: argmax of scores + Gumbel noise), the noise of row r from
+    rng[r] when `rng` is one generator per row (each episode its own stream)."""
     scores = np.where(masks.astype(bool), scores.astype(np.float64), -np.inf)
-    if rng is not None:
+    if isinstance(rng, np.random.Generator):
         scores = scores + rng.gumbel(size=scores.shape)
+    elif rng is not None:
+        scores = scores + np.stack([g.gumbel(size=scores.shape[1:]) for g in rng])
     return scores.argmax(-1)
 
 

@@ -2,8 +2,11 @@
 
 Each env is a plain `gymnasium.Env` whose `info` holds `action_mask` (True or 1: valid). The
 runner owns the episode bookkeeping every algorithm needs: episode j (counted over the whole
-training run) is reset with `seed_of(j)` (and `options_of(j)`, e.g. a curriculum's phase), so which sequences are trained on depends only on the
-seed, not on timing, and a resumed run goes on with the very next episodes.
+training run) is reset with `seed_of(j)` (and `options_of(j)`, e.g. a curriculum's phase), and
+its actions are sampled from its own generator, `sampling_rng(sampling_seed, j)`, so which
+sequences are trained on and what is sampled in them depend only on the seed, not on timing,
+on which env runs the episode or on how many envs (or rollout workers) there are, and a resumed
+run goes on with the very next episodes.
 
 An epoch asks for a number of episodes: envs start new episodes until that many have started,
 and the epoch is over when they have all ended, so no episode spans two epochs. With
@@ -24,8 +27,16 @@ from typing import Any
 
 import numpy as np
 
-#: policy(obs batch, mask batch) -> (actions, {name: per-row array}) for the rows given
-Policy = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, dict[str, np.ndarray]]]
+#: policy(obs batch, mask batch, one generator per row) -> (actions, {name: per-row array}) for the
+#: rows given; row r's random choices come from generator r (its episode's)
+Policy = Callable[[np.ndarray, np.ndarray, Sequence[np.random.Generator]],
+                  tuple[np.ndarray, dict[str, np.ndarray]]]
+
+
+def sampling_rng(seed: int, episode: int) -> np.random.Generator:
+    """The generator of training episode `episode`'s action sampling: its own stream, from
+    (seed, episode) alone."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(episode)]))
 
 
 @dataclass
@@ -63,6 +74,14 @@ def action_mask(info: dict[str, Any], n_actions: int) -> np.ndarray:
     return np.asarray(mask).astype(bool)
 
 
+#: Forward batches are padded to a multiple of this many rows. With such shapes, a row's scores
+#: came out bit-identical whatever the batch size, the row's position and the other rows (every
+#: network here, torch's CPU kernels, one thread; measured in docs/performance.md), where odd
+#: sizes round differently: so an episode's actions do not depend on which episodes run beside
+#: it, on how many envs there are, or on which rollout worker plays it.
+ROW_BLOCK = 8
+
+
 class Runner:
     """Envs stepped together; `round` advances every running episode by one step."""
 
@@ -70,8 +89,9 @@ class Runner:
                  max_steps: int | None = None,
                  options_of: Callable[[int], dict[str, Any] | None] | None = None,
                  discard_after: int | None = None,
-                 teacher: Callable[[dict[str, Any]], int] | None = None) -> None:
+                 teacher: Callable[[dict[str, Any]], int] | None = None, sampling_seed: int = 0) -> None:
         self.envs = list(envs)
+        self.sampling_seed = sampling_seed
         self.teacher = teacher
         self.options_of = options_of
         self.max_steps = max_steps
@@ -84,6 +104,8 @@ class Runner:
         self.obs: list[np.ndarray | None] = [None] * n
         self.mask: list[np.ndarray | None] = [None] * n
         self.current: list[Episode | None] = [None] * n
+        self.rngs: list[np.random.Generator | None] = [None] * n
+        self.padding_rng = np.random.default_rng(0)   # the padding rows' draws, never used
         self.label = [-1] * n   # the teacher's action in each env's current state
         self.to_start = 0
         self.steps = 0
@@ -100,10 +122,16 @@ class Runner:
         return [i for i, e in enumerate(self.current) if e is not None]
 
     # -------------------------------------------------------------- stepping
-    def _start(self, i: int) -> None:
-        episode = Episode(self.next_episode, int(self.seed_of(self.next_episode)))
+    def _claim(self) -> int:
+        """The index of the next episode to start."""
         self.next_episode += 1
         self.to_start -= 1
+        return self.next_episode - 1
+
+    def _start(self, i: int) -> None:
+        index = self._claim()
+        episode = Episode(index, int(self.seed_of(index)))
+        self.rngs[i] = sampling_rng(self.sampling_seed, index)
         options = self.options_of(episode.index) if self.options_of is not None else None
         obs, info = self.envs[i].reset(seed=episode.seed, **({"options": options} if options else {}))
         self.obs[i] = np.asarray(obs, dtype=np.float32)
@@ -124,7 +152,7 @@ class Runner:
         live = self.running()
         if not live:
             return []
-        actions, extras = policy(np.stack([self.obs[i] for i in live]), np.stack([self.mask[i] for i in live]))
+        actions, extras = self._act(policy, live)
         ended = []
         for row, i in enumerate(live):
             action = int(actions[row])
@@ -154,6 +182,18 @@ class Runner:
                 ended.append(episode)
                 self.current[i] = None
         return ended
+
+    def _act(self, policy: Policy, live: list[int]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The actions (and extras) of the running episodes in envs `live`, from one forward pass
+        over a batch padded to a multiple of ROW_BLOCK rows (see ROW_BLOCK)."""
+        n = len(live)
+        rows = -(-n // ROW_BLOCK) * ROW_BLOCK
+        obs = np.zeros((rows, *self.obs[live[0]].shape), dtype=np.float32)
+        mask = np.ones((rows, self.n_actions), dtype=bool)
+        obs[:n] = [self.obs[i] for i in live]
+        mask[:n] = [self.mask[i] for i in live]
+        actions, extras = policy(obs, mask, [self.rngs[i] for i in live] + [self.padding_rng] * (rows - n))
+        return actions[:n], {k: v[:n] for k, v in extras.items()}
 
     def run_epoch(self, episodes: int, policy: Policy, on_step: Callable[[Transition], None] | None = None,
                   on_discard: Callable[[int], None] | None = None) -> list[Episode]:

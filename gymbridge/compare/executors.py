@@ -6,10 +6,11 @@ writing files, so the machine that runs it needs no access to the output folder.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
@@ -69,9 +70,10 @@ def _pool_unit(task: dict[str, Any], text: str) -> dict[str, Any]:
         os._exit(1)
 
 
-def run_ray(jobs: list[Job], workers: int, address: str | None, on_done: Done) -> None:
-    """Run units as Ray tasks: on the Ray instance already initialized in this process, else on
-    the cluster at `address`, else on a new local instance with `workers` CPUs."""
+@contextlib.contextmanager
+def ray_session(workers: int, address: str | None) -> Iterator[Any]:
+    """The `ray` module, initialized: the Ray instance already initialized in this process, else
+    the cluster at `address`, else a new local instance with `workers` CPUs (shut down after)."""
     try:
         import ray
     except ImportError:
@@ -82,6 +84,15 @@ def run_ray(jobs: list[Job], workers: int, address: str | None, on_done: Done) -
         ray.init(include_dashboard=False, logging_level="ERROR", **kwargs)
         owned = True
     try:
+        yield ray
+    finally:
+        if owned:
+            ray.shutdown()
+
+
+def run_ray(jobs: list[Job], workers: int, address: str | None, on_done: Done) -> None:
+    """Run units as Ray tasks (where `ray_session` says)."""
+    with ray_session(workers, address) as ray:
         remote = ray.remote(num_cpus=1, max_retries=0)(run_unit)
         texts: dict[int, Any] = {}
         refs = {}
@@ -99,9 +110,6 @@ def run_ray(jobs: list[Job], workers: int, address: str | None, on_done: Done) -
             for ref in pending:
                 ray.cancel(ref, force=True)
             raise
-    finally:
-        if owned:
-            ray.shutdown()
 
 
 def _result(get: Callable[[], dict[str, Any]], what: str) -> dict[str, Any]:

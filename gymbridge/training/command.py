@@ -2,6 +2,7 @@
 
     hpcgym train ppo --kind select --trace SDSC-SP2.swf.gz --jobs 256 --epochs 50 --seed 0 --out runs/ppo
     hpcgym train ppo --out runs/ppo --epochs 80 --resume      # go on where it stopped
+    hpcgym train rlbf --trace SDSC-SP2.swf.gz --workers 4 --out runs/rlbf    # 4 rollout worker processes
     hpcgym agent --model runs/ppo/model.pt --connect tcp://127.0.0.1:5555
 
 Each epoch collects `--trajectories` episodes, each a window of `--jobs` jobs drawn at random
@@ -16,7 +17,9 @@ Options of the algorithms' configs not covered by a flag are set with `--set KEY
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -149,6 +152,14 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
               help="Episodes per epoch.")
 @click.option("--envs", type=click.IntRange(min=1), default=8, show_default=True,
               help="Envs stepped together (one batched network call per round).")
+@click.option("--workers", type=int, default=1, show_default=True,
+              help="Rollout worker processes, each with --envs envs and a CPU copy of the policy, playing whole "
+                   "episodes while this process updates (1: all in this process).")
+@click.option("--executor", type=click.Choice(("local", "ray")), default="local", show_default=True,
+              help="Where the rollout workers run: local processes, or Ray actors (pip install 'hpcgym[ray]').")
+@click.option("--address", help="Ray cluster address (with --executor ray; default: a local Ray instance).")
+@click.option("--worker-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
+              help="Seconds a rollout worker may go without finishing an episode before the run stops.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="Folder for the learning curve, checkpoints and evaluation.")
@@ -168,9 +179,10 @@ def _algorithm_config(algorithm: str, net: str | None, hidden: str | None, lr: f
                    "--no-progress: neither).")
 @click.pass_context
 def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, train_fraction, sjf_range, prefill,
-          curriculum, backfill, policy, base, semantics, env_options, teacher, window, allow_wait, reward, encoder, net, hidden, lr, gamma, sets,
-          max_steps, discard_after, epochs, trajectories, envs, seed, out, checkpoint_every, resume, eval_episodes,
-          baselines, device, threads, progress) -> None:
+          curriculum, backfill, policy, base, semantics, env_options, teacher, window, allow_wait, reward, encoder, net,
+          hidden, lr, gamma, sets, max_steps, discard_after, epochs, trajectories, envs, workers, executor, address,
+          worker_timeout, seed, out, checkpoint_every, resume, eval_episodes, baselines, device, threads,
+          progress) -> None:
     """Train ALGORITHM (pg, a2c, ppo or dql; dras-pg, dras-a2c, dras-ppo or dras-dql: the same with
     DRAS's defaults; schedinspector, rlbf, rlschert: PPO with SchedInspector's, RL backfilling's or
     RLSchert's; irl-dqn: DQL with IRL's teacher's) and write curve.csv, checkpoints and eval.json to OUT."""
@@ -182,8 +194,15 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
     from ...agents.rl.algorithm import resolve_device
     from ...agents.rl.checkpoint import latest_checkpoint, load_checkpoint
     from .trainer import Trainer, TrainSettings, parse_curriculum
+    from .workers import WorkerError
 
     algorithm = asked = algorithm.lower()
+    if workers < 1:
+        raise ConfigError(f"--workers takes 1 or more rollout workers, got {workers}")
+    if address is not None and executor != "ray":
+        raise ConfigError("--address is for --executor ray")
+    if executor == "ray" and importlib.util.find_spec("ray") is None:
+        raise ConfigError("--executor ray needs Ray: pip install 'hpcgym[ray]' (or pip install ray)")
 
     def unset(name: str) -> bool:
         return ctx.get_parameter_source(name) == click.core.ParameterSource.DEFAULT
@@ -324,11 +343,15 @@ def train(ctx, algorithm, kind, trace, procs, n_jobs, start, sampled_jobset, tra
         click.echo("note: without --train-fraction the held-out evaluation draws other windows of the same "
                    "trace, which may overlap the training ones; --train-fraction 0.8 trains on the first 80% "
                    "and evaluates on the rest (a chronological split)", err=True)
-    trainer = Trainer(settings, out, device=str(dev), progress=progress, log=lambda m: click.echo(m, err=True))
+    trainer = Trainer(settings, out, device=str(dev), progress=progress, log=lambda m: click.echo(m, err=True),
+                      workers=workers, executor=executor, address=address, worker_timeout=worker_timeout)
     try:
         history = trainer.train(resume=resume)
     except ValueError as exc:  # bad algorithm options surface as ValueError from the config dataclasses
         raise ConfigError(str(exc)) from None
+    except WorkerError as exc:  # not a bad input: the run failed (exit 1), its checkpoints stay
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
     last = history[-1] if history else {}
     click.echo(f"{asked} on {settings.kind}: {trainer.epoch} epochs, {trainer.runner.next_episode} episodes"
                + (f", last epoch mean return {last['return']:.3f}" if "return" in last else "")

@@ -21,6 +21,7 @@ Files in the output folder:
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import sys
 import time
@@ -248,10 +249,13 @@ class Trainer:
 
     def __init__(self, settings: TrainSettings, out: str | Path, *, device: str = "auto",
                  env_fn: Callable[[int], Any] | None = None, progress: bool | None = None,
-                 log: Callable[[str], None] | None = None) -> None:
+                 log: Callable[[str], None] | None = None, workers: int = 1, executor: str = "local",
+                 address: str | None = None, worker_timeout: float = 600.0) -> None:
         self.settings = settings
         self.out = Path(out)
         self.device = device
+        # rollout workers (gymbridge/training/workers.py): 1 local one is this process's own runner
+        self.workers, self.executor, self.address, self.worker_timeout = workers, executor, address, worker_timeout
         self.env_fn = env_fn or (lambda i: make_env(settings))
         self.progress = progress
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
@@ -266,7 +270,8 @@ class Trainer:
         s = self.settings
         if s.eval_episodes:  # a held-out evaluation it cannot make fails now, not after the training
             eval_sequences(s.eval_workload or s.workload, s.eval_episodes, s.seed)
-        envs = [self.env_fn(i) for i in range(s.envs)]
+        parallel = self.workers > 1 or self.executor != "local"
+        envs = [self.env_fn(i) for i in range(1 if parallel else s.envs)]  # workers: one for the spaces
         self.envs = envs
         ckpt_path = latest_checkpoint(self.out) if resume else None
         if resume and ckpt_path is None:
@@ -300,8 +305,19 @@ class Trainer:
         # each start and resume of the run: its commit, command and what it read
         self.starts = self.starts + [provenance(s.to_json(), [p for p in (ckpt_path, s.teacher) if p])]
         options_of = (lambda j: {"phase": curriculum_phase(s.curriculum, j)}) if s.curriculum else None
-        self.runner = Runner(envs, lambda j: train_seed(s.seed, j), next_episode, s.max_steps, options_of,
-                             s.discard_after, self._teacher())
+        seed_of = functools.partial(train_seed, s.seed)
+        teacher = self._teacher()
+        if not parallel:
+            self.runner = Runner(envs, seed_of, next_episode, s.max_steps, options_of, s.discard_after, teacher,
+                                 sampling_seed=s.seed)
+            return
+        from .workers import ParallelCollector, WorkerSpec, start_workers
+
+        spec = WorkerSpec(self.env_fn, s.envs, seed_of, options_of, s.max_steps, s.discard_after,
+                          functools.partial(teacher_for, s) if teacher else None, s.seed)
+        self.runner = ParallelCollector(start_workers(self.workers, spec, self.executor, self.address), s.envs,
+                                        s.envs, envs[0], seed_of, next_episode, s.max_steps, options_of,
+                                        s.discard_after, teacher is not None, s.seed, self.worker_timeout)
 
     def _teacher(self):
         """The labeller of the teacher agent (None without one); imitation without a teacher, or a
@@ -314,23 +330,23 @@ class Trainer:
             return None
         if coef is None:
             raise ConfigError(f"--teacher needs ppo (its imitation term), not {s.algorithm}")
-        from ...agents.rl.imitation import teacher_labeller
-        from ...agents.runtime import load_agent
-
-        agent = load_agent(s.teacher)
-        kinds = s.kind.split("+")
-        if not set(kinds) & set(agent.kinds):
-            raise ConfigError(f"teacher {s.teacher} takes {'/'.join(agent.kinds)} decisions, the agent learns "
-                              f"{s.kind}: nothing to imitate; name a teacher of {s.kind} decisions (e.g. --teacher sjf "
-                              "for select) or none")
-        return teacher_labeller(agent, s.options.get("window", SimConfig.window))
+        return teacher_for(s)
 
     # ---------------------------------------------------------------- the loop
     def train(self, resume: bool = False) -> list[dict[str, Any]]:
+        self.setup(resume)
+        try:
+            return self._train()
+        finally:
+            from .workers import ParallelCollector
+
+            if isinstance(self.runner, ParallelCollector):  # end its workers
+                self.runner.close()
+
+    def _train(self) -> list[dict[str, Any]]:
         from tqdm import tqdm
 
         s = self.settings
-        self.setup(resume)
         self.out.mkdir(parents=True, exist_ok=True)
         self._write_curve()
         # The bar on a terminal; elsewhere (a batch job's log) one line per epoch, unless
@@ -450,6 +466,20 @@ class Trainer:
                   "provenance": provenance(s.to_json(), [model])}
         (self.out / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
         return result
+
+
+def teacher_for(settings: TrainSettings):
+    """The labeller of the settings' teacher agent (in the learner, and in each rollout worker)."""
+    from ...agents.rl.imitation import teacher_labeller
+    from ...agents.runtime import load_agent
+
+    agent = load_agent(settings.teacher)
+    kinds = settings.kind.split("+")
+    if not set(kinds) & set(agent.kinds):
+        raise ConfigError(f"teacher {settings.teacher} takes {'/'.join(agent.kinds)} decisions, the agent learns "
+                          f"{settings.kind}: nothing to imitate; name a teacher of {settings.kind} decisions "
+                          "(e.g. --teacher sjf for select) or none")
+    return teacher_labeller(agent, settings.options.get("window", SimConfig.window))
 
 
 def epoch_line(row: dict[str, Any], epochs: int) -> str:

@@ -1,0 +1,118 @@
+"""How training scales with rollout workers: one table for workers 1, 2, 4, ... up to the core count.
+
+    .venv/bin/python benchmarks/train_scaling.py                           # lublin_256, all three agents
+    .venv/bin/python benchmarks/train_scaling.py --agents ppo-select --workers 1,2 --epochs 3
+
+Agents (each with `hpcgym train`'s own settings for it, read back from a one-episode run of the
+command, so the presets are the command's and nothing is copied here):
+
+- ppo-select: `hpcgym train ppo --kind select` (MLP 64,64 over jobs+nodes, window 128);
+- rlbf: `hpcgym train rlbf` (RL backfilling's per-slot kernel network, public semantics);
+- dras-ppo: `hpcgym train dras-ppo` (DRAS's network and curriculum, two decision levels).
+
+For each agent and worker count, `--epochs` epochs of `--trajectories` episodes of 256 jobs from
+`--trace`; the row is the last epoch (the first one builds the workers' copies of the policy).
+Columns: the epoch's seconds, collect (the episodes played and handed to the learner) and update
+apart, decisions/s while collecting, the speed-up of collecting over 1 worker and its parallel
+efficiency (speed-up / workers), and the peak RSS of the learner and of the largest worker. 1
+worker is the in-process runner. The machine's core count and load average are printed: other
+work beside the benchmark slows every row, so compare rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from hpcgym.agents.rl.checkpoint import load_checkpoint
+from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
+from ppo_epoch import time_collection   # benchmarks/ is the script's folder
+
+AGENTS = {"ppo-select": ["ppo", "--kind", "select"], "rlbf": ["rlbf"], "dras-ppo": ["dras-ppo"]}
+
+
+def preset(agent: str, trace: str, folder: Path) -> TrainSettings:
+    """The settings `hpcgym train` makes for `agent`, from a one-episode run of it."""
+    out = folder / f"preset-{agent}"
+    hpcgym = Path(sys.executable).parent / "hpcgym"
+    subprocess.run([str(hpcgym), "train", *AGENTS[agent], "--trace", trace, "--epochs", "1", "--trajectories", "1",
+                    "--eval-episodes", "0", "--device", "cpu", "--no-progress", "--out", str(out)],
+                   check=True, capture_output=True)
+    return TrainSettings.from_json(load_checkpoint(out / "epoch_000001.pt").trainer["settings"])
+
+
+def peak_rss_mib(pid: int) -> float:
+    """VmHWM of a live process, MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(settings: TrainSettings, workers: int, epochs: int, folder: Path) -> dict[str, float]:
+    """The last of `epochs` epochs with `workers` rollout workers."""
+    trainer = Trainer(settings, folder, device="cpu", progress=False, log=lambda m: None, workers=workers)
+    trainer.setup()
+    runner, algo = trainer.runner, trainer.algo
+    collect = time_collection(runner)
+    try:
+        for _ in range(epochs):
+            collect["s"], steps = 0.0, runner.steps
+            t0 = time.perf_counter()
+            algo.train_epoch(runner, settings.trajectories)
+            total = time.perf_counter() - t0
+        worker_rss = max((peak_rss_mib(p.pid) for p in getattr(getattr(runner, "workers", None), "procs", [])),
+                         default=float("nan"))
+    finally:
+        if workers > 1:
+            runner.close()
+    return {"epoch": total, "collect": collect["s"], "update": total - collect["s"], "decisions": runner.steps - steps,
+            "learner_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "worker_rss": worker_rss}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default="lublin_256.swf.gz", help="SWF trace (a path or a name in $HPCGYM_TRACES)")
+    parser.add_argument("--agents", default=",".join(AGENTS), help=f"comma-separated, of {', '.join(AGENTS)}")
+    parser.add_argument("--workers", help="comma-separated worker counts (default 1, 2, 4, ... up to the cores)")
+    parser.add_argument("--trajectories", type=int, help="episodes per epoch (default: the agent's)")
+    parser.add_argument("--epochs", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    cores = os.cpu_count() or 1
+    counts = [int(w) for w in args.workers.split(",")] if args.workers else \
+        sorted({*(2 ** k for k in range(cores.bit_length()) if 2 ** k <= cores), cores})
+    print(f"{cores} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the start; "
+          f"{platform.processor() or platform.machine()}, torch {torch.__version__}; trace {args.trace}; "
+          f"the last of {args.epochs} epochs per row")
+    print(f"| agent | workers | epoch s | collect s | update s | decisions/s | collect speed-up | efficiency "
+          f"| learner RSS MiB | worker RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for agent in args.agents.split(","):
+            settings = preset(agent, args.trace, Path(tmp))
+            if args.trajectories:
+                settings.trajectories = args.trajectories
+            settings.epochs, settings.eval_episodes = args.epochs, 0
+            base = None
+            for w in counts:
+                m = measure(settings, w, args.epochs, Path(tmp) / f"{agent}-{w}")
+                rate = m["decisions"] / m["collect"]
+                base = base or rate
+                print(f"| {agent} | {w} | {m['epoch']:.2f} | {m['collect']:.2f} | {m['update']:.2f} | {rate:,.0f} "
+                      f"| {rate / base:.2f}x | {rate / base / w:.0%} | {m['learner_rss']:.0f} "
+                      f"| {m['worker_rss']:.0f} |", flush=True)
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,442 @@
+"""Rollout workers: training episodes played in other processes (or Ray actors), each with its
+own envs and a CPU copy of the policy, while the learner only updates.
+
+`ParallelCollector` is a `Runner` to the algorithms (`train_epoch`, `collect`, A2C's rounds,
+DQL's steps see no difference). When an epoch's first round asks for actions, it sends the
+policy's current weights to every worker (a sync) and has them play the epoch's episodes:
+episode j reset with `seed_of(j)` and sampled from `sampling_rng(seed, j)`, as in process, and
+handed out in whole episodes, several to a worker at a time (one per env it has), more as
+others end. Then it replays the recorded episodes through the Runner's own bookkeeping on
+`slots` virtual envs, so the learner gets the transitions in the order, and on the env slots,
+that the in-process runner gives them: which episodes an epoch holds, and what was sampled in
+them, depend on the seed alone, not on timing or on the number of workers. The update rules
+run unchanged; what differs from in process is that every action of an epoch comes from the
+weights of its start (A2C and DQL, which update within an epoch, act on the last sync's
+weights, DQL with the epsilon of the sync).
+
+Faults: a worker that dies, raises, or sends nothing for `timeout` seconds stops the epoch with
+one line naming the worker and the episode it was playing (`WorkerError`); the checkpoints of
+the finished epochs are untouched, so `--resume` goes on from the last one.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+
+from ...agents.rl.algorithm import Algorithm
+from ...agents.rl.runner import Policy, Runner, Transition
+from ...environment.errors import HpcgymError
+
+
+class WorkerError(HpcgymError):
+    """A rollout worker died, failed or hung; the run stops (its checkpoints stay)."""
+
+
+@dataclass
+class WorkerSpec:
+    """What a worker needs to play training episodes (cloudpickled to it once)."""
+
+    env_fn: Callable[[int], Any]
+    envs: int
+    seed_of: Callable[[int], int]
+    options_of: Callable[[int], dict[str, Any] | None] | None
+    max_steps: int | None
+    discard_after: int | None
+    teacher: Callable[[], Callable[[dict[str, Any]], int]] | None   # builds the labeller in the worker
+    sampling_seed: int
+
+
+@dataclass
+class EpisodeRecord:
+    """One played episode: the states (reset state first, last state last), the masks and teacher
+    labels there, and per step the action, the policy's extras, the reward and the end flags."""
+
+    index: int
+    obs: np.ndarray
+    mask: np.ndarray
+    teacher: np.ndarray
+    action: np.ndarray
+    extras: dict[str, np.ndarray]
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    info: dict[str, Any]              # the env's info at the last step
+
+    def discarded_by(self, discard_after: int | None) -> bool:
+        """Whether a runner with `discard_after` throws this episode away (as `Runner.round` does)."""
+        return discard_after is not None and not self.terminated[-1] and len(self.action) >= discard_after
+
+
+class _AssignedRunner(Runner):
+    """The worker's runner: it starts the episodes handed to it, in the order given, and no
+    others (the learner replaces a discarded episode)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.assigned: list[int] = []
+        super().__init__(*args, **kwargs)
+
+    @property
+    def to_start(self) -> int:
+        return len(self.assigned)
+
+    @to_start.setter
+    def to_start(self, value: int) -> None:
+        pass   # what is left to start is what was handed out
+
+    def _claim(self) -> int:
+        return self.assigned.pop(0)
+
+
+class RolloutWorker:
+    """Plays the episodes it is handed with its own envs and a CPU copy of the policy (in a
+    worker process, or as a Ray actor)."""
+
+    def __init__(self, spec: bytes) -> None:
+        import torch
+
+        torch.set_num_threads(1)
+        s: WorkerSpec = cloudpickle.loads(spec)
+        self.runner = _AssignedRunner([s.env_fn(i) for i in range(s.envs)], s.seed_of, max_steps=s.max_steps,
+                                      options_of=s.options_of, discard_after=s.discard_after,
+                                      teacher=s.teacher() if s.teacher else None, sampling_seed=s.sampling_seed)
+        self.steps: dict[int, list[Transition]] = {}   # per episode held, its steps so far
+        self.algorithm: Algorithm | None = None
+        self.policy: Policy | None = None
+
+    def sync(self, build: tuple | None, state: dict[str, Any], policy: str) -> None:
+        """Act from now on with `state` (the learner's weights and counters) through the method
+        `policy` of the algorithm; `build` (class, obs shape, actions, config) makes the copy."""
+        if build is not None:
+            cls, obs_shape, n_actions, config = build
+            self.algorithm = cls(obs_shape, n_actions, config, device="cpu")
+        self.algorithm.load_acting_state(state)
+        self.policy = getattr(self.algorithm, policy)
+
+    def advance(self, episodes: list[int]) -> list[EpisodeRecord]:
+        """Take `episodes` on, and play until at least one held episode has ended (or was cut to
+        be discarded, see `EpisodeRecord.discarded_by`): those."""
+        runner = self.runner
+        runner.assigned += episodes
+        finished: list[EpisodeRecord] = []
+
+        def keep(t: Transition) -> None:
+            self.steps.setdefault(runner.current[t.env].index, []).append(t)
+
+        def discard(i: int) -> None:
+            finished.append(self._record(runner.current[i].index, {}))
+
+        while not runner.epoch_done and not finished:
+            finished += [self._record(e.index, e.info) for e in runner.round(self.policy, keep, discard)]
+        return finished
+
+    def _record(self, index: int, info: dict[str, Any]) -> EpisodeRecord:
+        steps = self.steps.pop(index)
+        return EpisodeRecord(
+            index, np.stack([t.obs for t in steps] + [steps[-1].next_obs]),
+            np.stack([t.mask for t in steps] + [steps[-1].next_mask]),
+            np.array([t.teacher for t in steps] + [-1]), np.array([t.action for t in steps]),
+            {k: np.array([t.extras[k] for t in steps]) for k in steps[0].extras},
+            np.array([t.reward for t in steps]), np.array([t.terminated for t in steps]),
+            np.array([t.truncated for t in steps]),
+            {k: v for k, v in info.items() if k not in ("decision", "truncated")})  # the runner sets truncated again
+
+
+class ReplayEnv(gym.Env):
+    """An env slot of the collector: it plays a recorded episode back, step by step."""
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space) -> None:
+        self.observation_space, self.action_space = observation_space, action_space
+        self.record: EpisodeRecord | None = None
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self.t = 0
+        return self.record.obs[0], self._info()
+
+    def step(self, action):
+        r, t = self.record, self.t
+        if int(action) != int(r.action[t]):
+            raise RuntimeError(f"replay of episode {r.index} out of step: action {action}, {r.action[t]} was played")
+        self.t += 1
+        info = self._info()
+        if self.t == len(r.action):
+            info.update(r.info)
+        return r.obs[self.t], float(r.reward[t]), bool(r.terminated[t]), bool(r.truncated[t]), info
+
+    def played(self) -> tuple[int, dict[str, float]]:
+        """The action recorded for the current state, and the policy's extras with it."""
+        return int(self.record.action[self.t]), {k: v[self.t] for k, v in self.record.extras.items()}
+
+    def _info(self) -> dict[str, Any]:
+        return {"action_mask": self.record.mask[self.t], "teacher": int(self.record.teacher[self.t])}
+
+
+def recorded_label(info: dict[str, Any]) -> int:
+    """The teacher's label a worker recorded for a state (the replay's teacher)."""
+    return info["teacher"]
+
+
+# ------------------------------------------------------------------------------------------ where workers run
+#: (worker, whether its call succeeded, its result or what went wrong)
+Event = tuple[int, bool, Any]
+
+
+def _serve(conn: multiprocessing.connection.Connection, spec: bytes) -> None:
+    """A worker process: answers the learner's calls on one RolloutWorker until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the learner's; it ends the workers
+    try:
+        worker = RolloutWorker(spec)
+        conn.send((True, None))
+        while True:
+            method, args = conn.recv()
+            if method == "stop":
+                return
+            conn.send((True, getattr(worker, method)(*args)))
+    except EOFError:     # the learner is gone
+        return
+    except Exception as exc:
+        conn.send((False, f"failed: {type(exc).__name__}: {exc}"))
+
+
+class ProcessWorkers:
+    """Rollout workers as local processes (spawned: no fork of a learner holding torch threads),
+    each serving one RolloutWorker over a pipe."""
+
+    def __init__(self, n: int, spec: bytes) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.conns, self.procs = [], []
+        for w in range(n):
+            conn, child = ctx.Pipe()
+            proc = ctx.Process(target=_serve, args=(child, spec), name=f"rollout-worker-{w}", daemon=True)
+            proc.start()
+            child.close()
+            self.conns.append(conn)
+            self.procs.append(proc)
+        self.busy = set(range(n))   # the start counts as a call: it answers once its envs are made
+
+    def __len__(self) -> int:
+        return len(self.procs)
+
+    def name(self, w: int) -> str:
+        return f"rollout worker {w} (pid {self.procs[w].pid})"
+
+    def submit(self, w: int, method: str, *args: Any) -> None:
+        self.conns[w].send((method, args))
+        self.busy.add(w)
+
+    def wait(self, timeout: float) -> list[Event]:
+        """The answers that came within `timeout` seconds (none: nothing yet)."""
+        waiting = {self.conns[w]: w for w in self.busy}
+        waiting.update({self.procs[w].sentinel: w for w in self.busy})
+        events, seen = [], set()
+        for ready in multiprocessing.connection.wait(list(waiting), timeout):
+            w = waiting[ready]
+            if w in seen:
+                continue
+            seen.add(w)
+            self.busy.discard(w)
+            try:
+                ok, value = self.conns[w].recv()
+            except (EOFError, OSError):
+                self.procs[w].join(1)
+                ok, value = False, f"died (exit status {self.procs[w].exitcode})"
+            events.append((w, ok, value))
+        return events
+
+    def close(self) -> None:
+        for conn, proc in zip(self.conns, self.procs):
+            try:
+                conn.send(("stop", ()))
+            except OSError:
+                pass
+        for proc in self.procs:
+            proc.join(2)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(2)
+        for conn in self.conns:
+            conn.close()
+
+
+class RayWorkers:
+    """Rollout workers as Ray actors: on the Ray instance already initialized in this process,
+    else on the cluster at `address`, else on a new local instance (as `hpcgym compare --executor
+    ray`)."""
+
+    def __init__(self, n: int, spec: bytes, address: str | None) -> None:
+        from ..compare.executors import ray_session
+
+        self.session = ray_session(n, address)
+        self.ray = self.session.__enter__()
+        actor = self.ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(RolloutWorker)
+        self.actors = [actor.remote(spec) for _ in range(n)]
+        self.calls: dict[Any, int] = {}
+        self.busy: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self.actors)
+
+    def name(self, w: int) -> str:
+        return f"rollout worker {w} (Ray actor)"
+
+    def submit(self, w: int, method: str, *args: Any) -> None:
+        self.calls[getattr(self.actors[w], method).remote(*args)] = w
+        self.busy.add(w)
+
+    def wait(self, timeout: float) -> list[Event]:
+        if not self.calls:
+            return []
+        done, _ = self.ray.wait(list(self.calls), num_returns=1, timeout=timeout)
+        events = []
+        for ref in done:
+            w = self.calls.pop(ref)
+            self.busy.discard(w)
+            try:
+                events.append((w, True, self.ray.get(ref)))
+            except Exception as exc:  # the actor died (RayActorError) or its call raised (RayTaskError)
+                events.append((w, False, f"failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"))
+        return events
+
+    def close(self) -> None:
+        for actor in self.actors:
+            self.ray.kill(actor)
+        self.session.__exit__(None, None, None)
+
+
+def start_workers(n: int, spec: WorkerSpec, executor: str = "local", address: str | None = None
+                  ) -> ProcessWorkers | RayWorkers:
+    """`n` rollout workers, local processes or Ray actors."""
+    data = cloudpickle.dumps(spec)
+    if executor == "ray":
+        return RayWorkers(n, data, address)
+    if address is not None:
+        raise HpcgymError("--address is for --executor ray")
+    return ProcessWorkers(n, data)
+
+
+# ------------------------------------------------------------------------------------------ the collector
+class ParallelCollector(Runner):
+    """A Runner whose episodes rollout workers play (see the module's docstring); `slots` virtual
+    envs replay them, as the in-process runner's `slots` envs would have played them."""
+
+    def __init__(self, workers: ProcessWorkers | RayWorkers, capacity: int, slots: int, spaces: gym.Env,
+                 seed_of: Callable[[int], int], next_episode: int = 0, max_steps: int | None = None,
+                 options_of: Callable[[int], dict[str, Any] | None] | None = None,
+                 discard_after: int | None = None, teacher: bool = False, sampling_seed: int = 0,
+                 timeout: float = 600.0) -> None:
+        super().__init__([ReplayEnv(spaces.observation_space, spaces.action_space) for _ in range(slots)], seed_of,
+                         next_episode, max_steps, options_of, discard_after, recorded_label if teacher else None,
+                         sampling_seed)
+        self.workers = workers
+        self.capacity = capacity      # episodes a worker plays at once (its envs)
+        self.timeout = timeout
+        self.recorded: dict[int, EpisodeRecord] = {}
+        self.collected = True
+        self.built = False
+        self.held: list[list[int]] = [[] for _ in range(len(workers))]
+        self.sent: dict[int, float] = {w: time.monotonic() for w in range(len(workers))}
+        self._wait_all("starting")
+
+    def start_epoch(self, episodes: int) -> None:
+        super().start_epoch(episodes)
+        self.collected = False
+
+    def round(self, policy: Policy, on_step: Callable[[Transition], None] | None = None,
+              on_discard: Callable[[int], None] | None = None):
+        if not self.collected:
+            self._sync(policy)
+            self._play(self.to_start)
+            self.collected = True
+        return super().round(policy, on_step, on_discard)
+
+    def _start(self, i: int) -> None:
+        self.envs[i].record = self.recorded.pop(self.next_episode)
+        super()._start(i)
+
+    def _act(self, policy: Policy, live: list[int]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        played = [self.envs[i].played() for i in live]
+        return (np.array([a for a, _ in played]),
+                {k: np.array([extras[k] for _, extras in played]) for k in played[0][1]})
+
+    def close(self) -> None:
+        self.workers.close()
+
+    # -------------------------------------------------------------- the workers' part
+    def _sync(self, policy: Policy) -> None:
+        algorithm = getattr(policy, "__self__", None)
+        if not isinstance(algorithm, Algorithm):
+            raise TypeError("rollout workers act with an algorithm's own policy method (e.g. algorithm.sample)")
+        build = None if self.built else (type(algorithm), algorithm.obs_shape, algorithm.n_actions, algorithm.config)
+        state = algorithm.acting_state()
+        for w in range(len(self.workers)):
+            self._submit(w, "sync", build, state, policy.__name__)
+        self._wait_all("taking the new weights")
+        self.built = True
+
+    def _play(self, wanted: int) -> None:
+        """Episodes next_episode, next_episode + 1, ... played until `wanted` of them are kept
+        (a discarded one, see `discard_after`, is replaced by the next)."""
+        next_index, end = self.next_episode, self.next_episode + wanted
+        while True:
+            idle = [w for w in range(len(self.workers)) if w not in self.workers.busy]
+            new: dict[int, list[int]] = {w: [] for w in idle}
+            dealt = True
+            while dealt:   # one at a time to each idle worker with room: an even share
+                dealt = False
+                for w in idle:
+                    if next_index < end and len(self.held[w]) + len(new[w]) < self.capacity:
+                        new[w].append(next_index)
+                        next_index += 1
+                        dealt = True
+            for w in idle:
+                if self.held[w] or new[w]:
+                    self.held[w] += new[w]
+                    self._submit(w, "advance", new[w])
+            if not self.workers.busy:
+                return
+            for w, records in self._events():
+                for record in records:
+                    self.held[w].remove(record.index)
+                    self.recorded[record.index] = record
+                    end += record.discarded_by(self.discard_after)
+
+    def _submit(self, w: int, method: str, *args: Any) -> None:
+        self.workers.submit(w, method, *args)
+        self.sent[w] = time.monotonic()
+
+    def _wait_all(self, doing: str) -> None:
+        while self.workers.busy:
+            self._events(doing)
+
+    def _events(self, doing: str = "") -> list[tuple[int, Any]]:
+        """The answers of the busy workers as they come; a failed, dead or silent one stops the run."""
+        deadline = min(self.sent[w] for w in self.workers.busy) + self.timeout
+        events = self.workers.wait(max(0.0, deadline - time.monotonic()))
+        if not events and time.monotonic() >= deadline:
+            w = min(self.workers.busy, key=lambda k: self.sent[k])
+            events = [(w, False, f"sent nothing for {self.timeout:g} s (hung?)")]
+        for w, ok, value in events:
+            if not ok:
+                self.close()
+                raise WorkerError(f"{self.workers.name(w)} {value} while {self._doing(w, doing)}: the run stops "
+                                  "here; the checkpoints of the finished epochs are intact (--resume goes on from "
+                                  "the last one)")
+        return [(w, value) for w, _, value in events]
+
+    def _doing(self, w: int, doing: str) -> str:
+        held = sorted(self.held[w])
+        if doing or not held:
+            return doing or "idle"
+        if len(held) == 1:
+            return f"playing episode {held[0]}"
+        return f"playing episodes {', '.join(map(str, held[:-1]))} and {held[-1]}"   # in lockstep: one of them
