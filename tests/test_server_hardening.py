@@ -11,12 +11,12 @@ import time
 
 import msgpack
 import pytest
-import zmq
 
 from hpcgym.environment.service import Limits
 from hpcgym.protocol.codec import encode
 
 from .test_service import TIMEOUT, Net, hello
+from .test_service_sockets import dealer_with_id
 from .test_sockets import ask, children, dealer, free_tcp, start_env, trace  # noqa: F401 - fixtures
 
 
@@ -202,14 +202,6 @@ def test_a_new_connection_with_a_dropped_agents_routing_id_needs_the_token(child
         assert after["type"] in ("decision", "episode_end") and after.get("decision") != first["decision"]
     finally:
         twin.close()
-
-
-def dealer_with_id(address: str, routing_id: bytes):
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.IDENTITY, routing_id)
-    sock.connect(address)
-    return sock
 
 
 # ------------------------------------------------------------------------------------------ stopping

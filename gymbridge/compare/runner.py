@@ -36,6 +36,7 @@ from .executors import run_local, run_ray
 from .plan import SequenceSpec, build_sequences, fingerprint, sha256_file, trace_checksums, unit_id
 from .policy import PolicySpec
 from .stats import METRICS, latency_stats, summarize_policies
+from .unit import DEFAULT_START_TIMEOUT
 from ...environment.service import kinds_key
 from ...environment.workload import describe_dropped
 
@@ -58,6 +59,7 @@ class Comparison:
     address: str | None = None
     workers: int = 1
     decision_timeout: float = 30.0
+    start_timeout: float = DEFAULT_START_TIMEOUT  # for the agent processes to start and say hello
     plots: bool = True
     progress: bool | None = None   # None: a progress bar on a terminal
     record: dict[str, Any] | None = None   # {kind, encoder, window}: decision records per unit
@@ -165,7 +167,7 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
             "sample_seeds": [s["seed"] for s in sequences],
             "bootstrap": {"resamples": c.resamples, "seed": c.sequences.seed, "method": "percentile, paired, 95%"},
             "mode": c.mode, "executor": c.executor, "workers": c.workers, "decision_timeout_s": c.decision_timeout,
-            "sequences": sequences, "history": history, "status": "running", "started": history[0]["started"]}
+            "start_timeout_s": c.start_timeout, "sequences": sequences, "history": history, "status": "running", "started": history[0]["started"]}
     _write_json(out / "run.json", meta)
 
     units = [(p, s) for p in c.policies for s in sequences]
@@ -175,7 +177,7 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
     jobs = [(unit_id(p, s["index"]),
              {"policy": p.to_json(), "seed": s["seed"], "sequence": s["index"], "procs": s["procs"],
               "options": dict(c.options), "mode": c.mode, "cwd": os.getcwd(), "decision_timeout": c.decision_timeout,
-              "record": _record_task(c, out, unit_id(p, s["index"]))},
+              "start_timeout": c.start_timeout, "record": _record_task(c, out, unit_id(p, s["index"]))},
              s["index"], texts[s["index"]]) for p, s in todo]
     ran: list[str] = []
 
