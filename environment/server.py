@@ -22,6 +22,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,9 @@ class CurveKeys:
         self.server_public, self.server_secret, self.allowed = server_public, server_secret, allowed
 
 
+#: What the front of `hpcgym env --workers` sends a worker, after a routing id, when that agent's
+#: connection closed (a client's message comes to a worker as one frame after the routing id).
+DISCONNECTED = b"\x00disconnected"
 #: Connections served at once unless the operator says otherwise (`hpcgym env --max-connections`).
 DEFAULT_MAX_CONNECTIONS = 1000
 #: Open files the env keeps for itself beyond its connections (traces, pipes, threads' sockets).
@@ -96,6 +101,14 @@ def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, all
     """Serve until SIGINT/SIGTERM (or `service.stop` is set). `ready` (an Event) is set once bound,
     and `on_bound()` called; at most `max_connections` are served at once."""
     check_listening(bind, curve is not None, allow_remote, insecure)
+    with listening(bind, curve) as sock:
+        run_loop(service, sock, _Connections(sock, service, max_connections), on_bound=on_bound, ready=ready)
+
+
+@contextmanager
+def listening(bind: str, curve: CurveKeys | None) -> Iterator[zmq.Socket]:
+    """The env's ROUTER socket bound to `bind` (with CURVE if given); closed, with its context,
+    authenticator and ipc file, at the end."""
     ctx = zmq.Context()
     auth = None
     sock = ctx.socket(zmq.ROUTER)
@@ -112,18 +125,32 @@ def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, all
         sock.curve_server = True
         sock.curve_publickey = curve.server_public
         sock.curve_secretkey = curve.server_secret
+    bound = False
     try:
-        sock.bind(bind)
-    except zmq.ZMQError as exc:
-        sock.close(0)
+        try:
+            sock.bind(bind)
+            bound = True
+        except zmq.ZMQError as exc:
+            raise ConfigError(f"cannot bind {bind}: {exc}") from None
+        yield sock
+    finally:
+        sock.close(0 if not bound else None)
         if auth is not None:
             auth.stop()
         ctx.term()
-        raise ConfigError(f"cannot bind {bind}: {exc}") from None
+        if bound and bind.startswith("ipc://"):
+            Path(bind[len("ipc://"):]).unlink(missing_ok=True)
+
+
+def run_loop(service: EnvService, sock: zmq.Socket, connections: _Connections | None, *, on_bound: Any = None,
+             ready: Any = None) -> None:
+    """Serve `sock` (see the module docstring) until SIGINT/SIGTERM or `service.stop`; then end
+    the episodes with reason "shutdown". `connections` None: the socket is a worker's link to
+    the front of `hpcgym env --workers` (environment/workers.py), which tracks the connections."""
     stopping: list[int] = []
     previous = {sig: signal.signal(sig, lambda *_: stopping.append(sig)) for sig in (signal.SIGINT, signal.SIGTERM)} \
         if _main_thread() else {}
-    loop = _Loop(service, sock, max_connections)
+    loop = _Loop(service, sock, connections)
     try:
         loop.start()
         if on_bound is not None:
@@ -137,12 +164,6 @@ def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, all
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         loop.close()
-        sock.close()
-        if auth is not None:
-            auth.stop()
-        ctx.term()
-        if bind.startswith("ipc://"):
-            Path(bind[len("ipc://"):]).unlink(missing_ok=True)
 
 
 class _Loop:
@@ -157,10 +178,10 @@ class _Loop:
     #: After a stop signal, how long agents that were not waiting may still fetch their episode's end.
     SHUTDOWN_GRACE_S = 1.0
 
-    def __init__(self, service: EnvService, sock: zmq.Socket, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> None:
+    def __init__(self, service: EnvService, sock: zmq.Socket, connections: _Connections | None) -> None:
         self.service, self.sock = service, sock
         self.envelopes: dict[bytes, bool] = {}  # peer -> replies need the empty delimiter frame
-        self.connections = _Connections(sock, service, max_connections)
+        self.connections = connections
         self.wake_in, self.wake_out = os.pipe()
         os.set_blocking(self.wake_in, False)
         os.set_blocking(self.wake_out, False)
@@ -188,7 +209,8 @@ class _Loop:
 
     def close(self) -> None:
         self.done.set()
-        self.connections.close()
+        if self.connections is not None:
+            self.connections.close()
         with self.roles:
             self.closed = True
             os.close(self.wake_in)
@@ -223,7 +245,8 @@ class _Loop:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_in, zmq.POLLIN)
-        poller.register(self.connections.monitor, zmq.POLLIN)
+        if self.connections is not None:
+            poller.register(self.connections.monitor, zmq.POLLIN)
         grace_ends = None  # once stopping: when the last agents' chance to fetch their episode's end is over
         while not self.done.is_set():
             with self.roles:
@@ -239,23 +262,29 @@ class _Loop:
             if self.wake_in in events:  # a session thread has replies: the tick collects them
                 _drain(self.wake_in)
                 self.next_tick = 0.0
-            self.connections.update(self.envelopes)
+            if self.connections is not None:
+                self.connections.update(self.envelopes)
             if self.sock in events:
                 while self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     first = self.sock.recv(copy=False)
                     rest = self.sock.recv_multipart() if first.more else []
                     peer = first.bytes
+                    if self.connections is None and rest[:1] == [DISCONNECTED]:  # the front saw it close
+                        self.service.disconnected(peer)
+                        continue
                     delimited = len(rest) >= 2 and rest[0] == b""
                     self.envelopes[peer] = delimited
                     body = rest[1] if delimited and len(rest) == 2 else (rest[0] if len(rest) == 1 else b"\xc1")
-                    refusal = self.connections.admit(peer, first.get(zmq.SRCFD), self.envelopes)
+                    refusal = None if self.connections is None else \
+                        self.connections.admit(peer, first.get(zmq.SRCFD), self.envelopes)
                     if refusal is not None:
                         _send_all(self.sock, self.envelopes, [(peer, refusal)])
                     elif not self._serve(lambda: self.service.handle(peer, body)):
                         return
             if time.monotonic() >= self.next_tick:  # heartbeats and time-outs, a few times a heartbeat
                 self.next_tick = time.monotonic() + self.tick_every
-                self.connections.close_refused()
+                if self.connections is not None:
+                    self.connections.close_refused()
                 if not self._serve(self.service.tick):
                     return
 

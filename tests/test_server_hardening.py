@@ -6,8 +6,11 @@ handler's alone (as in test_service.py)."""
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
 import time
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -317,3 +320,76 @@ def test_check_env_passes_an_env_started_with_options_that_exclude_some_kinds(ch
     failed = [(c.name, c.detail) for c in checks if not c.passed]
     assert not failed, failed
     assert all(c.detail and "''" not in c.detail for c in checks)
+
+
+# ------------------------------------------------------------------------------------------ workers
+def worker_pids(env_pid: int) -> list[int]:
+    """The env's worker processes (multiprocessing's spawned children; not its resource tracker)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == env_pid and b"spawn_main" in (stat.parent / "cmdline").read_bytes():
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def test_workers_serve_concurrent_sessions_each_as_one_env_would(children, ipc_dir, trace):  # noqa: F811
+    """Two agents at once on `--workers 2`: each episode equals the one the handler plays in
+    process (which equals `hpcgym run`: test_sockets.py)."""
+    from hpcgym.agents.base import PriorityAgent
+    from hpcgym.agents.runtime import run_agent
+
+    from .test_sockets import in_process_records
+
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    env = start_env(children, bind, "--trace", str(trace), "--workers", "2")
+    assert len(worker_pids(env.pid)) == 2
+    runs: dict[int, object] = {}
+
+    def play(seed: int) -> None:
+        runs[seed] = run_agent(PriorityAgent("sjf"), bind, name=f"sjf-{seed}", session=f"s{seed}",
+                               reset={"seed": seed, "records": True}, timeout=30, orders=seed == 4)
+
+    threads = [threading.Thread(target=play, args=(seed,)) for seed in (3, 4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    for seed in (3, 4):
+        assert runs[seed].episodes[0]["jobs"] == in_process_records(trace, seed), seed
+
+
+def test_a_worker_that_dies_ends_only_its_own_sessions_and_is_replaced(children, ipc_dir, trace):  # noqa: F811
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    env = start_env(children, bind, "--trace", str(trace), "--workers", "2")
+    agents = {name: dealer(bind) for name in ("a", "b")}
+    try:
+        decisions = {}
+        for name, sock in agents.items():  # a new session goes to the worker with fewer agents: one each
+            assert ask(sock, {**HELLO, "agent": name, "kinds": ["select"], "session": name})["type"] == "welcome"
+            decisions[name] = ask(sock, {"type": "reset", "seed": 1})
+            assert decisions[name]["type"] == "decision"
+        victim = worker_pids(env.pid)[0]
+        os.kill(victim, signal.SIGKILL)
+        replies = {name: ask(sock, {"type": "act", "decision": decisions[name]["decision"],
+                                    "action": decisions[name]["candidates"][0]}, timeout_s=10)
+                   for name, sock in agents.items()}
+        ended = [name for name, reply in replies.items() if reply["type"] == "episode_end"]
+        assert len(ended) == 1, replies  # only the dead worker's agent
+        end = replies[ended[0]]
+        assert "worker process" in end["reason"] and end["episode"] == 1, end
+        (survivor,) = set(agents) - set(ended)
+        assert replies[survivor]["type"] == "decision"
+        # the agent of the dead worker starts over; a new worker took the dead one's place
+        sock = agents[ended[0]]
+        assert ask(sock, {"type": "poll"})["code"] == "not_allowed"
+        assert ask(sock, {**HELLO, "agent": "again", "kinds": ["select"], "session": ended[0]})["type"] == "welcome"
+        assert ask(sock, {"type": "reset", "seed": 1})["type"] == "decision"
+        pids = worker_pids(env.pid)
+        assert len(pids) == 2 and victim not in pids
+    finally:
+        for sock in agents.values():
+            sock.close()
