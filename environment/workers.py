@@ -109,12 +109,8 @@ class _Front:
     # ---------------------------------------------------------------- routing
     def _worker_for(self, agent: bytes, body: bytes) -> _Worker | None:
         """The worker a request goes to; a hello is routed by the session it names."""
-        if _first_value(body) == "hello":
-            try:
-                message = msgpack.unpackb(body)
-                name = message.get("session", "default") if isinstance(message, dict) else None
-            except (ValueError, msgpack.UnpackException):
-                name = None
+        if _is_hello(body):
+            name = msgpack.unpackb(body).get("session", "default")
             if isinstance(name, str):
                 worker = self.sessions.get(name)
                 if worker is None:
@@ -251,32 +247,39 @@ class _Front:
             self._reply(agent, body)
 
 
-def _first_value(body: bytes) -> Any:
-    """The value of a message's first entry (its `type`, as every message is written), without
-    reading the rest."""
-    unpacker = msgpack.Unpacker(max_buffer_size=len(body) + 1)
-    unpacker.feed(body)
+def _is_hello(body: bytes) -> bool:
+    """Whether a request is a hello: looked for in its first bytes (where `type` and its value
+    are, whatever the order of a hello's five short entries), then read to be sure."""
+    if b"\xa5hello" not in body[:96]:
+        return False
     try:
-        unpacker.read_map_header()
-        unpacker.skip()
-        return unpacker.unpack()
-    except (ValueError, msgpack.UnpackException, msgpack.OutOfData):
-        return None
+        message = msgpack.unpackb(body)
+    except (ValueError, msgpack.UnpackException):
+        return False
+    return isinstance(message, dict) and message.get("type") == "hello"
 
 
-def _type_and_episode(body: bytes) -> tuple[Any, Any]:
-    """A reply's `type` and `episode` (its first two entries as the env writes them)."""
-    unpacker = msgpack.Unpacker(max_buffer_size=len(body) + 1)
-    unpacker.feed(body)
-    try:
-        entries = unpacker.read_map_header()
-        unpacker.skip()
-        kind = unpacker.unpack()
-        if entries > 1 and unpacker.unpack() == "episode":
-            return kind, unpacker.unpack()
-        return kind, None
-    except (ValueError, msgpack.UnpackException, msgpack.OutOfData):
+#: How a reply the env wrote starts: a map of up to 15 entries whose first key is `type`.
+_TYPE_FIRST = b"\xa4type"
+_EPISODE_NEXT = b"\xa7episode"
+#: msgpack's unsigned integer markers: the number of bytes that follow.
+_UINT = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}
+
+
+def _type_and_episode(body: bytes) -> tuple[str | None, int | None]:
+    """A reply's `type` and `episode`, its first two entries as the env writes every reply, read
+    from its bytes without decoding the rest (the front does this for every reply)."""
+    if len(body) < 8 or not 0x80 <= body[0] <= 0x8f or body[1:6] != _TYPE_FIRST or not 0xa0 <= body[6] <= 0xbf:
         return None, None
+    end = 7 + (body[6] & 0x1f)
+    kind = body[7:end].decode("ascii", "replace")
+    if body[end:end + 8] != _EPISODE_NEXT or end + 8 >= len(body):
+        return kind, None
+    marker, at = body[end + 8], end + 9
+    if marker < 0x80:
+        return kind, marker
+    width = _UINT.get(marker)
+    return kind, int.from_bytes(body[at:at + width], "big") if width else None
 
 
 def _worker_main(service_options: dict[str, Any], inner_address: str, identity: bytes) -> None:

@@ -364,7 +364,12 @@ def test_workers_serve_concurrent_sessions_each_as_one_env_would(children, ipc_d
 
 def test_a_worker_that_dies_ends_only_its_own_sessions_and_is_replaced(children, ipc_dir, trace):  # noqa: F811
     bind = f"ipc://{ipc_dir / 'env.ipc'}"
-    env = start_env(children, bind, "--trace", str(trace), "--workers", "2")
+    # not start_env: its probes, if answered late, would stay as agents and skew where sessions go
+    env = children.start("env", "--bind", bind, "--trace", str(trace), "--workers", "2", name="env")
+    deadline = time.monotonic() + 60
+    while "listening" not in children.stderr(env):  # said once every worker is ready
+        assert env.poll() is None and time.monotonic() < deadline, children.stderr(env)
+        time.sleep(0.1)
     agents = {name: dealer(bind) for name in ("a", "b")}
     try:
         decisions = {}
