@@ -70,10 +70,11 @@ def test_a_reset_of_a_huge_path_or_map_is_refused_at_once_while_other_sessions_a
         for workload, limit in (({"trace": f"{trace.parent}/" + "a/" * 400_000 + "t.swf"}, "4096 characters"),
                                 ({f"k{i}": 1 for i in range(500_000)}, "at most 64 keys")):
             attacker.send_multipart([b"", msgpack.packb({"type": "reset", "workload": workload})])
-            welcome = ask(other, {**HELLO, "session": f"other-{limit}"}, timeout_s=5)
+            # generous bounds for a loaded machine: on main the path alone stalled the env for 43 s
+            welcome = ask(other, {**HELLO, "session": f"other-{limit}"}, timeout_s=10)
             assert welcome is not None and welcome["type"] == "welcome"
-            assert ask(other, {"type": "bye"})["type"] == "bye"
-            assert attacker.poll(5000), "the reset was not refused within 5 s"
+            assert ask(other, {"type": "bye"}, timeout_s=10)["type"] == "bye"
+            assert attacker.poll(30_000), "the reset was not refused within 30 s"
             err = msgpack.unpackb(attacker.recv_multipart()[1])
             assert err["code"] == "bad_request" and limit in err["message"], err
     finally:
