@@ -16,6 +16,11 @@ cost of a decision over ipc:// beside the same decisions in process.
    asked (messages), decisions/s, the env's CPU per decision (over ipc:// read from /proc for the
    env process, all its threads) and the agent's (this process's CPU, the runtime's validation
    included), and the env's CPU per message.
+3. Across cores. --agents `hpcgym agent sjf --no-orders` processes (asked at every decision), each
+   playing the same --jobs-job generated episode in a session of its own: one after the other
+   against `hpcgym env`, all at once against `hpcgym env`, and all at once against `hpcgym env
+   --workers AGENTS`. Printed: wall time, jobs per second over all agents, the speed-up over one
+   after the other, and whether every episode's metrics equal `hpcgym run`'s.
 
 Timings depend on the machine and what else runs there (the load average is printed): compare
 rows of one run.
@@ -23,6 +28,7 @@ rows of one run.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -54,8 +60,8 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_env(address: str) -> subprocess.Popen:
-    env = subprocess.Popen([HPCGYM, "env", "--bind", address, "--max-jobs", "10000000"],
+def start_env(address: str, *flags: str) -> subprocess.Popen:
+    env = subprocess.Popen([HPCGYM, "env", "--bind", address, "--max-jobs", "10000000", *flags],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     sock = dealer(address)
     try:
@@ -119,6 +125,41 @@ def never_blocked(address: str, long_jobs: int, probes: int) -> None:
           f"{before_end} of {probes} probes answered before the long episode ended")
 
 
+def concurrent_agents(folder: Path, agents: int, jobs: int) -> None:
+    reference = json.loads(subprocess.run([HPCGYM, "run", "--jobs", str(jobs), "--policy", "sjf", "--json"],
+                                          capture_output=True, text=True, check=True).stdout)
+    print(f"3. {agents} agents asked at every decision, each SJF on {jobs:,} generated jobs in its own session")
+    print(f"   {'how':<34}{'wall':>9}{'jobs/s':>10}{'speed-up':>10}  episodes = hpcgym run")
+    sequential = None
+    for how, workers, together in (("one after the other, 1 process", 1, False), ("at once, 1 process", 1, True),
+                                   (f"at once, --workers {agents}", agents, True)):
+        address = f"ipc://{folder / f'agents-{workers}-{together}.ipc'}"
+        env = start_env(address, "--workers", str(workers))
+        try:
+            command = [HPCGYM, "agent", "sjf", "--no-orders", "--connect", address, "--jobs", str(jobs), "--json",
+                       "--timeout", "120"]
+            t0 = time.perf_counter()
+            outputs = []
+            if together:
+                procs = [subprocess.Popen([*command, "--session", f"s{k}"], stdout=subprocess.PIPE, text=True)
+                         for k in range(agents)]
+                outputs = [proc.communicate(timeout=3600)[0] for proc in procs]
+            else:
+                for k in range(agents):
+                    outputs.append(subprocess.run([*command, "--session", f"s{k}"], capture_output=True, text=True,
+                                                  timeout=3600).stdout)
+            wall = time.perf_counter() - t0
+        finally:
+            env.terminate()
+            env.wait(10)
+        summaries = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+        same = all({k: v for k, v in s.items() if k in reference} == {k: v for k, v in reference.items() if k in s}
+                   for s in summaries)
+        sequential = sequential or wall
+        print(f"   {how:<34}{wall:>8.1f}s{agents * jobs / wall:>10,.0f}{sequential / wall:>9.2f}x  "
+              f"{'yes' if same else 'NO'}")
+
+
 def play_socket(address: str, env: subprocess.Popen, jobs: int, orders: bool) -> tuple[int, int, float, float, float]:
     reset = {"workload": {"generate_jobs": jobs}, "options": {"policy": "sjf"}}
     asked = [0]
@@ -164,15 +205,24 @@ def play_in_process(jobs: int) -> tuple[int, int, float, float, float]:
 @click.option("--probes", type=click.IntRange(min=1), default=10, show_default=True,
               help="Hello + reset probes of another session during it.")
 @click.option("--jobs", type=click.IntRange(min=100), default=10_000, show_default=True,
-              help="Jobs of the generated workload of part 2.")
-def main(long_jobs: int, probes: int, jobs: int) -> None:
-    """Another session's latency during a long reset; decisions/s and CPU per decision."""
+              help="Jobs of the generated workload of parts 2 and 3.")
+@click.option("--agents", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Concurrent agents of part 3.")
+@click.option("--parts", default="1,2,3", show_default=True, help="Which parts to run.")
+def main(long_jobs: int, probes: int, jobs: int, agents: int, parts: str) -> None:
+    """Another session's latency during a long reset; decisions/s and CPU per decision; agents
+    at once over worker processes."""
     folder = Path(tempfile.mkdtemp(prefix="hpcgym-bench-", dir="/tmp"))
     address = f"ipc://{folder / 'env.ipc'}"
     env = start_env(address)
     try:
         print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
-        never_blocked(address, long_jobs, probes)
+        if "3" in parts:
+            concurrent_agents(folder, agents, jobs)
+        if "1" in parts:
+            never_blocked(address, long_jobs, probes)
+        if "2" not in parts:
+            return
         print(f"2. SJF on {jobs:,} generated jobs (SJF order), one session")
         print(f"   {'transport':<22}{'decisions':>10}{'asked':>8}{'decisions/s':>13}{'env CPU/decision':>18}"
               f"{'agent CPU/decision':>20}{'env CPU/message':>17}")

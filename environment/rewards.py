@@ -463,10 +463,19 @@ REWARDS: dict[str, RewardSpec] = {
 }
 
 
+#: The longest reward spec and the most scaled or added parts in one: a spec comes from any agent
+#: of a shared env, and its parser recurses once per part.
+MAX_REWARD_CHARS = 512
+MAX_REWARD_PARTS = 16
+
+
 def get_reward(name: str) -> RewardSpec:
     """The spec called `name`: one of `REWARDS`, or a `relative:` name."""
     if not isinstance(name, str):
         raise ConfigError(f"reward must be a name, not {name!r}")
+    if len(name) > MAX_REWARD_CHARS or name.count("*") + name.count("+") >= MAX_REWARD_PARTS:
+        raise ConfigError(f"a reward spec is at most {MAX_REWARD_CHARS} characters and {MAX_REWARD_PARTS} parts "
+                          f"(scaled or added); got {len(name):,} characters: name fewer rewards")
     if "+" in name:
         return sum_spec(name)
     if "*" in name:

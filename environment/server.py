@@ -14,18 +14,23 @@ with reason "shutdown", answer every waiting agent, close the socket and remove 
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import zmq
 
-from ..protocol.codec import MAX_MESSAGE_BYTES
+from ..protocol import messages as m
+from ..protocol.codec import MAX_MESSAGE_BYTES, encode
 from .errors import ConfigError
 from .service import EnvService
 
@@ -63,10 +68,47 @@ class CurveKeys:
         self.server_public, self.server_secret, self.allowed = server_public, server_secret, allowed
 
 
+#: What the front of `hpcgym env --workers` sends a worker, after a routing id, when that agent's
+#: connection closed (a client's message comes to a worker as one frame after the routing id).
+DISCONNECTED = b"\x00disconnected"
+#: Connections served at once unless the operator says otherwise (`hpcgym env --max-connections`).
+DEFAULT_MAX_CONNECTIONS = 1000
+#: Open files the env keeps for itself beyond its connections (traces, pipes, threads' sockets).
+SPARE_FILES = 128
+
+
+def room_for_connections(wanted: int) -> int:
+    """The connections this process can hold open: `wanted`, after raising its open-file limit as
+    far as the system allows, or fewer if it allows fewer (a full file table would lock every new
+    client out, as 1,100 idle connections did under the common limit of 1,024)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = wanted + SPARE_FILES
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raised = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):
+            pass
+    return wanted if soft == resource.RLIM_INFINITY else max(1, min(wanted, soft - SPARE_FILES))
+
+
 def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, allow_remote: bool = False,
-          insecure: bool = False, ready: Any = None) -> None:
-    """Serve until SIGINT/SIGTERM (or `service.stop` is set). `ready` (an Event) is set once bound."""
+          insecure: bool = False, ready: Any = None, max_connections: int = DEFAULT_MAX_CONNECTIONS,
+          on_bound: Any = None) -> None:
+    """Serve until SIGINT/SIGTERM (or `service.stop` is set). `ready` (an Event) is set once bound,
+    and `on_bound()` called; at most `max_connections` are served at once."""
     check_listening(bind, curve is not None, allow_remote, insecure)
+    with listening(bind, curve) as sock:
+        run_loop(service, sock, _Connections(sock, service, max_connections), on_bound=on_bound, ready=ready)
+
+
+@contextmanager
+def listening(bind: str, curve: CurveKeys | None) -> Iterator[zmq.Socket]:
+    """The env's ROUTER socket bound to `bind` (with CURVE if given); closed, with its context,
+    authenticator and ipc file, at the end."""
     ctx = zmq.Context()
     auth = None
     sock = ctx.socket(zmq.ROUTER)
@@ -83,35 +125,45 @@ def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, all
         sock.curve_server = True
         sock.curve_publickey = curve.server_public
         sock.curve_secretkey = curve.server_secret
+    bound = False
     try:
-        sock.bind(bind)
-    except zmq.ZMQError as exc:
-        sock.close(0)
+        try:
+            sock.bind(bind)
+            bound = True
+        except zmq.ZMQError as exc:
+            raise ConfigError(f"cannot bind {bind}: {exc}") from None
+        yield sock
+    finally:
+        sock.close(0 if not bound else None)
         if auth is not None:
             auth.stop()
         ctx.term()
-        raise ConfigError(f"cannot bind {bind}: {exc}") from None
+        if bound and bind.startswith("ipc://"):
+            Path(bind[len("ipc://"):]).unlink(missing_ok=True)
+
+
+def run_loop(service: EnvService, sock: zmq.Socket, connections: _Connections | None, *, on_bound: Any = None,
+             ready: Any = None) -> None:
+    """Serve `sock` (see the module docstring) until SIGINT/SIGTERM or `service.stop`; then end
+    the episodes with reason "shutdown". `connections` None: the socket is a worker's link to
+    the front of `hpcgym env --workers` (environment/workers.py), which tracks the connections."""
     stopping: list[int] = []
     previous = {sig: signal.signal(sig, lambda *_: stopping.append(sig)) for sig in (signal.SIGINT, signal.SIGTERM)} \
         if _main_thread() else {}
-    loop = _Loop(service, sock)
+    loop = _Loop(service, sock, connections)
     try:
         loop.start()
+        if on_bound is not None:
+            on_bound()
         if ready is not None:
             ready.set()
         while not stopping and not getattr(service, "stop", False) and not loop.done.is_set():
             time.sleep(0.02)  # signals are handled in this thread
-        loop.stop("the env received a stop signal")
+        loop.stop("shutdown")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         loop.close()
-        sock.close()
-        if auth is not None:
-            auth.stop()
-        ctx.term()
-        if bind.startswith("ipc://"):
-            Path(bind[len("ipc://"):]).unlink(missing_ok=True)
 
 
 class _Loop:
@@ -119,10 +171,17 @@ class _Loop:
     thread caught in a long request (see the module docstring)."""
 
     TAKEOVER_S = 0.005
+    #: A connection over the cap is answered (its requests refused) this long, then closed.
+    REFUSE_FOR_S = 1.0
+    #: The most such connections kept at once; beyond them a connection is closed at once.
+    MAX_REFUSING = 64
+    #: After a stop signal, how long agents that were not waiting may still fetch their episode's end.
+    SHUTDOWN_GRACE_S = 1.0
 
-    def __init__(self, service: EnvService, sock: zmq.Socket) -> None:
+    def __init__(self, service: EnvService, sock: zmq.Socket, connections: _Connections | None) -> None:
         self.service, self.sock = service, sock
         self.envelopes: dict[bytes, bool] = {}  # peer -> replies need the empty delimiter frame
+        self.connections = connections
         self.wake_in, self.wake_out = os.pipe()
         os.set_blocking(self.wake_in, False)
         os.set_blocking(self.wake_out, False)
@@ -150,6 +209,8 @@ class _Loop:
 
     def close(self) -> None:
         self.done.set()
+        if self.connections is not None:
+            self.connections.close()
         with self.roles:
             self.closed = True
             os.close(self.wake_in)
@@ -184,29 +245,46 @@ class _Loop:
         poller = zmq.Poller()
         poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_in, zmq.POLLIN)
+        if self.connections is not None:
+            poller.register(self.connections.monitor, zmq.POLLIN)
+        grace_ends = None  # once stopping: when the last agents' chance to fetch their episode's end is over
         while not self.done.is_set():
             with self.roles:
                 reason, out, self.outgoing = self.stopping, self.outgoing, []
             _send_all(self.sock, self.envelopes, out)
-            if reason is not None:
+            if reason is not None and grace_ends is None:
                 _send_all(self.sock, self.envelopes, self.service.shutdown(reason))
+                grace_ends = time.monotonic() + self.SHUTDOWN_GRACE_S
+            if grace_ends is not None and (time.monotonic() >= grace_ends or not self.service.owes_replies()):
                 self.done.set()
                 return
             events = dict(poller.poll(int(self.tick_every * 1000)))
             if self.wake_in in events:  # a session thread has replies: the tick collects them
                 _drain(self.wake_in)
                 self.next_tick = 0.0
+            if self.connections is not None:
+                self.connections.update(self.envelopes)
             if self.sock in events:
                 while self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                    frames = self.sock.recv_multipart()
-                    peer, rest = frames[0], frames[1:]
+                    first = self.sock.recv(copy=False)
+                    rest = self.sock.recv_multipart() if first.more else []
+                    peer = first.bytes
+                    if self.connections is None and rest[:1] == [DISCONNECTED]:  # the front saw it close
+                        self.service.disconnected(peer)
+                        continue
                     delimited = len(rest) >= 2 and rest[0] == b""
                     self.envelopes[peer] = delimited
                     body = rest[1] if delimited and len(rest) == 2 else (rest[0] if len(rest) == 1 else b"\xc1")
-                    if not self._serve(lambda: self.service.handle(peer, body)):
+                    refusal = None if self.connections is None else \
+                        self.connections.admit(peer, first.get(zmq.SRCFD), self.envelopes)
+                    if refusal is not None:
+                        _send_all(self.sock, self.envelopes, [(peer, refusal)])
+                    elif not self._serve(lambda: self.service.handle(peer, body)):
                         return
             if time.monotonic() >= self.next_tick:  # heartbeats and time-outs, a few times a heartbeat
                 self.next_tick = time.monotonic() + self.tick_every
+                if self.connections is not None:
+                    self.connections.close_refused()
                 if not self._serve(self.service.tick):
                     return
 
@@ -232,6 +310,87 @@ class _Loop:
         else:
             self.poke()
         return mine
+
+
+class _Connections:
+    """The connections of the socket, as its monitor reports them (each by its file descriptor and
+    the how-manieth accepted connection it is): at most `cap` are served, a routing id belongs to
+    the connection that first used it, and the service hears when a connection closes (its
+    agent's routing id then needs its session's token to be used again: PROTOCOL.md section 9).
+    Used by the loop's holder only."""
+
+    def __init__(self, sock: zmq.Socket, service: EnvService, cap: int) -> None:
+        self.service, self.cap = service, cap
+        self.monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
+        self.sock = sock
+        self.open: dict[int, int] = {}                 # fd -> the serial of the connection on it
+        self.serials = itertools.count(1)
+        self.refusing: dict[int, float] = {}           # fd of a connection over the cap -> when to close it
+        self.owner: dict[bytes, tuple[int, int]] = {}  # routing id -> (fd, serial) of its connection
+        self.ids: dict[int, set[bytes]] = {}           # fd -> the routing ids used on it
+
+    def update(self, envelopes: dict[bytes, bool]) -> None:
+        """Take in what the monitor reported: accepted and closed connections."""
+        from zmq.utils.monitor import parse_monitor_message
+
+        while self.monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            event = parse_monitor_message(self.monitor.recv_multipart())
+            fd = int(event["value"])
+            if event["event"] == zmq.EVENT_ACCEPTED:
+                self.open[fd] = next(self.serials)
+                if len(self.open) > self.cap:
+                    if len(self.refusing) >= _Loop.MAX_REFUSING:
+                        _close_fd(fd)
+                    else:
+                        self.refusing[fd] = time.monotonic() + _Loop.REFUSE_FOR_S
+            elif fd in self.open:
+                del self.open[fd]
+                self.refusing.pop(fd, None)
+                for peer in self.ids.pop(fd, ()):
+                    self._gone(peer, envelopes)
+
+    def admit(self, peer: bytes, fd: int, envelopes: dict[bytes, bool]) -> bytes | None:
+        """None if the request may be served; else the encoded refusal to send instead."""
+        self.update(envelopes)  # a closed connection is known before a request on its successor
+        connection = (fd, self.open.get(fd, 0))
+        if fd in self.refusing:
+            return encode(m.error(m.ProtocolError(
+                m.NOT_ALLOWED, f"this env serves at most {self.cap:,} connections at once (the operator sets it "
+                               "with --max-connections); try again later")))
+        known = self.owner.get(peer)
+        if known != connection:
+            if known is not None:  # its connection closed (the monitor has not said so yet): a new one
+                self.ids.get(known[0], set()).discard(peer)
+                self.service.disconnected(peer)
+            self.owner[peer] = connection
+            self.ids.setdefault(fd, set()).add(peer)
+        return None
+
+    def _gone(self, peer: bytes, envelopes: dict[bytes, bool]) -> None:
+        self.owner.pop(peer, None)
+        envelopes.pop(peer, None)
+        self.service.disconnected(peer)
+
+    def close_refused(self) -> None:
+        """Close the connections over the cap whose time to hear why is over."""
+        now = time.monotonic()
+        for fd, until in list(self.refusing.items()):
+            if now >= until:
+                del self.refusing[fd]
+                _close_fd(fd)
+
+    def close(self) -> None:
+        self.sock.disable_monitor()
+        self.monitor.close(0)
+
+
+def _close_fd(fd: int) -> None:
+    """End the TCP or ipc connection on `fd` (ZeroMQ then closes its end, and reports it)."""
+    try:
+        with socket.socket(fileno=os.dup(fd)) as connection:
+            connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # closed meanwhile
 
 
 def _send_all(sock: zmq.Socket, envelopes: dict[bytes, bool], replies: list[tuple[bytes, bytes]]) -> None:

@@ -44,6 +44,9 @@ from .simulator import Simulation
 from .spec import TraceNotFound, WorkloadCache, check_workload_spec, reset_workload, sim_config
 
 Reply = tuple[bytes, dict[str, Any]]
+#: A request as the lock holder gets it: the message as far as it was read, and why it is refused
+#: (None: it is valid).
+Request = tuple[dict[str, Any], "m.ProtocolError | None"]
 AGENT_LOST_MODES = ("fallback", "end")
 
 
@@ -51,6 +54,12 @@ AGENT_LOST_MODES = ("fallback", "end")
 VERSION = re.compile(r"\d+\.\d+\Z")
 #: Longest agent or session name: names are kept while their session lives.
 MAX_NAME = 256
+#: The longest path a reset may name (a trace or model), in characters and in components: the
+#: path is resolved on the file system, and that costs time quadratic in its components.
+MAX_PATH_CHARS = 4096
+MAX_PATH_PARTS = 256
+#: The most keys of a reset's `workload` or `options` map (each has about 20 known keys).
+MAX_MAP_KEYS = 64
 #: Lost peers remembered (so that their late acts get `stale_decision`), the oldest forgotten first.
 MAX_LOST = 10_000
 #: Per-job record columns x the most bytes msgpack spends on one value, plus room for the map:
@@ -77,6 +86,8 @@ class Limits:
     max_trace_bytes: int | None = None           # and only regular files up to this size
     max_jobs: int | None = None                  # `jobs` and `generate_jobs` of a workload
     idle_timeout: float | None = None            # agents silent this long (not in an episode) are forgotten
+    max_sessions: int | None = None              # sessions at once
+    max_agents: int | None = None                # agents (said hello, not yet gone) at once
     # learned prediction models only from inside these folders; None: from anywhere if trace_dirs is
     # None too (an env a program runs for itself), else from nowhere
     model_dirs: tuple[Path, ...] | None = None
@@ -93,6 +104,7 @@ class Peer:
     arrived: int = 0                        # its requests so far, counted as they arrive
     answered: int = 0                       # `arrived` when it was last sent a reply
     refused: bool = False                   # its last reset could not start (its kinds are up for grabs)
+    detached: bool = False                  # its connection closed mid-episode: a hello with the token resumes it
     last_seen: float = 0.0                  # time of its last request
     # replies it has no request waiting for (an episode end, a refused held reset): sent with its next join/poll
     undelivered: list[dict[str, Any]] = field(default_factory=list)
@@ -178,12 +190,15 @@ class EnvService:
                  clock: Callable[[], float] = time.monotonic, record_latency: bool = False,
                  on_act: Callable[[Decision, Any], None] | None = None,
                  steer: Callable[[Decision, Any], Any] | None = None, limits: Limits = Limits(),
-                 private: bool = False) -> None:
+                 private: bool = False, start_timeout: float | None = None) -> None:
         if on_agent_lost not in AGENT_LOST_MODES:
             raise HpcgymError(f"on_agent_lost must be one of {', '.join(AGENT_LOST_MODES)}")
         self.defaults = {"workload": {}, "options": {}, "policy": "fcfs", "seed": 0, "reward": "none",
                          **(defaults or {})}
         self.decision_timeout = decision_timeout
+        # How long a reset is held for agents to take its required kinds (the decision timeout
+        # unless a launcher gives its agent processes longer to start).
+        self.start_timeout = decision_timeout if start_timeout is None else start_timeout
         self.heartbeat = heartbeat
         self.on_agent_lost = on_agent_lost
         self.clock = clock
@@ -218,6 +233,7 @@ class EnvService:
         self._lock = threading.Lock()
         self._wake: Callable[[], None] | None = None  # set: sessions run concurrently
         self._deferred: list[tuple[Session, Callable[[], None]]] = []  # session tasks for after the lock
+        self.closing: str | None = None  # the reason of a `shutdown`
 
     def check_defaults(self) -> None:
         """Read the env's own trace within its limits and check its options and reward, as a reset
@@ -241,31 +257,66 @@ class EnvService:
         return [(p, encode(msg)) for p, msg in self.handle_message(peer_id, body)]
 
     def handle_message(self, peer_id: bytes, body: bytes | dict[str, Any]) -> list[Reply]:
+        request = _parsed(body)  # before the lock: however large or odd, it holds up no other session
         with self._lock:
-            self._handle_locked(peer_id, body)
+            if self.closing is not None:
+                self._answer_closing(peer_id)
+                return self._flush()
+            self._handle_locked(peer_id, request)
         return self._run_deferred()
 
-    def _handle_locked(self, peer_id: bytes, body: bytes | dict[str, Any]) -> None:
+    def _answer_closing(self, peer_id: bytes) -> None:
+        """After `shutdown`: an agent's episode end it has not fetched, else the error `shutdown`."""
+        peer = self.peers.get(peer_id)
+        if peer is not None and peer.undelivered:
+            self._out.append((peer_id, peer.undelivered.pop(0)))
+        else:
+            self._out.append((peer_id, m.error(m.ProtocolError(m.SHUTDOWN, f"the env is shutting down "
+                                                                           f"({self.closing})"), None)))
+
+    def owes_replies(self) -> bool:
+        """Whether an agent has not fetched its episode's end yet (the server waits a little for it)."""
+        with self._lock:
+            return any(p.undelivered for p in self.peers.values())
+
+    def disconnected(self, peer_id: bytes) -> None:
+        """The connection of this routing id closed (the socket server saw it). Outside an episode
+        the agent is gone, as after `bye`; in one, it may come back on a new connection by a hello
+        with its session's token (anyone could connect with its routing id), or time out."""
+        with self._lock:
+            peer = self.peers.get(peer_id)
+            if peer is None:
+                return
+            ep = peer.session.episode
+            if ep is not None and peer in ep.participants:
+                peer.detached = True
+            elif not peer.session.busy:
+                self._forget(peer)
+
+    def _handle_locked(self, peer_id: bytes, request: Request) -> None:
         now = self.clock()
         peer = self.peers.get(peer_id)
-        if peer is not None:
+        if peer is not None and peer.detached:
+            self._resume(peer, request)
+        elif peer is not None:
             peer.last_seen = now
             if peer.waiting_since is None:
                 peer.waiting_since = now  # heartbeats count from arrival, also while it waits its turn
             peer.arrived += 1
             peer.refused = False
             seq = peer.arrived
-            self._in_session(peer.session, lambda: self._process(peer_id, body, seq))
+            self._in_session(peer.session, lambda: self._process(peer_id, request, seq))
         else:  # hello, or an error: quick, and no session's turn to wait for
-            self._process(peer_id, body)
+            self._process(peer_id, request)
 
-    def _process(self, peer_id: bytes, body: bytes | dict[str, Any], seq: int = 0) -> None:
+    def _process(self, peer_id: bytes, request: Request, seq: int = 0) -> None:
         """Handle request number `seq` of the peer. A join or poll that was answered while it
         queued behind its session's work (by a decision or episode end) has nothing left to do."""
         peer = self.peers.get(peer_id)
-        msg: dict[str, Any] = {}
+        msg, refusal = request
         try:
-            msg = m.validate(decode(body) if isinstance(body, (bytes, bytearray)) else body)
+            if refusal is not None:
+                raise refusal
             if msg["type"] in ("join", "poll") and peer is not None and peer.answered >= seq:
                 return
             getattr(self, f"_on_{msg['type']}")(peer_id, peer, msg)
@@ -333,7 +384,7 @@ class EnvService:
                 # The holder may be between a `pending` and its next poll: then the refusal waits
                 # for that poll instead of going out as a reply to no request.
                 self._reply_or_keep(held[0], m.error(m.ProtocolError(
-                    m.BAD_REQUEST, f"required kinds not taken within {self.decision_timeout:g} s: "
+                    m.BAD_REQUEST, f"required kinds not taken within {self.start_timeout:g} s: "
                                    f"{', '.join(sorted(self._missing_kinds(session, held[1])))}"), None))
             if not session.busy and self._overdue(session, now) is not None:
                 self._in_session(session, lambda session=session: self._apply_timeout(session))
@@ -353,6 +404,9 @@ class EnvService:
             if peer.waiting_since is None and now - peer.last_seen > self.limits.idle_timeout \
                     and not (ep is not None and peer in ep.participants):
                 self._forget(peer)
+        self._drop_empty_sessions()
+
+    def _drop_empty_sessions(self) -> None:
         for name, session in list(self.sessions.items()):
             if not (session.peers or session.episode or session.held_reset or session.busy):
                 del self.sessions[name]
@@ -372,8 +426,10 @@ class EnvService:
             self._agent_lost(session, owner, f"no answer within {self.decision_timeout:g} s")
 
     def shutdown(self, reason: str = "shutdown") -> list[tuple[bytes, bytes]]:
-        """End every episode with `reason` and answer every waiting request."""
+        """End every episode with `reason` and answer every waiting request; from now on every
+        request is answered with its agent's episode end, if it has not fetched it, or `shutdown`."""
         with self._lock:
+            self.closing = reason
             for session in self.sessions.values():
                 if session.episode is not None:  # one mid-computation ends without its metrics
                     self._end_episode(session, reason, summarize=not session.busy)
@@ -390,7 +446,7 @@ class EnvService:
             raise m.ProtocolError(m.NOT_ALLOWED, "this connection already said hello; send bye first")
         if not VERSION.match(msg["protocol"]):
             raise m.ProtocolError(m.BAD_FIELD, f"hello: protocol must be MAJOR.MINOR, e.g. {m.PROTOCOL_VERSION}; "
-                                               f"got {msg['protocol']!r}")
+                                               f"got {m._describe(msg['protocol'])}")
         major = msg["protocol"].split(".")[0]
         if major != m.MAJOR:
             raise m.ProtocolError(m.VERSION_MISMATCH, f"this env speaks protocol {m.PROTOCOL_VERSION}, "
@@ -402,14 +458,15 @@ class EnvService:
         kinds = msg["kinds"]
         if not all(isinstance(k, str) and k in KINDS for k in kinds) or len(set(kinds)) != len(kinds):
             raise m.ProtocolError(m.BAD_FIELD, f"hello: kinds must be distinct names among {', '.join(KINDS)}; "
-                                               f"got {kinds!r}")
+                                               f"got {m._describe(kinds)}")
         name = msg.get("session", "default")
-        session = self.sessions.setdefault(name, Session(name))
-        if session.episode is None and session.peers and all(self._idle(p) for p in session.peers.values()):
-            for gone in list(session.peers.values()):  # all silent for a decision timeout: the name is free
-                self._forget(gone)
-        if self.private and (session.peers or session.episode is not None) \
-                and not hmac.compare_digest(msg.get("token", "").encode(), session.token.encode()):
+        self._check_room(name)
+        session = self.sessions.get(name) or Session(name)
+        # The name stays its agents' (and their token's) while one of them is known: silent ones
+        # until the idle timeout forgets them, not merely a decision timeout. Once none is left (an
+        # episode they left may still play out on the defaults, unseen), the name is free.
+        presented = hmac.compare_digest(msg.get("token", "").encode(), session.token.encode())
+        if self.private and session.peers and not presented:
             raise m.ProtocolError(m.NOT_ALLOWED, f"session {name!r} belongs to the agents in it: give its token "
                                                  "(hello's `token`; hpcgym agent --token or $HPCGYM_SESSION_TOKEN), "
                                                  "pick another session name, or ask the operator for --open-sessions")
@@ -420,19 +477,53 @@ class EnvService:
             elif taken:
                 raise m.ProtocolError(m.KIND_TAKEN, f"kind(s) {', '.join(sorted(taken))} already taken by agent "
                                                     f"{other.name!r} in session {session.name!r}")
-        if not session.peers and session.episode is None:
+        if not session.peers:
             # A session lasts while one of its agents is there: after the last one left, this
             # hello starts a new one, whose episodes and decision ids count from 1 again.
             session = self.sessions[name] = Session(name, msg.get("token") or secrets.token_hex(16))
+            presented = True
         peer = Peer(peer_id, msg["agent"], frozenset(kinds), session, int(msg["protocol"].split(".")[1]),
                     last_seen=self.clock())
         self.lost.pop(peer_id, None)
         self.peers[peer_id] = peer
         session.peers[peer_id] = peer
-        self._send(peer_id, {"type": "welcome", "protocol": m.PROTOCOL_VERSION, "session": session.name,
-                             "env": self._describe(), "token": session.token})
+        # its creator, or one that gave it: an open session's newcomer is not handed the token
+        self._send(peer_id, self._welcome(session, with_token=presented))
         if session.held_reset is not None and not self._missing_kinds(session, session.held_reset[1]):
             self._in_session(session, lambda: self._start_held(session))
+
+    def _resume(self, peer: Peer, request: Request) -> None:
+        """A request with the routing id of an agent whose connection closed mid-episode: only a
+        hello with its session's token takes its place (then join or poll fetch its decision)."""
+        msg, refusal = request
+        session = peer.session
+        if refusal is None and msg["type"] == "hello" \
+                and hmac.compare_digest(msg.get("token", "").encode(), session.token.encode()):
+            peer.detached, peer.last_seen, peer.waiting_since = False, self.clock(), None
+            self._out.append((peer.id, self._welcome(session, with_token=True)))
+            return
+        self._out.append((peer.id, m.error(m.ProtocolError(
+            m.NOT_ALLOWED, f"the connection of agent {peer.name!r} closed mid-episode; a new connection with its "
+                           "routing id takes its place only by a hello with its session's token"), None)))
+
+    def _welcome(self, session: Session, with_token: bool) -> dict[str, Any]:
+        welcome = {"type": "welcome", "protocol": m.PROTOCOL_VERSION, "session": session.name, "env": self._describe()}
+        if with_token:
+            welcome["token"] = session.token
+        return welcome
+
+    def _check_room(self, name: str) -> None:
+        """Refuse a hello that would pass the operator's caps on agents and sessions."""
+        lim = self.limits
+        if lim.max_agents is not None and len(self.peers) >= lim.max_agents:
+            raise m.ProtocolError(m.BAD_REQUEST, f"this env serves at most {lim.max_agents:,} agents at once (the "
+                                                 "operator sets it with --max-agents); try again later")
+        if lim.max_sessions is None or name in self.sessions or len(self.sessions) < lim.max_sessions:
+            return
+        self._drop_empty_sessions()  # left by their agents, not yet swept
+        if len(self.sessions) >= lim.max_sessions:
+            raise m.ProtocolError(m.BAD_REQUEST, f"this env serves at most {lim.max_sessions:,} sessions at once (the "
+                                                 "operator sets it with --max-sessions); join one or try again later")
 
     def _start_held(self, session: Session) -> None:
         """Start the session's held reset, now that its required kinds are taken."""
@@ -459,7 +550,7 @@ class EnvService:
                 raise m.ProtocolError(m.BAD_REQUEST, f"reset: unknown kind {kind!r} in 'require'; "
                                                      f"use {', '.join(KINDS)}")
         if self._missing_kinds(session, msg):
-            session.held_reset = (peer, msg, self.clock() + self.decision_timeout)
+            session.held_reset = (peer, msg, self.clock() + self.start_timeout)
             return
         self._start_episode(session, peer, msg)
 
@@ -518,14 +609,16 @@ class EnvService:
                                "jobs": {k: v[cut] for k, v in jobs.items()}})
 
     def _on_bye(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
-        if peer is not None:
-            session = peer.session
-            if session.episode is not None and peer in session.episode.owners.values():
-                # Its one reply is `bye`: with on_agent_lost "end" the episode end must not go to it too.
-                peer.waiting_since = None
-                self._agent_lost(session, peer, "it said bye")
-            self._forget(peer)
+        # Answered before the episode goes on without it (the rest may take seconds to simulate).
         self._out.append((peer_id, {"type": "bye"}))
+        if peer is None:
+            return
+        session = peer.session
+        self._forget(peer)  # its one reply is `bye`: the episode's end must not go to it too
+        ep = session.episode
+        if ep is not None and peer in ep.owners.values():
+            peer.waiting_since = None
+            self._in_session(session, lambda: session.episode is ep and self._agent_lost(session, peer, "it said bye"))
 
     def _idle(self, peer: Peer) -> bool:
         """Not in an episode nor waiting, and silent for a decision timeout or refused its reset
@@ -537,8 +630,10 @@ class EnvService:
 
     def _forget(self, peer: Peer) -> None:
         """Unregister a peer, freeing its kinds; a later request from it must say hello again."""
-        self.peers.pop(peer.id, None)
-        peer.session.peers.pop(peer.id, None)
+        if self.peers.get(peer.id) is peer:  # not a newer agent that said hello with the same routing id
+            del self.peers[peer.id]
+        if peer.session.peers.get(peer.id) is peer:
+            del peer.session.peers[peer.id]
         if peer.session.held_reset is not None and peer.session.held_reset[0] is peer:
             peer.session.held_reset = None
 
@@ -555,9 +650,9 @@ class EnvService:
         try:
             if not isinstance(policy, str) or policy not in POLICIES:  # a list here was an `internal` TypeError
                 raise HpcgymError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
-            spec = self._bounded(reset_workload(d["workload"], msg.get("workload", {})))
-            options = self._bounded_options(options)
-            with self._unlocked():
+            with self._unlocked():  # the paths are resolved on the file system: no lock held meanwhile
+                spec = self._bounded(reset_workload(d["workload"], msg.get("workload", {})))
+                options = self._bounded_options(options)
                 workload = self._workloads.load(spec, seed, self.limits.max_trace_bytes)
                 config = sim_config(options, seed)
                 reward_spec = get_reward(msg.get("reward", d["reward"]))
@@ -813,8 +908,40 @@ class EnvService:
                            "decision_timeout_s": self.decision_timeout,
                            **{k: v for k, v in (("max_jobs", self.limits.max_jobs),
                                                 ("max_trace_bytes", self.limits.max_trace_bytes),
-                                                ("idle_timeout_s", self.limits.idle_timeout)) if v is not None}},
+                                                ("idle_timeout_s", self.limits.idle_timeout),
+                                                ("max_sessions", self.limits.max_sessions),
+                                                ("max_agents", self.limits.max_agents)) if v is not None}},
                 "on_agent_lost": self.on_agent_lost, "sessions": "private" if self.private else "open"}
+
+
+def _parsed(body: bytes | dict[str, Any]) -> Request:
+    """A request decoded, validated and held to the bounds that need no state (the sizes of a
+    reset's maps and paths), so that the work a request may cost is bounded before the service
+    lock is taken."""
+    msg: dict[str, Any] = {}
+    try:
+        msg = m.validate(decode(body) if isinstance(body, (bytes, bytearray)) else body)
+        if msg["type"] == "reset":
+            _check_reset_size(msg)
+    except m.ProtocolError as err:
+        return msg, err
+    return msg, None
+
+
+def _check_reset_size(msg: dict[str, Any]) -> None:
+    for key in ("workload", "options"):
+        if len(msg.get(key, {})) > MAX_MAP_KEYS:
+            raise m.ProtocolError(m.BAD_REQUEST, f"reset: {key} holds at most {MAX_MAP_KEYS} keys; got "
+                                                 f"{len(msg[key]):,} (the known keys: section 4 of PROTOCOL.md)")
+    if len(msg.get("require", [])) > len(KINDS):
+        raise m.ProtocolError(m.BAD_REQUEST, f"reset: require names at most the {len(KINDS)} kinds; got "
+                                             f"{len(msg['require']):,} entries")
+    for where, value in (("workload trace", msg.get("workload", {}).get("trace")),
+                         ("option prediction", msg.get("options", {}).get("prediction"))):
+        if isinstance(value, str) and (len(value) > MAX_PATH_CHARS or value.count("/") >= MAX_PATH_PARTS):
+            raise m.ProtocolError(m.BAD_REQUEST, f"reset: the {where} is at most {MAX_PATH_CHARS} characters and "
+                                                 f"{MAX_PATH_PARTS} path components; got {len(value):,} characters "
+                                                 f"and {value.count('/') + 1:,} components")
 
 
 def _without_contents(message: str) -> str:

@@ -11,11 +11,15 @@ exact line while the largest archive traces (~450k jobs) still load in a fractio
 from __future__ import annotations
 
 import gzip
+import hashlib
 import math
 import os
 import re
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -62,45 +66,84 @@ _HEADER = re.compile(r";\s{0,2}([A-Za-z][A-Za-z0-9_]*)\s*:(?!//)\s*(.*)\Z")
 _LEADING_INT = re.compile(r"\s*\+?(\d+)")
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The file's bytes, as stored."""
+#: The longest line a trace may hold (SWF job lines are about 100 bytes; header lines a few
+#: hundred): a longer one is refused before it is held in memory whole.
+MAX_LINE_BYTES = 64 << 10
+#: Traces are read and parsed in pieces of about this many bytes (whole lines), so that the
+#: memory a read takes follows the parsed jobs, not the file's bytes.
+PIECE_BYTES = 4 << 20
+
+
+@contextmanager
+def _opened(path: Path, unpack: bool = True) -> Iterator[BinaryIO]:
+    """The trace's bytes as a stream: unpacked if they start with the gzip magic bytes (whatever
+    the file's name) and `unpack`, else as stored; read errors as `WorkloadError`."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as raw:
+            gzipped = unpack and raw.read(2) == _GZIP_MAGIC
+            raw.seek(0)
+            if not gzipped:
+                yield raw
+                return
+            with gzip.GzipFile(fileobj=raw) as unpacked:
+                yield unpacked
     except FileNotFoundError:
         raise WorkloadError(f"{path}: trace file not found; check the path") from None
     except IsADirectoryError:
         raise WorkloadError(f"{path}: is a directory, not a trace file; give an .swf or .swf.gz "
                             "file") from None
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise WorkloadError(f"{path}: corrupt or truncated gzip data ({exc}); re-download or "
+                            "re-compress the trace") from None
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read trace file ({exc.strerror or exc}); check the "
                             "path and its permissions") from None
-    return data
 
 
-def _gunzipped(data: bytes, path: Path) -> bytes:
-    """The data, gunzipped when it starts with the gzip magic bytes (whatever the file's name)."""
-    if data[:2] == _GZIP_MAGIC:
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise WorkloadError(f"{path}: corrupt or truncated gzip data ({exc}); re-download or "
-                                "re-compress the trace") from None
-    return data
+def _stored_key(path: Path) -> str:
+    """The trace cache's key of the file: the sha256 of its bytes as stored, read in pieces."""
+    digest = hashlib.sha256()
+    with _opened(path, unpack=False) as stream:
+        while piece := stream.read(PIECE_BYTES):
+            digest.update(piece)
+    return digest.hexdigest()
 
 
-def _check_unpacked_size(data: bytes, path: Path, limit: int) -> None:
-    """Refuse gzip data that unpacks to more than `limit` bytes, unpacking no more than that
-    (a small file must not fill the memory of an env that reads it for others)."""
+def _pieces(path: Path, max_bytes: int | None) -> Iterator[bytes]:
+    """The trace's (unpacked) bytes in pieces of whole lines; refused when they come to more than
+    `max_bytes` or a line is longer than `MAX_LINE_BYTES`, as soon as that is seen."""
+    total, carried, lines = 0, b"", 0
+    with _opened(path) as stream:
+        while True:
+            read = stream.read(PIECE_BYTES)
+            total += len(read)
+            if max_bytes is not None and total > max_bytes:
+                raise WorkloadError(f"{path}: unpacks to more than {max_bytes:,} bytes, over the trace size limit")
+            data = carried + read
+            cut = data.rfind(b"\n") + 1 if read else len(data)
+            piece, carried = data[:cut], data[cut:]
+            if len(carried) > MAX_LINE_BYTES or _longest_line(piece) > MAX_LINE_BYTES:
+                raise WorkloadError(f"{path}: a line after line {lines:,} is longer than {MAX_LINE_BYTES:,} bytes; "
+                                    "this is not an SWF trace (give a Standard Workload Format file)")
+            if piece:
+                yield piece
+                lines += piece.count(b"\n")
+            if not read:
+                return
+
+
+def _longest_line(piece: bytes) -> int:
+    ends = np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == ord("\n"))
+    return int(np.diff(ends, prepend=-1, append=len(piece)).max()) - 1 if piece else 0
+
+
+def _check_unpacked_size(path: Path, limit: int) -> None:
+    """Refuse a trace that unpacks to more than `limit` bytes, unpacking no more than that and
+    keeping none of it (a small file must not fill the memory of an env that reads it for others)."""
     size = 0
-    while data[:2] == _GZIP_MAGIC and size <= limit:  # every gzip member, one after the other
-        unpacker = zlib.decompressobj(wbits=31)
-        try:
-            size += len(unpacker.decompress(data, 1 << 20))
-            while not unpacker.eof and unpacker.unconsumed_tail and size <= limit:
-                size += len(unpacker.decompress(unpacker.unconsumed_tail, 1 << 20))
-        except zlib.error:
-            return  # corrupt: the reader says so
-        data = unpacker.unused_data if unpacker.eof else b""
+    with _opened(path) as stream:
+        while size <= limit and (piece := stream.read(PIECE_BYTES)):
+            size += len(piece)
     if size > limit:
         raise WorkloadError(f"{path}: unpacks to more than {limit:,} bytes, over the trace size limit")
 
@@ -150,9 +193,10 @@ def _check_line(line: str) -> str | None:
     return None
 
 
-def _parse_rows(lines: list[str], numbers: list[int], path: Path,
-                on_malformed: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """Data lines -> (n, 18) float array, their line numbers, and how many lines were skipped.
+def _parse_rows(lines: list[str], numbers: list[int], path: Path, on_malformed: str,
+                before: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
+    """Data lines -> (n, 18) float array, their line numbers, and how many lines were skipped
+    (errors name line `before` + number).
 
     numpy's C reader handles the normal case; any failure (including non-finite or huge values
     it would accept) triggers a Python scan that pins down the exact offending line(s).
@@ -173,7 +217,7 @@ def _parse_rows(lines: list[str], numbers: list[int], path: Path,
             keep.append(idx)
         elif on_malformed == "error":
             raise WorkloadError(
-                f"{path}:{numbers[idx]}: {problem}; fix the line or pass --skip-malformed to leave such "
+                f"{path}:{before + numbers[idx]}: {problem}; fix the line or pass --skip-malformed to leave such "
                 "lines out")
     good = [lines[i] for i in keep]
     rows = (np.loadtxt(good, dtype=np.float64, comments=None, ndmin=2) if good
@@ -181,45 +225,55 @@ def _parse_rows(lines: list[str], numbers: list[int], path: Path,
     return rows, line_no[keep], len(lines) - len(keep)
 
 
-def _parse_plain(stored: bytes, path: Path) -> tuple[dict[str, str], np.ndarray, np.ndarray] | None:
-    """(header, kept columns, job line numbers) of a plain trace, from the cache or parsed at
-    numpy speed (and cached); None when the trace is anything but plain."""
-    key = trace_cache.key_of(stored)
-    cached = trace_cache.load(key)
-    if cached is not None:
-        return cached
-    plain = parse_plain(_gunzipped(stored, path), _KEPT)
-    if plain is None:
-        return None
-    comments, ints, line_no = plain
+def _parse(path: Path, on_malformed: str,
+           max_bytes: int | None) -> tuple[dict[str, str], np.ndarray, np.ndarray, int, bool]:
+    """(header, kept columns, job line numbers, lines skipped as malformed, whether every piece
+    was plain), piece by piece: at numpy speed where a piece is plain (swf_fast.py), else line by
+    line, so that an error names the exact line."""
+    comments: list[bytes] = []
+    columns, numbers = [], []
+    n_malformed, lines, plain, sniffed = 0, 0, True, False
+    for piece in _pieces(path, max_bytes):
+        parsed = parse_plain(piece, _KEPT)
+        if parsed is None:
+            plain = False
+            parsed = _parse_exact(piece, path, on_malformed, lines, sniff=not sniffed)
+            n_malformed += parsed[3]
+        comments += parsed[0]
+        columns.append(parsed[1])
+        numbers.append(parsed[2] + lines)
+        sniffed = sniffed or len(parsed[1]) > 0
+        lines += piece.count(b"\n")
+    if not sniffed and not n_malformed:
+        raise WorkloadError(f"{path}: no job lines found (only comments or empty); is this an "
+                            "SWF trace?")
     header = _header(_decode(b"\n".join(comments)).split("\n"))
-    trace_cache.store(key, header, ints, line_no)
-    return header, ints, line_no
+    return header, np.concatenate(columns), np.concatenate(numbers), n_malformed, plain
 
 
-def _parse_exact(data: bytes, path: Path,
-                 on_malformed: str) -> tuple[dict[str, str], np.ndarray, np.ndarray, int]:
-    """(header, kept columns, job line numbers, lines skipped as malformed), line by line."""
-    comment_lines: list[str] = []
+def _parse_exact(piece: bytes, path: Path, on_malformed: str, before: int,
+                 sniff: bool) -> tuple[list[bytes], np.ndarray, np.ndarray, int]:
+    """(comment lines, kept columns, job line numbers within the piece, lines skipped as
+    malformed) of a piece whose file has `before` lines before it, line by line. With `sniff`
+    (no job line came before), a piece none of whose first job lines is an SWF line is refused
+    as not a trace."""
+    comment_lines: list[bytes] = []
     data_lines: list[str] = []
     data_numbers: list[int] = []
-    for number, raw in enumerate(_decode(data).split("\n"), 1):
+    for number, raw in enumerate(_decode(piece).split("\n"), 1):
         line = raw.strip()
         if line:
             if line[0] == ";":
-                comment_lines.append(line)
+                comment_lines.append(line.encode("utf-8"))
             else:
                 data_lines.append(line)
                 data_numbers.append(number)
-    if not data_lines:
-        raise WorkloadError(f"{path}: no job lines found (only comments or empty); is this an "
-                            "SWF trace?")
     problems = [_check_line(line) for line in data_lines[:_SNIFF_LINES]]
-    if on_malformed == "error" and all(problems):
-        raise WorkloadError(f"{path}:{data_numbers[0]}: {problems[0]}; this is not an SWF file (none of its first "
-                            "job lines holds 18 numbers): give a Standard Workload Format trace (.swf or .swf.gz)")
-    rows, line_no, n_malformed = _parse_rows(data_lines, data_numbers, path, on_malformed)
-    return _header(comment_lines), np.rint(rows[:, _KEPT]).astype(np.int64), line_no, n_malformed
+    if sniff and data_lines and on_malformed == "error" and all(problems):
+        raise WorkloadError(f"{path}:{before + data_numbers[0]}: {problems[0]}; this is not an SWF file (none of its "
+                            "first job lines holds 18 numbers): give a Standard Workload Format trace (.swf or .swf.gz)")
+    rows, line_no, n_malformed = _parse_rows(data_lines, data_numbers, path, on_malformed, before)
+    return comment_lines, np.rint(rows[:, _KEPT]).astype(np.int64), line_no, n_malformed
 
 
 def _workload_name(path: Path) -> str:
@@ -266,15 +320,16 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
                               or procs <= 0):
         raise WorkloadError(f"{path}: cluster size (--procs) must be a positive integer, got "
                             f"{procs!r}")
-    stored = _read_bytes(path)
-    if max_bytes is not None:
-        _check_unpacked_size(stored, path, max_bytes)
-    parsed = _parse_plain(stored, path)
-    if parsed is not None:
-        header, ints, line_no = parsed
-        n_malformed = 0
+    key = _stored_key(path)
+    cached = trace_cache.load(key)
+    if cached is not None:
+        if max_bytes is not None:
+            _check_unpacked_size(path, max_bytes)
+        (header, ints, line_no), n_malformed = cached, 0
     else:
-        header, ints, line_no, n_malformed = _parse_exact(_gunzipped(stored, path), path, on_malformed)
+        header, ints, line_no, n_malformed, plain = _parse(path, on_malformed, max_bytes)
+        if plain:
+            trace_cache.store(key, header, ints, line_no)
 
     if procs is None:
         procs = _leading_int(header.get("MaxProcs")) or _leading_int(header.get("MaxNodes"))

@@ -10,7 +10,6 @@ means no caching.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -28,10 +27,6 @@ def cache_dir() -> Path | None:
         return Path(configured) if configured else None
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "hpcgym"
-
-
-def key_of(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _entry(key: str) -> Path | None:

@@ -245,6 +245,16 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="Most jobs a reset may ask for (jobs, generate_jobs).")
 @click.option("--idle-timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True,
               help="Seconds after which a silent agent outside an episode is forgotten (and its empty session).")
+@click.option("--max-sessions", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Most sessions at once (a hello that would start another is refused until one ends).")
+@click.option("--max-agents", type=click.IntRange(min=1), default=4000, show_default=True,
+              help="Most agents at once (said hello, not yet gone).")
+@click.option("--max-connections", type=click.IntRange(min=1),
+              help="Most client connections at once [default: 1000]; one more is refused and closed (the env raises "
+                   "its open-file limit to fit them, or serves fewer if the system allows fewer).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes the sessions are spread over (a session lives in one; docs/server.md says "
+                   "how many to start).")
 @click.option("--open-sessions", is_flag=True,
               help="Let any agent join any session by name (agents that do not know session tokens, protocol "
                    "< 1.3); by default joining a session that has agents takes its token.")
@@ -256,10 +266,10 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="Public key file, or folder of them, of agents allowed to connect.")
 @click.pass_context
 def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, reward, decision_timeout,
-                on_agent_lost, trace_dirs, max_trace_bytes, prediction, model_dirs, max_jobs, idle_timeout, open_sessions, allow_remote, insecure,
-                curve_secret, curve_allow) -> None:
+                on_agent_lost, trace_dirs, max_trace_bytes, prediction, model_dirs, max_jobs, idle_timeout, max_sessions,
+                max_agents, max_connections, workers, open_sessions, allow_remote, insecure, curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md and docs/server.md)."""
-    from ..environment.server import check_listening, serve
+    from ..environment.server import DEFAULT_MAX_CONNECTIONS, check_listening, room_for_connections, serve
     from ..environment.service import EnvService, Limits
     from ..environment.spec import TRACES_ENV
 
@@ -279,13 +289,30 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
     folders = [*([Path(workload["trace"]).parent] if trace else []), *trace_dirs,
                *(Path(f) for f in os.environ.get(TRACES_ENV, "").split(os.pathsep) if f)]
     limits = Limits(trace_dirs=tuple(folders), max_trace_bytes=max_trace_bytes, max_jobs=max_jobs,
-                    idle_timeout=idle_timeout, model_dirs=tuple(models))
-    service = EnvService({"workload": workload, "options": options, "policy": policy, "reward": reward},
-                         decision_timeout=decision_timeout, on_agent_lost=on_agent_lost, limits=limits,
-                         private=not open_sessions)
+                    idle_timeout=idle_timeout, model_dirs=tuple(models), max_sessions=max_sessions,
+                    max_agents=max_agents)
+    settings = {"defaults": {"workload": workload, "options": options, "policy": policy, "reward": reward},
+                "decision_timeout": decision_timeout, "on_agent_lost": on_agent_lost, "limits": limits,
+                "private": not open_sessions}
+    service = EnvService(**settings)
     service.check_defaults()  # a missing, truncated or non-SWF trace, bad options or reward: exit 2 now
-    click.echo(f"hpcgym env listening on {bind}{' with CURVE' if curve else ''}", err=True)
-    serve(service, bind, curve=curve, allow_remote=allow_remote, insecure=insecure)
+    max_connections = max_connections or DEFAULT_MAX_CONNECTIONS
+    connections = room_for_connections(max_connections)
+    if connections < max_connections:
+        click.echo(f"hpcgym env: serving at most {connections:,} connections, not {max_connections:,}: the system "
+                   "allows this process no more open files (ulimit -n)", err=True)
+    def say_listening() -> None:
+        click.echo(f"hpcgym env listening on {bind}{' with CURVE' if curve else ''}"
+                   f"{f' with {workers} workers' if workers > 1 else ''}", err=True)
+
+    if workers == 1:
+        serve(service, bind, curve=curve, allow_remote=allow_remote, insecure=insecure, max_connections=connections,
+              on_bound=say_listening)
+        return
+    from ..environment.workers import serve_workers, worker_limits
+
+    serve_workers({**settings, "limits": worker_limits(limits, workers)}, workers, bind, curve=curve,
+                  max_connections=connections, on_bound=say_listening)
 
 
 class _AgentCommand(click.Command):

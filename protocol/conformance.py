@@ -37,11 +37,16 @@ from typing import Any
 import zmq
 
 from .codec import MAX_MESSAGE_BYTES, decode, encode
-from .messages import KIND_TAKEN, MAJOR, PROTOCOL_VERSION, REPLIES, REQUESTS, ProtocolError, validate
+from .messages import (KIND_TAKEN, MAJOR, MAX_ERROR_CHARS, PROTOCOL_VERSION, REPLIES, REQUESTS, ProtocolError,
+                       validate)
 
 KINDS = ("select", "inspect", "backfill", "kill")
 #: 1.4: the joint select+kill decision (section 1).
 SELECT_KILL = "select_kill"
+#: Reset options under which hpcgym serves every kind: a checker's reset refused with `bad_request`
+#: under an env's own defaults (conservative backfilling refuses select agents, commit_pick the
+#: joint kind) is asked again with them, so that any env hpcgym starts can be checked.
+SERVING_OPTIONS = {"backfill": "easy", "commit_pick": False, "keep_shadow": False}
 AGENT_KINDS = (*KINDS, SELECT_KILL)
 METRICS_KEYS = ("jobs", "mean_wait", "max_wait", "mean_response", "mean_slowdown", "mean_bsld", "max_bsld",
                 "utilization", "makespan", "kills", "lost_work", "walltime_killed")
@@ -86,6 +91,15 @@ def validate_reply(message: Any, strict: bool = True) -> dict[str, Any]:
 def _short(value: Any, limit: int = 160) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _outcome(reply: dict[str, Any]) -> str:
+    """A reply as a check's reason: never empty, an error with its code and message."""
+    if reply.get("type") == "error":
+        return f"error {reply.get('code')!r}: {_short(reply.get('message'))}"
+    if reply.get("type") == "episode_end":
+        return f"episode_end {reply.get('reason')!r}"
+    return _short(reply) if reply else "no reply"
 
 
 def _is_int(value: Any) -> bool:
@@ -134,6 +148,7 @@ class _EnvChecker:
         self.strict = True
         self.reward: str | None = None
         self.seen_ids: set[int] = set()
+        self.serving: dict[str, Any] = {}  # SERVING_OPTIONS once the env refused a reset without them
         self.session = f"conformance-{os.getpid()}-{secrets.token_hex(3)}"
         self.token: str | None = None  # the session's, from the first welcome (1.3)
         self.private = False           # the env said its sessions are private (1.3)
@@ -175,6 +190,18 @@ class _EnvChecker:
                 self.check(f"answers:{what}", False, f"unusable reply {_short(msg)}; stopping")
                 raise _Abort from None
         return msg
+
+    def reset(self, c: _Client, fields: dict[str, Any], what: str) -> dict[str, Any]:
+        """The settled reply to a reset; asked again with `SERVING_OPTIONS` if refused with bad_request."""
+        def request() -> dict[str, Any]:
+            options = {**fields.get("options", {}), **self.serving}
+            return {"type": "reset", **fields, **({"options": options} if options else {})}
+
+        reply = self.settle(c, self.ask(c, request(), what), what)
+        if reply.get("type") == "error" and reply.get("code") == "bad_request" and not self.serving:
+            self.serving = SERVING_OPTIONS  # for the later resets too
+            reply = self.settle(c, self.ask(c, request(), what), what)
+        return reply
 
     def settle(self, c: _Client, reply: dict[str, Any], what: str) -> dict[str, Any]:
         """Poll while the env answers `pending` (within the time-out)."""
@@ -268,11 +295,21 @@ class _EnvChecker:
         r = self.ask(a, {"type": "reset", "workload": {**self.workload, "no_such_key": 1}},
                      "reset with an unknown workload key")
         self.expect_error("reset_bad_request_nested", r, "bad_request", None)
+        if self.strict:  # 1.4: a reward spec too long or too deeply scaled is bad_request (not internal),
+            # and an error quotes at most MAX_ERROR_CHARS (section 5)
+            r = self.ask(a, {"type": "reset", "reward": "2*" * 1000 + "bsld"}, "reset with a 2 KB reward spec")
+            self.expect_error("reward_spec_bounded", r, "bad_request", None)
+            r = self.ask(c, {**self.hello("conformance-long-kind"), "kinds": ["k" * 200_000]},
+                         "hello with a 200 KB kind")
+            self.check("error_message_bounded", r.get("type") == "error"
+                       and len(str(r.get("message", ""))) <= MAX_ERROR_CHARS,
+                       f"{_outcome(r)[:80]} ({len(str(r.get('message', ''))):,} characters)")
         # -------- episode 1: the first decision and wrong answers to it
-        r = self.settle(a, self.ask(a, {"type": "reset", "seed": 1, "workload": self.workload}, "reset"), "reset")
+        r = self.reset(a, {"seed": 1, "workload": self.workload}, "reset")
         if not self.check("reset_decision", r.get("type") == "decision" and r.get("kind") == "select",
-                          f"the reply to reset is {r.get('type')} {r.get('kind', '')} "
-                          f"(episode {r.get('episode')}, decision {r.get('decision')})"):
+                          f"the reply to reset is {r.get('kind')} (episode {r.get('episode')}, decision "
+                          f"{r.get('decision')})" if r.get("type") == "decision" else f"the reply to reset is "
+                          f"{_outcome(r)}"):
             return
         first_episode = r.get("episode")
         self.seen_ids.add(r["decision"])
@@ -295,7 +332,8 @@ class _EnvChecker:
         if r.get("type") == "decision":
             self.seen_ids.add(r["decision"])
         # -------- a reset while episode 1 runs
-        reset = {"type": "reset", "seed": 2, "workload": self.workload, "records": True}
+        reset = {"type": "reset", "seed": 2, "workload": self.workload, "records": True,
+                 **({"options": dict(self.serving)} if self.serving else {})}
         if self.reward is not None:
             reset["reward"] = self.reward
         r = self.ask(a, reset, "reset during an episode")
@@ -489,7 +527,8 @@ class _EnvChecker:
     def check_end(self, end: dict[str, Any], episode: int | None) -> None:
         self.check("episode_end",
                    end.get("reason") == "completed" and (episode is None or end.get("episode") == episode),
-                   f"episode {end.get('episode')} ended: {end.get('reason')!r}")
+                   f"episode {end.get('episode')} ended: {end.get('reason')!r}" if end.get("type") == "episode_end"
+                   else f"the episode ended with {_outcome(end)}")
         self.check("reward_is_float", isinstance(end.get("reward"), float),
                    f"episode_end reward {end.get('reward')!r} (an env sends rewards as floats, section 3)")
         metrics = end.get("metrics") or {}
@@ -573,9 +612,8 @@ class _EnvChecker:
                     r = self.ask(c, {"type": "reset", "workload": self.workload, "options": {"prediction": given}},
                                  f"reset with prediction {given}")
                     self.expect_error(f"prediction_bad_request_{name}", r, "bad_request", None)
-            r = self.settle(c, self.ask(c, {"type": "reset", "seed": 1, "workload": self.workload,
-                                            "options": {"prediction": "running"}}, "reset with prediction running"),
-                            "reset with prediction running")
+            r = self.reset(c, {"seed": 1, "workload": self.workload, "options": {"prediction": "running"}},
+                           "reset with prediction running")
             obs = r.get("observation") if r.get("type") == "decision" else None
             if not isinstance(obs, dict):
                 self.check(f"prediction_columns_{protocol}", False, f"the reset answered {_short(r)}")
@@ -632,8 +670,7 @@ class _EnvChecker:
                          "kinds": [SELECT_KILL], "session": f"{self.session}-select-kill"}, "hello select_kill")
         if not self.check("select_kill_welcome", r.get("type") == "welcome", f"answered {_short(r)}"):
             return
-        d = self.settle(c, self.ask(c, {"type": "reset", "seed": 1, "workload": self.workload}, "reset select_kill"),
-                        "reset select_kill")
+        d = self.reset(c, {"seed": 1, "workload": self.workload}, "reset select_kill")
         problems, n = [], 0
         while d.get("type") == "decision" and n < self.max_decisions:
             n += 1
@@ -655,7 +692,7 @@ class _EnvChecker:
                                         "act select_kill"), "act select_kill")
         self.check("select_kill_decisions", not problems and d.get("type") == "episode_end"
                    and d.get("reason") == "completed", "; ".join(problems)
-                   or f"{n} decisions, then {d.get('type')} {d.get('reason', '')!r}")
+                   or f"{n} decisions, then {_outcome(d)}")
         self.ask(c, {"type": "bye"}, "bye after select_kill")
 
 

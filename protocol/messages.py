@@ -140,6 +140,16 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
 
 
+#: The longest error message the env sends, in characters: what it quotes of a request is cut to
+#: fit (a 700 KB `kinds` list must not come back as a 1 MB reply).
+MAX_ERROR_CHARS = 600
+
+
+def shorten(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """`text`, or its first `limit` characters marked as cut."""
+    return text if len(text) <= limit else f"{text[:limit - 30]}... ({len(text):,} characters in all)"
+
+
 def error(err: ProtocolError, pending: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"type": "error", "code": err.code, "message": err.message, "recoverable": err.recoverable,
+    return {"type": "error", "code": err.code, "message": shorten(err.message), "recoverable": err.recoverable,
             "pending": pending}

@@ -343,7 +343,7 @@ def test_sigterm_ends_episodes_answers_waiting_agents_exits_0_and_removes_the_ip
     # the select agent was waiting on the stuck inspector: it gets the episode's end, with the reason
     rc, _ = wait_exit(select, 15)
     assert rc == 1
-    assert json.loads(children.stdout(select))["reason"] == "the env received a stop signal"
+    assert json.loads(children.stdout(select))["reason"] == "shutdown"
 
 
 def test_curve_lets_in_only_allowed_agents(children, trace, tmp_path):

@@ -16,6 +16,7 @@ from ..usage import check_part
 from .executors import EXECUTORS
 from .policy import CHECKPOINT_SOURCES, PolicySpec, parse_policy
 from .stats import METRICS
+from .unit import DEFAULT_START_TIMEOUT
 
 POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or +: a priority (fcfs, sjf, ...), "
                "a backfill mode (easy, conservative, none), KIND:AGENT (KIND: select, inspect, backfill, kill, "
@@ -71,6 +72,9 @@ POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or
 @click.option("--address", help="Ray cluster address (with --executor ray; default: a local Ray instance).")
 @click.option("--decision-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds an agent may take for one decision before its unit fails.")
+@click.option("--start-timeout", type=click.FloatRange(min=0.1), default=DEFAULT_START_TIMEOUT, show_default=True,
+              help="Seconds the agent processes of a unit may take to start and say hello (importing PyTorch on "
+                   "a loaded machine can take a minute), apart from --decision-timeout.")
 @click.option("--no-plots", is_flag=True, help="Skip the plots.")
 @click.option("--record", metavar="KIND[:ENCODER]",
               help="Write each unit's decisions of KIND (features by ENCODER, default the kind's usual one; mask; "
@@ -78,7 +82,7 @@ POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or
 @click.pass_context
 def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, samples, n_jobs, sampled_jobset,
             train_fraction, part, seed, first_jobs, cleaning, estimate, overrun, metric, resamples, out, resume, force,
-            inproc, workers, executor, address, decision_timeout, no_plots, record) -> None:
+            inproc, workers, executor, address, decision_timeout, start_timeout, no_plots, record) -> None:
     """Compare scheduling policies on the same job sequences: summary table, paired differences to
     a baseline with bootstrap confidence intervals, per-job CSVs, plots (see docs/compare.md).
 
@@ -100,8 +104,8 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
         if saved is None:
             raise ConfigError(f"nothing to resume in {out} (no run.json); give the policies to start a comparison")
         comparison = from_saved(saved, out, baseline=baseline, mode=mode, executor=executor, address=address,
-                                workers=workers, decision_timeout=decision_timeout, plots=not no_plots,
-                                argv=argv)
+                                workers=workers, decision_timeout=decision_timeout, start_timeout=start_timeout,
+                                plots=not no_plots, argv=argv)
         if metric != "mean_bsld":
             comparison.metric = metric
     else:
@@ -124,7 +128,8 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
         comparison = Comparison(policies=parsed, sequences=spec, out=out,
                                 baseline=baseline, options=options, metric=metric, resamples=resamples, mode=mode,
                                 executor=executor, address=address, workers=workers,
-                                decision_timeout=decision_timeout, plots=not no_plots, argv=argv,
+                                decision_timeout=decision_timeout, start_timeout=start_timeout, plots=not no_plots,
+                                argv=argv,
                                 record=record_settings(*record.partition(":")[::2], executor) if record else None)
     outcome = run_comparison(comparison, resume=resume, force=force)
     click.echo(outcome.table.split("\n## All metrics")[0].rstrip() + "\n")

@@ -36,6 +36,7 @@ from ..provenance import git_commit, provenance, sha256_file
 from .plan import SequenceSpec, build_sequences, fingerprint, trace_checksums, unit_id
 from .policy import CHECKPOINT_SOURCES, PolicySpec
 from .stats import METRICS, latency_stats, summarize_policies
+from .unit import DEFAULT_START_TIMEOUT
 from ...environment.service import kinds_key
 from ...environment.workload import describe_dropped
 
@@ -58,6 +59,7 @@ class Comparison:
     address: str | None = None
     workers: int = 1
     decision_timeout: float = 30.0
+    start_timeout: float = DEFAULT_START_TIMEOUT  # for the agent processes to start and say hello
     plots: bool = True
     progress: bool | None = None   # None: a progress bar on a terminal
     record: dict[str, Any] | None = None   # {kind, encoder, window}: decision records per unit
@@ -165,7 +167,8 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
             "sample_seeds": [s["seed"] for s in sequences],
             "bootstrap": {"resamples": c.resamples, "seed": c.sequences.seed, "method": "percentile, paired, 95%"},
             "mode": c.mode, "executor": c.executor, "workers": c.workers, "decision_timeout_s": c.decision_timeout,
-            "sequences": sequences, "history": history, "status": "running", "started": history[0]["started"],
+            "start_timeout_s": c.start_timeout, "sequences": sequences, "history": history, "status": "running",
+            "started": history[0]["started"],
             "provenance": provenance({"policies": {p.name: p.text for p in c.policies}, "options": dict(c.options),
                                       "sequences": c.sequences.to_json()},
                                      _checkpoints(c.policies, Path.cwd()), argv=first)}
@@ -178,7 +181,7 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
     jobs = [(unit_id(p, s["index"]),
              {"policy": p.to_json(), "seed": s["seed"], "sequence": s["index"], "procs": s["procs"],
               "options": dict(c.options), "mode": c.mode, "cwd": os.getcwd(), "decision_timeout": c.decision_timeout,
-              "record": _record_task(c, out, unit_id(p, s["index"]))},
+              "start_timeout": c.start_timeout, "record": _record_task(c, out, unit_id(p, s["index"]))},
              s["index"], texts[s["index"]]) for p, s in todo]
     ran: list[str] = []
 

@@ -41,6 +41,8 @@ from .policy import CHECKPOINT_SOURCES, AgentSpec, PolicySpec
 DRIVER_NAME = "hpcgym-compare-driver"
 #: How often the env answers a waiting request with `pending`; the driver checks its agents then.
 HEARTBEAT_S = 0.1
+#: Seconds a unit's agent processes may take to start and say hello (`hpcgym compare --start-timeout`).
+DEFAULT_START_TIMEOUT = 300.0
 
 
 def run_unit(task: dict[str, Any], swf_text: str) -> dict[str, Any]:
@@ -314,9 +316,11 @@ def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pat
 
     cwd = task.get("cwd")
     timeout = float(task.get("decision_timeout", 30.0))
+    start_timeout = float(task.get("start_timeout", DEFAULT_START_TIMEOUT))
     address = f"ipc://{tmp}/env.ipc"
     log = _decision_log(task, int(task.get("procs") or _read_procs(trace)))
-    service = EnvService({"workload": {}, "options": {}}, decision_timeout=timeout, heartbeat=HEARTBEAT_S,
+    service = EnvService({"workload": {}, "options": {}}, decision_timeout=timeout, start_timeout=start_timeout,
+                         heartbeat=HEARTBEAT_S,
                          on_agent_lost="end", record_latency=True, on_act=log.add if log is not None else None,
                          steer=steer)
     ready = threading.Event()
@@ -341,7 +345,7 @@ def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pat
             taken = _agent_kinds(spec, cwd)
             kinds.extend(taken)
             agents.start(spec, _agent_command(spec, taken, address, timeout + 10), cwd, tmp / f"agent-{k}.log")
-        conn = Connection(address, timeout=timeout + 10)
+        conn = Connection(address, timeout=max(timeout, start_timeout) + 10)
         reply = conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": DRIVER_NAME, "kinds": []})
         _expect(reply, "welcome")
         reset: dict[str, Any] = {"type": "reset", "seed": task["seed"], "workload": {"trace": str(trace)},

@@ -113,7 +113,9 @@ def invalid(name: str, direction: str, body: bytes | dict[str, Any] | Any, code:
 
 # ---- requests, valid
 valid("hello_minimal", "request", {"type": "hello", "protocol": "1.0", "agent": "sjf", "kinds": ["select"]},
-      "hello without the optional session (the bytes of PROTOCOL.md section 10)")
+      "a 1.0 hello without the optional session")
+valid("hello_1_4", "request", {"type": "hello", "protocol": "1.4", "agent": "sjf", "kinds": ["select"]},
+      "a 1.4 hello without the optional session and token (the bytes of PROTOCOL.md section 10)")
 valid("hello_session", "request",
       {"type": "hello", "protocol": "1.0", "agent": "inspector", "kinds": ["inspect"], "session": "exp-7"},
       "hello with the optional session")
@@ -355,6 +357,9 @@ valid("episode_end_records", "reply",
 valid("episode_end_reset", "reply",
       {"type": "episode_end", "episode": 3, "reason": "reset by 'sjf@12'", "metrics": {}, "reward": 0.0},
       "an episode ended early: empty metrics, optional jobs absent")
+valid("episode_end_shutdown", "reply",
+      {"type": "episode_end", "episode": 2, "reason": "shutdown", "metrics": {}, "reward": 0.0},
+      "the env stopped (SIGTERM) mid-episode: also the reply to the act of an agent that was computing it")
 valid("decision_ordered", "reply", decision("select", decision=19, step=47, time=300, ordered=5),
       "1.4: five select decisions were answered by this agent's standing order since its previous decision")
 valid("episode_end_ordered", "reply",
