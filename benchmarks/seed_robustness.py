@@ -4,10 +4,11 @@ For each preset and seed it runs `hpcgym train ...` (printed first), reads the r
 prints the curve's start and end (mean return and decisions per episode, first and last epoch),
 the share of episodes cut at the step cap, and a verdict:
 
-    degenerates   the return falls by more than the tolerance, or episodes grow past 1.5x their
-                  first length, or most episodes of the last epoch hit the step cap
+    degenerates   episodes grow past 1.5x their first length, or most episodes of the last epoch
+                  hit the step cap: the policy stalls its schedule (rejects, kills, waits)
+    worsens       the return falls by more than the tolerance
     improves      the return rises by more than the tolerance
-    flat          neither
+    flat          none of these
 
 The tolerance is --tolerance times the first epoch's |return| (at least 1e-3): short runs are
 noisy, so `flat` is no failure. One run of this script prints the whole table and writes it,
@@ -64,9 +65,10 @@ def seeds_from(text: str) -> list[int]:
 
 def verdict(first: dict[str, float], last: dict[str, float], tolerance: float) -> str:
     tol = max(1e-3, tolerance * abs(first["return"]))
-    if (last["return"] < first["return"] - tol or last["length"] > LONGER * first["length"]
-            or last.get("truncated", 0.0) > 0.5):
+    if last["length"] > LONGER * first["length"] or last.get("truncated", 0.0) > 0.5:
         return "degenerates"
+    if last["return"] < first["return"] - tol:
+        return "worsens"
     return "improves" if last["return"] > first["return"] + tol else "flat"
 
 
@@ -106,7 +108,7 @@ def main() -> None:
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda ps: train(*ps, args.epochs, args.out, extra), runs))
-    print(f"\n{'preset':<24}{'seed':>5}{'return first':>14}{'last':>9}{'length first':>14}{'last':>8}"
+    print(f"\n{'preset':<24}{'seed':>5}{'return first':>14}{'last':>10}{'length first':>14}{'last':>8}"
           f"{'capped':>8}  verdict")
     for r in results:
         if "error" in r:
@@ -114,7 +116,7 @@ def main() -> None:
             continue
         first, last = r["first"], r["last"]
         r["verdict"] = verdict(first, last, args.tolerance)
-        print(f"{r['preset']:<24}{r['seed']:>5}{first['return']:>14.4g}{last['return']:>9.4g}"
+        print(f"{r['preset']:<24}{r['seed']:>5}{first['return']:>14.4f}{last['return']:>10.4f}"
               f"{first['length']:>14.1f}{last['length']:>8.1f}{last.get('truncated', 0.0):>8.2f}  {r['verdict']}")
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"provenance": provenance({"epochs": args.epochs, "seeds": seeds_from(args.seeds),
