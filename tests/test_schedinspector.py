@@ -166,4 +166,4 @@ def test_the_preset_yields_to_flags_and_refuses_its_options_elsewhere(tmp_path):
     assert settings["options"] == {"backfill": "none", "window": 128, "policy": "f1"}   # textbook: no code rules
     assert "first_jobs" not in settings["workload"]
     refused = CliRunner().invoke(main, ["train", "ppo", "--base", "sjf", "--out", str(tmp_path / "x"), "--no-progress"])
-    assert refused.exit_code == 2 and "belong to schedinspector" in refused.output
+    assert refused.exit_code == 2 and "belong to the recipes" in refused.output
