@@ -8,7 +8,7 @@ the next event, or 600 s later at most). State: the `schedinspector` encoder's 7
 alone on the same jobs (`relative:bsld:pct_max`, `environment.rewards.RelativeReward`). Network:
 actor 7 -> 32 -> 16 -> 8 -> 2 and a critic of the same shape, ReLU (938 and 929 parameters).
 Training: PPO as Spinning Up runs it (`agents.rl.ppo` with `value_epochs` and `vf_lr`), 100
-trajectories of 128 jobs per epoch. docs/schedinspector.md has the facts behind each choice.
+trajectories of 128 jobs per epoch, with Monte Carlo advantages (`TRAINING_DEFAULTS` says why). docs/schedinspector.md has the facts behind each choice.
 
 Two semantics (`SEMANTICS`): `code`, what the authors' public code simulates (and their numbers
 come from): requested time = run time, an accepted pick that does not fit stays the pick until it
@@ -38,13 +38,18 @@ SEMANTICS_WORKLOAD: dict[str, dict[str, Any]] = {
 SEMANTICS_REWARD: dict[str, str] = {"code": "relative:bsld:pct_max", "textbook": "relative:bsld:pct_max"}
 
 #: What `hpcgym train schedinspector` sets unless a flag says otherwise. The reward's form is the
-#: code's (base - x) / max(base, x, 1); the PPO settings are the code's (gamma 1, lambda 0.97,
-#: clip 0.2, policy lr 3e-4, value lr 1e-3, 80 + 80 full-batch iterations, the policy's stopped at
-#: an approximate KL of 1.5 x 0.01; no gradient clipping, no entropy bonus).
+#: code's (base - x) / max(base, x, 1); the PPO settings are the code's (gamma 1, clip 0.2, policy
+#: lr 3e-4 (the paper says 1e-3), value lr 1e-3, 80 + 80 full-batch iterations, the policy's stopped
+#: at an approximate KL of 1.5 x 0.01; no gradient clipping, no entropy bonus) but for one departure:
+#: GAE lambda 1 (Monte Carlo advantages) where the code has 0.97. The reward comes only at the end of
+#: episodes of about 256 decisions, so with 0.97 an early decision's advantage is almost all
+#: V(later state) - V(state), and the critic of seven aliased features rates the states a rejection
+#: leads to too highly: 10 of 16 seeds trained themselves into rejecting (docs/schedinspector.md,
+#: "Why most seeds collapsed"; `--set gae_lambda=0.97` restores the code's).
 TRAINING_DEFAULTS: dict[str, Any] = {
     "kind": "inspect", "encoder": "schedinspector", "policy": "sjf", "jobs": 128, "trajectories": 100,
     "reward": "relative:bsld:pct_max", "semantics": "code",
     "config": {"net": "mlp", "hidden": [32, 16, 8], "activation": "relu", "lr": 3e-4, "vf_lr": 1e-3,
-               "gamma": 1.0, "gae_lambda": 0.97, "clip": 0.2, "update_epochs": 80, "value_epochs": 80,
+               "gamma": 1.0, "gae_lambda": 1.0, "clip": 0.2, "update_epochs": 80, "value_epochs": 80,
                "minibatch_size": 1_000_000, "target_kl": 0.015, "max_grad_norm": None, "ent_coef": 0.0},
 }

@@ -201,12 +201,14 @@ CURVE_METRICS = ("mean_bsld", "mean_wait", "utilization")
 
 
 def episode_stats(ended: list) -> dict[str, float]:
-    """Mean return and length of the episodes an epoch collected, and the means of their
+    """Mean return and length of the episodes an epoch collected, the share of them cut at the
+    step cap (a policy that stalls its schedule shows here first), and the means of their
     scheduling metrics when the env reports them."""
     if not ended:
         return {"episodes": 0}
     stats = {"episodes": len(ended), "return": float(np.mean([e.ret for e in ended])),
-             "length": float(np.mean([e.length for e in ended]))}
+             "length": float(np.mean([e.length for e in ended])),
+             "truncated": float(np.mean([bool(e.info.get("truncated")) for e in ended]))}
     for key in CURVE_METRICS:
         values = [e.info["metrics"][key] for e in ended if key in e.info.get("metrics", {})]
         if values:

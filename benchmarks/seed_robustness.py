@@ -1,0 +1,129 @@
+"""Does every agent learn from every seed? A few epochs of each preset on several training seeds.
+
+For each preset and seed it runs `hpcgym train ...` (printed first), reads the run's curve.csv and
+prints the curve's start and end (mean return and decisions per episode, first and last epoch),
+the share of episodes cut at the step cap, and a verdict:
+
+    degenerates   the return falls by more than the tolerance, or episodes grow past 1.5x their
+                  first length, or most episodes of the last epoch hit the step cap
+    improves      the return rises by more than the tolerance
+    flat          neither
+
+The tolerance is --tolerance times the first epoch's |return| (at least 1e-3): short runs are
+noisy, so `flat` is no failure. One run of this script prints the whole table and writes it,
+with the commit and command that made it, to --out/seed_robustness.json.
+
+    .venv/bin/python benchmarks/seed_robustness.py                      # every preset, seeds 0-2
+    .venv/bin/python benchmarks/seed_robustness.py --preset schedinspector-code --seeds 0-15 --epochs 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from paper_runs import HPCGYM, ROOT, TRACES_DIR
+
+SDSC = "SDSC-SP2-1998-4.2-cln.swf.gz"
+#: preset -> the `hpcgym train` arguments of its run (epochs, seed and out are added); the
+#: trajectories per epoch are cut where the paper's would make a seed take many minutes.
+PRESETS: dict[str, list[str]] = {
+    "pg": ["pg", "--trace", "lublin_256.swf.gz", "--jobs", "128", "--trajectories", "20"],
+    "a2c": ["a2c", "--trace", "lublin_256.swf.gz", "--jobs", "128", "--trajectories", "20"],
+    "ppo": ["ppo", "--trace", "lublin_256.swf.gz", "--jobs", "128", "--trajectories", "20"],
+    "dql": ["dql", "--trace", "lublin_256.swf.gz", "--jobs", "128", "--trajectories", "20"],
+    "schedinspector-code": ["schedinspector", "--trace", SDSC, "--semantics", "code"],
+    "schedinspector-textbook": ["schedinspector", "--trace", SDSC, "--semantics", "textbook"],
+    "rlbf-public": ["rlbf", "--trace", SDSC, "--semantics", "public", "--trajectories", "20"],
+    "rlbf-scw": ["rlbf", "--trace", SDSC, "--semantics", "scw", "--trajectories", "20"],
+    "rlschert-kill": ["rlschert", "--trace", SDSC, "--kind", "kill"],
+    "rlschert-select_kill": ["rlschert", "--trace", SDSC, "--kind", "select_kill"],
+    "dras-ppo": ["dras-ppo", "--trace", SDSC, "--trajectories", "8"],
+    "dras-a2c": ["dras-a2c", "--trace", SDSC, "--trajectories", "8"],
+    "irl-dqn": ["irl-dqn", "--trace", SDSC, "--trajectories", "4"],
+}
+LONGER = 1.5   # episodes this much longer than at the start: the policy is stalling the schedule
+
+
+def seeds_from(text: str) -> list[int]:
+    """`0-2,7` -> [0, 1, 2, 7]."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return out
+
+
+def verdict(first: dict[str, float], last: dict[str, float], tolerance: float) -> str:
+    tol = max(1e-3, tolerance * abs(first["return"]))
+    if (last["return"] < first["return"] - tol or last["length"] > LONGER * first["length"]
+            or last.get("truncated", 0.0) > 0.5):
+        return "degenerates"
+    return "improves" if last["return"] > first["return"] + tol else "flat"
+
+
+def train(preset: str, seed: int, epochs: int, out: Path, extra: list[str]) -> dict[str, object]:
+    folder = out / preset / f"seed{seed}"
+    if not (folder / "model.pt").exists():
+        cmd = [HPCGYM, "train", *PRESETS[preset], "--epochs", str(epochs), "--seed", str(seed), "--eval-episodes",
+               "0", "--no-progress", "--out", str(folder), *extra]
+        if (folder / "curve.csv").exists():
+            cmd.append("--resume")
+        print("$", " ".join(cmd), flush=True)
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode:
+            return {"preset": preset, "seed": seed, "error": (done.stderr.strip().splitlines() or ["?"])[-1]}
+    with open(folder / "curve.csv", newline="") as f:
+        rows = [{k: float(v) for k, v in r.items() if v not in ("", None)} for r in csv.DictReader(f)]
+    return {"preset": preset, "seed": seed, "first": rows[0], "last": rows[-1], "epochs": len(rows),
+            "curve": [r.get("return") for r in rows]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", action="append", choices=sorted(PRESETS),
+                        help="a preset to run (repeat; default: all)")
+    parser.add_argument("--seeds", default="0-2", help="training seeds, e.g. 0-2 or 0-15 or 4,11")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--tolerance", type=float, default=0.05)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="trainings run at once")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "seed_robustness",
+                        help="run folders (a finished run is read, not retrained; an unfinished one resumed)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an algorithm option for every run (hpcgym train --set)")
+    args = parser.parse_args()
+    os.environ.setdefault("HPCGYM_TRACES", str(TRACES_DIR))
+    extra = [a for kv in args.set for a in ("--set", kv)]
+    runs = [(p, s) for p in (args.preset or list(PRESETS)) for s in seeds_from(args.seeds)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(lambda ps: train(*ps, args.epochs, args.out, extra), runs))
+    print(f"\n{'preset':<24}{'seed':>5}{'return first':>14}{'last':>9}{'length first':>14}{'last':>8}"
+          f"{'capped':>8}  verdict")
+    for r in results:
+        if "error" in r:
+            print(f"{r['preset']:<24}{r['seed']:>5}  failed: {r['error']}")
+            continue
+        first, last = r["first"], r["last"]
+        r["verdict"] = verdict(first, last, args.tolerance)
+        print(f"{r['preset']:<24}{r['seed']:>5}{first['return']:>14.4g}{last['return']:>9.4g}"
+              f"{first['length']:>14.1f}{last['length']:>8.1f}{last.get('truncated', 0.0):>8.2f}  {r['verdict']}")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = {"provenance": {"commit": commit, "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+                             "epochs": args.epochs, "seeds": seeds_from(args.seeds), "tolerance": args.tolerance,
+                             "presets": {p: PRESETS[p] for p in (args.preset or PRESETS)}},
+              "seconds": round(time.perf_counter() - t0, 1), "runs": results}
+    (args.out / "seed_robustness.json").write_text(json.dumps(report, indent=1))
+    print(f"\n{len(results)} runs in {report['seconds']} s; table in {args.out / 'seed_robustness.json'}")
+
+
+if __name__ == "__main__":
+    main()
