@@ -7,7 +7,9 @@ agents/rlbf.py's TRAINING_DEFAULTS config (conv actor 32-16-8, MLP critic, lr 3e
 the first 10,000 jobs (its SEMANTICS tables), reward bsld; rlschert: Table 4's PPO (lr 1e-4, clip
 0.2, vf_coef 0.25, ent_coef 0.02, imitation 0.5 over 20 epochs), window 8, 3,000 steps, teacher
 rlschert-rule, baselines fcfs and the teacher; irl-dqn: DQL, window 20, conv 32-16-8, gamma 0.99,
-eps_decay 0.995, train_freq 10, first_jobs 10,000.
+eps_decay 0.995, train_freq 10, first_jobs 10,000. One deliberate change since: SchedInspector's
+preset takes GAE lambda 1 instead of the code's 0.97 (main, commit f4fc542), so its two entries
+say 1.0; a change to a preset shows up here and is made on purpose.
 """
 
 from __future__ import annotations
