@@ -68,7 +68,7 @@ def train_recipe(algorithm: str | None, recipe: str | None, semantics: str | Non
     if not spec:
         raise ConfigError("name what to train: an ALGORITHM (pg, a2c, ppo, dql, or a recipe) or --recipe NAME")
     if semantics is not None:
-        if ":" in spec and not spec.startswith("dras-"):
+        if ":" in spec:
             raise ConfigError(f"--semantics {semantics} and {spec} both name a variant: give one")
         spec = f"{get_recipe(spec).name}:{semantics}"
     return get_recipe(spec)
