@@ -155,6 +155,27 @@ def test_gae_by_hand():
     np.testing.assert_allclose(adv, [2.84432, 2.006, 2.3, 0.68, -1.0, 2.3], rtol=1e-6)
 
 
+@pytest.mark.parametrize("target, expected", [
+    # one episode, rewards (0, 0, 1), values 0, gamma 1, lambda 0.5: GAE's A = (0.25, 0.5, 1), so
+    # its targets A + V are (0.25, 0.5, 1); the return is 1 from every step
+    ("gae", [0.25, 0.5, 1.0]),
+    ("monte_carlo", [1.0, 1.0, 1.0]),
+])
+def test_ppo_critic_fits_the_target_it_is_told(target, expected):
+    algo = get_algorithm("ppo")((3,), 2, {"hidden": [16], "gae_lambda": 0.5, "target_kl": -1.0, "value_epochs": 400,
+                                         "vf_lr": 1e-2, "value_target": target}, seed=0)
+    storage = RolloutStorage(1)
+    for t, reward in enumerate((0.0, 0.0, 1.0)):
+        storage.add(0, np.eye(3)[t], np.ones(2, bool), 0, -0.7, 0.0, reward, t == 2)
+    algo.update(storage)
+    np.testing.assert_allclose(algo.values(np.eye(3)), expected, atol=0.02)
+
+
+def test_ppo_refuses_an_unknown_value_target():
+    with pytest.raises(ValueError, match="value_target must be gae or monte_carlo"):
+        get_algorithm("ppo")((3,), 2, {"value_target": "td"}, seed=0)
+
+
 def test_runner_seeds_episodes_and_cuts_long_ones():
     """Episode j is reset with seed_of(j) whatever env runs it; max_steps truncates, and the
     truncated step is bootstrapped (gamma * V(last state) added to its reward)."""

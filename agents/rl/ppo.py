@@ -19,6 +19,10 @@ the teacher guides the first updates and none after `imitation_epochs`. With `pr
 policy to the teacher's actions alone (behaviour cloning on the states the policy visits; the
 critic is fitted alongside, no KL stop), and PPO starts after them (its t counted from there).
 
+With `value_target="monte_carlo"` the critic fits the discounted return itself instead of A + V_old:
+a critic whose targets are its own bootstrapped values learns the level of a reward that comes only
+at the end of long episodes slowly, epoch after epoch (docs/schedinspector.md).
+
 With `value_epochs` set, the value loss leaves that sum and gets its own passes afterwards, which
 the KL stop does not cut short, and `vf_lr` gives the critic its own learning rate: Spinning Up's
 PPO, which SchedInspector trains with (80 policy and 80 value iterations, 3e-4 and 1e-3).
@@ -59,6 +63,7 @@ class PPOConfig:
     imitation_coef: float = 0.0     # alpha_t at the first update (0: no imitation term)
     imitation_epochs: int = 1       # update epochs over which alpha_t falls linearly to 0
     pretrain_epochs: int = 0        # update epochs of imitation alone before PPO (0: none)
+    value_target: str = "gae"       # the critic's target: "gae" (A + V_old) or "monte_carlo" (the return)
 
     def __post_init__(self) -> None:
         if isinstance(self.imitation_coef, bool) or not isinstance(self.imitation_coef, (int, float)) \
@@ -73,6 +78,9 @@ class PPOConfig:
                 or self.pretrain_epochs < 0:
             raise ValueError(f"pretrain_epochs (update epochs of imitation alone before PPO) must be an integer "
                              f">= 0, got {self.pretrain_epochs!r}")
+
+        if self.value_target not in ("gae", "monte_carlo"):
+            raise ValueError(f"value_target must be gae or monte_carlo, got {self.value_target!r}")
 
     def imitation_weight(self, epoch: int) -> float:
         """alpha_t at update epoch `epoch` (0-based), counted from the end of pretraining."""
@@ -161,8 +169,10 @@ class PPO(ActorCriticAlgorithm):
         `updates` is the number of gradient steps it took."""
         c = self.config
         batch = storage.batch(self.device)
-        adv, ret = (torch.as_tensor(x, device=self.device, dtype=torch.float32)
-                    for x in storage.advantages(c.gamma, c.gae_lambda))
+        adv, ret = storage.advantages(c.gamma, c.gae_lambda)
+        if c.value_target == "monte_carlo":
+            ret = storage.monte_carlo_returns(c.gamma)
+        adv, ret = (torch.as_tensor(x, device=self.device, dtype=torch.float32) for x in (adv, ret))
         before = self.updates
         clone = c.pretraining(self.epochs_done)
         weight = 1.0 if clone else c.imitation_weight(self.epochs_done)
