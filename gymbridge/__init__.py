@@ -17,13 +17,19 @@ __all__ = ["make", "HpcEnv", "register_envs"]
 register_when_gymnasium_is_imported()
 
 
-def make(kind: str | tuple[str, ...] = "select", **kwargs: Any):
-    """An `HpcEnv` for decision kind `kind` (or `("select", "backfill")`: both in one env, with
-    the kind in `info["kind"]` and a one-hot flag ending the observation); keyword arguments as
-    `HpcEnv` takes them (workload, options, reward, encoder, seed, remote, others, ...)."""
+def make(kind: str | tuple[str, ...] | None = None, *, recipe: str | None = None, **kwargs: Any):
+    """An `HpcEnv` for decision kind `kind` (default select; or `("select", "backfill")`: both in one
+    env, with the kind in `info["kind"]` and a one-hot flag ending the observation); keyword
+    arguments as `HpcEnv` takes them (workload, options, reward, encoder, seed, remote, others, ...).
+    `recipe="rlbf:scw"` starts from a paper's episode (`hpcgym recipes`): its kind, workload keys,
+    simulation options, reward and encoder, under the arguments given."""
+    from ..agents.recipes import recipe_episode
     from .env import HpcEnv
 
-    return HpcEnv(kind, **kwargs)
+    episode = {"kind": "select", **recipe_episode(recipe, kind=kind, workload=kwargs.pop("workload", None),
+                                                  options=kwargs.pop("options", None),
+                                                  reward=kwargs.pop("reward", None), encoder=kwargs.pop("encoder", None))}
+    return HpcEnv(**episode, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

@@ -26,7 +26,7 @@ from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBL
                                  resolve_trace)
 from ..environment.swf import CLEANINGS, trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
-from .usage import check_part
+from .usage import check_part, given, recipe_option
 
 SUMMARY_LABELS = [
     ("jobs", "jobs", "{:d}"),
@@ -45,7 +45,8 @@ SUMMARY_LABELS = [
 #: loading the comparison, training and protocol machinery.
 LAZY_COMMANDS = {"protocol": ".protocol_commands:protocol", "train": ".training.command:train",
                  "compare": ".compare:compare", "record": ".compare.record:record", "distill": ".distill:distill",
-                 "tree": ".distill:tree_command", "predict": ".predict:predict", "batsim": ".batsim:batsim"}
+                 "tree": ".distill:tree_command", "predict": ".predict:predict", "batsim": ".batsim:batsim",
+                 "recipes": ".recipes_command:recipes"}
 
 
 class HpcgymGroup(click.Group):
@@ -104,12 +105,15 @@ def _rule_options(f):
     return f
 
 
-def _rules(ctx: click.Context, **given: Any) -> dict[str, Any]:
-    """The simulation options of run/env: the preset's, then every flag the command line gave."""
-    flags = {k: v for k, v in given.items()
-             if k != "preset" and ctx.get_parameter_source(k) != click.core.ParameterSource.DEFAULT}
-    defaults = {k: v for k, v in given.items() if k != "preset" and k not in flags}
-    return {**defaults, **PRESETS.get(given.get("preset") or "", {}), **flags}
+def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict[str, Any]:
+    """The simulation options of run/env: the defaults, the recipe's, the preset's, then every flag
+    the command line gave."""
+    from ..agents.recipes import recipe_episode  # only here: `hpcgym run` starts without the agents floor
+
+    flags = {k: v for k, v in given(ctx, **values).items() if k != "preset"}
+    defaults = {k: v for k, v in values.items() if k != "preset" and k not in flags}
+    return {**defaults, **recipe_episode(recipe).get("options", {}), **PRESETS.get(values.get("preset") or "", {}),
+            **flags}
 
 
 @main.command()
@@ -225,6 +229,7 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 @click.option("--policy", type=click.Choice(list(POLICIES), case_sensitive=False), default="fcfs", show_default=True)
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
 @_rule_options
+@recipe_option
 @click.option("--reward", default="none", show_default=True, help="Default reward spec.")
 @click.option("--decision-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds an agent may take to answer a decision.")
@@ -265,9 +270,10 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 @click.option("--curve-allow", type=click.Path(path_type=Path, exists=True), multiple=True,
               help="Public key file, or folder of them, of agents allowed to connect.")
 @click.pass_context
-def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, reward, decision_timeout,
-                on_agent_lost, trace_dirs, max_trace_bytes, prediction, model_dirs, max_jobs, idle_timeout, max_sessions,
-                max_agents, max_connections, workers, open_sessions, allow_remote, insecure, curve_secret, curve_allow) -> None:
+def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, recipe, reward,
+                decision_timeout, on_agent_lost, trace_dirs, max_trace_bytes, prediction, model_dirs, max_jobs,
+                idle_timeout, max_sessions, max_agents, max_connections, workers, open_sessions, allow_remote, insecure,
+                curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md and docs/server.md)."""
     from ..environment.server import DEFAULT_MAX_CONNECTIONS, check_listening, room_for_connections, serve
     from ..environment.service import EnvService, Limits
@@ -277,7 +283,13 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
     check_listening(bind, curve is not None, allow_remote, insecure)  # before saying "listening"
     workload = {k: v for k, v in (("trace", str(resolve_trace(trace)) if trace else None), ("procs", procs))
                 if v is not None}
-    options = _rules(ctx, backfill=backfill, exact_requests=exact_requests, commit_pick=commit_pick, preset=preset)
+    options = _rules(ctx, recipe, backfill=backfill, exact_requests=exact_requests, commit_pick=commit_pick,
+                     preset=preset, policy=policy)
+    policy = options.pop("policy")
+    from ..agents.recipes import recipe_episode
+
+    episode = recipe_episode(recipe, workload=workload, **given(ctx, reward=reward))
+    workload, reward = episode.get("workload", {}), episode.get("reward", reward)
     models = list(model_dirs)
     if prediction is not None:
         spec = PredictionSpec.parse(prediction)
@@ -385,6 +397,7 @@ class _AgentCommand(click.Command):
                                  "predicted) [default: the env's].")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1), help="Window length sent with reset.")
 @click.option("--sample", type=int, help="Random window seed sent with reset.")
+@recipe_option
 @click.option("--require", multiple=True, help="Kinds the episode must wait for (with --reset).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds to wait for any reply before giving up.")
@@ -400,7 +413,7 @@ class _AgentCommand(click.Command):
                    "decision (the same schedule, more messages).")
 def agent_command(agent, model, greedy, sampling_seed, online, online_every, online_lr, online_save, online_reward,
                   connect, controls, episodes, session, token, seed, env_policy, prediction, estimate, n_jobs, sample,
-                  require, timeout, curve_server, curve_secret, as_json, progress_every, orders) -> None:
+                  recipe, require, timeout, curve_server, curve_secret, as_json, progress_every, orders) -> None:
     """Serve AGENT (a built-in name such as sjf, or module:Class), or a checkpoint (--model), to an env;
     with --online the checkpoint keeps learning while it serves."""
     from ..agents.runtime import agent_name, episode_policy, load_agent, run_agent, serve_on_one_thread
@@ -446,16 +459,21 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
     else:
         policy, name = load_agent(agent), agent_name(agent)
 
-    for flag, value in (("--policy", env_policy), ("--prediction", prediction), ("--estimate", estimate)):
+    for flag, value in (("--policy", env_policy), ("--prediction", prediction), ("--estimate", estimate),
+                        ("--recipe", recipe)):
         if value is not None and not controls:
             raise click.UsageError(f"{flag} sets the env's options for the episodes this agent resets: not with --join")
     reset = None
     if controls:
+        from ..agents.recipes import recipe_episode
+
         workload = {k: v for k, v in (("jobs", n_jobs), ("sample", sample)) if v is not None}
         order = episode_policy(None if model is not None else agent, env_policy)
         options = {k: v for k, v in (("policy", order), ("prediction", prediction), ("estimate", estimate)) if v}
-        reset = {k: v for k, v in (("seed", seed), ("workload", workload or None), ("require", list(require) or None),
-                                   ("options", options or None)) if v is not None}
+        episode = recipe_episode(recipe, workload=workload, options=options)
+        reset = {k: v for k, v in (("seed", seed), ("workload", episode["workload"] or None),
+                                   ("require", list(require) or None), ("options", episode["options"] or None),
+                                   ("reward", episode.get("reward"))) if v is not None}
     progress = _AgentProgress(progress_every) if progress_every else None
     try:
         run = run_agent(policy, connect, name=name, session=session, reset=reset, episodes=episodes,

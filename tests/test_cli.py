@@ -262,6 +262,12 @@ def test_train_option_sets_a_simulation_option_or_names_the_bad_one(tmp_path):
                    "unknown simulation option", "backfil_stop", "backfill_stop")
     one_line_error(invoke("train", "ppo", "--option", "backfill_stop", "--out", tmp_path / "b"), "KEY=VALUE")
     one_line_error(invoke("train", "ppo", "--option", "max_interval=soon", "--out", tmp_path / "c"), "max_interval")
+
+
+@pytest.mark.slow
+def test_train_option_reaches_the_checkpoint(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("gymnasium")
     from hpcgym.agents.rl.checkpoint import latest_checkpoint, load_checkpoint
 
     out = tmp_path / "run"
@@ -269,3 +275,26 @@ def test_train_option_sets_a_simulation_option_or_names_the_bad_one(tmp_path):
                "--jobs", "12", "--eval-episodes", "0", "--no-progress", "--out", out)
     assert r.exit_code == 0, r.output
     assert load_checkpoint(latest_checkpoint(out)).trainer["settings"]["options"]["max_interval"] == 600
+
+
+def test_train_help_lists_the_rewards_itself():
+    """`train --help` said `hpcgym env` lists the rewards; it does not (issue 28): the help lists them."""
+    r = invoke("train", "--help")
+    assert r.exit_code == 0 and "hpcgym env` lists" not in r.output
+    assert "system_slowdown_prediction" in r.output.replace("\n", " ") and "relative:METRIC" in r.output
+
+
+def test_tree_picture_draws_as_many_levels_as_depth_asks(monkeypatch, tmp_path):
+    """`hpcgym tree T --depth 3 --picture P` draws 3 levels (it drew 2, issue 28); --levels wins."""
+    from pathlib import Path
+
+    from hpcgym.gymbridge.distill import plot
+
+    drawn = []
+    monkeypatch.setattr(plot, "draw_tree", lambda tree, path, levels, title=None: drawn.append(levels) or path)
+    tree = Path(__file__).resolve().parents[1] / "docs/results/irl/sdsc-sp2/distill/irl-d8.npz"
+    for extra in (["--depth", "3"], ["--depth", "3", "--levels", "4"], []):
+        r = invoke("tree", tree, *extra, "--picture", tmp_path / "t.png")
+        assert r.exit_code == 0, r.output
+    assert drawn == [3, 4, 2]
+    assert "Levels of splits the picture draws" in invoke("tree", "--help").output

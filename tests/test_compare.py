@@ -312,6 +312,7 @@ def test_inproc_and_protocol_give_identical_per_job_csvs(base, workdir, c_agent)
         assert latency["c-sjf"]["mode"] == "protocol"  # an outside program always talks over the protocol
 
 
+@pytest.mark.slow
 def test_ray_executor_gives_the_identical_table(base, workdir, c_agent):
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
@@ -399,6 +400,7 @@ def tiny_model(workdir) -> Path:
     return workdir / "tiny-model" / "model.pt"
 
 
+@pytest.mark.slow
 def test_model_policy_schedules_as_the_checkpoint_served_in_process_and_over_the_protocol(workdir, tiny_model):
     """`model:PATH` (with its kind named, or bare, a path relative to the working directory) in
     `compare --inproc`, the same policy over the protocol (an agent process), and the checkpoint as
@@ -435,3 +437,72 @@ def test_model_policy_schedules_as_the_checkpoint_served_in_process_and_over_the
     assert json.loads((inproc / "run.json").read_text())["provenance"]["checkpoints"] == {str(tiny_model.resolve()): digest}
     latency = {row["policy"]: row for row in read_csv(inproc / "latency.csv")}
     assert latency["bare"]["kinds"] == "select" and int(latency["bare"]["asked"]) > 0
+
+
+def test_a_missing_program_is_one_line_before_any_unit_runs(workdir):
+    """A `cmd:` program that is not there (the README's C agent, not built yet) fails once, with
+    what to do, instead of once per unit (issue 28)."""
+    r = run_cli(workdir, ["compare", "--trace", str(workdir / "trace.swf"), "--jobs", "20", "--samples", "2",
+                          "--out", str(workdir / "no-program"), "--policy", "sjf",
+                          "--policy", "c=cmd:examples/c-sjf/build/no_such_agent {addr} --join"])
+    assert r.exit_code == 2 and r.output.count("\n") == 1, r.output
+    assert "no_such_agent not found" in r.output and "make -C examples/c-sjf" in r.output
+    assert not (workdir / "no-program" / "units").exists()
+
+
+def test_start_gives_one_fixed_window(workdir):
+    """--start N --jobs M compares on jobs N+1..N+M of the trace (docs/irl.md's test window is
+    --start 10000 --jobs 2500): the sequence file holds exactly those jobs, by their SWF ids."""
+    out = workdir / "fixed"
+    r = run_cli(workdir, ["compare", "--trace", str(workdir / "trace.swf"), "--start", "100", "--jobs", "40",
+                          "--inproc", "--workers", "1", "--no-plots", "--bootstrap", "100", "--policy", "fcfs",
+                          "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    ids = [int(line.split()[0]) for line in (out / "sequences" / "seq-000.swf").read_text().splitlines()
+           if line.strip() and not line.startswith(";")]
+    assert ids == list(range(101, 141))   # write_trace numbers its jobs 1, 2, ...
+    assert json.loads((out / "run.json").read_text())["sequences"][0]["start"] == 100
+    r = run_cli(workdir, ["compare", "--trace", str(workdir / "trace.swf"), "--start", "100", "--jobs", "40",
+                          "--samples", "3", "--policy", "fcfs", "--out", str(workdir / "fixed-3")])
+    assert r.exit_code == 2 and "one sample" in r.output
+
+
+def test_progress_outside_a_terminal_is_plain_lines(workdir, monkeypatch):
+    """stderr is no terminal under CliRunner (as in a batch job): compare writes plain progress
+    lines (at most one per EVERY seconds; here 0), not a bar's carriage returns, and not silence."""
+    from hpcgym.gymbridge import progress
+
+    monkeypatch.setattr(progress, "EVERY", 0.0)
+    r = run_cli(workdir, ["compare", "--trace", str(workdir / "trace.swf"), "--jobs", "20", "--samples", "2",
+                          "--inproc", "--workers", "1", "--no-plots", "--bootstrap", "100", "--policy", "fcfs",
+                          "--out", str(workdir / "lines")])
+    assert r.exit_code == 0, r.output
+    lines = [line.split(" (")[0] for line in r.output.splitlines() if line.startswith("compare: ")]
+    assert lines == ["compare: 1/2 units", "compare: 2/2 units"] and "\r" not in r.output
+
+
+def test_ctrl_c_says_how_to_resume(workdir):
+    """An interrupted comparison names the --resume command that finishes it (issue 28: it said only
+    "Aborted!") and exits 130, as a shell reports a command that SIGINT stopped."""
+    import os
+    import signal
+    import sys
+    import time
+
+    (workdir / "slow_agents.py").write_text(
+        "import time\nfrom hpcgym.agents.base import PriorityAgent\n\n\n"
+        "class SlowSjf(PriorityAgent):\n    def __init__(self):\n        super().__init__('sjf')\n\n"
+        "    def act(self, decision):\n        time.sleep(0.05)\n        return super().act(decision)\n")
+    out = workdir / "interrupted"
+    args = [str(Path(sys.executable).parent / "hpcgym"), "compare", "--trace", str(workdir / "trace.swf"),
+            "--jobs", "60", "--samples", "4", "--inproc", "--workers", "1", "--no-plots", "--bootstrap", "100",
+            "--policy", "slow=select:slow_agents:SlowSjf", "--out", str(out)]
+    proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "sequences").is_dir() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert f"hpcgym compare --resume --out {out}" in err and "Traceback" not in err

@@ -191,6 +191,7 @@ def test_a_file_that_is_not_a_tree_is_refused(tmp_path):
         TreeAgent(records)
 
 
+@pytest.mark.slow
 def test_the_irl_teacher_trains_and_distils_by_regression_on_its_q_values(tmp_path):
     """`hpcgym train irl-dqn` (a small real run) makes the paper's teacher: the irl encoder's
     3 inputs per job, window 20, 32-16-8 ReLU per-job layers, select and backfill, reward A. Its

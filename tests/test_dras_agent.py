@@ -103,6 +103,7 @@ def test_curriculum_phases_and_episode_order():
         phase_workload({"trace": "t.swf", "jobs": 10, "start": 3}, "real")
 
 
+@pytest.mark.slow
 def test_each_phase_draws_its_own_kind_of_episode(tmp_path):
     """Episode j of a curriculum run is reset in its phase's env: sampled jobsets re-draw Poisson
     arrivals, real periods are consecutive trace jobs, synthetic ones come from the fitted model."""
@@ -163,6 +164,7 @@ def returns_before_and_after_training(settings: TrainSettings, folder, episodes:
     return before, _sampled_returns(trainer.algo, settings, held_out)
 
 
+@pytest.mark.slow
 def test_short_dras_ppo_training_improves_the_capacity_reward(tmp_path):
     """DRAS-PPO on a small generated workload (64 processors, 64-job episodes, window 10): 8
     epochs of 16 episodes (about 10 s here) raise the capacity reward (eq. 2) of the policy on
@@ -179,6 +181,7 @@ def test_short_dras_ppo_training_improves_the_capacity_reward(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ serving
+@pytest.mark.slow
 def test_dras_checkpoint_served_over_the_protocol_schedules_a_full_episode(tmp_path, ipc_dir):
     """`hpcgym train dras-a2c` (its defaults: select+backfill, dras encoder and net, window 50,
     no wait, capacity reward, the three-phase curriculum), then `hpcgym env` + `hpcgym agent

@@ -123,6 +123,7 @@ def test_the_imitation_weight_falls_to_zero_and_bad_schedules_are_refused():
             PPOConfig(**bad)
 
 
+@pytest.mark.slow
 def test_train_rlschert_briefly(tmp_path):
     """Three epochs of two 64-job episodes (cut at 60 decisions), the first a pretraining one: the
     curve shows the imitation alone (weight 1), then PPO with the weight 0.5 and 0.5 * (1 - 1/20)

@@ -122,6 +122,7 @@ class Recorder:
         return action
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["pg", "a2c", "ppo"])
 def test_weights_change_after_every_decisions_and_not_before(models, algorithm, tmp_path):
     every = 10
@@ -150,6 +151,7 @@ def test_weights_change_after_every_decisions_and_not_before(models, algorithm, 
     assert result.summary["jobs"] == JOBS
 
 
+@pytest.mark.slow
 def test_episode_end_updates_a_large_enough_tail_and_keeps_a_small_one(models, tmp_path):
     """At the end the last decision is terminal; the pending steps are updated when at least
     every // 2, else kept (complete) for the next segment. A cut episode (no metrics) is dropped."""
@@ -170,6 +172,7 @@ def test_episode_end_updates_a_large_enough_tail_and_keeps_a_small_one(models, t
     assert (tmp_path / "a.pt").is_file()
 
 
+@pytest.mark.slow
 def test_same_seed_same_weights_and_schedule(models, tmp_path):
     def run(seed: int, name: str):
         agent = OnlineRLAgent(models["ppo"], every=16, seed=seed, save=tmp_path / f"{name}.pt")
@@ -191,6 +194,7 @@ def test_same_seed_same_weights_and_schedule(models, tmp_path):
     assert np.array_equal(run_episode(frozen).jobs["start"], sampled.jobs["start"])
 
 
+@pytest.mark.slow
 def test_a_reward_is_credited_to_the_decision_before_it(models):
     """Hand-made rewards, as `run_agent` reports them: before decision k (k >= 1) come the
     rewards earned since decision k - 1 (none, one or two calls); the last ones come at the end.
@@ -227,6 +231,7 @@ def test_a_reward_is_credited_to_the_decision_before_it(models):
     assert scored.storage.steps[0]["reward"] == [0.0] * (n - 1) + [-result.summary["mean_bsld"]]
 
 
+@pytest.mark.slow
 def test_what_cannot_adapt_is_refused_in_one_line(models, tmp_path):
     from hpcgym.gymbridge.cli import main
 
@@ -247,6 +252,7 @@ def test_what_cannot_adapt_is_refused_in_one_line(models, tmp_path):
         assert result.exit_code == 2 and needle in result.output, (args, result.output)
 
 
+@pytest.mark.slow
 def test_online_policy_spec_in_compare(models, tmp_path, monkeypatch):
     """`online:PATH` parses like `model:PATH` and runs in process and over the protocol alike
     (episodes of 64 jobs are shorter than the default 1000 decisions: no update within them)."""
@@ -274,6 +280,7 @@ def test_online_policy_spec_in_compare(models, tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------ over a socket
+@pytest.mark.slow
 def test_served_online_over_a_socket_adapts_and_saves(models, tmp_path, ipc_dir):
     """`hpcgym env --reward bsld` + `hpcgym agent --model --online --online-reward env`: the
     episode completes, the adapted checkpoint is written and differs from the original, and it

@@ -103,3 +103,17 @@ def test_a_file_that_is_not_records_is_refused(tmp_path):
     np.savez(tmp_path / "other.npz", x=np.arange(3))
     with pytest.raises(HpcgymError, match="not a decision records file"):
         load_records(tmp_path / "other.npz")
+
+
+def test_record_finds_a_bare_trace_name_in_hpcgym_traces(tmp_path, monkeypatch):
+    """`hpcgym record --trace NAME` looks NAME up in $HPCGYM_TRACES like every other command
+    (issue 28: docs/schedinspector.md's record command failed with "trace ... not found")."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    write_trace(folder / "mine.swf", jobs=40, procs=32, seed=3)
+    monkeypatch.setenv("HPCGYM_TRACES", str(folder))
+    result = CliRunner().invoke(main, ["record", "inspect:tests.agents_for_tests:HalfClusterInspector", "--kind",
+                                       "inspect", "--trace", "mine.swf", "--jobs", "20", "--samples", "1",
+                                       "--out", str(tmp_path / "rec.npz")])
+    assert result.exit_code == 0, result.output
+    assert load_records(tmp_path / "rec.npz")[1]["episodes"] == 1

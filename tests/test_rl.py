@@ -292,6 +292,7 @@ def test_dql_target_takes_the_max_over_valid_actions_only():
 
 
 # ------------------------------------------------------------------------------------------ learning
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_each_algorithm_learns_the_optimum(algorithm, tmp_path):
     """A few epochs on TwoSlots (a quarter of the states with the bad slot masked: a masked
@@ -305,6 +306,7 @@ def test_each_algorithm_learns_the_optimum(algorithm, tmp_path):
     assert history[-1]["return"] > 3.0  # of 4 (random: 2.5); sampling or epsilon still explores
 
 
+@pytest.mark.slow
 def test_ppo_learns_from_a_delayed_reward_with_the_conv_network(tmp_path):
     """All reward at the episode's end (like the bsld reward), and the per-slot conv network."""
     obs, mask, good = random_states(200)
@@ -323,6 +325,7 @@ def two_job_trace(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_ppo_on_the_real_env_finds_the_short_job_first(tmp_path):
     from hpcgym.gymbridge import make
 
@@ -353,6 +356,7 @@ def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:
     return {f"{m}.{n}": t for m, sd in trainer.algo.weights().items() for n, t in sd.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["ppo", "dql"])
 def test_same_seed_same_weights_and_curve_and_resume_is_exact(algorithm, tmp_path):
     runs = {}
@@ -419,6 +423,7 @@ def test_gymnasium_check_env_and_a_random_masked_rollout(tmp_path):
 # ------------------------------------------------------------------------------------------ command line
 
 
+@pytest.mark.slow
 def test_train_command_then_serve_the_checkpoint_over_the_protocol(tmp_path, ipc_dir):
     """`hpcgym train` (in process), `--resume`, then `hpcgym env` + `hpcgym agent --model` as
     subprocesses: the served policy schedules exactly as the in-process one (greedy, and sampling
@@ -552,12 +557,17 @@ def test_agent_command_needs_an_agent_or_a_model(tmp_path):
     assert result.exit_code == 2 and "not an hpcgym checkpoint" in result.output
 
 
-def test_train_outside_a_terminal_logs_one_line_per_epoch_and_notes_the_overlapping_evaluation(tmp_path):
+@pytest.mark.slow
+def test_train_outside_a_terminal_logs_one_line_per_epoch_and_notes_the_overlapping_evaluation(tmp_path,
+                                                                                               monkeypatch):
     """stderr is no terminal under CliRunner (as in a batch job): no bar, one line per epoch,
-    each with the running episode count; and a note that without --train-fraction the held-out
+    each with the running episode count, and progress lines within epochs (rate-limited; here
+    every episode, as the limit is 0 s); and a note that without --train-fraction the held-out
     windows come from the same trace (once, at the start). The CSV agrees with the lines."""
+    from hpcgym.gymbridge import progress
     from hpcgym.gymbridge.cli import main
 
+    monkeypatch.setattr(progress, "EVERY", 0.0)
     trace = write_trace(tmp_path / "t.swf", jobs=60, procs=32, seed=4)
     out = tmp_path / "run"
     result = CliRunner().invoke(main, ["train", "ppo", "--trace", str(trace), "--jobs", "20", "--window", "8",
@@ -571,10 +581,13 @@ def test_train_outside_a_terminal_logs_one_line_per_epoch_and_notes_the_overlapp
         assert f": {row['episodes_total']} episodes, mean return {float(row['return']):.4g}, " \
                f"mean bsld {float(row['mean_bsld']):.4g}, " in line and line.endswith(" s")
     assert [row["episodes_total"] for row in curve] == ["2", "4", "6"]
+    within = [line.split(" (")[0] for line in result.output.splitlines() if line.startswith("train: ")]
+    assert within == [f"train: {n}/6 episodes" for n in range(1, 7)]
     assert result.output.count("--train-fraction 0.8") == 1
     assert result.output.splitlines()[-1].startswith("  (paired differences")
 
 
+@pytest.mark.slow
 def test_train_names_the_algorithm_as_asked_and_keeps_quiet_with_a_chronological_split(tmp_path):
     """dras-ppo is PPO with DRAS's defaults: the summary says dras-ppo, as typed. With
     --train-fraction no overlap note is printed; --no-progress prints no epoch lines either."""
@@ -589,7 +602,22 @@ def test_train_names_the_algorithm_as_asked_and_keeps_quiet_with_a_chronological
     assert any(line.startswith("dras-ppo on select+backfill: 1 epochs, 3 episodes")
                for line in result.output.splitlines()), result.output
     assert "--train-fraction" not in result.output
-    assert not [line for line in result.output.splitlines() if line.startswith("epoch ")]
+    assert not [line for line in result.output.splitlines() if line.startswith(("epoch ", "train: "))]
+    table = result.output.split("held-out evaluation")[1].splitlines()
+    assert table[2].split()[0] == "dras-ppo"   # the model's row says what was trained, not `ppo`
+
+
+def test_the_evaluation_table_widens_for_long_names():
+    """Every row's numbers start in the same column, whatever the length of the policy names
+    (the teacher baselines' names are long)."""
+    from hpcgym.gymbridge.training.command import evaluation_table
+
+    metrics = {"mean_bsld": 1.5, "mean_wait": 20.0, "utilization": 0.5, "max_bsld": 3.0}
+    long_name = "kill:rlschert-rule,fcfs"
+    lines = evaluation_table({"summary": {"rlschert": metrics, long_name: metrics},
+                              "failed": {"x": "boom"}}).splitlines()
+    assert lines[1].index("1.50") == lines[2].index("1.50") and lines[2].startswith(f"  {long_name}  ")
+    assert lines[3] == "  x" + " " * 24 + "failed: boom"   # the longest name (23 characters) and 2 spaces
 
 
 def test_discarded_episodes_leave_no_steps_and_are_replaced():

@@ -74,6 +74,7 @@ def textbook_settings(generate_jobs: int, **run):
         options={**SEMANTICS["textbook"], "policy": "fcfs", "window": 32}, config=S["config"], seed=0, **run)
 
 
+@pytest.mark.slow
 def test_short_training_raises_the_relative_reward(tmp_path):
     """PPO with RL backfilling's settings, textbook EASY-safe candidates, on a generated workload
     (64 processors, 64-job episodes, window 32): 8 epochs of 16 episodes raise the sampled
@@ -88,6 +89,7 @@ def test_short_training_raises_the_relative_reward(tmp_path):
     assert after.mean() - before.mean() > 0.065, (before.mean(), after.mean())
 
 
+@pytest.mark.slow
 def test_a_checkpoint_served_over_ipc_gives_the_in_process_schedule(tmp_path, ipc_dir):
     """`hpcgym train rlbf` (the public code's semantics: unguarded candidates, no stop), then
     `hpcgym env --preset rlbf-public` and `hpcgym agent --model --sampling` as processes: the
@@ -108,6 +110,7 @@ def test_a_checkpoint_served_over_ipc_gives_the_in_process_schedule(tmp_path, ip
     assert served_summary(trace, model, ipc_dir, ["--preset", "rlbf-public"], 80, 5, 3) == dict(local)
 
 
+@pytest.mark.slow
 def test_scw_training_ends_with_its_held_out_evaluation(tmp_path, traces_dir):
     """`scw` windows are cut from the trace cleaned by the code's rule, and the held-out evaluation
     draws its windows the same way (it used to refuse the `cleaning` key, after the whole training)."""
@@ -127,6 +130,7 @@ def test_scw_training_ends_with_its_held_out_evaluation(tmp_path, traces_dir):
     assert result["workload"]["cleaning"] == "rlbf-scw" and set(result["summary"]) == {"ppo", "fcfs"}
 
 
+@pytest.mark.slow
 def test_an_evaluation_it_cannot_make_stops_the_training_before_it_starts(tmp_path):
     """A workload the held-out evaluation cannot draw from (a generated one given by its size) is
     refused before the first epoch, not after the last, naming --eval-episodes 0."""

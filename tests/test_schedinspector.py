@@ -103,6 +103,7 @@ def _code_settings(**overrides):
     return TrainSettings(**{**values, **overrides})
 
 
+@pytest.mark.slow
 def test_short_training_raises_the_relative_reward(tmp_path):
     """PPO with SchedInspector's settings on a generated workload (64 processors, 64-job episodes):
     6 epochs of 16 episodes raise the sampled policy's relative reward over SJF alone on 16
@@ -117,6 +118,7 @@ def test_short_training_raises_the_relative_reward(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ serving
+@pytest.mark.slow
 def test_a_checkpoint_served_over_ipc_gives_the_in_process_schedule(tmp_path, ipc_dir):
     """`hpcgym train schedinspector` (1 short epoch), then `hpcgym env` with the code's rules and
     `hpcgym agent --model --sampling` as processes: the seeded sampling agent's episode equals the
@@ -139,6 +141,7 @@ def test_a_checkpoint_served_over_ipc_gives_the_in_process_schedule(tmp_path, ip
     assert served == dict(local)
 
 
+@pytest.mark.slow
 def test_the_preset_yields_to_flags_and_refuses_its_options_elsewhere(tmp_path):
     pytest.importorskip("torch")
     from click.testing import CliRunner
@@ -163,4 +166,4 @@ def test_the_preset_yields_to_flags_and_refuses_its_options_elsewhere(tmp_path):
     assert settings["options"] == {"backfill": "none", "window": 128, "policy": "f1"}   # textbook: no code rules
     assert "first_jobs" not in settings["workload"]
     refused = CliRunner().invoke(main, ["train", "ppo", "--base", "sjf", "--out", str(tmp_path / "x"), "--no-progress"])
-    assert refused.exit_code == 2 and "belong to schedinspector" in refused.output
+    assert refused.exit_code == 2 and "belong to the recipes" in refused.output

@@ -109,6 +109,8 @@ class Runner:
         self.label = [-1] * n   # the teacher's action in each env's current state
         self.to_start = 0
         self.steps = 0
+        #: Called with each episode as it ends (a command's progress within an epoch).
+        self.on_episode_end: Callable[[Episode], None] | None = None
 
     # -------------------------------------------------------------- epochs
     def start_epoch(self, episodes: int) -> None:
@@ -181,6 +183,8 @@ class Runner:
                 episode.info = {**info, "truncated": bool(truncated and not terminated)}
                 ended.append(episode)
                 self.current[i] = None
+                if self.on_episode_end is not None:
+                    self.on_episode_end(episode)
         return ended
 
     def _act(self, policy: Policy, live: list[int]) -> tuple[np.ndarray, dict[str, np.ndarray]]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from ...environment.config import OVERRUN_MODES, EstimateSpec
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
 from ...environment.swf import CLEANINGS
-from ..usage import check_part
+from ..usage import check_part, given, recipe_option
 from .executors import EXECUTORS
 from .policy import CHECKPOINT_SOURCES, PolicySpec, parse_policy
 from .stats import METRICS
@@ -28,6 +30,8 @@ POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or
                "E.g. --policy fcfs+easy --policy sjf=sjf+easy --policy ppo=select:model:runs/ppo/model.pt "
                "--policy 'c=cmd:examples/c-sjf/build/sjf_agent {addr} --join'; alone, batsim:'PROGRAM {addr} ...' is a Batsim "
                "scheduler (docs/batsim.md), e.g. --policy 'pyb=batsim:pybatsim easyBackfill -t 0 -s {addr}'.")
+#: The C agent of the examples, built by `make -C examples/c-sjf`.
+C_AGENT = "examples/c-sjf"
 
 
 @click.command("compare")
@@ -50,8 +54,12 @@ POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or
               help="Sample i uses seed SEED+i (its window and its episode); also seeds the bootstrap.")
 @click.option("--first-jobs", type=click.IntRange(min=1),
               help="Random windows start within the trace's first N jobs (the RL papers' code draws from 10,000).")
+@click.option("--start", type=click.IntRange(min=0),
+              help="One fixed window instead of random ones: --jobs M jobs from the Nth (0-based; of --part "
+                   "with --train-fraction), e.g. --start 10000 --jobs 2500 for jobs 10,001-12,500.")
 @click.option("--cleaning", type=click.Choice(CLEANINGS), default="hpcgym", show_default=True,
               help="SWF cleaning rule: hpcgym's, or rlbf-scw (cancelled jobs kept as 10 s jobs, docs/semantics.md).")
+@recipe_option
 @click.option("--estimate", default=None, help="Run-time estimate for all policies: requested, actual, noisy:E.")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default=None, help="Overrun rule for all policies.")
 @click.option("--metric", type=click.Choice([k for k, _, _ in METRICS]), default="mean_bsld", show_default=True,
@@ -81,8 +89,8 @@ POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or
                    "action) to units/POLICY/seq-NNN.records.npz (agents/records.py; local executor).")
 @click.pass_context
 def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, samples, n_jobs, sampled_jobset,
-            train_fraction, part, seed, first_jobs, cleaning, estimate, overrun, metric, resamples, out, resume, force,
-            inproc, workers, executor, address, decision_timeout, start_timeout, no_plots, record) -> None:
+            train_fraction, part, seed, first_jobs, start, cleaning, recipe, estimate, overrun, metric, resamples, out,
+            resume, force, inproc, workers, executor, address, decision_timeout, start_timeout, no_plots, record) -> None:
     """Compare scheduling policies on the same job sequences: summary table, paired differences to
     a baseline with bootstrap confidence intervals, per-job CSVs, plots (see docs/compare.md).
 
@@ -117,21 +125,36 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
                 raise click.BadParameter(str(exc), param_hint="--estimate") from None
         if overrun is not None:
             options["overrun"] = overrun
+        if recipe is not None:  # its rules and window for every policy (a policy's own items win), its cleaning
+            from ...agents.recipes import recipe_episode
+
+            episode = recipe_episode(recipe)
+            options = {**{k: v for k, v in episode["options"].items() if k != "policy"}, **options}
+            cleaning = cleaning if "cleaning" in given(ctx, cleaning=cleaning) else \
+                episode["workload"].get("cleaning", cleaning)
         if trace is not None:
             trace = resolve_trace(trace).resolve()  # a bare name is looked up in $HPCGYM_TRACES
         spec = SequenceSpec(trace=str(trace) if trace else None, procs=procs, strict=strict,
-                            skip_malformed=skip_malformed, samples=samples or (10 if n_jobs else 1), jobs=n_jobs,
+                            skip_malformed=skip_malformed, samples=samples or (10 if n_jobs and start is None else 1), jobs=n_jobs,
                             sampled_jobset=sampled_jobset, train_fraction=train_fraction, part=part, seed=seed,
-                            first_jobs=first_jobs, cleaning=cleaning)
+                            first_jobs=first_jobs, cleaning=cleaning, start=start)
         parsed = [parse_policy(p) for p in policies]
-        _check_checkpoints(parsed)
+        _check_files(parsed, executor)
+        if mode == "protocol" and any(a.source in ("model", "online") for p in parsed for a in p.agents):
+            click.echo("note: over the protocol every unit starts its own agent process, which imports PyTorch; "
+                       "--inproc gives the same schedules several times faster (docs/compare.md)", err=True)
         comparison = Comparison(policies=parsed, sequences=spec, out=out,
                                 baseline=baseline, options=options, metric=metric, resamples=resamples, mode=mode,
                                 executor=executor, address=address, workers=workers,
                                 decision_timeout=decision_timeout, start_timeout=start_timeout, plots=not no_plots,
                                 argv=argv,
                                 record=record_settings(*record.partition(":")[::2], executor) if record else None)
-    outcome = run_comparison(comparison, resume=resume, force=force)
+    try:
+        outcome = run_comparison(comparison, resume=resume, force=force)
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted: the finished units are saved in {out}; `hpcgym compare --resume --out {out}` "
+                   "runs the rest", err=True)
+        sys.exit(130)
     click.echo(outcome.table.split("\n## All metrics")[0].rstrip() + "\n")
     errors = outcome.table.split("\n## Errors\n")
     if len(errors) > 1:
@@ -166,13 +189,20 @@ def record_settings(kind: str, encoder: str | None, executor: str = "local", win
     return {"kind": kind, "encoder": encoder, "window": window}
 
 
-def _check_checkpoints(policies: list[PolicySpec]) -> None:
-    """A missing checkpoint fails here, once, not in every unit of the comparison."""
+def _check_files(policies: list[PolicySpec], executor: str) -> None:
+    """A missing checkpoint or program fails here, once, not in every unit of the comparison (a
+    Ray cluster's machines may hold programs this one lacks: they are not checked for it)."""
     for policy in policies:
         for agent in policy.agents:
             if agent.source in CHECKPOINT_SOURCES and not Path(agent.target).is_file():
                 raise ConfigError(f"policy {policy.name!r}: checkpoint {agent.target} not found; give the path "
                                   "of a model.pt written by hpcgym train")
+            if agent.source == "cmd" and executor == "local":
+                program = shlex.split(agent.target)[0]
+                if shutil.which(program) is None:
+                    hint = f" (make -C {C_AGENT})" if Path(program).parts[:2] == Path(C_AGENT).parts else ""
+                    raise ConfigError(f"policy {policy.name!r}: program {program} not found or not executable; "
+                                      f"build or install it first{hint}")
 
 
 def command_line(ctx: click.Context) -> list[str]:

@@ -42,6 +42,7 @@ class SequenceSpec:
     seed: int = 0
     first_jobs: int | None = None   # windows start within the first N jobs (the RL papers' code)
     cleaning: str = "hpcgym"        # SWF cleaning rule (environment.swf.CLEANINGS)
+    start: int | None = None        # one fixed window of `jobs` jobs from this index (0-based), not random ones
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -61,6 +62,10 @@ class SequenceSpec:
         if self.first_jobs is not None and (self.jobs is None or self.sampled_jobset or self.first_jobs < self.jobs):
             raise ConfigError("--first-jobs N limits where random windows start: it needs --jobs M with M <= N "
                               "(and no --sampled-jobset)")
+        if self.start is not None and (self.jobs is None or self.samples != 1 or self.sampled_jobset
+                                       or self.first_jobs is not None):
+            raise ConfigError("--start N is one fixed window of --jobs M jobs (jobs N+1 to N+M): it needs --jobs, "
+                              "one sample, and no --sampled-jobset or --first-jobs")
         if self.seed < 0:
             raise ConfigError("--seed must be non-negative")
 
@@ -80,8 +85,9 @@ def build_sequences(spec: SequenceSpec, folder: Path) -> list[dict[str, Any]]:
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     for index, seed in enumerate(sample_seeds(spec)):
-        workload = cut_sequence(source, {"jobs": spec.jobs, "sample": seed, "sampled_jobset": spec.sampled_jobset,
-                                         "first_jobs": spec.first_jobs})
+        workload = cut_sequence(source, {"jobs": spec.jobs, "start": spec.start,
+                                         "sample": seed if spec.start is None else None,
+                                         "sampled_jobset": spec.sampled_jobset, "first_jobs": spec.first_jobs})
         found = re.search(r"-w(\d+)-\d+$", workload.name) if workload is not source else None
         start = int(found.group(1)) if found else None
         path = folder / f"seq-{index:03d}.swf"
@@ -127,8 +133,9 @@ def unit_id(policy: PolicySpec, index: int) -> str:
 def fingerprint(policies: list[PolicySpec], trace_sha256: str | None, spec: SequenceSpec,
                 options: dict[str, Any]) -> str:
     """What makes two comparisons the same: the policies, the source's contents, how sequences are
-    drawn from it, and the common options (not the trace's path, so a moved trace still resumes)."""
-    drawn = {k: v for k, v in spec.to_json().items() if k != "trace"}
+    drawn from it, and the common options (not the trace's path, so a moved trace still resumes;
+    nor an unset `start`, so comparisons begun before it existed still resume)."""
+    drawn = {k: v for k, v in spec.to_json().items() if k != "trace" and not (k == "start" and v is None)}
     data = {"policies": [p.to_json() for p in policies], "trace_sha256": trace_sha256, "sequences": drawn,
             "generated": spec.trace is None, "options": options}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

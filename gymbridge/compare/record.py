@@ -19,6 +19,8 @@ from pathlib import Path
 import click
 
 from ...environment.errors import ConfigError, HpcgymError
+from ...environment.spec import resolve_trace
+from ..usage import recipe_option
 from .command import record_settings
 from .plan import unit_id
 from .policy import parse_policy
@@ -26,10 +28,13 @@ from .policy import parse_policy
 
 @click.command("record")
 @click.argument("spec")
-@click.option("--kind", required=True, help="The decision kind to record: select, inspect, backfill or kill.")
-@click.option("--encoder", help="Features of each decision (default: the kind's usual encoder).")
+@click.option("--kind", help="The decision kind to record: select, inspect, backfill or kill (default: the "
+                             "recipe's).")
+@click.option("--encoder", help="Features of each decision (default: the recipe's, else the kind's usual encoder).")
+@recipe_option
 @click.option("--trace", type=click.Path(path_type=Path, dir_okay=False),
-              help="SWF or SWF.gz trace (default: a generated Lublin workload).")
+              help="SWF or SWF.gz trace: a path, or a file name found in $HPCGYM_TRACES (default: a generated "
+                   "Lublin workload).")
 @click.option("--jobs", "n_jobs", type=click.IntRange(min=1),
               help="Jobs per sequence (absent: the whole trace is one sequence).")
 @click.option("--samples", type=click.IntRange(min=1), help="Sequences (default 10 with --jobs, else 1).")
@@ -37,27 +42,37 @@ from .policy import parse_policy
               help="Split the trace chronologically; draw from one part (--part).")
 @click.option("--part", type=click.Choice(["train", "test"]), default="test", show_default=True)
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Sample i uses seed SEED+i.")
-@click.option("--window", type=click.IntRange(min=1), default=128, show_default=True,
-              help="Window slots of the mask and the features (the policy's window).")
+@click.option("--window", type=click.IntRange(min=1),
+              help="Window slots of the mask and the features (the policy's window) [default: the recipe's, else 128].")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Parallel sequences.")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The records file (.npz).")
-def record(spec, kind, encoder, trace, n_jobs, samples, train_fraction, part, seed, window, workers, out) -> None:
-    """Record SPEC's decisions of one kind (a policy in hpcgym compare's syntax) to OUT."""
+def record(spec, kind, encoder, recipe, trace, n_jobs, samples, train_fraction, part, seed, window, workers,
+           out) -> None:
+    """Record SPEC's decisions of one kind (a policy in hpcgym compare's syntax) to OUT; with --recipe,
+    in that paper's episodes (its rules, window, cleaning; its kind and encoder unless given)."""
+    from ...agents.recipes import recipe_episode
     from ...agents.records import load_records, merge_records, save_records
     from .plan import SequenceSpec
     from .runner import Comparison, run_comparison
 
-    if trace is not None and not trace.is_file():
-        raise ConfigError(f"trace {trace} not found")
-    settings = record_settings(kind, encoder or None, window=window, what="--kind/--encoder")
+    if trace is not None:
+        trace = resolve_trace(trace).resolve()  # a bare name is looked up in $HPCGYM_TRACES
+    episode = recipe_episode(recipe, kind=kind, encoder=encoder, options={"window": window} if window else None)
+    kind, options = episode.get("kind"), {k: v for k, v in episode.get("options", {"window": 128}).items()
+                                          if k != "policy"}
+    if not isinstance(kind, str):
+        raise ConfigError("give --kind: the decision kind to record" + (f" (recipe {recipe} takes {'+'.join(kind)})"
+                                                                      if kind else ""))
+    settings = record_settings(kind, episode.get("encoder"), window=options["window"], what="--kind/--encoder")
     policy = parse_policy(f"recorded={spec}")
     if not any(kind in agent.kinds for agent in policy.agents) and not any(not a.kinds for a in policy.agents):
         raise ConfigError(f"policy {spec!r} has no agent taking {kind} decisions: nothing would be recorded")
-    sequences = SequenceSpec(trace=str(trace.resolve()) if trace else None, samples=samples or (10 if n_jobs else 1),
-                             jobs=n_jobs, train_fraction=train_fraction, part=part, seed=seed)
+    sequences = SequenceSpec(trace=str(trace) if trace else None, samples=samples or (10 if n_jobs else 1),
+                             jobs=n_jobs, train_fraction=train_fraction, part=part, seed=seed,
+                             cleaning=episode.get("workload", {}).get("cleaning", "hpcgym"))
     folder = Path(tempfile.mkdtemp(prefix="hpcgym-record-"))
     try:
-        comparison = Comparison([policy], sequences, folder / "run", options={"window": window}, mode="inproc",
+        comparison = Comparison([policy], sequences, folder / "run", options=options, mode="inproc",
                                 workers=workers, plots=False, record=settings, argv=["hpcgym", "record", spec])
         outcome = run_comparison(comparison)
         if outcome.failed:

@@ -32,6 +32,7 @@ from ...environment.errors import ConfigError
 from ...environment.metrics import JOB_COLUMNS
 from . import report
 from .executors import run_local, run_ray
+from ..progress import progress
 from ..provenance import git_commit, provenance, sha256_file
 from .plan import SequenceSpec, build_sequences, fingerprint, trace_checksums, unit_id
 from .policy import CHECKPOINT_SOURCES, PolicySpec
@@ -185,7 +186,7 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
              s["index"], texts[s["index"]]) for p, s in todo]
     ran: list[str] = []
 
-    bar = _progress(len(units), len(reused), c.progress)
+    bar = progress(len(units), "units", "compare", c.progress, initial=len(reused), leave=False)
 
     def on_done(uid: str, result: dict[str, Any]) -> None:
         _save_unit(out, uid, result)
@@ -360,13 +361,6 @@ def _clear(out: Path) -> None:
         shutil.rmtree(out / name, ignore_errors=True)
     for name in ("run.json", "summary.md", "summary.csv", "latency.md", "latency.csv"):
         (out / name).unlink(missing_ok=True)
-
-
-def _progress(total: int, done: int, enabled: bool | None):
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=done, unit="unit", desc="compare", file=sys.stderr,
-                disable=None if enabled is None else not enabled, leave=False)
 
 
 def versions(executor: str) -> dict[str, Any]:

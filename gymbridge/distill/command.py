@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -27,9 +26,13 @@ import numpy as np
 
 from ...environment.config import BACKFILL_MODES, SimConfig
 from ...environment.errors import ConfigError, HpcgymError
+from ..progress import progress as progress_bar
 from ..provenance import provenance
+from ..usage import recipe_option
 
 METHODS = ("irl", "dagger")
+#: A picture of more levels than this has unreadably small nodes.
+MAX_PICTURE_LEVELS = 6
 MODES = ("auto", "regression", "classification")
 
 
@@ -43,11 +46,11 @@ def _ints(text: str, what: str) -> list[int]:
     return values
 
 
-def _workloads(trace: Path, first: int, train_jobs: int, test_jobs: int):
+def _workloads(trace: Path, first: int, train_jobs: int, test_jobs: int, cleaning: str = "hpcgym"):
     from ...environment.spec import resolve_trace
     from ...environment.swf import read_swf
 
-    workload = read_swf(resolve_trace(trace))
+    workload = read_swf(resolve_trace(trace), cleaning=cleaning)
     if first + train_jobs + test_jobs > len(workload):
         raise ConfigError(f"{trace} has {len(workload)} jobs, fewer than --first {first} + --train-jobs {train_jobs}"
                           f" + --test-jobs {test_jobs}")
@@ -101,8 +104,9 @@ def _teacher_setup(spec: str, kinds: tuple[str, ...] | None, encoder: str | None
               "(default: the teacher's).")
 @click.option("--encoder", help="The tree's features (default: a checkpoint teacher's own encoder, else the kind's "
               "usual one); a checkpoint teacher always reads its own, over the same window slots.")
-@click.option("--window", type=click.IntRange(min=1), default=128, show_default=True,
-              help="Queue window (a checkpoint's own window wins).")
+@click.option("--window", type=click.IntRange(min=1),
+              help="Queue window (a checkpoint's own window wins) [default: the recipe's, else 128].")
+@recipe_option
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), help="Backfilling (default: a checkpoint's, else easy).")
 @click.option("--policy", help="Priority policy ordering the queue (default: a checkpoint's, else fcfs).")
 @click.option("--depth", "depths", default="8,10,12", show_default=True, help="Tree depths, e.g. 8,10,12.")
@@ -123,7 +127,7 @@ def _teacher_setup(spec: str, kinds: tuple[str, ...] | None, encoder: str | None
                    "more threads only contend).")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True)
 @click.option("--progress/--no-progress", default=None, help="A progress bar (default: when stderr is a terminal).")
-def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, encoder, window, backfill, policy,
+def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, encoder, window, recipe, backfill, policy,
             depths, iterations, critical, methods, mode, relative, seed, threads, out, progress) -> None:
     """Distil TEACHER (an agent in `hpcgym agent` syntax: sjf, module:Class, model:PATH, tree:PATH;
     or cmd:'PROGRAM {addr} ...', a program in any language asked over the protocol, taking the
@@ -139,9 +143,14 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
     method_list = [m.strip() for m in methods.split(",") if m.strip()]
     if not method_list or set(method_list) - set(METHODS):
         raise ConfigError(f"--methods takes {' and/or '.join(METHODS)}, got {methods!r}")
-    kinds = tuple(kind.split("+")) if kind else None
-    train, test = _workloads(trace, first, train_jobs, test_jobs)
-    options = {k: v for k, v in (("backfill", backfill), ("policy", policy)) if v is not None}
+    from ...agents.recipes import recipe_episode
+
+    given = {k: v for k, v in (("backfill", backfill), ("policy", policy), ("window", window)) if v is not None}
+    episode = recipe_episode(recipe, kind=kind, encoder=encoder, options=given)
+    kind, encoder, options = episode.get("kind"), episode.get("encoder"), episode.get("options", {})
+    kinds = tuple(kind.split("+")) if isinstance(kind, str) else kind
+    window = options.pop("window", 128)
+    train, test = _workloads(trace, first, train_jobs, test_jobs, episode.get("workload", {}).get("cleaning", "hpcgym"))
     if records_path is not None:
         _clone_records(records_path, train, test, kinds, depth_list, relative, seed, out, options)
         return
@@ -175,28 +184,22 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
     setup_s = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)
     rows, trees = [], {}
-    bar = _bar(len(depth_list) * len(method_list) * iterations, progress)
+    bar = progress_bar(len(depth_list) * len(method_list) * iterations, "iterations", "distill", progress)
     for method in method_list:
         for depth in depth_list:
             def tick(step) -> None:
                 r = step.row()
                 rows.append(r)
-                if bar is not None:
-                    bar.set_postfix_str(f"{method} d{depth} it{step.iteration}: {r['nodes']} nodes, "
-                                        f"agree {r['agreement']:.3f}")
-                    bar.update()
-                elif progress is None:
-                    click.echo(f"{method} depth {depth} iteration {step.iteration}: {r['nodes']} nodes, agreement "
-                               f"{r['agreement']:.4f}, R2 {r['r2']:.4f}, mean wait {r['mean_wait']:.0f} s, mean "
-                               f"slowdown {r['mean_slowdown']:.2f}", err=True)
+                bar.set_postfix_str(f"{method} depth {depth} iteration {step.iteration}: {r['nodes']} nodes, "
+                                    f"agreement {r['agreement']:.3f}, mean slowdown {r['mean_slowdown']:.2f}")
+                bar.update()
 
             start = Samples()
             start.extend(taught_train.samples)
             done = dagger(teach, features, train, test, config, priority, depth, iterations,
                           critical if method == "irl" else None, mode, meta, seed, start, tick)
             trees[(method, depth)] = done[-1].tree
-    if bar is not None:
-        bar.close()
+    bar.close()
     files = _write_trees(trees, out)
     teacher_row = {"mean_wait": taught_test.summary["mean_wait"], "mean_slowdown": taught_test.summary["mean_slowdown"],
                    "mean_bsld": taught_test.summary["mean_bsld"],
@@ -215,14 +218,6 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
         indent=1, default=float))
     _print_summary(rows, teacher_row, priority, baseline, iterations)
     click.echo(f"trees, rules and pictures in {out} ({time.perf_counter() - t0:.0f} s)")
-
-
-def _bar(total: int, progress: bool | None):
-    if progress is False or (progress is None and not sys.stderr.isatty()):
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="iteration", file=sys.stderr, dynamic_ncols=True)
 
 
 def _write_trees(trees: dict, out: Path) -> list[str]:
@@ -306,8 +301,11 @@ def _clone_records(path: Path, train, test, kinds, depths, relative, seed, out, 
 @click.command("tree")
 @click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--depth", "max_depth", type=click.IntRange(min=0), help="Print only this many levels.")
-@click.option("--picture", type=click.Path(path_type=Path, dir_okay=False), help="Draw the top levels to this file.")
-@click.option("--levels", type=click.IntRange(min=1, max=6), default=2, show_default=True)
+@click.option("--picture", type=click.Path(path_type=Path, dir_okay=False),
+              help="Draw the top levels to this file (.png or .svg).")
+@click.option("--levels", type=click.IntRange(min=1, max=MAX_PICTURE_LEVELS),
+              help=f"Levels of splits the picture draws (default: --depth, at most {MAX_PICTURE_LEVELS}; "
+                   "without --depth 2).")
 def tree_command(path, max_depth, picture, levels) -> None:
     """Print the rules of a tree file (from `hpcgym distill`) and optionally draw its top levels."""
     from ...agents.tree import load_tree
@@ -320,4 +318,6 @@ def tree_command(path, max_depth, picture, levels) -> None:
     if picture is not None:
         from .plot import draw_tree
 
+        if levels is None:
+            levels = min(max(max_depth, 1), MAX_PICTURE_LEVELS) if max_depth is not None else 2
         click.echo(f"picture: {draw_tree(tree, picture, levels)}")

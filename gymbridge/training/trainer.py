@@ -41,6 +41,7 @@ from ...agents.slots import drop_last_slot
 from ...environment.decisions import BACKFILL, SELECT
 from ...environment.config import SimConfig
 from ...environment.errors import ConfigError
+from ..progress import progress
 from ..provenance import provenance
 
 if TYPE_CHECKING:
@@ -84,6 +85,8 @@ class TrainSettings:
     discard_after: int | None = None  # throw an episode away at this many decisions (None: never)
     curriculum: list[list[Any]] | None = None   # [[phase, episodes], ...] (see `curriculum_phase`)
     teacher: str | None = None    # ppo: an agent (agents.runtime.load_agent's names) labelling each state for imitation
+    name: str | None = None       # the trained policy's name in the evaluation (e.g. schedinspector; default: algorithm)
+    recipe: str | None = None     # the paper's recipe it follows (agents/recipes.py), e.g. rlbf:scw
 
     def to_json(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self), default=str))
@@ -344,16 +347,16 @@ class Trainer:
                 self.runner.close()
 
     def _train(self) -> list[dict[str, Any]]:
-        from tqdm import tqdm
-
         s = self.settings
         self.out.mkdir(parents=True, exist_ok=True)
         self._write_curve()
-        # The bar on a terminal; elsewhere (a batch job's log) one line per epoch, unless
-        # progress was turned off (False) or forced to a bar (True).
+        # A bar of episodes on a terminal; elsewhere (a batch job's log) rate-limited lines within
+        # epochs and one line per epoch, unless progress was turned off (False) or forced to a bar (True).
         lines = self.progress is None and not sys.stderr.isatty()
-        with tqdm(total=s.epochs, initial=min(self.epoch, s.epochs), unit="epoch", file=sys.stderr,
-                  disable=None if self.progress is None else not self.progress, dynamic_ncols=True) as bar:
+        bar = progress(s.epochs * s.trajectories, "episodes", "train", self.progress,
+                       initial=min(self.epoch, s.epochs) * s.trajectories)
+        self.runner.on_episode_end = lambda episode: bar.update(1)
+        try:
             while self.epoch < s.epochs:
                 t0, steps_before, discarded = time.perf_counter(), self.runner.steps, self.runner.discarded
                 stats = self.algo.train_epoch(self.runner, s.trajectories)
@@ -367,10 +370,12 @@ class Trainer:
                 self._write_curve()
                 if self.epoch % s.checkpoint_every == 0 or self.epoch == s.epochs:
                     self.save()
-                bar.update(1)
-                bar.set_postfix({k: f"{row[k]:.3g}" for k in ("return", "mean_bsld") if k in row})
+                bar.set_postfix_str(epoch_line(row, s.epochs))
                 if lines:
                     self.log(epoch_line(row, s.epochs))
+        finally:
+            bar.close()
+            self.runner.on_episode_end = None
         if self.history and latest_checkpoint(self.out) is not None:
             save_checkpoint(self.out / "model.pt", self._without_buffer(self.checkpoint()))
         return self.history
@@ -439,7 +444,7 @@ class Trainer:
         workload = s.eval_workload or s.workload
         priority = s.options.get("policy", "fcfs")
         kinds = checkpoint_kinds(s.kind)
-        trained = PolicySpec(s.algorithm, f"{'/'.join(kinds)}:model:{model},{priority}", priority,
+        trained = PolicySpec(s.name or s.algorithm, f"{'/'.join(kinds)}:model:{model},{priority}", priority,
                              agents=(AgentSpec(kinds, "model", str(model)),))
         comparison = Comparison(
             [trained, *(parse_policy(name) for name in s.baselines)],

@@ -1,0 +1,60 @@
+"""Progress of long commands (compare, train, distill) on stderr.
+
+On a terminal it is a tqdm bar. Elsewhere (a batch job's log, a pipe) a bar's carriage returns
+would pile up in one endless line, so it is a plain line at most every `EVERY` seconds, in tqdm's
+words: `compare: 12/40 units (30%), 01:21 elapsed, 03:09 left`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+#: Seconds between two plain progress lines.
+EVERY = 30.0
+
+
+def progress(total: int, unit: str, desc: str, enabled: bool | None, initial: int = 0, leave: bool = True) -> Any:
+    """A bar (`enabled` True, or None on a terminal), plain lines (None elsewhere) or nothing (False);
+    each has tqdm's `update`, `set_postfix_str`, `write` and `close`."""
+    from tqdm import tqdm
+
+    if enabled is False or (enabled is None and not sys.stderr.isatty()):
+        return tqdm(disable=True) if enabled is False else ProgressLines(total, unit, desc, initial)
+    return tqdm(total=total, initial=initial, unit=unit, desc=desc, file=sys.stderr, dynamic_ncols=True,
+                leave=leave)
+
+
+class ProgressLines:
+    """tqdm's progress as a plain stderr line, at most one every `every` seconds (and the last)."""
+
+    FORMAT = "{desc}: {n_fmt}/{total_fmt} {unit} ({percentage:.0f}%), {elapsed} elapsed, {remaining} left{postfix}"
+
+    def __init__(self, total: int, unit: str, desc: str, initial: int = 0, every: float | None = None) -> None:
+        self.total, self.unit, self.desc, self.n = total, unit, desc, initial
+        self.every = EVERY if every is None else every
+        self.postfix = ""
+        self.start = self.last = time.monotonic()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if now - self.last >= self.every or self.n >= self.total:
+            self.last = now
+            self.write(self.line(now - self.start))
+
+    def line(self, elapsed: float) -> str:
+        from tqdm import tqdm
+
+        return tqdm.format_meter(self.n, self.total, elapsed, prefix=self.desc, unit=self.unit,
+                                 bar_format=self.FORMAT, postfix=self.postfix or None)
+
+    def set_postfix_str(self, text: str) -> None:
+        self.postfix = text
+
+    def write(self, text: str, file: Any = None) -> None:
+        print(text, file=file or sys.stderr, flush=True)
+
+    def close(self) -> None:
+        """Nothing left to draw: every line was written as it came."""
