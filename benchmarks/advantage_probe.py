@@ -32,8 +32,8 @@ import tempfile
 import numpy as np
 import torch
 
-from hpcgym.agents import schedinspector as si
 from hpcgym.agents.encoders import InspectorEncoder
+from hpcgym.agents.recipes import Recipe, get_recipe
 from hpcgym.agents.rl.storage import gae
 from hpcgym.gymbridge.provenance import provenance
 from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
@@ -42,15 +42,15 @@ ACCEPT, REJECT = 0, 1
 REJECTION_BINS = ((0, 0), (1, 4), (5, 19), (20, 10**9))
 
 
-def settings_for(trace: str, seed: int, epochs: int, semantics: str, overrides: dict) -> TrainSettings:
-    """`hpcgym train schedinspector --trace TRACE --semantics SEM --seed SEED` as settings."""
-    defaults = si.TRAINING_DEFAULTS
-    workload = {"trace": trace, "jobs": defaults["jobs"], "sample": True, **si.SEMANTICS_WORKLOAD[semantics]}
-    return TrainSettings(algorithm="ppo", kind="inspect", workload=workload,
-                         options={**si.SEMANTICS[semantics], "window": 128, "policy": defaults["policy"]},
-                         reward=si.SEMANTICS_REWARD[semantics], encoder=defaults["encoder"],
-                         config={**defaults["config"], **overrides}, epochs=epochs,
-                         trajectories=defaults["trajectories"], seed=seed, eval_episodes=0)
+def settings_for(recipe: Recipe, trace: str, seed: int, epochs: int, overrides: dict) -> TrainSettings:
+    """`hpcgym train --recipe RECIPE --trace TRACE --seed SEED` as settings."""
+    workload = {"trace": trace, "jobs": recipe.jobs, "sample": True, **recipe.workload}
+    if recipe.first_jobs is not None:
+        workload["first_jobs"] = recipe.first_jobs
+    return TrainSettings(algorithm=recipe.algorithm, kind=recipe.kind, workload=workload,
+                         options=recipe.reset_options(), reward=recipe.reward, encoder=recipe.encoder,
+                         config={**recipe.config, **overrides}, epochs=epochs, trajectories=recipe.trajectories,
+                         seed=seed, eval_episodes=0)
 
 
 def read_batch(storage, gamma: float, lam: float) -> dict[str, float]:
@@ -98,7 +98,7 @@ def read_batch(storage, gamma: float, lam: float) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", default="SDSC-SP2-1998-4.2-cln.swf.gz")
-    parser.add_argument("--semantics", default="code", choices=sorted(si.SEMANTICS))
+    parser.add_argument("--recipe", default="schedinspector:code", help="a SchedInspector recipe (hpcgym recipes)")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -110,7 +110,7 @@ def main() -> None:
     trace = args.trace
     if not os.path.exists(trace) and os.environ.get("HPCGYM_TRACES"):
         trace = os.path.join(os.environ["HPCGYM_TRACES"], trace)
-    settings = settings_for(trace, args.seed, args.epochs, args.semantics, overrides)
+    settings = settings_for(get_recipe(args.recipe), trace, args.seed, args.epochs, overrides)
     rows = []
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer(settings, out, device="cpu", progress=False, log=lambda m: None)
@@ -123,7 +123,7 @@ def main() -> None:
             return update(storage)
 
         algo.update = probed_update
-        print(f"schedinspector ({args.semantics}), seed {args.seed}, lambda {lam}, {args.trace}")
+        print(f"{args.recipe}, seed {args.seed}, lambda {lam}, {args.trace}")
         header = (f"{'ep':>3} {'return':>7} {'length':>7} {'reject':>6} {'A_acc':>7} {'A_rej':>7} "
                   f"{'MC_acc':>7} {'MC_rej':>7} {'V-G r0':>7} {'r1-4':>7} {'r5-19':>7} {'r20+':>7} "
                   f"{'early%':>6} {'|A|early':>8} {'|A|late':>8} {'at_cap':>6}")
@@ -139,7 +139,7 @@ def main() -> None:
                   f"{r['at_cap']:>6}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"seed": args.seed, "lambda": lam, "semantics": args.semantics, "rows": rows,
+            json.dump({"seed": args.seed, "lambda": lam, "recipe": args.recipe, "rows": rows,
                        "provenance": provenance(vars(args))}, f, indent=1)
 
 

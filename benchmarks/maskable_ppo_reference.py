@@ -18,7 +18,7 @@ import os
 import numpy as np
 import torch
 
-from hpcgym.agents import schedinspector as si
+from hpcgym.agents.recipes import get_recipe
 from hpcgym.gymbridge import make
 from hpcgym.gymbridge.provenance import provenance
 
@@ -26,7 +26,7 @@ from hpcgym.gymbridge.provenance import provenance
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trace", default="SDSC-SP2-1998-4.2-cln.swf.gz")
-    parser.add_argument("--semantics", default="code", choices=sorted(si.SEMANTICS))
+    parser.add_argument("--recipe", default="schedinspector:code", help="a SchedInspector recipe (hpcgym recipes)")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--lam", type=float, default=0.97, help="GAE lambda")
     parser.add_argument("--steps", type=int, default=128_000, help="decisions in all")
@@ -43,11 +43,11 @@ def main() -> None:
     trace = args.trace
     if not os.path.exists(trace) and os.environ.get("HPCGYM_TRACES"):
         trace = os.path.join(os.environ["HPCGYM_TRACES"], trace)
-    defaults = si.TRAINING_DEFAULTS
-    env = Monitor(make("inspect", workload={"trace": trace, "jobs": defaults["jobs"], "sample": True,
-                                            **si.SEMANTICS_WORKLOAD[args.semantics]},
-                       options={**si.SEMANTICS[args.semantics], "window": 128, "policy": defaults["policy"]},
-                       reward=si.SEMANTICS_REWARD[args.semantics], encoder=defaults["encoder"], seed=args.seed))
+    recipe = get_recipe(args.recipe)
+    workload = {"trace": trace, "jobs": recipe.jobs, "sample": True}
+    if recipe.first_jobs is not None:
+        workload["first_jobs"] = recipe.first_jobs
+    env = Monitor(make(recipe=args.recipe, workload=workload, seed=args.seed))
     curve: list[dict[str, float]] = []
 
     class Curve(BaseCallback):
@@ -73,11 +73,11 @@ def main() -> None:
     model = MaskablePPO("MlpPolicy", env, gamma=1.0, gae_lambda=args.lam, learning_rate=3e-4, clip_range=0.2,
                         target_kl=0.015, n_steps=args.n_steps, batch_size=args.n_steps, n_epochs=80, ent_coef=0.0,
                         policy_kwargs=dict(net_arch=net, activation_fn=torch.nn.ReLU), seed=args.seed, verbose=0)
-    print(f"MaskablePPO on schedinspector ({args.semantics}), seed {args.seed}, lambda {args.lam}")
+    print(f"MaskablePPO on {args.recipe}, seed {args.seed}, lambda {args.lam}")
     model.learn(total_timesteps=args.steps, callback=Curve())
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"seed": args.seed, "lambda": args.lam, "semantics": args.semantics, "curve": curve,
+            json.dump({"seed": args.seed, "lambda": args.lam, "recipe": args.recipe, "curve": curve,
                        "provenance": provenance(vars(args))}, f, indent=1)
 
 
