@@ -643,8 +643,7 @@ class _EnvChecker:
             c = self.select_client(protocol, "job_columns")
             if c is None:
                 continue
-            r = self.settle(c, self.ask(c, {"type": "reset", "seed": 1, "workload": self.workload},
-                                        "reset for the job columns"), "reset for the job columns")
+            r = self.reset(c, {"seed": 1, "workload": self.workload}, "reset for the job columns")
             queue = (r.get("observation") or {}).get("queue") if r.get("type") == "decision" else None
             if not isinstance(queue, dict):
                 self.check(f"job_columns_{protocol}", False, f"the reset answered {_short(r)}")

@@ -492,7 +492,7 @@ def test_ctrl_c_says_how_to_resume(workdir):
     (workdir / "slow_agents.py").write_text(
         "import time\nfrom hpcgym.agents.base import PriorityAgent\n\n\n"
         "class SlowSjf(PriorityAgent):\n    def __init__(self):\n        super().__init__('sjf')\n\n"
-        "    def act(self, decision):\n        time.sleep(0.05)\n        return super().act(decision)\n")
+        "    def act(self, decision):\n        time.sleep(0.5)\n        return super().act(decision)\n")
     out = workdir / "interrupted"
     args = [str(Path(sys.executable).parent / "hpcgym"), "compare", "--trace", str(workdir / "trace.swf"),
             "--jobs", "60", "--samples", "4", "--inproc", "--workers", "1", "--no-plots", "--bootstrap", "100",

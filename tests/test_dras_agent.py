@@ -202,7 +202,7 @@ def test_dras_checkpoint_served_over_the_protocol_schedules_a_full_episode(tmp_p
     assert (settings["reward"], settings["no_wait"], ckpt.config["net"], ckpt.config["table"]) == (
         "dras_capacity", True, "dras", [50, 32])
     evaluation = json.loads((out / "eval.json").read_text())
-    assert set(evaluation["summary"]) == {"a2c", "fcfs", "knapsack"} and not evaluation["failed"]
+    assert set(evaluation["summary"]) == {"dras-a2c", "fcfs", "knapsack"} and not evaluation["failed"]
 
     agent = RLAgent(out / "model.pt")
     assert agent.kinds == ("select", "backfill")

@@ -127,7 +127,7 @@ def test_scw_training_ends_with_its_held_out_evaluation(tmp_path, traces_dir):
                                   str(out), "--no-progress"])
     assert r.exit_code == 0, r.output
     result = json.loads((out / "eval.json").read_text())
-    assert result["workload"]["cleaning"] == "rlbf-scw" and set(result["summary"]) == {"ppo", "fcfs"}
+    assert result["workload"]["cleaning"] == "rlbf-scw" and set(result["summary"]) == {"rlbf", "fcfs"}
 
 
 @pytest.mark.slow
