@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -236,7 +237,10 @@ def test_batsim_policies_parse_alone_only():
 
 # ------------------------------------------------------------------ pybatsim's examples, unchanged
 def pybatsim(name: str) -> list[str]:
-    return [str(PYBATSIM), name, "-t", "0"]  # -t 0: wait for Batsim without pybatsim's 2 s limit
+    # -t 0: wait for Batsim without pybatsim's 2 s limit; its high-level schedulers log their events
+    # to EXPORT-PREFIX_events.csv (out_events.csv in the working folder by default): a temporary one
+    prefix = Path(tempfile.mkdtemp(prefix="hpcgym-pybatsim-")) / "out"
+    return [str(PYBATSIM), name, "-t", "0", "-o", json.dumps({"export-prefix": str(prefix)})]
 
 
 @pytest.fixture(scope="module")
