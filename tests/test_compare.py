@@ -497,7 +497,10 @@ def test_ctrl_c_says_how_to_resume(workdir):
     args = [str(Path(sys.executable).parent / "hpcgym"), "compare", "--trace", str(workdir / "trace.swf"),
             "--jobs", "60", "--samples", "4", "--inproc", "--workers", "1", "--no-plots", "--bootstrap", "100",
             "--policy", "slow=select:slow_agents:SlowSjf", "--out", str(out)]
-    proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT back to its default in the child: a shell starting the tests in the background
+    # (`pytest &`) ignores it, the child inherits that, and Python then raises no KeyboardInterrupt
+    proc = subprocess.Popen(args, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 120
     while not (out / "sequences").is_dir() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.1)
