@@ -110,7 +110,7 @@ KIND_CHOICES = (*KINDS, "select+backfill")
               help="Where the rollout workers run: local processes, or Ray actors (pip install 'hpcgym[ray]').")
 @click.option("--address", help="Ray cluster address (with --executor ray; default: a local Ray instance).")
 @click.option("--worker-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
-              help="Seconds a rollout worker may go without finishing an episode before the run stops.")
+              help="Seconds a rollout worker may go without finishing an episode before the run stops (its start-up may take 300 s at least).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="Folder for the learning curve, checkpoints and evaluation.")

@@ -38,6 +38,11 @@ from ...agents.rl.runner import Policy, Runner, Transition
 from ...environment.errors import HpcgymError
 
 
+#: Seconds a worker may take to start (spawn, import torch, build its envs), whatever the
+#: per-answer timeout: on a loaded machine that alone can take longer than a short timeout.
+START_TIMEOUT_S = 300.0
+
+
 class WorkerError(HpcgymError):
     """A rollout worker died, failed or hung; the run stops (its checkpoints stay)."""
 
@@ -345,7 +350,7 @@ class ParallelCollector(Runner):
         self.built = False
         self.held: list[list[int]] = [[] for _ in range(len(workers))]
         self.sent: dict[int, float] = {w: time.monotonic() for w in range(len(workers))}
-        self._wait_all("starting")
+        self._wait_all("starting", max(timeout, START_TIMEOUT_S))
 
     def start_epoch(self, episodes: int) -> None:
         super().start_epoch(episodes)
@@ -414,17 +419,19 @@ class ParallelCollector(Runner):
         self.workers.submit(w, method, *args)
         self.sent[w] = time.monotonic()
 
-    def _wait_all(self, doing: str) -> None:
+    def _wait_all(self, doing: str, timeout: float | None = None) -> None:
         while self.workers.busy:
-            self._events(doing)
+            self._events(doing, timeout)
 
-    def _events(self, doing: str = "") -> list[tuple[int, Any]]:
-        """The answers of the busy workers as they come; a failed, dead or silent one stops the run."""
-        deadline = min(self.sent[w] for w in self.workers.busy) + self.timeout
+    def _events(self, doing: str = "", timeout: float | None = None) -> list[tuple[int, Any]]:
+        """The answers of the busy workers as they come; a failed, dead or silent one (nothing for
+        `timeout` seconds, default the collector's) stops the run."""
+        timeout = self.timeout if timeout is None else timeout
+        deadline = min(self.sent[w] for w in self.workers.busy) + timeout
         events = self.workers.wait(max(0.0, deadline - time.monotonic()))
         if not events and time.monotonic() >= deadline:
             w = min(self.workers.busy, key=lambda k: self.sent[k])
-            events = [(w, False, f"sent nothing for {self.timeout:g} s (hung?)")]
+            events = [(w, False, f"sent nothing for {timeout:g} s (hung?)")]
         for w, ok, value in events:
             if not ok:
                 self.close()
