@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 
 import numpy as np
@@ -35,6 +34,7 @@ import torch
 from hpcgym.agents.encoders import InspectorEncoder
 from hpcgym.agents.recipes import Recipe, get_recipe
 from hpcgym.agents.rl.storage import gae
+from hpcgym.environment.spec import resolve_trace
 from hpcgym.gymbridge.provenance import provenance
 from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
 
@@ -42,12 +42,17 @@ ACCEPT, REJECT = 0, 1
 REJECTION_BINS = ((0, 0), (1, 4), (5, 19), (20, 10**9))
 
 
-def settings_for(recipe: Recipe, trace: str, seed: int, epochs: int, overrides: dict) -> TrainSettings:
-    """`hpcgym train --recipe RECIPE --trace TRACE --seed SEED` as settings."""
-    workload = {"trace": trace, "jobs": recipe.jobs, "sample": True, **recipe.workload}
+def training_workload(recipe: Recipe, trace: str) -> dict:
+    """The workload keys of `hpcgym train --recipe RECIPE --trace TRACE`'s training episodes."""
+    workload = {"trace": str(resolve_trace(trace)), "jobs": recipe.jobs, "sample": True, **recipe.workload}
     if recipe.first_jobs is not None:
         workload["first_jobs"] = recipe.first_jobs
-    return TrainSettings(algorithm=recipe.algorithm, kind=recipe.kind, workload=workload,
+    return workload
+
+
+def settings_for(recipe: Recipe, trace: str, seed: int, epochs: int, overrides: dict) -> TrainSettings:
+    """`hpcgym train --recipe RECIPE --trace TRACE --seed SEED` as settings."""
+    return TrainSettings(algorithm=recipe.algorithm, kind=recipe.kind, workload=training_workload(recipe, trace),
                          options=recipe.reset_options(), reward=recipe.reward, encoder=recipe.encoder,
                          config={**recipe.config, **overrides}, epochs=epochs, trajectories=recipe.trajectories,
                          seed=seed, eval_episodes=0)
@@ -107,10 +112,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     overrides = {k: json.loads(v) for k, _, v in (item.partition("=") for item in args.set)}
-    trace = args.trace
-    if not os.path.exists(trace) and os.environ.get("HPCGYM_TRACES"):
-        trace = os.path.join(os.environ["HPCGYM_TRACES"], trace)
-    settings = settings_for(get_recipe(args.recipe), trace, args.seed, args.epochs, overrides)
+    settings = settings_for(get_recipe(args.recipe), args.trace, args.seed, args.epochs, overrides)
     rows = []
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer(settings, out, device="cpu", progress=False, log=lambda m: None)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import numpy as np
 import torch
+
+from advantage_probe import training_workload
 
 from hpcgym.agents.recipes import get_recipe
 from hpcgym.gymbridge import make
@@ -40,13 +41,7 @@ def main() -> None:
     except ImportError:
         raise SystemExit("this reference needs sb3-contrib: pip install sb3-contrib") from None
     torch.set_num_threads(1)
-    trace = args.trace
-    if not os.path.exists(trace) and os.environ.get("HPCGYM_TRACES"):
-        trace = os.path.join(os.environ["HPCGYM_TRACES"], trace)
-    recipe = get_recipe(args.recipe)
-    workload = {"trace": trace, "jobs": recipe.jobs, "sample": True}
-    if recipe.first_jobs is not None:
-        workload["first_jobs"] = recipe.first_jobs
+    workload = training_workload(get_recipe(args.recipe), args.trace)
     env = Monitor(make(recipe=args.recipe, workload=workload, seed=args.seed))
     curve: list[dict[str, float]] = []
 
