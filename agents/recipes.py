@@ -48,6 +48,7 @@ class Recipe:
     config: Mapping[str, Any] = field(default_factory=dict)
     teachers: Mapping[str, str] = field(default_factory=dict)   # per decision kind
     max_steps: int | None = None
+    kill_rate: float | None = None   # an untrained kill policy's kill probability (agents/slots.py kill_prior)
     curriculum: str | None = None    # phases of training episodes, on a trace
     baselines: tuple[str, ...] = ("fcfs", "sjf")
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)   # name -> fields it changes
@@ -104,6 +105,7 @@ def _paper(module: Any, name: str, summary: str, algorithm: str = "ppo") -> Reci
     return Recipe(name=name, summary=summary, algorithm=algorithm, kind=d["kind"], encoder=d["encoder"],
                   policy=d["policy"], window=d.get("window", 128), jobs=d["jobs"], trajectories=d["trajectories"],
                   config=dict(d["config"]), teachers=dict(d.get("teacher", {})), max_steps=d.get("max_steps"),
+                  kill_rate=d.get("kill_rate"),
                   baselines=(BASE, TEACHER), variants=variants, variant=d["semantics"], options={})
 
 

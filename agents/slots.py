@@ -17,6 +17,7 @@ select_kill has 2W + 1 slots: k < W the k-th queue-window job (select it), W <= 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -105,3 +106,18 @@ def action_slot(kind: str, action: Action, ids: list[int], window: int) -> int:
     k = ids.index(int(action))
     return k + 1 if kind == KILL else k
 
+
+
+def kill_prior(kind: str, window: int, rate: float) -> list[float]:
+    """Initial actor biases (one per slot) under which an untrained policy kills at a decision
+    with probability at most about `rate`: each kill slot starts at log(rate / (1 - rate) / W),
+    the others at 0. A near-uniform start kills at almost every kill decision, and those come at
+    every event, so its episodes never end (docs/rlschert.md, "Why the kill agents stalled")."""
+    if kind not in (KILL, SELECT_KILL):
+        raise HpcgymError(f"a kill prior is for the kill and select_kill kinds, not {kind!r}")
+    if not 0 < rate < 1:
+        raise HpcgymError(f"the kill prior's rate is a probability between 0 and 1 (exclusive), got {rate!r}")
+    bias = math.log(rate / (1 - rate) / window)
+    if kind == KILL:
+        return [0.0] + [bias] * window
+    return [0.0] * window + [bias] * window + [0.0]

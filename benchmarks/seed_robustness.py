@@ -10,8 +10,10 @@ the share of episodes cut at the step cap, and a verdict:
     improves      the return rises by more than the tolerance
     flat          none of these
 
-The tolerance is --tolerance times the first epoch's |return| (at least 1e-3): short runs are
-noisy, so `flat` is no failure. One run of this script prints the whole table and writes it,
+The tolerance is the larger of --tolerance times the first epoch's |return| (at least 1e-3) and
+the curve's own jitter, the spread of its epoch-to-epoch changes (with 3 or more epochs): an agent
+whose windows differ from epoch to epoch (raw bsld returns) moves that much without learning, so
+`flat` is no failure. One run of this script prints the whole table and writes it,
 with the commit and command that made it, to --out/seed_robustness.json.
 
     .venv/bin/python benchmarks/seed_robustness.py                      # every preset, seeds 0-2
@@ -63,8 +65,17 @@ def seeds_from(text: str) -> list[int]:
     return out
 
 
-def verdict(first: dict[str, float], last: dict[str, float], tolerance: float) -> str:
-    tol = max(1e-3, tolerance * abs(first["return"]))
+def jitter(curve: list[float]) -> float:
+    """The standard deviation of a curve's epoch-to-epoch changes (0 with fewer than 3 epochs)."""
+    steps = [b - a for a, b in zip(curve, curve[1:])]
+    if len(steps) < 2:
+        return 0.0
+    mean = sum(steps) / len(steps)
+    return (sum((d - mean) ** 2 for d in steps) / (len(steps) - 1)) ** 0.5
+
+
+def verdict(first: dict[str, float], last: dict[str, float], tolerance: float, noise: float = 0.0) -> str:
+    tol = max(1e-3, tolerance * abs(first["return"]), noise)
     if last["length"] > LONGER * first["length"] or last.get("truncated", 0.0) > 0.5:
         return "degenerates"
     if last["return"] < first["return"] - tol:
@@ -109,15 +120,17 @@ def main() -> None:
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda ps: train(*ps, args.epochs, args.out, extra), runs))
     print(f"\n{'preset':<24}{'seed':>5}{'return first':>14}{'last':>10}{'length first':>14}{'last':>8}"
-          f"{'capped':>8}  verdict")
+          f"{'capped':>8}{'jitter':>9}  verdict")
     for r in results:
         if "error" in r:
             print(f"{r['preset']:<24}{r['seed']:>5}  failed: {r['error']}")
             continue
         first, last = r["first"], r["last"]
-        r["verdict"] = verdict(first, last, args.tolerance)
+        r["jitter"] = jitter(r["curve"])
+        r["verdict"] = verdict(first, last, args.tolerance, r["jitter"])
         print(f"{r['preset']:<24}{r['seed']:>5}{first['return']:>14.4f}{last['return']:>10.4f}"
-              f"{first['length']:>14.1f}{last['length']:>8.1f}{last.get('truncated', 0.0):>8.2f}  {r['verdict']}")
+              f"{first['length']:>14.1f}{last['length']:>8.1f}{last.get('truncated', 0.0):>8.2f}"
+              f"{r['jitter']:>9.4f}  {r['verdict']}")
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"provenance": provenance({"epochs": args.epochs, "seeds": seeds_from(args.seeds),
                                         "tolerance": args.tolerance,

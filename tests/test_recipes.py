@@ -9,7 +9,9 @@ the first 10,000 jobs (its SEMANTICS tables), reward bsld; rlschert: Table 4's P
 rlschert-rule, baselines fcfs and the teacher; irl-dqn: DQL, window 20, conv 32-16-8, gamma 0.99,
 eps_decay 0.995, train_freq 10, first_jobs 10,000. One deliberate change since: SchedInspector's
 preset takes GAE lambda 1 instead of the code's 0.97 (main, commit f4fc542), so its two entries
-say 1.0; a change to a preset shows up here and is made on purpose.
+say 1.0; and RLSchert's episodes are cut at 20,000 decisions instead of 3,000, with a kill prior on
+its kill kinds (initial_bias: kill slots at ln(0.001 / 0.999 / 8) = -8.986, the rest 0; docs/rlschert.md,
+"Why the kill agents stalled"). A change to a preset shows up here and is made on purpose.
 """
 
 from __future__ import annotations

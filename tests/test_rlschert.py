@@ -160,3 +160,39 @@ class KillFirstJoint:
     def act(self, decision):
         running = decision.candidates[decision.context["queued"]:]
         return running[0] if running else decision.candidates[0]
+
+
+@pytest.mark.parametrize("kind, slots, kill_slots", [("kill", 9, range(1, 9)), ("select_kill", 17, range(8, 16))])
+def test_the_kill_prior_makes_an_untrained_policy_kill_at_its_rate(kind, slots, kill_slots):
+    """With every slot open, an untrained PPO actor kills with probability 8 e^b / (z + 8 e^b),
+    z the other open slots: b = ln(0.001 / 0.999 / 8) gives 0.001 for kill (z = 1) and
+    0.001 / (9 - 8 * 0.001) ~ 1.1e-4 for select_kill (z = 9), where zero biases give 8/9 and 8/17."""
+    torch = pytest.importorskip("torch")
+    from hpcgym.agents.rl.ppo import PPO
+    from hpcgym.agents.slots import kill_prior
+
+    obs = np.random.default_rng(0).normal(size=(64, 12)).astype(np.float32)
+    mask = np.ones((64, slots), np.int8)
+    for bias, expected in ((None, 8 / (slots - 8 + 8)), (kill_prior(kind, 8, 1e-3), None)):
+        algo = PPO((12,), slots, {"initial_bias": bias}, seed=3)
+        p_kill = torch.softmax(torch.as_tensor(algo.scores(obs, mask)), -1)[:, list(kill_slots)].sum(-1).numpy()
+        if expected is None:
+            z = slots - 8
+            expected = 8 * (1e-3 / 0.999 / 8) / (z + 8 * (1e-3 / 0.999 / 8))
+        assert np.allclose(p_kill, expected, rtol=0.05), (kind, bias is not None, p_kill.mean(), expected)
+
+
+def test_kill_prior_and_initial_bias_refuse_what_they_cannot_set():
+    pytest.importorskip("torch")
+    from hpcgym.agents.rl.ppo import PPO
+    from hpcgym.agents.slots import kill_prior
+    from hpcgym.environment.errors import HpcgymError
+
+    with pytest.raises(HpcgymError, match="kill and select_kill kinds"):
+        kill_prior("select", 8, 1e-3)
+    with pytest.raises(HpcgymError, match="between 0 and 1"):
+        kill_prior("kill", 8, 1.0)
+    with pytest.raises(ValueError, match="3 values for 9 action slots"):
+        PPO((12,), 9, {"initial_bias": [0.0, -1.0, -1.0]})
+    with pytest.raises(ValueError, match="shared weights: use net mlp"):
+        PPO((2 * 8 * 3,), 9, {"net": "conv", "table": [0, 8, 3], "initial_bias": kill_prior("kill", 8, 1e-3)})

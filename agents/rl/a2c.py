@@ -27,6 +27,7 @@ class A2CConfig:
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
+    initial_bias: tuple[float, ...] | None = None  # the actor's output biases at first (mlp; None: zeros)
     lr: float = 7e-4
     gamma: float = 1.0
     gae_lambda: float = 1.0

@@ -148,10 +148,12 @@ class ActorCriticAlgorithm(Algorithm):
         if c.net == "dras":  # DRAS's one-body network with policy and value heads
             from .dras_networks import dras_network
 
+            if c.initial_bias is not None:
+                raise ValueError("initial_bias sets an mlp actor's output biases; net 'dras' has its own heads")
             self.model = dras_network(self.obs_shape, self.n_actions, c.table, c.hidden)
         else:
             self.model = ActorCritic(self.obs_shape, self.n_actions, c.net, c.hidden, c.activation, c.table,
-                                     getattr(c, "value_net", None))
+                                     getattr(c, "value_net", None), c.initial_bias)
         self.model.to(self.device)
         vf_lr = getattr(c, "vf_lr", None)
         if vf_lr is not None and not isinstance(self.model, ActorCritic):

@@ -25,6 +25,7 @@ class PGConfig:
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
+    initial_bias: tuple[float, ...] | None = None  # the actor's output biases at first (mlp; None: zeros)
     lr: float = 1e-3
     gamma: float = 1.0               # episodes are finite; the papers use undiscounted returns
     vf_coef: float = 0.5

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .networks import build_network
+from .networks import MLP, build_network
 
 
 def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -58,15 +58,31 @@ def choose(scores: np.ndarray, masks: np.ndarray,
     return scores.argmax(-1)
 
 
+def set_output_bias(actor: nn.Module, bias: Sequence[float]) -> None:
+    """Start an actor's logits at `bias` (one per action slot): a prior for the untrained policy,
+    e.g. one that should rarely take some slots (RLSchert's kills: docs/rlschert.md)."""
+    out = actor.body[-1] if isinstance(actor, MLP) else None
+    if out is None:
+        raise ValueError(f"initial_bias sets an mlp actor's output biases, one per slot; this actor "
+                         f"({type(actor).__name__}) scores its slots with shared weights: use net mlp or drop it")
+    if len(bias) != out.out_features:
+        raise ValueError(f"initial_bias has {len(bias)} values for {out.out_features} action slots: give one per slot")
+    with torch.no_grad():
+        out.bias.copy_(torch.as_tensor([float(b) for b in bias]))
+
+
 class ActorCritic(nn.Module):
     """Separate policy and value networks (as in the RL scheduling papers): of the same kind, or
     a `value_net` of another (RL backfilling: a per-slot kernel actor, an MLP critic over the table)."""
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, net: str = "mlp",
                  hidden: Sequence[int] = (64, 64), activation: str = "tanh",
-                 table: Sequence[int] | None = None, value_net: str | None = None) -> None:
+                 table: Sequence[int] | None = None, value_net: str | None = None,
+                 initial_bias: Sequence[float] | None = None) -> None:
         super().__init__()
         self.actor = build_network(net, obs_shape, n_actions, hidden, activation, out_gain=0.01, table=table)
+        if initial_bias is not None:
+            set_output_bias(self.actor, initial_bias)
         self.critic = build_network(value_net or net, obs_shape, 1, hidden, activation, out_gain=1.0, per_slot=False,
                                     table=table)
 

@@ -46,6 +46,7 @@ class PPOConfig:
     hidden: tuple[int, ...] = (64, 64)
     activation: str = "tanh"
     table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
+    initial_bias: tuple[float, ...] | None = None  # the actor's output biases at first (mlp; None: zeros)
     lr: float = 3e-4
     vf_lr: float | None = None      # the critic's learning rate (None: lr)
     value_net: str | None = None    # the critic's network (None: net); RL backfilling: conv actor, mlp critic

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...agents.recipes import RECIPES, TRAIN_ALIASES, Recipe, get_recipe
+from ...environment.decisions import KILL, SELECT_KILL
 from ...environment.errors import ConfigError
 from ...environment.spec import resolve_trace, sim_config
 
@@ -133,21 +134,25 @@ def train_settings(recipe: Recipe, flags: dict[str, Any], given: set[str], label
     return TrainSettings(
         algorithm=recipe.algorithm, kind=kind, workload=workload, eval_workload=eval_workload, options=options,
         reward=value["reward"], encoder=flags["encoder"] or recipe.encoder,
-        config=algorithm_config(recipe, flags, teacher), epochs=flags["epochs"], trajectories=value["trajectories"],
+        config=algorithm_config(recipe, flags, teacher, kind, value["window"]), epochs=flags["epochs"], trajectories=value["trajectories"],
         envs=flags["envs"], seed=flags["seed"], checkpoint_every=flags["checkpoint_every"],
         eval_episodes=flags["eval_episodes"], no_wait=not flags["allow_wait"] if "allow_wait" in given else recipe.no_wait,
         max_steps=flags["max_steps"] or recipe.max_steps, discard_after=flags["discard_after"], curriculum=phases,
         teacher=teacher, baselines=baselines, name=label, recipe=recipe.full_name if recipe.name in RECIPES else None)
 
 
-def algorithm_config(recipe: Recipe, flags: dict[str, Any], teacher: str | None) -> dict[str, Any]:
-    """The recipe's algorithm config under --net, --hidden, --lr, --gamma and --set; checked against
-    the algorithm's config fields."""
+def algorithm_config(recipe: Recipe, flags: dict[str, Any], teacher: str | None, kind: str,
+                     window: int) -> dict[str, Any]:
+    """The recipe's algorithm config (with its kill prior on a kill kind) under --net, --hidden,
+    --lr, --gamma and --set; checked against the algorithm's config fields."""
     from ...agents.rl.algorithms import get_algorithm
+    from ...agents.slots import kill_prior
 
     config = dict(recipe.config)
     if teacher is None and config.get("imitation_coef"):
         config["imitation_coef"] = 0.0  # nothing to imitate on this kind (the recipe's teacher takes another)
+    if recipe.kill_rate is not None and kind in (KILL, SELECT_KILL):
+        config["initial_bias"] = kill_prior(kind, window, recipe.kill_rate)
     hidden = flags["hidden"]
     if hidden is not None:
         try:
