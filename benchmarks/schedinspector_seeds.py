@@ -1,0 +1,133 @@
+"""SchedInspector's Table 4 over several training seeds (docs/schedinspector.md): each trace's SJF
+agent (code semantics) trained from seeds 0-2, then every agent against the SJF base on the same 50
+windows of 256 jobs (two disjoint window sets), as the mean and spread over the training seeds.
+
+    python benchmarks/schedinspector_seeds.py --runs runs/si-seeds --train       # train missing, compare
+    python benchmarks/schedinspector_seeds.py --runs docs/results/schedinspector/seeds --out OUT
+
+Agents are read from RUNS/seedS/si-TRACE-sjf-code/model.pt (`hpcgym train schedinspector --trace
+TRACE --base sjf --semantics code --epochs E --seed S`, E = 60 for SDSC-SP2 and Lublin, 40 for
+CTC-SP2 and HPC2N, as the single-seed agents were, unless --epochs says otherwise); with --train a missing one is trained (or
+resumed) first. One `hpcgym compare` per trace and window set holds the base and every agent, so
+all are paired on the same windows. Outputs in OUT: results.json and results.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+
+from paper_runs import HPCGYM, TRACES_DIR, argument_parser, chosen, compare, results_provenance, run
+from schedinspector_eval import PAPER_TABLE4, RULES, TRACES, fmt_diff
+
+from hpcgym.gymbridge.provenance import provenance_markdown
+
+#: Training epochs of each trace's agent (those of the committed single-seed agents).
+EPOCHS = {"SDSC-SP2": 60, "Lublin": 60, "CTC-SP2": 40, "HPC2N": 40}
+
+
+def agent_dir(runs: Path, trace: str, seed: int) -> Path:
+    return runs / f"seed{seed}" / f"si-{TRACES[trace]}-sjf-code"
+
+
+def train(runs: Path, trace: str, seed: int, epochs: int) -> None:
+    folder = agent_dir(runs, trace, seed)
+    run([HPCGYM, "train", "schedinspector", "--trace", str(TRACES_DIR / f"{TRACES[trace]}.swf.gz"), "--base", "sjf",
+         "--semantics", "code", "--epochs", str(epochs or EPOCHS[trace]), "--seed", str(seed), "--out", str(folder),
+         "--eval-episodes", "0", "--checkpoint-every", "5", "--no-progress"]
+        + (["--resume"] if (folder / "curve.csv").is_file() else []))
+
+
+def last_return(folder: Path) -> float | None:
+    """The training curve's last mean relative reward."""
+    with open(folder / "curve.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return float(rows[-1]["return"]) if rows else None
+
+
+def spread(values: list[float]) -> str:
+    """`mean ± sd (min..max)` of the values, or the one value."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return (f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} "
+            f"({min(values):.2f}..{max(values):.2f})")
+
+
+def main() -> None:
+    parser = argument_parser(__doc__, "si-seeds-eval", 0, 50, 256, "0,100000", list(TRACES))
+    parser.add_argument("--agent-seeds", default="0,1,2", help="the training seeds of the agents")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    agent_seeds = [int(s) for s in args.agent_seeds.split(",")]
+    window_seeds = [int(s) for s in args.seeds.split(",")]
+    traces = chosen(parser, "--traces", args.traces, TRACES)
+    if args.train:
+        for trace in dict.fromkeys(["SDSC-SP2", *traces]):
+            for seed in agent_seeds:
+                if not (agent_dir(args.runs, trace, seed) / "model.pt").is_file():
+                    train(args.runs, trace, seed, args.epochs)
+    rules = RULES["code"]
+    results: dict = {"table4": {}, "training": {}}
+    for trace in traces:
+        policies = {"base": f"sjf,{rules}"}
+        for owner in dict.fromkeys(["SDSC-SP2", trace]):
+            tag = "sdsc" if owner == "SDSC-SP2" else "own"
+            for seed in agent_seeds:
+                model = agent_dir(args.runs, owner, seed) / "model.pt"
+                if model.is_file():
+                    policies[f"{tag}-s{seed}"] = f"sjf,{rules},inspect:model:{model}"
+                    results["training"][f"{owner}/{seed}"] = last_return(model.parent)
+        for window_seed in window_seeds:
+            folder = args.out / f"compare-{trace}-seed{window_seed}"
+            results["table4"][f"{trace}/{window_seed}"] = compare(folder, TRACES_DIR / f"{TRACES[trace]}.swf.gz",
+                                                                  policies, window_seed, args.samples, args.jobs)
+    results["provenance"] = results_provenance(args)
+    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / "results.md").write_text(markdown(results, traces, window_seeds, agent_seeds))
+    print((args.out / "results.md").read_text())
+
+
+def markdown(results: dict, traces: list[str], window_seeds: list[int], agent_seeds: list[int]) -> str:
+    lines = ["# SchedInspector, Table 4 over training seeds (SJF base, code semantics, no backfilling)", "",
+             provenance_markdown(results["provenance"]), "",
+             f"Mean bsld over the windows; agents trained from seeds {', '.join(map(str, agent_seeds))}: "
+             "mean ± standard deviation over the training seeds (min..max), then each seed's paired "
+             "difference to the base with its bootstrap 95% CI.", "",
+             "| trace | windows | base | SDSC-SP2 agents | own agents | paper: base / SDSC / own |",
+             "|---|---|---|---|---|---|"]
+    details = ["", "## Each training seed (bsld difference to the base, 95% CI)", "",
+               "| trace | windows | agent | " + " | ".join(f"seed {s}" for s in agent_seeds) + " |",
+               "|---|---|---|" + "---|" * len(agent_seeds)]
+    for trace in traces:
+        for window_seed in window_seeds:
+            r = results["table4"].get(f"{trace}/{window_seed}")
+            if not r:
+                continue
+            cells = []
+            for tag in ("sdsc", "own"):
+                rows = {s: r[f"{tag}-s{s}"] for s in agent_seeds if f"{tag}-s{s}" in r}
+                if tag == "own" and trace == "SDSC-SP2":
+                    cells.append("(same)")
+                    continue
+                cells.append(spread([row["mean_bsld_mean"] for row in rows.values()]) if rows else "-")
+                if rows:
+                    details.append(f"| {trace} | {window_seed}.. | {tag} | "
+                                   + " | ".join(f"{rows[s]['mean_bsld_mean']:.2f} ({fmt_diff(rows[s], 'mean_bsld')})"
+                                                if s in rows else "-" for s in agent_seeds) + " |")
+            paper = " / ".join(f"{v:g}" for v in PAPER_TABLE4[trace])
+            lines.append(f"| {trace} | {window_seed}.. | {r['base']['mean_bsld_mean']:.2f} | {cells[0]} | {cells[1]} "
+                         f"| {paper} |")
+    lines += details
+    lines += ["", "## Training: the last epoch's mean relative reward", "", "| agent | "
+              + " | ".join(f"seed {s}" for s in agent_seeds) + " |", "|---|" + "---|" * len(agent_seeds)]
+    for owner in dict.fromkeys(["SDSC-SP2", *traces]):
+        values = [results["training"].get(f"{owner}/{s}") for s in agent_seeds]
+        if any(v is not None for v in values):
+            lines.append(f"| {owner} | " + " | ".join("-" if v is None else f"{v:+.3f}" for v in values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
