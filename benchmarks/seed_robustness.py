@@ -2,7 +2,7 @@
 
 For each preset and seed it runs `hpcgym train ...` (printed first), reads the run's curve.csv and
 prints the curve's start and end (mean return and decisions per episode, first and last epoch),
-the share of episodes cut at the step cap, and a verdict:
+the share of episodes cut at the step cap, the kills per episode of the last epoch, and a verdict:
 
     degenerates   episodes grow past 1.5x their first length, or most episodes of the last epoch
                   hit the step cap: the policy stalls its schedule (rejects, kills, waits)
@@ -120,7 +120,7 @@ def main() -> None:
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda ps: train(*ps, args.epochs, args.out, extra), runs))
     print(f"\n{'preset':<24}{'seed':>5}{'return first':>14}{'last':>10}{'length first':>14}{'last':>8}"
-          f"{'capped':>8}{'jitter':>9}  verdict")
+          f"{'capped':>8}{'kills':>8}{'jitter':>9}  verdict")
     for r in results:
         if "error" in r:
             print(f"{r['preset']:<24}{r['seed']:>5}  failed: {r['error']}")
@@ -130,7 +130,7 @@ def main() -> None:
         r["verdict"] = verdict(first, last, args.tolerance, r["jitter"])
         print(f"{r['preset']:<24}{r['seed']:>5}{first['return']:>14.4f}{last['return']:>10.4f}"
               f"{first['length']:>14.1f}{last['length']:>8.1f}{last.get('truncated', 0.0):>8.2f}"
-              f"{r['jitter']:>9.4f}  {r['verdict']}")
+              f"{last.get('kills', 0.0):>8.1f}{r['jitter']:>9.4f}  {r['verdict']}")
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"provenance": provenance({"epochs": args.epochs, "seeds": seeds_from(args.seeds),
                                         "tolerance": args.tolerance,

@@ -209,8 +209,9 @@ class ActorCriticAlgorithm(Algorithm):
         return float(norm)
 
 
-#: Episode-end metrics (an hpcgym env's `info["metrics"]`) averaged into the learning curve.
-CURVE_METRICS = ("mean_bsld", "mean_wait", "utilization")
+#: Episode-end metrics (an hpcgym env's `info["metrics"]`) averaged into the learning curve (kills:
+#: per episode, where a kill policy that stalls its schedule shows).
+CURVE_METRICS = ("mean_bsld", "mean_wait", "utilization", "kills")
 
 
 def episode_stats(ended: list) -> dict[str, float]:
