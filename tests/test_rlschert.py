@@ -196,3 +196,33 @@ def test_kill_prior_and_initial_bias_refuse_what_they_cannot_set():
         PPO((12,), 9, {"initial_bias": [0.0, -1.0, -1.0]})
     with pytest.raises(ValueError, match="shared weights: use net mlp"):
         PPO((2 * 8 * 3,), 9, {"net": "conv", "table": [0, 8, 3], "initial_bias": kill_prior("kill", 8, 1e-3)})
+
+
+@pytest.mark.slow
+def test_an_untrained_kill_policy_finishes_its_episodes_only_with_the_kill_prior(tmp_path):
+    """A policy that never kills ends a 40-job window of this trace in about 200 kill decisions;
+    the untrained policy with the preset's prior (1 kill in 1,000 decisions) ends each episode
+    that way, where a near-uniform start (`initial_bias=null`) kills at 8 in 9 decisions, each
+    kill requeues a job, and episodes run on to the 1,000-decision cap (the stalled trainings of
+    docs/rlschert.md, "Why the kill agents stalled")."""
+    import csv
+
+    from click.testing import CliRunner
+
+    from hpcgym.gymbridge.cli import main
+
+    from .agents_for_tests import write_trace
+
+    trace = write_trace(tmp_path / "t.swf", jobs=200, procs=32, seed=3)
+    curves = {}
+    for arm, extra in (("prior", []), ("uniform", ["--set", "initial_bias=null"])):
+        result = CliRunner().invoke(main, ["train", "rlschert", "--kind", "kill", "--trace", str(trace), "--jobs", "40",
+                                           "--trajectories", "4", "--envs", "4", "--epochs", "1", "--max-steps", "1000",
+                                           "--eval-episodes", "0", "--no-progress", "--out", str(tmp_path / arm), *extra])
+        assert result.exit_code == 0, result.output
+        with open(tmp_path / arm / "curve.csv", newline="") as f:
+            curves[arm] = next(csv.DictReader(f))
+    prior, uniform = curves["prior"], curves["uniform"]
+    assert float(prior["truncated"]) == 0 and float(prior["kills"]) <= 1 and float(prior["length"]) < 400, prior
+    # (kills are counted at an episode's end: the uniform arm's episodes are mostly cut before theirs)
+    assert float(uniform["truncated"]) > 0 and float(uniform["length"]) > 2.5 * float(prior["length"]), uniform
