@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -218,50 +219,118 @@ def _expect(reply: dict[str, Any], *types: str) -> str:
     return reply["type"]
 
 
-def load_agent(spec: str, **kwargs: Any) -> Agent:
-    """An agent by built-in name (a priority policy such as `sjf`, or one of `BUILTIN_AGENTS`
-    such as `knapsack`), as `module:Class`, as `model:PATH`: a trained checkpoint (`hpcgym
-    train`), served greedily unless `greedy=False` is passed, taking the checkpoint's kind, as
-    `tree:PATH`: a tree file (`hpcgym distill`, `agents.tree.TreeAgent`), or as
-    `online:PATH`: the same checkpoint adapting online (`OnlineRLAgent`, keyword arguments pass
-    on), scoring its episodes from their end metrics (`reward="metrics"`), since in process and
-    in `hpcgym compare` no env reward reaches it."""
-    if spec.lower() in POLICIES:
-        return PriorityAgent(spec.lower(), **kwargs)
-    if spec.lower() in BUILTIN_AGENTS:
-        return BUILTIN_AGENTS[spec.lower()](**kwargs)
-    if spec[:6].lower() == "model:":
-        return load_model(spec[6:].strip(), **kwargs)
-    if spec[:7].lower() == "online:":
-        return load_model(spec[7:].strip(), online=True, **{"reward": "metrics", **kwargs})
-    if spec[:5].lower() == "tree:":
+#: Agent spec prefixes naming a file the agent is loaded from: a checkpoint (`model:`, `online:`)
+#: or a tree (`tree:`).
+CHECKPOINT_SOURCES = ("model", "online", "tree")
+#: An agent's class by `module:Class`.
+MODULE_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+_PROGRAM_EXAMPLE = "cmd:./my_agent {addr} --join"
+
+
+@dataclass(frozen=True)
+class AgentRef:
+    """What an agent spec names. `source`: `builtin` (a priority policy or one of `BUILTIN_AGENTS`),
+    `python` (module:Class), `model`, `online` or `tree` (a file), or `cmd` (a program in any
+    language, asked over the protocol; `hpcgym compare` also has `batsim`, a Batsim scheduler);
+    `target`: the name, module:Class, path or command line."""
+
+    source: str
+    target: str
+
+    @property
+    def spec(self) -> str:
+        """The spec again, in its plain spelling."""
+        return self.target if self.source in ("builtin", "python") else f"{self.source}:{self.target}"
+
+
+def resolve_agent(spec: str, *, programs: bool = False) -> AgentRef:
+    """Read an agent spec, the one way every command does (`agent`, `compare`, `distill`, `train
+    --teacher`, `load_agent`): a built-in name, `module:Class`, `model:PATH`, `online:PATH`,
+    `tree:PATH` (prefixes in any case), and with `programs` (callers that can run one over the
+    protocol) `cmd:COMMAND`, whose `{addr}` is replaced by the env's address. A bad spec raises
+    `HpcgymError`, one line naming the problem and what to write instead."""
+    text = spec.strip()
+    lowered = text.lower()
+    if lowered in POLICIES or lowered in BUILTIN_AGENTS:
+        return AgentRef("builtin", lowered)
+    prefix, colon, rest = text.partition(":")
+    source, rest = prefix.lower(), rest.strip()
+    if colon and source in CHECKPOINT_SOURCES:
+        if not rest:
+            example = ("a tree file path, e.g. tree:runs/irl/irl-d10.npz" if source == "tree"
+                       else f"a checkpoint path, e.g. {source}:runs/ppo/model.pt")
+            raise HpcgymError(f"{source}: needs {example}")
+        return AgentRef(source, rest)
+    if colon and source == "cmd":
+        if not programs:
+            raise _program_here(text)
+        if not rest:
+            raise HpcgymError(f"cmd: needs a command line, e.g. {_PROGRAM_EXAMPLE}")
+        if "{addr}" not in rest:
+            raise HpcgymError(f"the command {rest!r} has no {{addr}} placeholder; the env's address is passed there, "
+                              f"e.g. {_PROGRAM_EXAMPLE}")
+        return AgentRef("cmd", rest)
+    if MODULE_CLASS.match(text):
+        return AgentRef("python", text)
+    spellings = ["module:Class", "model:PATH", "online:PATH", "tree:PATH", *(["cmd:COMMAND"] if programs else [])]
+    raise HpcgymError(f"unknown agent {text!r}: use a built-in name ({', '.join([*POLICIES, *BUILTIN_AGENTS])}), "
+                      f"{', '.join(spellings[:-1])} or {spellings[-1]}")
+
+
+def _program_here(spec: str) -> HpcgymError:
+    return HpcgymError(f"{spec!r} is a program asked over the protocol, which only hpcgym compare and hpcgym distill "
+                       "run for you: give a Python agent here, or start the program against an env")
+
+
+def load_agent(spec: str | AgentRef, **kwargs: Any) -> Agent:
+    """An agent by spec (`resolve_agent`): a built-in name (a priority policy such as `sjf`, or one of
+    `BUILTIN_AGENTS` such as `knapsack`), `module:Class`, `model:PATH`: a trained checkpoint
+    (`hpcgym train`), served greedily unless `greedy=False` is passed, taking the checkpoint's
+    kind, `tree:PATH`: a tree file (`hpcgym distill`, `agents.tree.TreeAgent`), or `online:PATH`:
+    the same checkpoint adapting online (`OnlineRLAgent`, keyword arguments pass on), scoring its
+    episodes from their end metrics (`reward="metrics"`), since in process and in `hpcgym compare`
+    no env reward reaches it."""
+    ref = spec if isinstance(spec, AgentRef) else resolve_agent(spec)
+    check_agent_file(ref)
+    if ref.source == "builtin":
+        return PriorityAgent(ref.target, **kwargs) if ref.target in POLICIES else BUILTIN_AGENTS[ref.target](**kwargs)
+    if ref.source == "model":
+        return load_model(ref.target, **kwargs)
+    if ref.source == "online":
+        return load_model(ref.target, online=True, **{"reward": "metrics", **kwargs})
+    if ref.source == "tree":
         from .tree import TreeAgent
 
-        return TreeAgent(spec[5:].strip(), **kwargs)
-    module_name, _, class_name = spec.partition(":")
-    if not class_name:
-        raise HpcgymError(f"unknown agent {spec!r}: use a built-in name "
-                          f"({', '.join([*POLICIES, *BUILTIN_AGENTS])}), module:Class, model:PATH, online:PATH or tree:PATH")
+        return TreeAgent(ref.target, **kwargs)
+    if ref.source == "cmd":
+        raise _program_here(ref.spec)
+    return agent_class(ref.target)(**kwargs)
+
+
+def check_agent_file(ref: AgentRef) -> None:
+    """Refuse a `model:`, `online:` or `tree:` spec whose file is not there, in one line."""
+    if ref.source in CHECKPOINT_SOURCES and not os.path.isfile(ref.target):
+        what, writer = ("tree file", "hpcgym distill") if ref.source == "tree" else ("checkpoint", "hpcgym train")
+        raise HpcgymError(f"no {what} at {ref.target} ({ref.source}:PATH takes a file written by `{writer}`)")
+
+
+def agent_class(target: str) -> type:
+    """The class `module:Class` names, its module found from the working directory too."""
+    module_name, _, class_name = target.partition(":")
     # `hpcgym agent mymodule:MyAgent` runs from a console script, whose sys.path holds the
     # script's folder, not the working directory: look there too, as `python -m` would.
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        cls = getattr(importlib.import_module(module_name), class_name)
+        return getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
-        raise HpcgymError(f"cannot load agent {spec!r}: {exc}") from None
-    return cls(**kwargs)
+        raise HpcgymError(f"cannot load agent {target!r}: {exc}") from None
 
 
 def load_model(path: str | os.PathLike, online: bool = False, **kwargs: Any) -> Agent:
     """A checkpoint's policy as an agent (`RLAgent`; with `online`, `OnlineRLAgent`, which keeps
     updating it while it serves). torch is imported only here, so agents without a model need
     neither torch nor the rl extra."""
-    prefix = "online" if online else "model"
-    if not str(path):
-        raise HpcgymError(f"{prefix}: needs a checkpoint path, e.g. {prefix}:runs/ppo/model.pt")
-    if not os.path.isfile(path):
-        raise HpcgymError(f"no checkpoint at {path} ({prefix}:PATH takes a file written by `hpcgym train`)")
     try:
         from .rl.online import OnlineRLAgent
         from .rl.serve import RLAgent

@@ -17,11 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from ..protocol.tables import JOB_RECORDS, names
+
 BSLD_THRESHOLD = 10
 
-#: Per-job columns, in the order written to CSV.
-JOB_COLUMNS = ("job_id", "submit", "start", "end", "wait", "run", "size", "requested", "response",
-               "slowdown", "bsld", "kills", "rejections", "lost_work", "walltime_killed", "start_kind")
+#: Per-job columns, in the order written to CSV: the protocol's per-job records (PROTOCOL.md section 5).
+JOB_COLUMNS = names(JOB_RECORDS)
 
 #: Names of the `start_kind` codes 0, 1, 2: started at once because it fit when selected; selected
 #: when it did not fit, held the reservation and started later; started ahead of a waiting job.

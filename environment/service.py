@@ -35,6 +35,7 @@ from typing import Any
 from .priorities import POLICIES
 from ..protocol import messages as m
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
+from ..protocol.tables import columns_newer_than
 from .decisions import KINDS, SELECT, Decision
 from .errors import HpcgymError, InvalidAction
 from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS,
@@ -68,13 +69,6 @@ RECORD_BYTES_PER_JOB = 16 * 9
 RECORDS_PAGE_JOBS = 50_000
 #: The largest learned prediction model a reset may name (one is a few kB per thousand users).
 MAX_MODEL_BYTES = 16 << 20
-#: The first minor version whose agents are sent the prediction columns (older ones never asked).
-PREDICTIONS_MINOR = 4
-#: The observation columns of predictions (PROTOCOL.md section 6), per table.
-PREDICTION_COLUMNS = {"queue": ("prediction",), "running": ("submit", "prediction0", "prediction")}
-#: The first minor version whose agents are sent the queued jobs' group, executable and memory.
-JOB_COLUMNS_MINOR = 5
-JOB_COLUMNS = {"queue": ("group", "executable", "memory")}
 
 
 @dataclass(frozen=True)
@@ -778,10 +772,9 @@ class EnvService:
         reward = ep.rewards.get(owner.id, 0.0)
         ep.rewards[owner.id] = 0.0
         observation = decision.observation
-        if owner.minor < PREDICTIONS_MINOR and ep.sim.config.prediction.on:  # columns a 1.0-1.3 agent never asked for
-            observation = _without(observation, PREDICTION_COLUMNS)
-        if owner.minor < JOB_COLUMNS_MINOR:  # nor does a 1.0-1.4 agent know these
-            observation = _without(observation, JOB_COLUMNS)
+        newer = columns_newer_than(owner.minor)  # columns an older agent never asked for (PROTOCOL.md section 6)
+        if newer:
+            observation = _without(observation, newer)
         message = {"type": "decision", "episode": ep.number, "decision": ep.decision_id, "step": decision.step,
                    "time": decision.time, "kind": decision.kind, "observation": observation,
                    "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": float(reward)}

@@ -39,6 +39,8 @@ import zmq
 from .codec import MAX_MESSAGE_BYTES, decode, encode
 from .messages import (KIND_TAKEN, MAJOR, MAX_ERROR_CHARS, PROTOCOL_VERSION, REPLIES, REQUESTS, ProtocolError,
                        validate)
+from .tables import (ALWAYS, JOB_RECORDS, JOB_TABLES, METRICS, OBSERVATION, OPTIONAL, QUEUE, START_KIND_CODES,
+                     WITH_PREDICTOR, names)
 
 KINDS = ("select", "inspect", "backfill", "kill")
 #: 1.4: the joint select+kill decision (section 1).
@@ -48,21 +50,15 @@ SELECT_KILL = "select_kill"
 #: joint kind) is asked again with them, so that any env hpcgym starts can be checked.
 SERVING_OPTIONS = {"backfill": "easy", "commit_pick": False, "keep_shadow": False}
 AGENT_KINDS = (*KINDS, SELECT_KILL)
-METRICS_KEYS = ("jobs", "mean_wait", "max_wait", "mean_response", "mean_slowdown", "mean_bsld", "max_bsld",
-                "utilization", "makespan", "kills", "lost_work", "walltime_killed")
-JOB_COLUMNS = ("job_id", "submit", "start", "end", "wait", "run", "size", "requested", "response", "slowdown",
-               "bsld", "kills", "rejections", "lost_work", "walltime_killed")
-# Added to the text of 1.0 later (PROTOCOL.md section 5, episode_end): checked where sent, never required.
-OPTIONAL_METRICS_KEYS = ("started_ready", "started_reserved", "started_backfilled")
-OPTIONAL_JOB_COLUMNS = ("start_kind",)
-START_KIND_CODES = (0, 1, 2)
-OBSERVATION_KEYS = ("time", "procs", "free", "queue_length", "queue", "running", "context")
-QUEUE_COLUMNS = ("id", "submit", "size", "requested", "estimate", "wait", "rejections", "user")
-RUNNING_COLUMNS = ("id", "start", "size", "requested", "estimated_end")
+# The documented tables (tables.py): what a 1.0 env must send, and what is checked only where sent.
+METRICS_KEYS = names(METRICS, sent=ALWAYS)
+JOB_COLUMNS = names(JOB_RECORDS, sent=ALWAYS)
+OPTIONAL_METRICS_KEYS = names(METRICS, sent=OPTIONAL)
+OBSERVATION_KEYS = names(OBSERVATION, since="1.0")
 #: 1.4: the prediction columns, sent to 1.4 agents in episodes with a predictor (section 6).
-PREDICTION_COLUMNS = {"queue": ("prediction",), "running": ("submit", "prediction0", "prediction")}
+PREDICTION_COLUMNS = {table: names(columns, sent=WITH_PREDICTOR) for table, columns in JOB_TABLES.items()}
 #: 1.5: the queued jobs' group, executable and memory, sent to 1.5 agents (section 6).
-QUEUE_JOB_COLUMNS = ("group", "executable", "memory")
+QUEUE_JOB_COLUMNS = names(QUEUE, since="1.5")
 ENV_KEYS = ("kinds", "policies", "rewards", "defaults", "limits", "on_agent_lost")
 LIMIT_KEYS = ("max_message_bytes", "heartbeat_s", "decision_timeout_s")
 PENDING_KEYS = ("decision", "kind", "time", "candidates", "can_wait")
@@ -104,6 +100,12 @@ def _outcome(reply: dict[str, Any]) -> str:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _of_type(value: Any, type_name: str) -> bool:
+    """Whether a value has a table's type, `int` or `float` (section 3: an env sends the float
+    metrics as floats, also when whole)."""
+    return isinstance(value, float) if type_name == "float" else _is_int(value)
 
 
 # =========================================================================== check_env
@@ -413,14 +415,18 @@ class _EnvChecker:
     def check_decision_shape(self, d: dict[str, Any]) -> None:
         obs = d.get("observation", {})
         problems = [f"observation lacks {k!r}" for k in OBSERVATION_KEYS if k not in obs]
-        for table, columns in (("queue", QUEUE_COLUMNS), ("running", RUNNING_COLUMNS)):
+        for table, columns in JOB_TABLES.items():
             t = obs.get(table)
             if not isinstance(t, dict):
                 problems.append(f"observation.{table} is not a map")
                 continue
-            missing = [c for c in columns if not isinstance(t.get(c), list)]
+            missing = [c for c in names(columns, since="1.0") if not isinstance(t.get(c), list)]
             if missing:
                 problems.append(f"observation.{table} lacks columns {missing}")
+            mistyped = [f"{c.name} ({c.type})" for c in columns if isinstance(t.get(c.name), list)
+                        and not all(_of_type(v, c.type) for v in t[c.name])]
+            if mistyped:
+                problems.append(f"observation.{table} columns hold values of another type: {mistyped}")
             lengths = {len(v) for v in t.values() if isinstance(v, list)}
             if len(lengths) > 1:
                 problems.append(f"observation.{table} columns have different lengths {sorted(lengths)}")
@@ -533,9 +539,9 @@ class _EnvChecker:
                    f"episode_end reward {end.get('reward')!r} (an env sends rewards as floats, section 3)")
         metrics = end.get("metrics") or {}
         missing = [k for k in METRICS_KEYS if k not in metrics]
-        numeric = [k for k in METRICS_KEYS if k in metrics and not isinstance(metrics[k], (int, float))]
-        self.check("metrics_keys", not missing and not numeric,
-                   f"missing {missing}, not numbers {numeric}" if missing or numeric
+        mistyped = [f"{c.name} ({c.type})" for c in METRICS if c.name in metrics and not _of_type(metrics[c.name], c.type)]
+        self.check("metrics_keys", not missing and not mistyped,
+                   f"missing {missing}, of another type {mistyped}" if missing or mistyped
                    else f"{len(METRICS_KEYS)} documented metrics, jobs={metrics.get('jobs')}")
         jobs = end.get("jobs")
         if not isinstance(jobs, dict):

@@ -211,7 +211,7 @@ def test_compare_on_a_truncated_gzip_trace(tmp_path):
 def test_compare_checks_checkpoints_before_running(swf, tmp_path):
     out = tmp_path / "c"
     one_line_error(invoke("compare", "--trace", swf, "--policy", "m=model:nosuch.pt", "--out", out),
-                   "checkpoint nosuch.pt not found")
+                   "no checkpoint at nosuch.pt")
     assert not (out / "units").exists()
 
 

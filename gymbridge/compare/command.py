@@ -10,13 +10,14 @@ from pathlib import Path
 
 import click
 
+from ...agents.runtime import AgentRef, check_agent_file
 from ...environment.config import OVERRUN_MODES, EstimateSpec
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
 from ...environment.swf import CLEANINGS
 from ..usage import check_part, given, recipe_option
 from .executors import EXECUTORS
-from .policy import CHECKPOINT_SOURCES, PolicySpec, parse_policy
+from .policy import PolicySpec, parse_policy
 from .stats import METRICS
 from .unit import DEFAULT_START_TIMEOUT
 
@@ -194,9 +195,10 @@ def _check_files(policies: list[PolicySpec], executor: str) -> None:
     Ray cluster's machines may hold programs this one lacks: they are not checked for it)."""
     for policy in policies:
         for agent in policy.agents:
-            if agent.source in CHECKPOINT_SOURCES and not Path(agent.target).is_file():
-                raise ConfigError(f"policy {policy.name!r}: checkpoint {agent.target} not found; give the path "
-                                  "of a model.pt written by hpcgym train")
+            try:
+                check_agent_file(AgentRef(agent.source, agent.target))
+            except HpcgymError as exc:
+                raise ConfigError(f"policy {policy.name!r}: {exc}") from None
             if agent.source == "cmd" and executor == "local":
                 program = shlex.split(agent.target)[0]
                 if shutil.which(program) is None:

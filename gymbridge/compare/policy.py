@@ -44,10 +44,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...agents.runtime import BUILTIN_AGENTS, builtin_kinds
+from ...agents.runtime import CHECKPOINT_SOURCES, MODULE_CLASS, AgentRef, builtin_kinds, resolve_agent
 from ...environment.config import BACKFILL_MODES, BOOL_FIELDS, SimConfig, expand_preset
 from ...environment.decisions import BACKFILL, INSPECT, KINDS, SELECT
-from ...environment.errors import ConfigError
+from ...environment.errors import ConfigError, HpcgymError
 from ...environment.priorities import POLICIES
 from ...environment.spec import CONFIG_KEYS
 
@@ -55,13 +55,9 @@ from ...environment.spec import CONFIG_KEYS
 OPTION_KEYS = CONFIG_KEYS
 INT_OPTIONS = ("window", "max_interval", "max_rejections")
 BOOL_OPTIONS = {name: {"true": True, "false": False} for name in BOOL_FIELDS}
-#: Agent sources that are a trained file: `model:PATH` (frozen), `online:PATH` (adapting) and
-#: `tree:PATH` (a tree of `hpcgym distill`).
-CHECKPOINT_SOURCES = ("model", "online", "tree")
 ITEM_KEYS = ("priority", "agent", "cmd", "batsim", *CHECKPOINT_SOURCES) + tuple(k for k in OPTION_KEYS if k != "backfill") + KINDS
 
 _NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.\-]*)=(.+)$", re.S)
-_MODULE_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _KINDS_PREFIX = re.compile(r"^((?:%s)(?:/(?:%s))*):" % ("|".join(KINDS), "|".join(KINDS)))
 
 
@@ -76,13 +72,12 @@ class AgentSpec:
 
     @property
     def agent(self) -> str:
-        """What `load_agent` takes (Python agents)."""
-        return f"{self.source}:{self.target}" if self.source in CHECKPOINT_SOURCES else self.target
+        """The agent's spec (what `load_agent` takes, for Python agents)."""
+        return AgentRef(self.source, self.target).spec
 
     @property
     def label(self) -> str:
-        what = f"{self.source}:{self.target}" if self.source in ("cmd", "batsim") else self.agent
-        return f"{'/'.join(self.kinds)}:{what}" if self.kinds else what
+        return f"{'/'.join(self.kinds)}:{self.agent}" if self.kinds else self.agent
 
     def to_json(self) -> dict[str, Any]:
         return {"kinds": list(self.kinds), "source": self.source, "target": self.target}
@@ -167,9 +162,9 @@ def parse_policy(text: str) -> PolicySpec:
                 raise ConfigError(f"policy {text!r}: batsim: needs the scheduler's command line, e.g. "
                                   "batsim:pybatsim easyBackfill -t 0 -s {addr}")
             agents.append(AgentSpec((), "batsim", command))
-        elif lowered.startswith(("model:", "online:", "tree:")):
+        elif lowered.startswith(tuple(f"{source}:" for source in CHECKPOINT_SOURCES)):
             agents.append(_agent((), item, text))
-        elif _MODULE_CLASS.match(item):
+        elif MODULE_CLASS.match(item):
             agents.append(_agent((), item, text))
         else:
             raise ConfigError(f"policy {text!r}: cannot read {item!r}; items are a priority ({', '.join(POLICIES)}), "
@@ -219,34 +214,17 @@ def _starts_item(rest: str) -> bool:
 def _agent(kinds: tuple[str, ...], what: str, text: str) -> AgentSpec:
     if len(set(kinds)) != len(kinds):
         raise ConfigError(f"policy {text!r}: kind named twice in {'/'.join(kinds)}")
-    if what.lower().startswith("cmd:"):
-        command = what[4:].strip()
-        if not command:
-            raise ConfigError(f"policy {text!r}: cmd: needs a command line, e.g. cmd:./my_agent {{addr}} --join")
-        if "{addr}" not in command:
-            raise ConfigError(f"policy {text!r}: the command {command!r} has no {{addr}} placeholder; the "
-                              "env's address is passed there")
-        if not kinds:
-            kinds = (SELECT,)
-        return AgentSpec(kinds, "cmd", command)
-    source = what.split(":", 1)[0].lower()
-    if source in CHECKPOINT_SOURCES and ":" in what:
-        path = what.split(":", 1)[1].strip()
-        if not path:
-            example = "a tree file path, e.g. tree:runs/irl/irl-d10.npz" if source == "tree" else \
-                f"a checkpoint path, e.g. {source}:runs/ppo/model.pt"
-            raise ConfigError(f"policy {text!r}: {source}: needs {example}")
-        return AgentSpec(kinds, source, path)
-    if what.lower() in POLICIES or what.lower() in BUILTIN_AGENTS:
+    try:
+        ref = resolve_agent(what, programs=True)
+    except HpcgymError as exc:
+        raise ConfigError(f"policy {text!r}: {exc}") from None
+    if ref.source == "cmd" and not kinds:
+        kinds = (SELECT,)
+    if ref.source == "builtin":
         takes = "/".join(builtin_kinds(what))
         if "/".join(kinds) != takes:
             raise ConfigError(f"policy {text!r}: the built-in agent {what!r} takes {takes} only; write {takes}:{what}")
-        return AgentSpec(kinds, "builtin", what.lower())
-    if _MODULE_CLASS.match(what):
-        return AgentSpec(kinds, "python", what)
-    raise ConfigError(f"policy {text!r}: agent {what!r} is not a built-in name "
-                      f"({', '.join([*POLICIES, *BUILTIN_AGENTS])}), "
-                      "module:Class, model:PATH, online:PATH, tree:PATH or cmd:COMMAND")
+    return AgentSpec(kinds, ref.source, ref.target)
 
 
 def _set_once(what: str, old: str | None, new: str, text: str) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...agents.runtime import CHECKPOINT_SOURCES
 from ...environment.errors import ConfigError
 from ...environment.metrics import JOB_COLUMNS
 from . import report
@@ -35,7 +36,7 @@ from .executors import run_local, run_ray
 from ..progress import progress
 from ..provenance import git_commit, provenance, sha256_file
 from .plan import SequenceSpec, build_sequences, fingerprint, trace_checksums, unit_id
-from .policy import CHECKPOINT_SOURCES, PolicySpec
+from .policy import PolicySpec
 from .stats import METRICS, latency_stats, summarize_policies
 from .unit import DEFAULT_START_TIMEOUT
 from ...environment.service import kinds_key

@@ -32,11 +32,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ...agents.runtime import CHECKPOINT_SOURCES
 from ...environment.decisions import KINDS
 from ...environment.errors import HpcgymError
 from ...environment.metrics import JOB_COLUMNS, summarize
 from ...environment.service import EnvService, kinds_key
-from .policy import CHECKPOINT_SOURCES, AgentSpec, PolicySpec
+from .policy import AgentSpec, PolicySpec
 
 DRIVER_NAME = "hpcgym-compare-driver"
 #: How often the env answers a waiting request with `pending`; the driver checks its agents then.
@@ -238,14 +239,13 @@ def _agent_kinds(spec: AgentSpec, cwd: str | None) -> tuple[str, ...]:
         return spec.kinds
     if spec.source in CHECKPOINT_SOURCES:
         return tuple(_make_agent(spec, cwd).kinds)
-    import importlib
+    from ...agents.runtime import agent_class
 
     _with_cwd_on_path(cwd)
-    module, _, name = spec.target.partition(":")
     try:
-        kinds = tuple(getattr(getattr(importlib.import_module(module), name), "kinds", ()))
-    except (ImportError, AttributeError) as exc:
-        raise UnitFailed(f"cannot load agent {spec.target!r}: {exc}") from None
+        kinds = tuple(getattr(agent_class(spec.target), "kinds", ()))
+    except HpcgymError as exc:
+        raise UnitFailed(str(exc)) from None
     if not kinds:
         raise UnitFailed(f"agent {spec.target} declares no decision kinds (its class's `kinds`)")
     return kinds

@@ -20,6 +20,7 @@ import csv
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import numpy as np
@@ -29,6 +30,9 @@ from ...environment.errors import ConfigError, HpcgymError
 from ..progress import progress as progress_bar
 from ..provenance import provenance
 from ..usage import recipe_option
+
+if TYPE_CHECKING:
+    from ...agents.runtime import AgentRef
 
 METHODS = ("irl", "dagger")
 #: A picture of more levels than this has unreadably small nodes.
@@ -59,18 +63,19 @@ def _workloads(trace: Path, first: int, train_jobs: int, test_jobs: int, cleanin
     return train, test
 
 
-def _teacher_setup(spec: str, kinds: tuple[str, ...] | None, encoder: str | None, window: int, options: dict):
-    """(teacher, kinds, encoder name, window, procs, env options) for a teacher spec."""
+def _teacher_setup(ref: AgentRef, kinds: tuple[str, ...] | None, encoder: str | None, window: int, options: dict):
+    """(teacher, kinds, encoder name, window, procs, env options) for a teacher."""
     from ...agents.distill import check_teacher_kinds, make_teacher
     from ...agents.runtime import load_agent
 
-    if spec.lower().startswith("cmd:"):  # a program in any language, over the protocol
+    spec = ref.spec
+    if ref.source == "cmd":  # a program in any language, over the protocol
         from .program_teacher import ProgramTeacher
 
         kinds = kinds or ("select",)
-        teacher = ProgramTeacher(spec[4:].strip(), kinds, window)
+        teacher = ProgramTeacher(ref.target, kinds, window)
         return teacher, kinds, encoder, window, None, {**options, "window": window}
-    agent = load_agent(spec)
+    agent = load_agent(ref)
     teacher = make_teacher(agent, window)
     if teacher.has_scores:  # a checkpoint: its own encoder, window and training options
         ckpt = agent.checkpoint
@@ -139,6 +144,9 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
 
     if (teacher is None) == (records_path is None):
         raise click.UsageError("name a TEACHER or give --records FILE (one of the two)")
+    from ...agents.runtime import resolve_agent
+
+    teacher_ref = resolve_agent(teacher, programs=True) if teacher is not None else None
     depth_list = _ints(depths, "--depth")
     method_list = [m.strip() for m in methods.split(",") if m.strip()]
     if not method_list or set(method_list) - set(METHODS):
@@ -155,11 +163,11 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
         _clone_records(records_path, train, test, kinds, depth_list, relative, seed, out, options)
         return
     t0 = time.perf_counter()
-    if teacher.lower().startswith(("model:", "online:")):
+    if teacher_ref.source in ("model", "online"):
         import torch
 
         torch.set_num_threads(threads)
-    teach, kinds, encoder, window, procs, options = _teacher_setup(teacher, kinds, encoder, window, options)
+    teach, kinds, encoder, window, procs, options = _teacher_setup(teacher_ref, kinds, encoder, window, options)
     mode = ("regression" if teach.has_scores else "classification") if mode == "auto" else mode
     if mode == "regression" and not teach.has_scores:
         raise ConfigError(f"teacher {teacher} gives actions, not scores: use --mode classification")
