@@ -36,11 +36,11 @@ from .priorities import POLICIES
 from ..protocol import messages as m
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
 from .decisions import KINDS, SELECT, Decision
+from .episode import Episode
 from .errors import HpcgymError, InvalidAction
 from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS,
-                      SCALE_DESCRIPTION, SCALE_SYNTAX, SUM_DESCRIPTION, SUM_SYNTAX, Reward, get_reward)
+                      SCALE_DESCRIPTION, SCALE_SYNTAX, SUM_DESCRIPTION, SUM_SYNTAX, get_reward)
 from .predictions import PredictionSpec
-from .simulator import Simulation
 from .spec import TraceNotFound, WorkloadCache, check_workload_spec, reset_workload, sim_config
 
 Reply = tuple[bytes, dict[str, Any]]
@@ -111,20 +111,21 @@ class Peer:
 
 
 @dataclass(eq=False)
-class Episode:
+class SessionEpisode:
+    """An episode as a session plays it: the episode itself (simulation, rewards per participant,
+    fallback) and what the protocol adds: who owns each kind, decision ids, standing orders."""
+
     number: int
-    sim: Simulation
+    core: Episode
     owners: dict[str, Peer]
     participants: list[Peer]
-    reward: Reward
     records: bool
-    fallback: set[str] = field(default_factory=set)
+    first_id: int                 # the session's decision ids before this episode's
     decision_id: int = 0          # id of the pending decision as agents see it
     sim_step: int = -1            # the simulation's step that id belongs to
     ready_since: float = 0.0
     sent_at: float | None = None  # when the pending decision went to its owner
     sent: dict[str, Any] | None = None  # that decision message, resent as is if asked again
-    rewards: dict[bytes, float] = field(default_factory=dict)
     orders: dict[bytes, dict[int, int]] = field(default_factory=dict)  # standing orders (1.4): job id -> rank
     ordered: dict[bytes, int] = field(default_factory=dict)  # decisions an order answered since the last sent
 
@@ -134,7 +135,7 @@ class Session:
     name: str
     token: str = ""  # what another agent's hello must present to join (unless sessions are open)
     peers: dict[bytes, Peer] = field(default_factory=dict)
-    episode: Episode | None = None
+    episode: SessionEpisode | None = None
     episodes: int = 0
     decisions: int = 0
     held_reset: tuple[Peer, dict[str, Any], float] | None = None
@@ -414,9 +415,9 @@ class EnvService:
     def _overdue(self, session: Session, now: float) -> Peer | None:
         """The agent whose decision has waited longer than the decision timeout, if any."""
         ep = session.episode
-        if ep is None or ep.sim.pending is None or ep.sim.pending.kind in ep.fallback:
+        if ep is None or ep.core.pending is None or ep.core.pending.kind in ep.core.fallback:
             return None
-        owner = ep.owners.get(ep.sim.pending.kind)
+        owner = ep.owners.get(ep.core.pending.kind)
         started = ep.sent_at if ep.sent_at is not None else ep.ready_since
         return owner if owner is not None and now - started > self.decision_timeout else None
 
@@ -568,7 +569,7 @@ class EnvService:
         peer = self._registered(peer)
         session = peer.session
         ep = session.episode
-        decision = ep.sim.pending if ep is not None else None
+        decision = ep.core.pending if ep is not None else None
         if decision is None or ep.owners.get(decision.kind) is not peer or ep.sent_at is None \
                 or msg["decision"] != ep.decision_id:
             raise m.ProtocolError(m.STALE_DECISION, f"decision {msg['decision']} is not pending for this agent"
@@ -581,7 +582,7 @@ class EnvService:
                 action = decision.by_order(order)
             with self._unlocked():
                 action = self._steered(decision, action)
-                ep.sim.step(action)
+                ep.core.act(action)
         except InvalidAction as exc:
             raise m.ProtocolError(m.INVALID_ACTION, str(exc)) from None
         if order is not None:
@@ -655,10 +656,10 @@ class EnvService:
                 options = self._bounded_options(options)
                 workload = self._workloads.load(spec, seed, self.limits.max_trace_bytes)
                 config = sim_config(options, seed)
-                reward_spec = get_reward(msg.get("reward", d["reward"]))
-                reward_spec.check(config)
-                sim = Simulation(workload, config, policy=policy, external=owners)
-                reward = reward_spec.make()
+                reward = get_reward(msg.get("reward", d["reward"]))
+                reward.check(config)
+                core = Episode(workload, config, reward, policy=policy, outside=owners,
+                               accounts=[p.id for p in participants])
         except HpcgymError as exc:
             raise m.ProtocolError(m.BAD_REQUEST, _without_contents(str(exc))) from None
         except MemoryError:
@@ -667,14 +668,14 @@ class EnvService:
         if session.episode is not None:
             self._end_episode(session, f"reset by {controller.name!r}", skip=controller)
         session.episodes += 1
-        ep = session.episode = Episode(session.episodes, sim, owners, participants, reward, msg.get("records", False),
-                                       rewards={p.id: 0.0 for p in participants})
+        ep = session.episode = SessionEpisode(session.episodes, core, owners, participants, msg.get("records", False),
+                                              first_id=session.decisions)
         # Only the controller's unfetched end is dropped (it started a new episode, so it knows); the
         # others still get theirs with their next join/poll, before the new episode's decisions
         # (clearing every participant's lost the end for an agent between `pending` and its poll).
         controller.undelivered.clear()
         with self._unlocked():
-            sim.reset()
+            core.start()
         if session.episode is ep:
             self._dispatch(session)
 
@@ -729,43 +730,45 @@ class EnvService:
             self._send(owner.id, ep.sent)
             ep.sent_at = self.clock()
 
-    def _advance(self, session: Session, ep: Episode) -> Decision | None:
-        """Step the simulation past the decisions the built-in defaults take; the next one an
-        agent must answer, or None at the end. Touches only the episode (runs unlocked)."""
-        while session.episode is ep:
-            decision = ep.sim.pending
+    def _advance(self, session: Session, ep: SessionEpisode) -> Decision | None:
+        """Step the episode past the decisions decided without asking (built-in defaults,
+        standing orders); the next one an agent must answer, or None at the end. Touches only
+        the episode (runs unlocked)."""
+        core = ep.core
+        while True:
+            decision = core.next_decision()
             if decision is None:
                 return None
-            if decision.step != ep.sim_step:
+            if decision.step != ep.sim_step:  # a new decision (after any the defaults took)
                 ep.sim_step = decision.step
-                earned = ep.reward.step(ep.sim)
-                if earned:
-                    for p in ep.participants:
-                        ep.rewards[p.id] += earned
-                session.decisions += 1
-                ep.decision_id = session.decisions
+                ep.decision_id = ep.first_id + core.decisions
                 ep.ready_since = self.clock()
                 ep.sent_at = None
-            owner = ep.owners.get(decision.kind)
-            if owner is None or decision.kind in ep.fallback:
-                ep.sim.step(decision.default())
-                continue
-            order = ep.orders.get(owner.id)
-            if order is not None:
-                job = decision.by_order(order) if decision.kind == SELECT else None
-                if job is not None:  # the owner's standing order answers it
-                    ep.ordered[owner.id] = ep.ordered.get(owner.id, 0) + 1
-                    if self.latency is not None:
-                        key = kinds_key(owner.kinds)
-                        self.answered_by_order[key] = self.answered_by_order.get(key, 0) + 1
-                    job = self._steered(decision, job)
-                    if self.on_act is not None:
-                        self.on_act(decision, job)
-                    ep.sim.step(job)
-                    continue
-                del ep.orders[owner.id]  # a candidate it has not ranked: ask the agent
-            return decision
-        return None
+            job = self._by_order(ep, decision)
+            if job is None:
+                return decision
+            core.act(job)
+
+    def _by_order(self, ep: SessionEpisode, decision: Decision) -> int | None:
+        """The job the owner's standing order picks for `decision` (steered, and recorded as an
+        answer), or None: the owner must be asked (an order it has not ranked a candidate in is
+        dropped)."""
+        owner = ep.owners[decision.kind]
+        order = ep.orders.get(owner.id)
+        if order is None:
+            return None
+        job = decision.by_order(order) if decision.kind == SELECT else None
+        if job is None:
+            del ep.orders[owner.id]
+            return None
+        ep.ordered[owner.id] = ep.ordered.get(owner.id, 0) + 1
+        if self.latency is not None:
+            key = kinds_key(owner.kinds)
+            self.answered_by_order[key] = self.answered_by_order.get(key, 0) + 1
+        job = self._steered(decision, job)
+        if self.on_act is not None:
+            self.on_act(decision, job)
+        return job
 
     def _steered(self, decision: Decision, action: Any) -> Any:
         """The action to take for an agent's answer: the answer, or what `steer` makes of it."""
@@ -774,11 +777,10 @@ class EnvService:
         decision.parse(action)  # an invalid answer is the agent's error, not the steer's
         return self.steer(decision, action)
 
-    def _decision_message(self, ep: Episode, decision: Decision, owner: Peer) -> dict[str, Any]:
-        reward = ep.rewards.get(owner.id, 0.0)
-        ep.rewards[owner.id] = 0.0
+    def _decision_message(self, ep: SessionEpisode, decision: Decision, owner: Peer) -> dict[str, Any]:
+        reward = ep.core.collect(owner.id)
         observation = decision.observation
-        if owner.minor < PREDICTIONS_MINOR and ep.sim.config.prediction.on:  # columns a 1.0-1.3 agent never asked for
+        if owner.minor < PREDICTIONS_MINOR and ep.core.sim.config.prediction.on:  # columns a 1.0-1.3 agent never asked for
             observation = _without(observation, PREDICTION_COLUMNS)
         if owner.minor < JOB_COLUMNS_MINOR:  # nor does a 1.0-1.4 agent know these
             observation = _without(observation, JOB_COLUMNS)
@@ -795,11 +797,15 @@ class EnvService:
         Without `summarize` (its simulation is mid-computation on another thread) no metrics."""
         ep = session.episode
         session.episode = None
+        core = ep.core
+        core.stop()  # a simulation mid-computation on another thread stops at its next decision
+        session.decisions = ep.first_id + core.decisions
         with self._unlocked():
-            result = ep.sim.result() if summarize and ep.sim.done else None
-            metrics = dict(result.summary) if result is not None else {}
-            final = ep.reward.end(ep.sim, metrics) if result is not None else 0.0
-            jobs = {k: v.tolist() for k, v in result.jobs.items()} if (ep.records and result is not None) else None
+            metrics, final, jobs = {}, 0.0, None
+            if summarize and core.sim.done:
+                metrics, final = core.finish()
+                if ep.records:
+                    jobs = {k: v.tolist() for k, v in core.sim.result().jobs.items()}
         pages = 0
         if jobs is not None and len(jobs["job_id"]) * RECORD_BYTES_PER_JOB > MAX_MESSAGE_BYTES - 65536:
             # too many to send at once: kept for `records` requests, page by page
@@ -808,7 +814,7 @@ class EnvService:
             jobs = None
         for p in ep.participants:
             end = {"type": "episode_end", "episode": ep.number, "reason": reason, "metrics": metrics,
-                   "reward": float(ep.rewards.get(p.id, 0.0) + final), "jobs": jobs}
+                   "reward": float(core.collect(p.id) + final), "jobs": jobs}
             if pages:
                 end["records_pages"] = pages
             if ep.ordered.get(p.id):
@@ -826,7 +832,7 @@ class EnvService:
             self._end_episode(session, f"agent {peer.name!r} ({', '.join(sorted(peer.kinds))}) lost: {why}")
             self._forget(peer)
             return
-        session.episode.fallback |= peer.kinds
+        session.episode.core.fall_back(peer.kinds)
         session.episode.sent_at = None
         self._forget(peer)
         self._dispatch(session)
@@ -834,7 +840,7 @@ class EnvService:
                                                    for k in session.episode.owners):
             # nobody is left to ask: let the simulation decide everything itself, at full speed
             with self._unlocked():
-                session.episode.sim.decide_internally(session.episode.owners)
+                session.episode.core.decide_internally()
             self._dispatch(session)
 
     # ---------------------------------------------------------------- helpers
@@ -844,7 +850,7 @@ class EnvService:
             return
         session = peer.session
         ep = session.episode
-        if ep is not None and ep.sim.pending is not None and ep.owners.get(ep.sim.pending.kind) is peer \
+        if ep is not None and ep.core.pending is not None and ep.owners.get(ep.core.pending.kind) is peer \
                 and ep.sent_at is not None:
             # it asks again for a decision already sent (e.g. it lost the reply): send it again
             self._send(peer.id, ep.sent)
@@ -887,10 +893,11 @@ class EnvService:
         if peer is None:
             return None
         ep = peer.session.episode
-        if ep is None or ep.sim.pending is None or ep.sent_at is None or ep.owners.get(ep.sim.pending.kind) is not peer:
+        pending = ep.core.pending if ep is not None else None
+        if pending is None or ep.sent_at is None or ep.owners.get(pending.kind) is not peer:
             return None
-        return {"decision": ep.decision_id, "kind": ep.sim.pending.kind, "time": ep.sim.pending.time,
-                "candidates": ep.sim.pending.candidates, "can_wait": ep.sim.pending.can_wait}
+        return {"decision": ep.decision_id, "kind": pending.kind, "time": pending.time,
+                "candidates": pending.candidates, "can_wait": pending.can_wait}
 
     def _missing_kinds(self, session: Session, reset: dict[str, Any]) -> set[str]:
         taken = {k for p in session.peers.values() for k in p.kinds}
