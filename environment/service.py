@@ -19,17 +19,14 @@ reset another can serve the other sessions and the heartbeats (environment/serve
 from __future__ import annotations
 
 import hmac
-import os
 import re
 import secrets
-import stat
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .priorities import POLICIES
@@ -40,8 +37,8 @@ from .episode import Episode
 from .errors import HpcgymError, InvalidAction
 from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS,
                       SCALE_DESCRIPTION, SCALE_SYNTAX, SUM_DESCRIPTION, SUM_SYNTAX, get_reward)
-from .predictions import PredictionSpec
-from .spec import TraceNotFound, WorkloadCache, check_workload_spec, reset_workload, sim_config
+from .limits import Limits, check_reset_size
+from .spec import WorkloadCache, reset_workload, sim_config
 
 Reply = tuple[bytes, dict[str, Any]]
 #: A request as the lock holder gets it: the message as far as it was read, and why it is refused
@@ -54,20 +51,12 @@ AGENT_LOST_MODES = ("fallback", "end")
 VERSION = re.compile(r"\d+\.\d+\Z")
 #: Longest agent or session name: names are kept while their session lives.
 MAX_NAME = 256
-#: The longest path a reset may name (a trace or model), in characters and in components: the
-#: path is resolved on the file system, and that costs time quadratic in its components.
-MAX_PATH_CHARS = 4096
-MAX_PATH_PARTS = 256
-#: The most keys of a reset's `workload` or `options` map (each has about 20 known keys).
-MAX_MAP_KEYS = 64
 #: Lost peers remembered (so that their late acts get `stale_decision`), the oldest forgotten first.
 MAX_LOST = 10_000
 #: Per-job record columns x the most bytes msgpack spends on one value, plus room for the map:
 #: records of more jobs than fit the message limit by this bound are paged (`records` requests).
 RECORD_BYTES_PER_JOB = 16 * 9
 RECORDS_PAGE_JOBS = 50_000
-#: The largest learned prediction model a reset may name (one is a few kB per thousand users).
-MAX_MODEL_BYTES = 16 << 20
 #: The first minor version whose agents are sent the prediction columns (older ones never asked).
 PREDICTIONS_MINOR = 4
 #: The observation columns of predictions (PROTOCOL.md section 6), per table.
@@ -75,22 +64,6 @@ PREDICTION_COLUMNS = {"queue": ("prediction",), "running": ("submit", "predictio
 #: The first minor version whose agents are sent the queued jobs' group, executable and memory.
 JOB_COLUMNS_MINOR = 5
 JOB_COLUMNS = {"queue": ("group", "executable", "memory")}
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one agent may ask of a shared env (`hpcgym env`'s operator options); None: no limit,
-    as for an env a program runs for itself in process."""
-
-    trace_dirs: tuple[Path, ...] | None = None  # traces only from inside these folders
-    max_trace_bytes: int | None = None           # and only regular files up to this size
-    max_jobs: int | None = None                  # `jobs` and `generate_jobs` of a workload
-    idle_timeout: float | None = None            # agents silent this long (not in an episode) are forgotten
-    max_sessions: int | None = None              # sessions at once
-    max_agents: int | None = None                # agents (said hello, not yet gone) at once
-    # learned prediction models only from inside these folders; None: from anywhere if trace_dirs is
-    # None too (an env a program runs for itself), else from nowhere
-    model_dirs: tuple[Path, ...] | None = None
 
 
 @dataclass(eq=False)
@@ -207,8 +180,6 @@ class EnvService:
         # Private sessions: joining one that has agents takes its token (`hpcgym env` by default;
         # in process, where one program runs all its agents, sessions are open).
         self.private = private
-        self._trace_dirs = None if limits.trace_dirs is None else tuple(d.resolve() for d in limits.trace_dirs)
-        self._model_dirs = None if limits.model_dirs is None else tuple(d.resolve() for d in limits.model_dirs)
         self._next_sweep = 0.0
         self.sessions: dict[str, Session] = {}
         self.peers: dict[bytes, Peer] = {}
@@ -242,7 +213,7 @@ class EnvService:
         the first reset finds the trace already parsed."""
         d = self.defaults
         if d["workload"].get("trace") is not None:
-            self._workloads.load(self._bounded(d["workload"]), d["seed"], self.limits.max_trace_bytes)
+            self._workloads.load(self.limits.workload(d["workload"]), d["seed"], self.limits.max_trace_bytes)
         get_reward(d["reward"]).check(sim_config(d["options"], d["seed"]))
 
     def run_sessions_concurrently(self, wake: Callable[[], None]) -> None:
@@ -652,8 +623,8 @@ class EnvService:
             if not isinstance(policy, str) or policy not in POLICIES:  # a list here was an `internal` TypeError
                 raise HpcgymError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
             with self._unlocked():  # the paths are resolved on the file system: no lock held meanwhile
-                spec = self._bounded(reset_workload(d["workload"], msg.get("workload", {})))
-                options = self._bounded_options(options)
+                spec = self.limits.workload(reset_workload(d["workload"], msg.get("workload", {})))
+                options = self.limits.options(options)
                 workload = self._workloads.load(spec, seed, self.limits.max_trace_bytes)
                 config = sim_config(options, seed)
                 reward = get_reward(msg.get("reward", d["reward"]))
@@ -678,38 +649,6 @@ class EnvService:
             core.start()
         if session.episode is ep:
             self._dispatch(session)
-
-    def _bounded(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """The workload spec within the operator's limits, its trace named by its real path."""
-        check_workload_spec(spec)
-        lim = self.limits
-        for key in ("jobs", "generate_jobs"):
-            if lim.max_jobs is not None and (spec.get(key) or 0) > lim.max_jobs:
-                raise HpcgymError(f"workload: {key} {spec[key]:,} is over this env's limit of {lim.max_jobs:,} jobs; "
-                                  "ask for fewer (the operator sets the limit with --max-jobs)")
-        if spec.get("trace") is None or (self._trace_dirs is None and lim.max_trace_bytes is None):
-            return spec
-        return {**spec, "trace": str(self._allowed_trace(os.fspath(spec["trace"])))}
-
-    def _bounded_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """The options with a learned predictor's model file named by its real path, if the
-        operator allows it (`--model-dir`; an env without limits opens any path)."""
-        given = options.get("prediction")
-        if not isinstance(given, str):
-            return options  # absent, or a wrong type sim_config names
-        spec = PredictionSpec.parse(given)
-        if spec.kind != "learned" or (self._model_dirs is None and self._trace_dirs is None):
-            return options
-        if not self._model_dirs:
-            raise HpcgymError("prediction learned: this env serves no prediction models (the operator adds folders "
-                              "with --model-dir); use prediction running or user_history")
-        real = _allowed_file(spec.model, self._model_dirs, MAX_MODEL_BYTES, "prediction model", "--model-dir")
-        return {**options, "prediction": f"learned:{real}"}
-
-    def _allowed_trace(self, given: str) -> Path:
-        """The file a reset's trace names, if the operator allows it (`_allowed_file`)."""
-        return _allowed_file(given, self._trace_dirs, self.limits.max_trace_bytes, "trace", "--trace-dir",
-                             "--max-trace-bytes")
 
     def _dispatch(self, session: Session) -> None:
         """Advance the episode past every decision nobody needs to be asked about; hand the
@@ -929,61 +868,15 @@ def _parsed(body: bytes | dict[str, Any]) -> Request:
     try:
         msg = m.validate(decode(body) if isinstance(body, (bytes, bytearray)) else body)
         if msg["type"] == "reset":
-            _check_reset_size(msg)
+            check_reset_size(msg)
     except m.ProtocolError as err:
         return msg, err
     return msg, None
 
 
-def _check_reset_size(msg: dict[str, Any]) -> None:
-    for key in ("workload", "options"):
-        if len(msg.get(key, {})) > MAX_MAP_KEYS:
-            raise m.ProtocolError(m.BAD_REQUEST, f"reset: {key} holds at most {MAX_MAP_KEYS} keys; got "
-                                                 f"{len(msg[key]):,} (the known keys: section 4 of PROTOCOL.md)")
-    if len(msg.get("require", [])) > len(KINDS):
-        raise m.ProtocolError(m.BAD_REQUEST, f"reset: require names at most the {len(KINDS)} kinds; got "
-                                             f"{len(msg['require']):,} entries")
-    for where, value in (("workload trace", msg.get("workload", {}).get("trace")),
-                         ("option prediction", msg.get("options", {}).get("prediction"))):
-        if isinstance(value, str) and (len(value) > MAX_PATH_CHARS or value.count("/") >= MAX_PATH_PARTS):
-            raise m.ProtocolError(m.BAD_REQUEST, f"reset: the {where} is at most {MAX_PATH_CHARS} characters and "
-                                                 f"{MAX_PATH_PARTS} path components; got {len(value):,} characters "
-                                                 f"and {value.count('/') + 1:,} components")
-
-
 def _without_contents(message: str) -> str:
     """An error about a trace without the bits of the file it quotes (a malformed field's text)."""
     return re.sub(r"(non-numeric field \d+) ('[^']*'|\"[^\"]*\")", r"\1", message)
-
-
-def _allowed_file(given: str, dirs: tuple[Path, ...] | None, max_bytes: int | None, what: str, dir_flag: str,
-                  size_flag: str = "") -> Path:
-    """The file a reset names, if the operator allows it: inside one of `dirs` (None: anywhere;
-    checked before the file is even looked for, so a refusal does not say whether it exists), a
-    regular file (not a FIFO or a device), and not over `max_bytes`."""
-    if "\x00" in given:
-        raise TraceNotFound(f"a {what} path cannot contain a NUL byte; check the path")
-    name = Path(given).expanduser()
-    if len(name.parts) == 1 and not name.is_absolute() and dirs is not None:
-        found = [d / name for d in dirs if (d / name).is_file()]
-        if not found:
-            raise TraceNotFound(f"{given}: no such {what} in this env's {what} folders; ask the operator which "
-                                f"{what}s it serves")
-        name = found[0]
-    real = Path(os.path.realpath(name))
-    if dirs is not None and not any(real.is_relative_to(d) for d in dirs):
-        raise TraceNotFound(f"{given}: this env serves {what}s only from its {what} folders (the operator adds "
-                            f"folders with {dir_flag}); give a {what} there, by name")
-    try:
-        info = os.stat(real)
-    except OSError:
-        raise TraceNotFound(f"{given}: {what} file not found; check the path") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise TraceNotFound(f"{given}: not a regular file; name a {what} file")
-    if max_bytes is not None and info.st_size > max_bytes:
-        raise TraceNotFound(f"{given}: {info.st_size:,} bytes is over this env's {what} size limit of {max_bytes:,}"
-                            + (f" (the operator sets it with {size_flag})" if size_flag else ""))
-    return real
 
 
 def kinds_key(kinds: Any) -> str:
