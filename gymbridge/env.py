@@ -69,18 +69,19 @@ Info: `action_mask`, `kind` (the pending decision's kind), `decision` (a `Decisi
 `step`, `candidates`, `context`, `can_wait`, raw `observation`; None once terminated), at the
 end `metrics`, at reset `initial_reward` and `episode_seed`.
 
-Remote: the connection says hello with this env's kind(s) (and the `others`' kinds, answered here) in a
-session of its own, and sends reset with the same workload spec, seed, reward and the complete
-simulation options (defaults filled in, so the server's `--backfill`/`--policy` defaults do not
-apply). Workload keys left out do take the server's defaults (`hpcgym env --trace/--procs`).
-The server gives up on a decision after its `--decision-timeout` (30 s by default): start it
-with a timeout longer than the slowest pause between two steps (e.g. a training update).
+Remote (`gymbridge/remote.py`): the connection says hello with this env's kind(s) (and the `others`'
+kinds, answered here) in a session of its own, and sends reset with the same workload spec, seed,
+reward and the complete simulation options (defaults filled in, so the server's
+`--backfill`/`--policy` defaults do not apply). Workload keys left out do take the server's defaults
+(`hpcgym env --trace/--procs`). The server gives up on a decision after its `--decision-timeout`
+(30 s by default): start it with a timeout longer than the slowest pause between two steps (e.g. a
+training update).
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -331,7 +332,8 @@ class HpcEnv(gym.Env):
             earned += final
         return decision, earned
 
-    def _remote(self, call, *args) -> tuple[Decision | None, float]:
+    def _remote(self, call: Callable[..., tuple[Decision | None, float]], *args: Any) -> tuple[Decision | None, float]:
+        """`call` of the remote client; an episode the env ended early is over here too."""
         try:
             decision, earned = call(*args)
         except RemoteEpisodeEnded:
