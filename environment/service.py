@@ -19,17 +19,14 @@ reset another can serve the other sessions and the heartbeats (environment/serve
 from __future__ import annotations
 
 import hmac
-import os
 import re
 import secrets
-import stat
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .priorities import POLICIES
@@ -37,12 +34,12 @@ from ..protocol import messages as m
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
 from ..protocol.tables import columns_newer_than
 from .decisions import KINDS, SELECT, Decision
+from .episode import Episode
 from .errors import HpcgymError, InvalidAction
 from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS,
-                      SCALE_DESCRIPTION, SCALE_SYNTAX, SUM_DESCRIPTION, SUM_SYNTAX, Reward, get_reward)
-from .predictions import PredictionSpec
-from .simulator import Simulation
-from .spec import TraceNotFound, WorkloadCache, check_workload_spec, reset_workload, sim_config
+                      SCALE_DESCRIPTION, SCALE_SYNTAX, SUM_DESCRIPTION, SUM_SYNTAX, get_reward)
+from .limits import Limits, check_reset_size
+from .spec import WorkloadCache, reset_workload, sim_config
 
 Reply = tuple[bytes, dict[str, Any]]
 #: A request as the lock holder gets it: the message as far as it was read, and why it is refused
@@ -55,36 +52,12 @@ AGENT_LOST_MODES = ("fallback", "end")
 VERSION = re.compile(r"\d+\.\d+\Z")
 #: Longest agent or session name: names are kept while their session lives.
 MAX_NAME = 256
-#: The longest path a reset may name (a trace or model), in characters and in components: the
-#: path is resolved on the file system, and that costs time quadratic in its components.
-MAX_PATH_CHARS = 4096
-MAX_PATH_PARTS = 256
-#: The most keys of a reset's `workload` or `options` map (each has about 20 known keys).
-MAX_MAP_KEYS = 64
 #: Lost peers remembered (so that their late acts get `stale_decision`), the oldest forgotten first.
 MAX_LOST = 10_000
 #: Per-job record columns x the most bytes msgpack spends on one value, plus room for the map:
 #: records of more jobs than fit the message limit by this bound are paged (`records` requests).
 RECORD_BYTES_PER_JOB = 16 * 9
 RECORDS_PAGE_JOBS = 50_000
-#: The largest learned prediction model a reset may name (one is a few kB per thousand users).
-MAX_MODEL_BYTES = 16 << 20
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one agent may ask of a shared env (`hpcgym env`'s operator options); None: no limit,
-    as for an env a program runs for itself in process."""
-
-    trace_dirs: tuple[Path, ...] | None = None  # traces only from inside these folders
-    max_trace_bytes: int | None = None           # and only regular files up to this size
-    max_jobs: int | None = None                  # `jobs` and `generate_jobs` of a workload
-    idle_timeout: float | None = None            # agents silent this long (not in an episode) are forgotten
-    max_sessions: int | None = None              # sessions at once
-    max_agents: int | None = None                # agents (said hello, not yet gone) at once
-    # learned prediction models only from inside these folders; None: from anywhere if trace_dirs is
-    # None too (an env a program runs for itself), else from nowhere
-    model_dirs: tuple[Path, ...] | None = None
 
 
 @dataclass(eq=False)
@@ -105,20 +78,21 @@ class Peer:
 
 
 @dataclass(eq=False)
-class Episode:
+class SessionEpisode:
+    """An episode as a session plays it: the episode itself (simulation, rewards per participant,
+    fallback) and what the protocol adds: who owns each kind, decision ids, standing orders."""
+
     number: int
-    sim: Simulation
+    core: Episode
     owners: dict[str, Peer]
     participants: list[Peer]
-    reward: Reward
     records: bool
-    fallback: set[str] = field(default_factory=set)
+    first_id: int                 # the session's decision ids before this episode's
     decision_id: int = 0          # id of the pending decision as agents see it
     sim_step: int = -1            # the simulation's step that id belongs to
     ready_since: float = 0.0
     sent_at: float | None = None  # when the pending decision went to its owner
     sent: dict[str, Any] | None = None  # that decision message, resent as is if asked again
-    rewards: dict[bytes, float] = field(default_factory=dict)
     orders: dict[bytes, dict[int, int]] = field(default_factory=dict)  # standing orders (1.4): job id -> rank
     ordered: dict[bytes, int] = field(default_factory=dict)  # decisions an order answered since the last sent
 
@@ -128,7 +102,7 @@ class Session:
     name: str
     token: str = ""  # what another agent's hello must present to join (unless sessions are open)
     peers: dict[bytes, Peer] = field(default_factory=dict)
-    episode: Episode | None = None
+    episode: SessionEpisode | None = None
     episodes: int = 0
     decisions: int = 0
     held_reset: tuple[Peer, dict[str, Any], float] | None = None
@@ -200,8 +174,6 @@ class EnvService:
         # Private sessions: joining one that has agents takes its token (`hpcgym env` by default;
         # in process, where one program runs all its agents, sessions are open).
         self.private = private
-        self._trace_dirs = None if limits.trace_dirs is None else tuple(d.resolve() for d in limits.trace_dirs)
-        self._model_dirs = None if limits.model_dirs is None else tuple(d.resolve() for d in limits.model_dirs)
         self._next_sweep = 0.0
         self.sessions: dict[str, Session] = {}
         self.peers: dict[bytes, Peer] = {}
@@ -235,7 +207,7 @@ class EnvService:
         the first reset finds the trace already parsed."""
         d = self.defaults
         if d["workload"].get("trace") is not None:
-            self._workloads.load(self._bounded(d["workload"]), d["seed"], self.limits.max_trace_bytes)
+            self._workloads.load(self.limits.workload(d["workload"]), d["seed"], self.limits.max_trace_bytes)
         get_reward(d["reward"]).check(sim_config(d["options"], d["seed"]))
 
     def run_sessions_concurrently(self, wake: Callable[[], None]) -> None:
@@ -408,9 +380,9 @@ class EnvService:
     def _overdue(self, session: Session, now: float) -> Peer | None:
         """The agent whose decision has waited longer than the decision timeout, if any."""
         ep = session.episode
-        if ep is None or ep.sim.pending is None or ep.sim.pending.kind in ep.fallback:
+        if ep is None or ep.core.pending is None or ep.core.pending.kind in ep.core.fallback:
             return None
-        owner = ep.owners.get(ep.sim.pending.kind)
+        owner = ep.owners.get(ep.core.pending.kind)
         started = ep.sent_at if ep.sent_at is not None else ep.ready_since
         return owner if owner is not None and now - started > self.decision_timeout else None
 
@@ -562,7 +534,7 @@ class EnvService:
         peer = self._registered(peer)
         session = peer.session
         ep = session.episode
-        decision = ep.sim.pending if ep is not None else None
+        decision = ep.core.pending if ep is not None else None
         if decision is None or ep.owners.get(decision.kind) is not peer or ep.sent_at is None \
                 or msg["decision"] != ep.decision_id:
             raise m.ProtocolError(m.STALE_DECISION, f"decision {msg['decision']} is not pending for this agent"
@@ -575,7 +547,7 @@ class EnvService:
                 action = decision.by_order(order)
             with self._unlocked():
                 action = self._steered(decision, action)
-                ep.sim.step(action)
+                ep.core.act(action)
         except InvalidAction as exc:
             raise m.ProtocolError(m.INVALID_ACTION, str(exc)) from None
         if order is not None:
@@ -645,14 +617,14 @@ class EnvService:
             if not isinstance(policy, str) or policy not in POLICIES:  # a list here was an `internal` TypeError
                 raise HpcgymError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
             with self._unlocked():  # the paths are resolved on the file system: no lock held meanwhile
-                spec = self._bounded(reset_workload(d["workload"], msg.get("workload", {})))
-                options = self._bounded_options(options)
+                spec = self.limits.workload(reset_workload(d["workload"], msg.get("workload", {})))
+                options = self.limits.options(options)
                 workload = self._workloads.load(spec, seed, self.limits.max_trace_bytes)
                 config = sim_config(options, seed)
-                reward_spec = get_reward(msg.get("reward", d["reward"]))
-                reward_spec.check(config)
-                sim = Simulation(workload, config, policy=policy, external=owners)
-                reward = reward_spec.make()
+                reward = get_reward(msg.get("reward", d["reward"]))
+                reward.check(config)
+                core = Episode(workload, config, reward, policy=policy, outside=owners,
+                               accounts=[p.id for p in participants])
         except HpcgymError as exc:
             raise m.ProtocolError(m.BAD_REQUEST, _without_contents(str(exc))) from None
         except MemoryError:
@@ -661,48 +633,16 @@ class EnvService:
         if session.episode is not None:
             self._end_episode(session, f"reset by {controller.name!r}", skip=controller)
         session.episodes += 1
-        ep = session.episode = Episode(session.episodes, sim, owners, participants, reward, msg.get("records", False),
-                                       rewards={p.id: 0.0 for p in participants})
+        ep = session.episode = SessionEpisode(session.episodes, core, owners, participants, msg.get("records", False),
+                                              first_id=session.decisions)
         # Only the controller's unfetched end is dropped (it started a new episode, so it knows); the
         # others still get theirs with their next join/poll, before the new episode's decisions
         # (clearing every participant's lost the end for an agent between `pending` and its poll).
         controller.undelivered.clear()
         with self._unlocked():
-            sim.reset()
+            core.start()
         if session.episode is ep:
             self._dispatch(session)
-
-    def _bounded(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """The workload spec within the operator's limits, its trace named by its real path."""
-        check_workload_spec(spec)
-        lim = self.limits
-        for key in ("jobs", "generate_jobs"):
-            if lim.max_jobs is not None and (spec.get(key) or 0) > lim.max_jobs:
-                raise HpcgymError(f"workload: {key} {spec[key]:,} is over this env's limit of {lim.max_jobs:,} jobs; "
-                                  "ask for fewer (the operator sets the limit with --max-jobs)")
-        if spec.get("trace") is None or (self._trace_dirs is None and lim.max_trace_bytes is None):
-            return spec
-        return {**spec, "trace": str(self._allowed_trace(os.fspath(spec["trace"])))}
-
-    def _bounded_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """The options with a learned predictor's model file named by its real path, if the
-        operator allows it (`--model-dir`; an env without limits opens any path)."""
-        given = options.get("prediction")
-        if not isinstance(given, str):
-            return options  # absent, or a wrong type sim_config names
-        spec = PredictionSpec.parse(given)
-        if spec.kind != "learned" or (self._model_dirs is None and self._trace_dirs is None):
-            return options
-        if not self._model_dirs:
-            raise HpcgymError("prediction learned: this env serves no prediction models (the operator adds folders "
-                              "with --model-dir); use prediction running or user_history")
-        real = _allowed_file(spec.model, self._model_dirs, MAX_MODEL_BYTES, "prediction model", "--model-dir")
-        return {**options, "prediction": f"learned:{real}"}
-
-    def _allowed_trace(self, given: str) -> Path:
-        """The file a reset's trace names, if the operator allows it (`_allowed_file`)."""
-        return _allowed_file(given, self._trace_dirs, self.limits.max_trace_bytes, "trace", "--trace-dir",
-                             "--max-trace-bytes")
 
     def _dispatch(self, session: Session) -> None:
         """Advance the episode past every decision nobody needs to be asked about; hand the
@@ -723,43 +663,45 @@ class EnvService:
             self._send(owner.id, ep.sent)
             ep.sent_at = self.clock()
 
-    def _advance(self, session: Session, ep: Episode) -> Decision | None:
-        """Step the simulation past the decisions the built-in defaults take; the next one an
-        agent must answer, or None at the end. Touches only the episode (runs unlocked)."""
-        while session.episode is ep:
-            decision = ep.sim.pending
+    def _advance(self, session: Session, ep: SessionEpisode) -> Decision | None:
+        """Step the episode past the decisions decided without asking (built-in defaults,
+        standing orders); the next one an agent must answer, or None at the end. Touches only
+        the episode (runs unlocked)."""
+        core = ep.core
+        while True:
+            decision = core.next_decision()
             if decision is None:
                 return None
-            if decision.step != ep.sim_step:
+            if decision.step != ep.sim_step:  # a new decision (after any the defaults took)
                 ep.sim_step = decision.step
-                earned = ep.reward.step(ep.sim)
-                if earned:
-                    for p in ep.participants:
-                        ep.rewards[p.id] += earned
-                session.decisions += 1
-                ep.decision_id = session.decisions
+                ep.decision_id = ep.first_id + core.decisions
                 ep.ready_since = self.clock()
                 ep.sent_at = None
-            owner = ep.owners.get(decision.kind)
-            if owner is None or decision.kind in ep.fallback:
-                ep.sim.step(decision.default())
-                continue
-            order = ep.orders.get(owner.id)
-            if order is not None:
-                job = decision.by_order(order) if decision.kind == SELECT else None
-                if job is not None:  # the owner's standing order answers it
-                    ep.ordered[owner.id] = ep.ordered.get(owner.id, 0) + 1
-                    if self.latency is not None:
-                        key = kinds_key(owner.kinds)
-                        self.answered_by_order[key] = self.answered_by_order.get(key, 0) + 1
-                    job = self._steered(decision, job)
-                    if self.on_act is not None:
-                        self.on_act(decision, job)
-                    ep.sim.step(job)
-                    continue
-                del ep.orders[owner.id]  # a candidate it has not ranked: ask the agent
-            return decision
-        return None
+            job = self._by_order(ep, decision)
+            if job is None:
+                return decision
+            core.act(job)
+
+    def _by_order(self, ep: SessionEpisode, decision: Decision) -> int | None:
+        """The job the owner's standing order picks for `decision` (steered, and recorded as an
+        answer), or None: the owner must be asked (an order it has not ranked a candidate in is
+        dropped)."""
+        owner = ep.owners[decision.kind]
+        order = ep.orders.get(owner.id)
+        if order is None:
+            return None
+        job = decision.by_order(order) if decision.kind == SELECT else None
+        if job is None:
+            del ep.orders[owner.id]
+            return None
+        ep.ordered[owner.id] = ep.ordered.get(owner.id, 0) + 1
+        if self.latency is not None:
+            key = kinds_key(owner.kinds)
+            self.answered_by_order[key] = self.answered_by_order.get(key, 0) + 1
+        job = self._steered(decision, job)
+        if self.on_act is not None:
+            self.on_act(decision, job)
+        return job
 
     def _steered(self, decision: Decision, action: Any) -> Any:
         """The action to take for an agent's answer: the answer, or what `steer` makes of it."""
@@ -768,9 +710,8 @@ class EnvService:
         decision.parse(action)  # an invalid answer is the agent's error, not the steer's
         return self.steer(decision, action)
 
-    def _decision_message(self, ep: Episode, decision: Decision, owner: Peer) -> dict[str, Any]:
-        reward = ep.rewards.get(owner.id, 0.0)
-        ep.rewards[owner.id] = 0.0
+    def _decision_message(self, ep: SessionEpisode, decision: Decision, owner: Peer) -> dict[str, Any]:
+        reward = ep.core.collect(owner.id)
         observation = decision.observation
         newer = columns_newer_than(owner.minor)  # columns an older agent never asked for (PROTOCOL.md section 6)
         if newer:
@@ -788,11 +729,15 @@ class EnvService:
         Without `summarize` (its simulation is mid-computation on another thread) no metrics."""
         ep = session.episode
         session.episode = None
+        core = ep.core
+        core.stop()  # a simulation mid-computation on another thread stops at its next decision
+        session.decisions = ep.first_id + core.decisions
         with self._unlocked():
-            result = ep.sim.result() if summarize and ep.sim.done else None
-            metrics = dict(result.summary) if result is not None else {}
-            final = ep.reward.end(ep.sim, metrics) if result is not None else 0.0
-            jobs = {k: v.tolist() for k, v in result.jobs.items()} if (ep.records and result is not None) else None
+            metrics, final, jobs = {}, 0.0, None
+            if summarize and core.sim.done:
+                metrics, final = core.finish()
+                if ep.records:
+                    jobs = {k: v.tolist() for k, v in core.sim.result().jobs.items()}
         pages = 0
         if jobs is not None and len(jobs["job_id"]) * RECORD_BYTES_PER_JOB > MAX_MESSAGE_BYTES - 65536:
             # too many to send at once: kept for `records` requests, page by page
@@ -801,7 +746,7 @@ class EnvService:
             jobs = None
         for p in ep.participants:
             end = {"type": "episode_end", "episode": ep.number, "reason": reason, "metrics": metrics,
-                   "reward": float(ep.rewards.get(p.id, 0.0) + final), "jobs": jobs}
+                   "reward": float(core.collect(p.id) + final), "jobs": jobs}
             if pages:
                 end["records_pages"] = pages
             if ep.ordered.get(p.id):
@@ -819,7 +764,7 @@ class EnvService:
             self._end_episode(session, f"agent {peer.name!r} ({', '.join(sorted(peer.kinds))}) lost: {why}")
             self._forget(peer)
             return
-        session.episode.fallback |= peer.kinds
+        session.episode.core.fall_back(peer.kinds)
         session.episode.sent_at = None
         self._forget(peer)
         self._dispatch(session)
@@ -827,7 +772,7 @@ class EnvService:
                                                    for k in session.episode.owners):
             # nobody is left to ask: let the simulation decide everything itself, at full speed
             with self._unlocked():
-                session.episode.sim.decide_internally(session.episode.owners)
+                session.episode.core.decide_internally()
             self._dispatch(session)
 
     # ---------------------------------------------------------------- helpers
@@ -837,7 +782,7 @@ class EnvService:
             return
         session = peer.session
         ep = session.episode
-        if ep is not None and ep.sim.pending is not None and ep.owners.get(ep.sim.pending.kind) is peer \
+        if ep is not None and ep.core.pending is not None and ep.owners.get(ep.core.pending.kind) is peer \
                 and ep.sent_at is not None:
             # it asks again for a decision already sent (e.g. it lost the reply): send it again
             self._send(peer.id, ep.sent)
@@ -880,10 +825,11 @@ class EnvService:
         if peer is None:
             return None
         ep = peer.session.episode
-        if ep is None or ep.sim.pending is None or ep.sent_at is None or ep.owners.get(ep.sim.pending.kind) is not peer:
+        pending = ep.core.pending if ep is not None else None
+        if pending is None or ep.sent_at is None or ep.owners.get(pending.kind) is not peer:
             return None
-        return {"decision": ep.decision_id, "kind": ep.sim.pending.kind, "time": ep.sim.pending.time,
-                "candidates": ep.sim.pending.candidates, "can_wait": ep.sim.pending.can_wait}
+        return {"decision": ep.decision_id, "kind": pending.kind, "time": pending.time,
+                "candidates": pending.candidates, "can_wait": pending.can_wait}
 
     def _missing_kinds(self, session: Session, reset: dict[str, Any]) -> set[str]:
         taken = {k for p in session.peers.values() for k in p.kinds}
@@ -915,61 +861,15 @@ def _parsed(body: bytes | dict[str, Any]) -> Request:
     try:
         msg = m.validate(decode(body) if isinstance(body, (bytes, bytearray)) else body)
         if msg["type"] == "reset":
-            _check_reset_size(msg)
+            check_reset_size(msg)
     except m.ProtocolError as err:
         return msg, err
     return msg, None
 
 
-def _check_reset_size(msg: dict[str, Any]) -> None:
-    for key in ("workload", "options"):
-        if len(msg.get(key, {})) > MAX_MAP_KEYS:
-            raise m.ProtocolError(m.BAD_REQUEST, f"reset: {key} holds at most {MAX_MAP_KEYS} keys; got "
-                                                 f"{len(msg[key]):,} (the known keys: section 4 of PROTOCOL.md)")
-    if len(msg.get("require", [])) > len(KINDS):
-        raise m.ProtocolError(m.BAD_REQUEST, f"reset: require names at most the {len(KINDS)} kinds; got "
-                                             f"{len(msg['require']):,} entries")
-    for where, value in (("workload trace", msg.get("workload", {}).get("trace")),
-                         ("option prediction", msg.get("options", {}).get("prediction"))):
-        if isinstance(value, str) and (len(value) > MAX_PATH_CHARS or value.count("/") >= MAX_PATH_PARTS):
-            raise m.ProtocolError(m.BAD_REQUEST, f"reset: the {where} is at most {MAX_PATH_CHARS} characters and "
-                                                 f"{MAX_PATH_PARTS} path components; got {len(value):,} characters "
-                                                 f"and {value.count('/') + 1:,} components")
-
-
 def _without_contents(message: str) -> str:
     """An error about a trace without the bits of the file it quotes (a malformed field's text)."""
     return re.sub(r"(non-numeric field \d+) ('[^']*'|\"[^\"]*\")", r"\1", message)
-
-
-def _allowed_file(given: str, dirs: tuple[Path, ...] | None, max_bytes: int | None, what: str, dir_flag: str,
-                  size_flag: str = "") -> Path:
-    """The file a reset names, if the operator allows it: inside one of `dirs` (None: anywhere;
-    checked before the file is even looked for, so a refusal does not say whether it exists), a
-    regular file (not a FIFO or a device), and not over `max_bytes`."""
-    if "\x00" in given:
-        raise TraceNotFound(f"a {what} path cannot contain a NUL byte; check the path")
-    name = Path(given).expanduser()
-    if len(name.parts) == 1 and not name.is_absolute() and dirs is not None:
-        found = [d / name for d in dirs if (d / name).is_file()]
-        if not found:
-            raise TraceNotFound(f"{given}: no such {what} in this env's {what} folders; ask the operator which "
-                                f"{what}s it serves")
-        name = found[0]
-    real = Path(os.path.realpath(name))
-    if dirs is not None and not any(real.is_relative_to(d) for d in dirs):
-        raise TraceNotFound(f"{given}: this env serves {what}s only from its {what} folders (the operator adds "
-                            f"folders with {dir_flag}); give a {what} there, by name")
-    try:
-        info = os.stat(real)
-    except OSError:
-        raise TraceNotFound(f"{given}: {what} file not found; check the path") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise TraceNotFound(f"{given}: not a regular file; name a {what} file")
-    if max_bytes is not None and info.st_size > max_bytes:
-        raise TraceNotFound(f"{given}: {info.st_size:,} bytes is over this env's {what} size limit of {max_bytes:,}"
-                            + (f" (the operator sets it with {size_flag})" if size_flag else ""))
-    return real
 
 
 def kinds_key(kinds: Any) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .priorities import USAGE_HALF_LIFE, PriorityPolicy, get_policy
-from .backfill import Blocked, Profile
+from .conservative import ConservativePlan
 from .config import SimConfig
 from .decisions import BACKFILL, INSPECT, KILL, SELECT, SELECT_KILL, Action, Decision, check_kinds
 from .errors import ConfigError, InvalidAction
@@ -191,10 +191,8 @@ class Simulation:
         self._queue_est = array("q")
         self._running: list[tuple[int, int]] = []   # (estimated end, index), sorted
         self._finishes: list[tuple[int, int]] = []  # heap of (end, index)
-        self._reserved: list[tuple[int, int, int]] = []  # conservative: (start, rank, index), sorted
-        self._unplaced: list[int] = []              # conservative: queued jobs with no reservation yet
-        self._freed_until = -1                      # conservative: end of the processors handed back early
-        self._profile = Profile(int(self.workload.submit[0]) if n else 0, self.procs)
+        if self._conservative:
+            self._plan = ConservativePlan(int(self.workload.submit[0]) if n else 0, self.procs, self._size, self._est)
         self.free = self.procs
         self.now = int(self.workload.submit[0]) if len(self.workload) else 0
         self._next_submit = 0
@@ -488,7 +486,7 @@ class Simulation:
                 self._est[i] = self._pred0[i]
         self._state[i] = QUEUED
         if self._conservative:
-            self._unplaced.append(i)
+            self._plan.queued(i)
         queue = self._queue
         if self.policy.dynamic or not queue or self._rank[queue[-1]] < self._rank[i]:
             queue.append(i)
@@ -550,9 +548,8 @@ class Simulation:
         self.free += self._size[i]
         if self.policy.usage and i < len(self._submit):  # a pre-filled job was never charged
             self._charge(i, -self._size[i], self.now)
-        if self._conservative and est_end > self.now:  # ends before its estimate: the profile gets the processors back
-            self._profile.add(self.now, est_end, self._size[i])
-            self._freed_until = max(self._freed_until, est_end)
+        if self._conservative and est_end > self.now:  # ends before its estimate: the plan gets the processors back
+            self._plan.released(self.now, est_end, self._size[i])
 
     def _complete(self, i: int) -> None:
         self._release(i)
@@ -795,57 +792,25 @@ class Simulation:
             self._start_job(i, now, BACKFILLED)
 
     def _conservative_pass(self, now: int) -> None:
-        """Conservative: every queued job holds a reservation, placed in queue order at the
-        earliest time it delays no earlier reservation; reservations are re-placed (never later)
-        at each pass, in the order of their start times; jobs whose place is now start now.
-
-        Re-placing is incremental and gives what re-placing every job from scratch gives. With
-        the profile unchanged since the last pass, every reservation stays where it is (it was
-        the earliest then, and what lies after it cannot block an earlier start). Processors
-        handed back early can only pull reservations earlier, and only into the time they free.
-        A reservation left in the past (a running job outlived its estimate) is placed again and
-        can push others later. `_replace` handles both.
-        """
+        """Conservative: start the jobs whose reservation is now (`ConservativePlan.due`), in
+        placement order, as if each started when it was placed."""
         queue = self._queue
-        if self.policy.dynamic:
+        reranked = self.policy.dynamic
+        if reranked:
             if len(queue) > 1:
                 self._resort(now)
             rank = {i: r for r, i in enumerate(queue)}.__getitem__
-            self._reserved = sorted((t, rank(i), i) for t, _, i in self._reserved)
         else:
             rank = self._rank.__getitem__
-        self._profile.advance(now)
-        reserved = self._reserved
-        if reserved and (reserved[0][0] < now or self._freed_until > now):
-            reserved = self._replace(now, reserved)
-            due = [i for t, _, i in reserved if t == now]
-        else:
-            due = [i for t, _, i in reserved[:bisect_left(reserved, (now + 1,))]]
-        self._freed_until = -1
-        profile = self._profile
-        new = sorted(self._unplaced, key=rank)
-        self._unplaced = []
-        size, est = self._size, self._est
-        blocked = Blocked()  # a placed job cannot start before its place: nor can a larger, longer one
-        for i in new:
-            s, e = size[i], est[i]
-            t = profile.place(s, e, blocked.since(s, e, now))
-            blocked.add(s, e, t)
-            reserved.append((t, rank(i), i))
-            if t == now:
-                due.append(i)
-        reserved.sort()
-        self._reserved = reserved
+        due, new = self._plan.due(now, self.free, self._running, rank, reranked)
+        size = self._size
         started = []
-        for i in due:  # in placement order, as if each started when it was placed
+        for i in due:
             if size[i] <= self.free:
                 self._start_job(i, now, READY)
                 started.append(i)
         if started:
-            # started jobs were placed at now: they lead the sorted reservations
-            gone = set(started)
-            k = bisect_left(reserved, (now + 1,))
-            reserved[:k] = [entry for entry in reserved[:k] if entry[2] not in gone]
+            self._plan.started(now, started)
             # a start behind a job that still waits (in queue order) is BACKFILLED; otherwise one
             # that held a reservation from an earlier pass is RESERVED; the rest stay READY
             first_waiting = rank(queue[0]) if queue else NEVER
@@ -856,113 +821,6 @@ class Simulation:
                     kinds[i] = BACKFILLED
                 elif i not in fresh:
                     kinds[i] = RESERVED
-
-    @property
-    def _reservations(self) -> dict[int, int]:
-        """Conservative: index -> reserved start of every job still waiting."""
-        return {i: t for t, _, i in self._reserved}
-
-    def _replace(self, now: int, reserved: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-        """Re-place the reservations in order, as if into a profile rebuilt from the running jobs,
-        after processors came back early or a reservation was left in the past.
-
-        A reservation in the past (`stale`: a running job outlived its estimate) comes first in
-        the order, so it is placed exactly, among the running jobs and the stale ones before it;
-        its new place, later than its old one, takes processors from time after its old end
-        (`lost`). Then, in order, every other job:
-        - whose reserved run no longer fits there (the profile, still holding it and the jobs
-          after it, is overdrawn over its run: only lost time can do that) is placed afresh at
-          its earliest fit. Jobs after it in the order must not stand in its way: every job
-          reserved to start before the end of that fit is taken out of the profile first (below
-          `horizon` the profile then holds placed jobs only), and in its turn each of them
-          (`loose`: its own processors out of the profile) is judged like any other job;
-        - otherwise it stays, or moves earlier (what comes after it cannot change that: it still
-          fits its old place). It was blocked everywhere before its reservation, so it can move
-          only into time that gained processors since (before `until`), and only if it is no
-          larger than the most processors free there (`room`). A job no smaller and no shorter
-          than one that found no earlier place cannot start where that one could not (`failed`):
-          that one was blocked before its own reserved start, and time gains processors only
-          from a later reserved start on.
-        """
-        profile, size, est = self._profile, self._size, self._est
-        earliest, add, most_free = profile.earliest, profile.add, profile.most_free
-        until = self._freed_until
-        stale = bisect_left(reserved, (now,))
-        lost = False
-        placed = []
-        if stale:
-            exact = Profile(now, self.free, ((max(e, now), size[i]) for e, i in self._running))
-            for t, key, i in reserved[:stale]:
-                s, e = size[i], est[i]
-                new = exact.place(s, e)
-                if t + e > now:
-                    add(now, t + e, s)
-                add(new, new + e, -s)
-                until = max(until, min(new, t + e))
-                lost = lost or new + e > t + e
-                placed.append((new, key, i))
-        room = most_free(now, until) if until > now else 0
-        failed = Blocked()
-        horizon, loose = now, stale  # reserved[k + 1:loose], if any, are out of the profile
-        for k in range(stale, len(reserved)):
-            entry = reserved[k]
-            t, key, i = entry
-            s, e = size[i], est[i]
-            if not lost and (s > room or t == now):
-                placed.append(entry)
-                continue
-            held = k >= loose  # still in the profile
-            fits = True
-            if lost and profile.least_free(t, t + e) < (0 if held else s):
-                if held or t + e > horizon:
-                    horizon = t + e
-                    loose = self._loosen(reserved, k if held else loose, horizon)
-                    held = False
-                fits = profile.least_free(t, t + e) >= s
-            if not fits:  # placed afresh, later or earlier
-                since = failed.since(s, e, now)
-                new = earliest(s, e, since=since)
-                while new + e > horizon:  # the fit reaches jobs still in the profile
-                    horizon = new + e
-                    loose = self._loosen(reserved, loose, horizon)
-                    new = earliest(s, e, since=since)
-                add(new, new + e, -s)
-                lost = lost or new > t
-            else:
-                new = t
-                if s <= room and t > now:
-                    before = until if until < t else t
-                    since = failed.since(s, e, now)
-                    if since < before:
-                        found = earliest(s, e, t, before, since)
-                        if found is None:
-                            failed.add(s, e, before)
-                        else:
-                            new = found
-                if held:
-                    if new != t:
-                        profile.move(t, new, e, s)
-                else:
-                    add(new, new + e, -s)
-            if new != t:  # the part of its old place it left gained processors
-                gain_start, gain_end = (t, min(new, t + e)) if new > t else (max(new + e, t), t + e)
-                if gain_end > until:
-                    until = gain_end
-                more = most_free(gain_start, gain_end)
-                if more > room:
-                    room = more
-                entry = (new, key, i)
-            placed.append(entry)
-        return placed
-
-    def _loosen(self, reserved: list[tuple[int, int, int]], loose: int, horizon: int) -> int:
-        """Take the reservations from position `loose` on that start before `horizon` out of the
-        profile (`_replace` places them afresh); returns the new end of the loose ones."""
-        size, est = self._size, self._est
-        stop = bisect_left(reserved, (horizon,), loose)
-        if stop > loose:
-            self._profile.add_many([(t, t + est[i], size[i]) for t, _, i in reserved[loose:stop]])
-        return stop
 
     # ----------------------------------------------------------------- observations
     def _decision(self, kind: str, candidates: list[int], context: dict[str, Any],

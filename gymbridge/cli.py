@@ -276,7 +276,8 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
                 curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md and docs/server.md)."""
     from ..environment.server import DEFAULT_MAX_CONNECTIONS, check_listening, room_for_connections, serve
-    from ..environment.service import EnvService, Limits
+    from ..environment.limits import Limits
+    from ..environment.service import EnvService
     from ..environment.spec import TRACES_ENV
 
     curve = _server_curve(curve_secret, curve_allow)

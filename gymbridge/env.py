@@ -69,20 +69,19 @@ Info: `action_mask`, `kind` (the pending decision's kind), `decision` (a `Decisi
 `step`, `candidates`, `context`, `can_wait`, raw `observation`; None once terminated), at the
 end `metrics`, at reset `initial_reward` and `episode_seed`.
 
-Remote: the connection says hello with this env's kind(s) (and the `others`' kinds, answered here) in a
-session of its own, and sends reset with the same workload spec, seed, reward and the complete
-simulation options (defaults filled in, so the server's `--backfill`/`--policy` defaults do not
-apply). Workload keys left out do take the server's defaults (`hpcgym env --trace/--procs`).
-The server gives up on a decision after its `--decision-timeout` (30 s by default): start it
-with a timeout longer than the slowest pause between two steps (e.g. a training update).
+Remote (`gymbridge/remote.py`): the connection says hello with this env's kind(s) (and the `others`'
+kinds, answered here) in a session of its own, and sends reset with the same workload spec, seed,
+reward and the complete simulation options (defaults filled in, so the server's
+`--backfill`/`--policy` defaults do not apply). Workload keys left out do take the server's defaults
+(`hpcgym env --trace/--procs`). The server gives up on a decision after its `--decision-timeout`
+(30 s by default): start it with a timeout longer than the slowest pause between two steps (e.g. a
+training update).
 """
 
 from __future__ import annotations
 
-import itertools
 import operator
-import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -93,21 +92,15 @@ from ..agents.encoders import DEFAULT_ENCODERS, Encoder, get_encoder
 from ..agents.slots import slot_action, slot_mask, slot_observation
 from ..environment.priorities import POLICIES
 from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, SELECT_KILL, Decision
-from ..environment.errors import ConfigError, HpcgymError, InvalidAction
+from ..environment.episode import Episode
+from ..environment.errors import ConfigError, InvalidAction
 from ..environment.rewards import get_reward
-from ..environment.simulator import Simulation
 from ..environment.spec import WorkloadCache, sim_config
-
-#: Encoders used when none is named.
-_session_numbers = itertools.count(1)
+from .remote import RemoteEpisodeEnded, RemoteEpisodes
 
 
 class MaskedActionError(InvalidAction, ValueError):
     """An action outside `info["action_mask"]`; the episode is unchanged."""
-
-
-class RemoteEnvError(HpcgymError):
-    """The remote env refused a request or ended the episode early."""
 
 
 class DecisionSnapshot(Decision):
@@ -234,16 +227,14 @@ class HpcEnv(gym.Env):
         self._safe_mask = self.action_space._safe_mask  # every kind's safe actions (terminal mask)
         self._kind_safe = {k: MaskableDiscrete(self.action_space.n, safe[k])._safe_mask for k in kinds}
 
-        self._sim: Simulation | None = None
-        self._reward = None
+        self._episode: Episode | None = None    # in process
+        self._client: RemoteEpisodes | None = None  # remote
+        self._metrics: dict[str, Any] | None = None  # the ended episode's
         self._decision: Decision | None = None
         self._ids: list[int] = []
         self._mask: np.ndarray | None = None
         self._done = True
         self._empty_episode = False
-        self._final: tuple[float, dict[str, Any]] | None = None
-        self._conn = None
-        self._decision_id: int | None = None
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -258,15 +249,9 @@ class HpcEnv(gym.Env):
         else:
             self._episode_seed += self._seed_stride
         ep_seed = self._episode_seed
-        self._final = None
+        self._metrics = None
         self._done = False
-        if self.remote is None:
-            self._sim = Simulation(self._load_workload(ep_seed), replace(self.config, seed=ep_seed),
-                                   policy=self.policy, external={*self.kinds, *self.others})
-            self._reward = self.reward_spec.make()
-            decision, earned = self._advance(self._sim.reset())
-        else:
-            decision, earned = self._remote_reset(ep_seed)
+        decision, earned = self._start(ep_seed)
         info: dict[str, Any] = {"episode_seed": ep_seed}
         self._empty_episode = decision is None
         if decision is None:  # no decision of this kind in the whole episode: one step ends it
@@ -290,10 +275,7 @@ class HpcEnv(gym.Env):
         a = self._check_action(action)
         if self._empty_episode:
             return self._terminate(self._pending_reward)
-        if self.remote is None:
-            decision, earned = self._advance(self._sim.step(self._to_sim_action(a)))
-        else:
-            decision, earned = self._remote_act(self._to_sim_action(a))
+        decision, earned = self._act(self._to_sim_action(a))
         if decision is None:
             return self._terminate(earned)
         info: dict[str, Any] = {}
@@ -305,16 +287,10 @@ class HpcEnv(gym.Env):
         return (self._mask if self._mask is not None else self._safe_mask).copy()
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.timeout = min(conn.timeout, 1.0)
-                conn.request({"type": "bye"})
-            except HpcgymError:
-                pass
-            finally:
-                conn.close()
-        self._sim = None
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+        self._episode = None
         super().close()
 
     def __del__(self) -> None:
@@ -323,21 +299,48 @@ class HpcEnv(gym.Env):
         except Exception:
             pass
 
-    # ------------------------------------------------------------------ in process
-    def _advance(self, decision: Decision | None) -> tuple[Decision | None, float]:
-        """Run until this env's next decision, summing the reward spec's step rewards over every
-        decision that arises (the service's accounting); the end reward at the end."""
-        sim, reward, kinds, others = self._sim, self._reward, self.kinds, self.others
-        earned = 0.0
-        while decision is not None:
-            earned += reward.step(sim)
-            if decision.kind in kinds:
-                return decision, earned
-            decision = sim.step(others[decision.kind].act(decision))
-        metrics = dict(sim.result().summary)
-        earned += reward.end(sim, metrics)
-        self._final = (earned, metrics)
-        return None, earned
+    # ------------------------------------------------------------------ episodes
+    def _start(self, ep_seed: int) -> tuple[Decision | None, float]:
+        """Start an episode (in process, or on the remote env); its first decision of this env's
+        kinds (None: none arises) and the reward earned before it."""
+        if self.remote is not None:
+            if self._client is None:
+                self._client = RemoteEpisodes(self.remote, self.remote_timeout, self.kinds, self.others)
+            options = {**self.config.to_options(), "policy": self.policy}
+            return self._remote(self._client.reset, self._episode_spec(ep_seed), ep_seed, options, self.reward_name)
+        self._episode = Episode(self._load_workload(ep_seed), replace(self.config, seed=ep_seed), self.reward_spec,
+                                policy=self.policy, outside=self.kinds,
+                                deciders={kind: agent.act for kind, agent in self.others.items()})
+        self._episode.start()
+        return self._advance()
+
+    def _act(self, action: Any) -> tuple[Decision | None, float]:
+        """Answer the pending decision; the next one (None: the end) and the reward since."""
+        if self.remote is not None:
+            return self._remote(self._client.act, action)
+        self._episode.act(action)
+        return self._advance()
+
+    def _advance(self) -> tuple[Decision | None, float]:
+        """In process: the next decision of this env's kinds and the reward since the last one;
+        at the end, the end reward added and the metrics kept."""
+        episode = self._episode
+        decision = episode.next_decision()
+        earned = episode.collect()
+        if decision is None:
+            self._metrics, final = episode.finish()
+            earned += final
+        return decision, earned
+
+    def _remote(self, call: Callable[..., tuple[Decision | None, float]], *args: Any) -> tuple[Decision | None, float]:
+        """`call` of the remote client; an episode the env ended early is over here too."""
+        try:
+            decision, earned = call(*args)
+        except RemoteEpisodeEnded:
+            self._done = True
+            raise
+        self._metrics = self._client.metrics
+        return decision, earned
 
     def _load_workload(self, ep_seed: int):
         """`load_workload(this episode's spec, ep_seed)`; the trace is read once, not every episode."""
@@ -348,66 +351,6 @@ class HpcEnv(gym.Env):
         if spec.get("sample") is not None:
             spec["sample"] = ep_seed
         return spec
-
-    # ------------------------------------------------------------------ remote
-    def _connect(self):
-        from ..agents.runtime import Connection
-        from ..protocol.messages import PROTOCOL_VERSION
-
-        conn = Connection(self.remote, self.remote_timeout)
-        session = f"gym-{os.getpid()}-{next(_session_numbers)}-{os.urandom(4).hex()}"
-        try:
-            self._reply(conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": f"gym-{'+'.join(self.kinds)}",
-                                      "kinds": [*self.kinds, *self.others], "session": session}), "welcome")
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _remote_reset(self, ep_seed: int) -> tuple[Decision | None, float]:
-        if self._conn is None:
-            self._conn = self._connect()
-        options = {**self.config.to_options(), "policy": self.policy}
-        reply = self._conn.request({"type": "reset", "workload": self._episode_spec(ep_seed), "seed": ep_seed,
-                                    "options": options, "reward": self.reward_name})
-        return self._remote_advance(reply)
-
-    def _remote_act(self, action: Any) -> tuple[Decision | None, float]:
-        return self._remote_advance(self._conn.request({"type": "act", "decision": self._decision_id,
-                                                        "action": action}))
-
-    def _remote_advance(self, reply: dict[str, Any]) -> tuple[Decision | None, float]:
-        conn, kinds = self._conn, self.kinds
-        earned = 0.0
-        while True:
-            t = self._reply(reply, "decision", "pending", "episode_end")
-            if t == "pending":
-                reply = conn.request({"type": "poll"})
-            elif t == "decision":
-                earned += reply["reward"]
-                decision = DecisionSnapshot.from_message(reply)
-                if decision.kind in kinds:
-                    self._decision_id = reply["decision"]
-                    return decision, earned
-                reply = conn.request({"type": "act", "decision": reply["decision"],
-                                      "action": self.others[decision.kind].act(decision)})
-            else:
-                if reply["reason"] != "completed":
-                    self._done = True
-                    raise RemoteEnvError(f"the remote episode ended early: {reply['reason']}")
-                earned += reply["reward"]
-                self._final = (earned, dict(reply["metrics"]))
-                return None, earned
-
-    def _reply(self, reply: dict[str, Any], *types: str) -> str:
-        t = reply["type"]
-        if t == "error":
-            hint = ("; a decision kept longer than the env's --decision-timeout is lost"
-                    if reply["code"] == "stale_decision" else "")
-            raise RemoteEnvError(f"the env at {self.remote} refused: {reply['code']}: {reply['message']}{hint}")
-        if t not in types:
-            raise RemoteEnvError(f"unexpected reply {t!r} from {self.remote}; expected {' or '.join(types)}")
-        return t
 
     # ------------------------------------------------------------------ actions and observations
     def _present(self, decision: Decision, info: dict[str, Any]) -> np.ndarray:
@@ -429,8 +372,7 @@ class HpcEnv(gym.Env):
         info["action_mask"] = mask.copy()
         info["kind"] = kind
         if self.decision_info:
-            info["decision"] = (decision if isinstance(decision, DecisionSnapshot)
-                                else DecisionSnapshot.of(decision, obs_raw))
+            info["decision"] = DecisionSnapshot.of(decision, obs_raw)
         return slot_observation(self.encoder, obs_raw, kind, self.kinds)
 
     def _zeros(self) -> np.ndarray:
@@ -480,7 +422,7 @@ class HpcEnv(gym.Env):
         self._decision = None
         self._mask = self._safe_mask.copy()
         self.action_space._safe_mask = self._safe_mask
-        info: dict[str, Any] = {"action_mask": self._mask.copy(), "kind": None, "metrics": dict(self._final[1])}
+        info: dict[str, Any] = {"action_mask": self._mask.copy(), "kind": None, "metrics": dict(self._metrics)}
         if self.decision_info:
             info["decision"] = None
         return self._zeros(), earned, True, False, info

@@ -13,7 +13,7 @@ one family of properties on the per-job records:
 3. reservations  -- with exact estimates, EASY never starts the reserved job later than its
                     shadow time (observed through an external backfill agent that must reproduce
                     the built-in EASY schedule byte for byte), and conservative never moves a
-                    reservation later (observed through Simulation._reservations, a private
+                    reservation later (observed through Simulation._plan.reservations, a private
                     attribute: it is the only place the reservations exist);
 4. decision seam -- an external PriorityAgent select gives the built-in priority schedule;
 5. metrics       -- the summary matches metrics recomputed from the per-job CSV text;
@@ -191,7 +191,7 @@ class RandomKiller(Agent):
 class RecordingSimulation(Simulation):
     """Records the conservative reservations after every pass.
 
-    This reaches into the private `_conservative_pass` / `_reservations`: the reservations of
+    This reaches into the private `_conservative_pass` and `_plan`: the reservations of
     conservative backfilling exist nowhere else (conservative forbids external select, inspect
     and backfill agents, so no decision ever shows them), and "a reservation never moves later"
     cannot be checked from the final records alone.
@@ -203,7 +203,7 @@ class RecordingSimulation(Simulation):
 
     def _conservative_pass(self, now: int) -> None:
         super()._conservative_pass(now)
-        self.passes.append((now, {self._ids[i]: t for i, t in self._reservations.items()}))
+        self.passes.append((now, {self._ids[i]: t for i, t in self._plan.reservations.items()}))
 
 
 # ----------------------------------------------------------------------------- 1 + 2

@@ -1,0 +1,105 @@
+"""One episode as both faces of hpcgym play it: the protocol service and the Gymnasium env.
+
+An `Episode` holds the simulation, the reward accounting and who decides each kind. A kind is
+decided by an outside agent (its decisions come out of `next_decision`), by an in-process
+decider given at the start (`deciders`: kind -> function of the decision), or, once its agent is
+lost, by the built-in default (`fall_back`). The reward spec's step reward is taken once at every
+decision that arises, whoever decides it, and added to every account; `collect` pays one
+account out. Both faces go through this one loop, which is why an episode earns the same
+rewards, bit for bit, in process and over sockets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any
+
+from .config import SimConfig
+from .decisions import Action, Decision
+from .priorities import PriorityPolicy
+from .rewards import RewardSpec
+from .simulator import Simulation
+from .workload import Workload
+
+Decider = Callable[[Decision], Action]
+
+
+class Episode:
+    """One episode: simulation, reward accounts, in-process deciders and fallback kinds."""
+
+    def __init__(self, workload: Workload, config: SimConfig, reward: RewardSpec, *,
+                 policy: str | PriorityPolicy = "fcfs", outside: Iterable[str] = (),
+                 deciders: Mapping[str, Decider] | None = None, accounts: Iterable[Hashable] = (None,)) -> None:
+        """outside: the kinds outside agents answer; deciders: kinds answered here; accounts: who
+        earns the reward (the service: every participating agent; the Gymnasium env: one)."""
+        self.deciders = dict(deciders or {})
+        self.sim = Simulation(workload, config, policy=policy, external={*outside, *self.deciders})
+        self.reward = reward.make()
+        self.accounts = dict.fromkeys(accounts, 0.0)
+        #: Kinds whose agent is lost: their built-in default answers them.
+        self.fallback: set[str] = set()
+        #: Decisions that arose so far, whoever decided them.
+        self.decisions = 0
+        self._step = -1  # the simulation step last accounted
+        self._stopped = False
+
+    def start(self) -> None:
+        """Start the simulation (it runs to its first decision: ask `next_decision`)."""
+        self.sim.reset()
+
+    @property
+    def pending(self) -> Decision | None:
+        """The simulation's pending decision (None: none, or the episode ended)."""
+        return self.sim.pending
+
+    def next_decision(self) -> Decision | None:
+        """Step past the decisions answered here; the pending one for an outside agent, or None
+        at the end (or once `stop` was called). Asking again without an action returns the same
+        decision and accounts nothing."""
+        sim, deciders, fallback = self.sim, self.deciders, self.fallback
+        while not self._stopped:
+            decision = sim.pending
+            if decision is None:
+                return None
+            if decision.step != self._step:
+                self._step = decision.step
+                self.decisions += 1
+                earned = self.reward.step(sim)
+                for account in self.accounts:
+                    self.accounts[account] += earned
+            if decision.kind in fallback:
+                sim.step(decision.default())
+            elif decision.kind in deciders:
+                sim.step(deciders[decision.kind](decision))
+            else:
+                return decision
+        return None
+
+    def act(self, action: Action) -> None:
+        """Answer the pending decision (InvalidAction, and nothing changes, if it is not valid)."""
+        self.sim.step(action)
+
+    def collect(self, account: Hashable = None) -> float:
+        """The reward `account` earned since it was last collected."""
+        earned, self.accounts[account] = self.accounts[account], 0.0
+        return earned
+
+    def finish(self) -> tuple[dict[str, Any], float]:
+        """The ended episode's summary metrics and the reward spec's end reward (ask once)."""
+        metrics = dict(self.sim.result().summary)
+        return metrics, self.reward.end(self.sim, metrics)
+
+    def fall_back(self, kinds: Iterable[str]) -> None:
+        """From now on the built-in defaults answer `kinds` (their agent is lost); the decisions
+        still arise and earn rewards."""
+        self.fallback |= set(kinds)
+
+    def decide_internally(self) -> None:
+        """Nobody is left to answer: the simulation's built-in defaults decide every kind from
+        now on, inside its loop, at full speed (no more decisions arise)."""
+        self.sim.decide_internally(self.sim.external)
+
+    def stop(self) -> None:
+        """End `next_decision`'s loop at its next decision (the episode was given up, e.g. at
+        shutdown, possibly from another thread while that loop runs)."""
+        self._stopped = True
