@@ -128,9 +128,9 @@ def main() -> None:
         first, last = r["first"], r["last"]
         r["jitter"] = jitter(r["curve"])
         r["verdict"] = verdict(first, last, args.tolerance, r["jitter"])
-        print(f"{r['preset']:<24}{r['seed']:>5}{first['return']:>14.4f}{last['return']:>10.4f}"
+        print(f"{r['preset']:<24}{r['seed']:>5} {first['return']:>13.4f} {last['return']:>9.4f}"
               f"{first['length']:>14.1f}{last['length']:>8.1f}{last.get('truncated', 0.0):>8.2f}"
-              f"{last.get('kills', 0.0):>8.1f}{r['jitter']:>9.4f}  {r['verdict']}")
+              f"{last.get('kills', 0.0):>8.1f} {r['jitter']:>8.4f}  {r['verdict']}")
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"provenance": provenance({"epochs": args.epochs, "seeds": seeds_from(args.seeds),
                                         "tolerance": args.tolerance,
