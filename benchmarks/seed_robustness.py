@@ -83,9 +83,13 @@ def verdict(first: dict[str, float], last: dict[str, float], tolerance: float, n
     return "improves" if last["return"] > first["return"] + tol else "flat"
 
 
-def train(preset: str, seed: int, epochs: int, out: Path, extra: list[str]) -> dict[str, object]:
+def train(preset: str, seed: int, epochs: int, out: Path, extra: list[str], report: bool = False) -> dict[str, object]:
+    """Train (or resume) one run unless it finished, and read its curve; with `report`, only read
+    what is there (an unfinished run is reported with the epochs it has)."""
     folder = out / preset / f"seed{seed}"
-    if not (folder / "model.pt").exists():
+    if report and not (folder / "curve.csv").exists():
+        return {"preset": preset, "seed": seed, "error": "not run"}
+    if not report and not (folder / "model.pt").exists():
         cmd = [HPCGYM, "train", *PRESETS[preset], "--epochs", str(epochs), "--seed", str(seed), "--eval-episodes",
                "0", "--no-progress", "--out", str(folder), *extra]
         if (folder / "curve.csv").exists():
@@ -110,6 +114,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="trainings run at once")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "seed_robustness",
                         help="run folders (a finished run is read, not retrained; an unfinished one resumed)")
+    parser.add_argument("--report", action="store_true",
+                        help="train nothing: print the table of the runs in --out as they are")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="an algorithm option for every run (hpcgym train --set)")
     args = parser.parse_args()
@@ -118,7 +124,7 @@ def main() -> None:
     runs = [(p, s) for p in (args.preset or list(PRESETS)) for s in seeds_from(args.seeds)]
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda ps: train(*ps, args.epochs, args.out, extra), runs))
+        results = list(pool.map(lambda ps: train(*ps, args.epochs, args.out, extra, args.report), runs))
     print(f"\n{'preset':<24}{'seed':>5}{'return first':>14}{'last':>10}{'length first':>14}{'last':>8}"
           f"{'capped':>8}{'kills':>8}{'jitter':>9}  verdict")
     for r in results:
@@ -126,11 +132,13 @@ def main() -> None:
             print(f"{r['preset']:<24}{r['seed']:>5}  failed: {r['error']}")
             continue
         first, last = r["first"], r["last"]
+        if r["epochs"] < args.epochs:
+            r["note"] = f"unfinished: {r['epochs']} of {args.epochs} epochs"
         r["jitter"] = jitter(r["curve"])
         r["verdict"] = verdict(first, last, args.tolerance, r["jitter"])
         print(f"{r['preset']:<24}{r['seed']:>5} {first['return']:>13.4f} {last['return']:>9.4f}"
               f"{first['length']:>14.1f}{last['length']:>8.1f}{last.get('truncated', 0.0):>8.2f}"
-              f"{last.get('kills', 0.0):>8.1f} {r['jitter']:>8.4f}  {r['verdict']}")
+              f"{last.get('kills', 0.0):>8.1f} {r['jitter']:>8.4f}  {r['verdict']}{'  (' + r['note'] + ')' if 'note' in r else ''}")
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"provenance": provenance({"epochs": args.epochs, "seeds": seeds_from(args.seeds),
                                         "tolerance": args.tolerance,
