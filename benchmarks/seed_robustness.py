@@ -138,7 +138,7 @@ def main() -> None:
         r["verdict"] = verdict(first, last, args.tolerance, r["jitter"])
         print(f"{r['preset']:<24}{r['seed']:>5} {first['return']:>13.4f} {last['return']:>9.4f}"
               f"{first['length']:>14.1f}{last['length']:>8.1f}{last.get('truncated', 0.0):>8.2f}"
-              f"{last.get('kills', 0.0):>8.1f} {r['jitter']:>8.4f}  {r['verdict']}{'  (' + r['note'] + ')' if 'note' in r else ''}")
+              f"{format(last['kills'], '.1f') if 'kills' in last else '-':>8} {r['jitter']:>8.4f}  {r['verdict']}{'  (' + r['note'] + ')' if 'note' in r else ''}")
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"provenance": provenance({"epochs": args.epochs, "seeds": seeds_from(args.seeds),
                                         "tolerance": args.tolerance,
