@@ -128,7 +128,9 @@ def test_sessions_and_agents_are_capped_with_a_clear_refusal():
 # ------------------------------------------------------------------------------------------ bye
 def test_bye_mid_episode_is_answered_before_the_episode_goes_on_without_the_agent(children, ipc_dir):  # noqa: F811
     """The probe's `bye` was answered only after the rest of a 300,000-job episode was simulated
-    (4.7 s). The controller here waits for the episode's end: it must come after the `bye`."""
+    (4.7 s). The controller here waits for the episode's end: it must come after the `bye`. The
+    episode has 200,000 jobs, so that simulating its rest takes seconds on an idle machine too
+    (with 30,000 it sometimes ended before the controller's first poll)."""
     bind = f"ipc://{ipc_dir / 'env.ipc'}"
     start_env(children, bind)
     controller, agent = dealer(bind), dealer(bind)
@@ -137,7 +139,7 @@ def test_bye_mid_episode_is_answered_before_the_episode_goes_on_without_the_agen
         assert ask(agent, {**HELLO, "agent": "sjf", "kinds": ["select"], "session": "s",
                            "token": welcome["token"]})["type"] == "welcome"
         agent.send_multipart([b"", msgpack.packb({"type": "join"})])
-        controller.send_multipart([b"", msgpack.packb({"type": "reset", "workload": {"generate_jobs": 30_000}})])
+        controller.send_multipart([b"", msgpack.packb({"type": "reset", "workload": {"generate_jobs": 200_000}})])
         decision = msgpack.unpackb(agent.recv_multipart()[1]) if agent.poll(30_000) else None
         while decision is not None and decision["type"] == "pending":
             decision = ask(agent, {"type": "poll"}, timeout_s=30)
@@ -150,7 +152,7 @@ def test_bye_mid_episode_is_answered_before_the_episode_goes_on_without_the_agen
             replies.append(ask(controller, {"type": "poll"}, timeout_s=60))
         # the `bye` came while the env still simulated the rest of the episode on the defaults
         assert replies[0]["type"] == "pending", replies
-        assert replies[-1]["type"] == "episode_end" and replies[-1]["metrics"]["jobs"] == 30_000, replies[-1]
+        assert replies[-1]["type"] == "episode_end" and replies[-1]["metrics"]["jobs"] == 200_000, replies[-1]
     finally:
         controller.close()
         agent.close()
