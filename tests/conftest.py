@@ -57,3 +57,10 @@ def ipc_dir(tmp_path):
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The quick loop (`-m "not slow"`) searches a quarter of the property examples of
+    tests/test_invariants.py (HPCGYM_PROP_SCALE, unless set); the full run, CI's, searches all."""
+    if "not slow" in (config.getoption("markexpr") or "") and "HPCGYM_PROP_SCALE" not in os.environ:
+        os.environ["HPCGYM_PROP_SCALE"] = "0.25"
