@@ -44,11 +44,12 @@ def agent_dir(runs: Path, trace: str, base: str, semantics: str) -> Path:
     return runs / f"si-{TRACES[trace]}-{base}-{semantics}"
 
 
-def train(runs: Path, trace: str, base: str, semantics: str, epochs: int) -> None:
+def train(runs: Path, trace: str, base: str, semantics: str, epochs: int, seed: int = 0) -> None:
+    folder = agent_dir(runs, trace, base, semantics)
     run([HPCGYM, "train", "schedinspector", "--trace", str(TRACES_DIR / f"{TRACES[trace]}.swf.gz"), "--base", base,
-         "--semantics", semantics, "--epochs", str(epochs), "--out", str(agent_dir(runs, trace, base, semantics)),
+         "--semantics", semantics, "--epochs", str(epochs), "--seed", str(seed), "--out", str(folder),
          "--eval-episodes", "0", "--checkpoint-every", "5", "--no-progress"]
-        + (["--resume"] if (agent_dir(runs, trace, base, semantics) / "curve.csv").is_file() else []))
+        + (["--resume"] if (folder / "curve.csv").is_file() else []))
 
 
 def compare(out: Path, tag: str, trace: str, policies: dict[str, str], seed: int, samples: int, jobs: int,

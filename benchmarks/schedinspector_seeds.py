@@ -19,7 +19,8 @@ import json
 import statistics
 from pathlib import Path
 
-from paper_runs import HPCGYM, TRACES_DIR, argument_parser, chosen, compare, results_provenance, run
+import schedinspector_eval
+from paper_runs import TRACES_DIR, argument_parser, chosen, compare, results_provenance
 from schedinspector_eval import PAPER_TABLE4, RULES, TRACES, fmt_diff
 
 from hpcgym.gymbridge.provenance import provenance_markdown
@@ -29,15 +30,8 @@ EPOCHS = {"SDSC-SP2": 60, "Lublin": 60, "CTC-SP2": 40, "HPC2N": 40}
 
 
 def agent_dir(runs: Path, trace: str, seed: int) -> Path:
-    return runs / f"seed{seed}" / f"si-{TRACES[trace]}-sjf-code"
-
-
-def train(runs: Path, trace: str, seed: int, epochs: int) -> None:
-    folder = agent_dir(runs, trace, seed)
-    run([HPCGYM, "train", "schedinspector", "--trace", str(TRACES_DIR / f"{TRACES[trace]}.swf.gz"), "--base", "sjf",
-         "--semantics", "code", "--epochs", str(epochs or EPOCHS[trace]), "--seed", str(seed), "--out", str(folder),
-         "--eval-episodes", "0", "--checkpoint-every", "5", "--no-progress"]
-        + (["--resume"] if (folder / "curve.csv").is_file() else []))
+    """RUNS/seedS/si-TRACE-sjf-code: schedinspector_eval's layout, one folder per training seed."""
+    return schedinspector_eval.agent_dir(runs / f"seed{seed}", trace, "sjf", "code")
 
 
 def last_return(folder: Path) -> float | None:
@@ -67,7 +61,8 @@ def main() -> None:
         for trace in dict.fromkeys(["SDSC-SP2", *traces]):
             for seed in agent_seeds:
                 if not (agent_dir(args.runs, trace, seed) / "model.pt").is_file():
-                    train(args.runs, trace, seed, args.epochs)
+                    schedinspector_eval.train(args.runs / f"seed{seed}", trace, "sjf", "code",
+                                              args.epochs or EPOCHS[trace], seed)
     rules = RULES["code"]
     results: dict = {"table4": {}, "training": {}}
     for trace in traces:
