@@ -173,7 +173,7 @@ def test_the_kill_prior_makes_an_untrained_policy_kill_at_its_rate(kind, slots, 
 
     obs = np.random.default_rng(0).normal(size=(64, 12)).astype(np.float32)
     mask = np.ones((64, slots), np.int8)
-    for bias, expected in ((None, 8 / (slots - 8 + 8)), (kill_prior(kind, 8, 1e-3), None)):
+    for bias, expected in ((None, 8 / slots), (kill_prior(kind, 8, 1e-3), None)):
         algo = PPO((12,), slots, {"initial_bias": bias}, seed=3)
         p_kill = torch.softmax(torch.as_tensor(algo.scores(obs, mask)), -1)[:, list(kill_slots)].sum(-1).numpy()
         if expected is None:
