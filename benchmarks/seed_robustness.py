@@ -13,11 +13,19 @@ the share of episodes cut at the step cap, the kills per episode of the last epo
 The tolerance is the larger of --tolerance times the first epoch's |return| (at least 1e-3) and
 the curve's own jitter, the spread of its epoch-to-epoch changes (with 3 or more epochs): an agent
 whose windows differ from epoch to epoch (raw bsld returns) moves that much without learning, so
-`flat` is no failure. One run of this script prints the whole table and writes it,
+`flat` is no failure.
+
+A training curve on raw returns follows how hard each epoch's windows are (a harder window means
+more decisions and a lower return too), so with --eval K the first epoch's checkpoint and the
+final model are also played greedily on the same K held-out windows (the run's own held-out
+evaluation, OUT/eval-first and OUT/eval-last), and a second verdict compares them there: the mean
+paired change of the mean bsld, last minus first, with its bootstrap 95% interval: improves or
+worsens when the interval leaves 0, else flat. One run of this script prints the whole table and writes it,
 with the commit and command that made it, to --out/seed_robustness.json.
 
     .venv/bin/python benchmarks/seed_robustness.py                      # every preset, seeds 0-2
     .venv/bin/python benchmarks/seed_robustness.py --preset schedinspector-code --seeds 0-15 --epochs 10
+    .venv/bin/python benchmarks/seed_robustness.py --preset rlbf-scw --eval 10   # also on fixed windows
 """
 
 from __future__ import annotations
@@ -33,7 +41,10 @@ from pathlib import Path
 
 from paper_runs import HPCGYM, ROOT, TRACES_DIR
 
+from hpcgym.agents.rl.checkpoint import load_checkpoint
+from hpcgym.gymbridge.compare.stats import bootstrap_ci
 from hpcgym.gymbridge.provenance import provenance
+from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
 
 SDSC = "SDSC-SP2-1998-4.2-cln.swf.gz"
 #: preset -> the `hpcgym train` arguments of its run (epochs, seed and out are added); the
@@ -83,9 +94,39 @@ def verdict(first: dict[str, float], last: dict[str, float], tolerance: float, n
     return "improves" if last["return"] > first["return"] + tol else "flat"
 
 
-def train(preset: str, seed: int, epochs: int, out: Path, extra: list[str], report: bool = False) -> dict[str, object]:
-    """Train (or resume) one run unless it finished, and read its curve; with `report`, only read
-    what is there (an unfinished run is reported with the epochs it has)."""
+def held_out(folder: Path, episodes: int, report: bool = False) -> dict[str, object] | None:
+    """The first epoch's checkpoint and the final model, greedy, on the run's first `episodes`
+    held-out windows: per-window mean bsld of each, and the verdict on their paired change (an
+    evaluation already in the folder with as many windows is read, not redone)."""
+    first = folder / "epoch_000001.pt"
+    if not first.exists() or not (folder / "model.pt").exists():
+        return None
+    bsld: dict[str, list[float]] = {}
+    for name, model in (("eval-first", first), ("eval-last", folder / "model.pt")):
+        path = folder / f"{name}.json"
+        result = json.loads(path.read_text()) if path.exists() else None
+        if result is None or result["episodes"] != episodes or "model" not in result:
+            if report:
+                return None
+            settings = TrainSettings.from_json(load_checkpoint(first).trainer["settings"])
+            settings.eval_episodes = episodes
+            result = Trainer(settings, folder, device="cpu", progress=False).evaluate(model=model, name=name)
+        if result.get("model") not in result["per_episode"]:
+            return {"error": f"{name}: {result['failed'].get(result.get('model'), 'no model row')}"}
+        bsld[name] = [float(e["mean_bsld"]) for e in result["per_episode"][result["model"]]]
+    change = [b - a for a, b in zip(bsld["eval-first"], bsld["eval-last"])]
+    mean = sum(change) / len(change)
+    low, high = bootstrap_ci(change, 10_000, seed=0)
+    verdict = "improves" if high < 0 else "worsens" if low > 0 else "flat"
+    return {"first": sum(bsld["eval-first"]) / episodes, "last": sum(bsld["eval-last"]) / episodes,
+            "change": mean, "interval": [low, high], "verdict": verdict}
+
+
+def train(preset: str, seed: int, epochs: int, out: Path, extra: list[str], report: bool = False,
+          eval_episodes: int = 0) -> dict[str, object]:
+    """Train (or resume) one run unless it finished, read its curve and, with `eval_episodes`,
+    compare its first and last policies on fixed windows; with `report`, only read what is there
+    (an unfinished run is reported with the epochs it has)."""
     folder = out / preset / f"seed{seed}"
     if report and not (folder / "curve.csv").exists():
         return {"preset": preset, "seed": seed, "error": "not run"}
@@ -100,8 +141,20 @@ def train(preset: str, seed: int, epochs: int, out: Path, extra: list[str], repo
             return {"preset": preset, "seed": seed, "error": (done.stderr.strip().splitlines() or ["?"])[-1]}
     with open(folder / "curve.csv", newline="") as f:
         rows = [{k: float(v) for k, v in r.items() if v not in ("", None)} for r in csv.DictReader(f)]
-    return {"preset": preset, "seed": seed, "first": rows[0], "last": rows[-1], "epochs": len(rows),
-            "curve": [r.get("return") for r in rows]}
+    run = {"preset": preset, "seed": seed, "first": rows[0], "last": rows[-1], "epochs": len(rows),
+           "curve": [r.get("return") for r in rows]}
+    if eval_episodes:
+        run["held_out"] = held_out(folder, eval_episodes, report)
+    return run
+
+
+def held_out_line(h: dict[str, object] | None) -> str:
+    if h is None:
+        return "not evaluated"
+    if "error" in h:
+        return f"failed: {h['error']}"
+    low, high = h["interval"]
+    return f"{h['first']:.1f} -> {h['last']:.1f} ({h['change']:+.1f}, [{low:+.1f}, {high:+.1f}]) {h['verdict']}"
 
 
 def main() -> None:
@@ -118,15 +171,17 @@ def main() -> None:
                         help="train nothing: print the table of the runs in --out as they are")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="an algorithm option for every run (hpcgym train --set)")
+    parser.add_argument("--eval", type=int, default=0, metavar="K",
+                        help="also compare each run's first and last policies on K fixed held-out windows")
     args = parser.parse_args()
     os.environ.setdefault("HPCGYM_TRACES", str(TRACES_DIR))
     extra = [a for kv in args.set for a in ("--set", kv)]
     runs = [(p, s) for p in (args.preset or list(PRESETS)) for s in seeds_from(args.seeds)]
     t0 = time.perf_counter()
     with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda ps: train(*ps, args.epochs, args.out, extra, args.report), runs))
+        results = list(pool.map(lambda ps: train(*ps, args.epochs, args.out, extra, args.report, args.eval), runs))
     print(f"\n{'preset':<24}{'seed':>5}{'return first':>14}{'last':>10}{'length first':>14}{'last':>8}"
-          f"{'capped':>8}{'kills':>8}{'jitter':>9}  verdict")
+          f"{'capped':>8}{'kills':>8}{'jitter':>9}  verdict      {'held-out bsld first -> last (change, 95% CI)' if args.eval else ''}")
     for r in results:
         if "error" in r:
             print(f"{r['preset']:<24}{r['seed']:>5}  failed: {r['error']}")
@@ -138,9 +193,10 @@ def main() -> None:
         r["verdict"] = verdict(first, last, args.tolerance, r["jitter"])
         print(f"{r['preset']:<24}{r['seed']:>5} {first['return']:>13.4f} {last['return']:>9.4f}"
               f"{first['length']:>14.1f}{last['length']:>8.1f}{last.get('truncated', 0.0):>8.2f}"
-              f"{format(last['kills'], '.1f') if 'kills' in last else '-':>8} {r['jitter']:>8.4f}  {r['verdict']}{'  (' + r['note'] + ')' if 'note' in r else ''}")
+              f"{format(last['kills'], '.1f') if 'kills' in last else '-':>8} {r['jitter']:>8.4f}  {r['verdict']:<12} "
+              f"{held_out_line(r.get('held_out')) if args.eval else ''}{'  (' + r['note'] + ')' if 'note' in r else ''}")
     args.out.mkdir(parents=True, exist_ok=True)
-    report = {"provenance": provenance({"epochs": args.epochs, "seeds": seeds_from(args.seeds),
+    report = {"provenance": provenance({"epochs": args.epochs, "eval_windows": args.eval, "seeds": seeds_from(args.seeds),
                                         "tolerance": args.tolerance,
                                         "presets": {p: PRESETS[p] for p in (args.preset or PRESETS)}}),
               "seconds": round(time.perf_counter() - t0, 1), "runs": results}

@@ -6,7 +6,10 @@ been taken) one minibatch step on the Huber loss between Q(s, a) and the target
     y = r + gamma * (1 - done) * max_{a' valid in s'} Q_target(s', a')
 
 where the max runs over the next state's valid actions only (masked max: invalid actions are
--inf). The target network is a copy of the Q network, refreshed every `target_update` steps.
+-inf). With `n_step` n > 1 the target is the n-step return r_t + ... + gamma^(n-1) r_{t+n-1} +
+gamma^n max Q_target(s_{t+n}, .) (fewer steps at the episode's end); n at least the episode length
+gives Monte Carlo targets, which a terminal-only reward such as bsld needs (docs/performance.md,
+"Learning across seeds": one-step targets diverge there). The target network is a copy of the Q network, refreshed every `target_update` steps.
 Epsilon falls linearly from eps_start to eps_end over `eps_decay_steps` steps, or geometrically by
 `eps_decay` per gradient update (DRAS-DQL); a random action is uniform over the valid ones.
 """
@@ -24,7 +27,7 @@ from torch import nn
 
 from .algorithm import Algorithm, episode_stats
 from .policy import QNetwork, choose, masked_logits
-from .storage import ReplayBuffer
+from .storage import NStepReturns, ReplayBuffer
 
 
 @dataclass
@@ -45,6 +48,7 @@ class DQLConfig:
     eps_decay_steps: int = 5_000
     eps_decay: float | None = None  # set: epsilon *= eps_decay per gradient update, down to eps_end (DRAS: 0.995)
     double: bool = False            # Double DQN: pick a' with the online net, value it with the target
+    n_step: int = 1                 # steps summed before bootstrapping (>= episode length: Monte Carlo)
     max_grad_norm: float = 10.0
 
 
@@ -67,9 +71,9 @@ def dql_update(q: nn.Module, target: nn.Module, optimizer: torch.optim.Optimizer
             next_q = target(batch["next_obs"]).gather(1, best).squeeze(1)
         else:
             next_q = masked_logits(target(batch["next_obs"]), next_mask).max(1).values
-        # A terminal state (or one with no valid action) is worth 0: never read its -inf/garbage max.
-        next_q = torch.where(batch["done"] | ~next_mask.any(1), torch.zeros_like(next_q), next_q)
-        y = batch["reward"] + config.gamma * next_q
+        # A terminal state (discount 0) or one with no valid action is worth 0: never read its -inf/garbage max.
+        next_q = torch.where((batch["discount"] == 0) | ~next_mask.any(1), torch.zeros_like(next_q), next_q)
+        y = batch["reward"] + batch["discount"] * next_q
     q_taken = q(batch["obs"]).gather(1, batch["action"].unsqueeze(1)).squeeze(1)
     loss = nn.functional.smooth_l1_loss(q_taken, y)
     optimizer.zero_grad()
@@ -112,12 +116,17 @@ class DQL(Algorithm):
     def train_epoch(self, runner, episodes: int) -> dict[str, float]:
         c = self.config
         losses: list[dict[str, float]] = []
+        returns: dict[int, NStepReturns] = {}
 
         def on_step(t) -> None:
             # a truncated episode is not terminal: its next state keeps its value
-            self.buffer.add(t.obs, t.mask, t.action, t.reward, t.next_obs, t.next_mask, t.terminated)
+            pending = returns.setdefault(t.env, NStepReturns(c.n_step, c.gamma))
+            for transition in pending.push(t.obs, t.mask, t.action, t.reward, t.next_obs, t.next_mask,
+                                           t.terminated, t.truncated):
+                self.buffer.add(*transition)
             self.env_steps += 1
-            if self.env_steps >= c.learning_starts and self.env_steps % c.train_freq == 0:
+            # n-step transitions reach the buffer n steps late (Monte Carlo ones at the episode's end)
+            if self.env_steps >= c.learning_starts and self.env_steps % c.train_freq == 0 and self.buffer.size:
                 losses.append(dql_update(self.q, self.target, self.optimizer,
                                          self.buffer.sample(c.batch_size, self.rng, self.device), c))
                 self.updates += 1
@@ -141,4 +150,4 @@ class DQL(Algorithm):
     def load_extra_state(self, state: dict[str, Any]) -> None:
         self.env_steps = int(state.get("env_steps", 0))
         if "buffer" in state:
-            self.buffer.load_state_dict(state["buffer"])
+            self.buffer.load_state_dict(state["buffer"], self.config.gamma)

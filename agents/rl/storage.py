@@ -112,8 +112,45 @@ class RolloutStorage:
         return out
 
 
+class NStepReturns:
+    """One env's steps as n-step transitions (s_t, a_t, R, s_{t+k}, discount), with
+    R = r_t + gamma r_{t+1} + ... + gamma^(k-1) r_{t+k-1} and discount gamma^k (0 after a terminal
+    step), k = n or fewer at the episode's end.
+
+    Why: with a reward that comes only at the end of an episode of hundreds of steps, one-step
+    targets carry it back one bootstrap at a time while the max over many actions biases every
+    bootstrap upwards; n at least the episode length gives Monte Carlo targets, with no max at all.
+    """
+
+    def __init__(self, n: int, gamma: float) -> None:
+        self.n, self.gamma = n, gamma
+        self.pending: list[tuple[np.ndarray, np.ndarray, int, float]] = []
+
+    def push(self, obs, mask, action, reward, next_obs, next_mask, terminated: bool, truncated: bool) -> list[tuple]:
+        """Add one step; return the transitions it completes, oldest first."""
+        self.pending.append((obs, mask, action, float(reward)))
+        if terminated or truncated:
+            return self._flush(next_obs, next_mask, terminated)
+        if len(self.pending) < self.n:
+            return []
+        ret = sum(self.gamma ** k * r for k, (*_, r) in enumerate(self.pending))
+        o, m, a, _ = self.pending.pop(0)
+        return [(o, m, a, ret, next_obs, next_mask, self.gamma ** self.n)]
+
+    def _flush(self, next_obs, next_mask, terminated: bool) -> list[tuple]:
+        out, ret = [], 0.0
+        for k, (o, m, a, r) in enumerate(reversed(self.pending), start=1):
+            ret = r + self.gamma * ret
+            out.append((o, m, a, ret, next_obs, next_mask, 0.0 if terminated else self.gamma ** k))
+        self.pending = []
+        return out[::-1]
+
+
 class ReplayBuffer:
-    """A ring buffer of transitions (s, mask, a, r, s', mask', done) for off-policy learning."""
+    """A ring buffer of transitions (s, mask, a, R, s', mask', discount) for off-policy learning:
+    the target is R + discount * max Q(s', .), discount 0 when s' is terminal."""
+
+    FIELDS = ("obs", "mask", "action", "reward", "next_obs", "next_mask", "discount")
 
     def __init__(self, capacity: int, obs_shape: Sequence[int], n_actions: int) -> None:
         self.capacity = capacity
@@ -123,31 +160,32 @@ class ReplayBuffer:
         self.next_mask = np.zeros((capacity, n_actions), dtype=bool)
         self.action = np.zeros(capacity, dtype=np.int64)
         self.reward = np.zeros(capacity, dtype=np.float32)
-        self.done = np.zeros(capacity, dtype=bool)
+        self.discount = np.zeros(capacity, dtype=np.float32)
         self.size = 0
         self.pos = 0
 
-    def add(self, obs, mask, action, reward, next_obs, next_mask, done) -> None:
+    def add(self, obs, mask, action, reward, next_obs, next_mask, discount) -> None:
         i = self.pos
         self.obs[i], self.mask[i], self.action[i], self.reward[i] = obs, mask, action, reward
-        self.next_obs[i], self.next_mask[i], self.done[i] = next_obs, next_mask, done
+        self.next_obs[i], self.next_mask[i], self.discount[i] = next_obs, next_mask, discount
         self.pos = (i + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
 
     def sample(self, batch_size: int, rng: np.random.Generator,
                device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
         idx = rng.integers(0, self.size, size=batch_size)
-        return {name: torch.as_tensor(getattr(self, name)[idx], device=device)
-                for name in ("obs", "mask", "action", "reward", "next_obs", "next_mask", "done")}
+        return {name: torch.as_tensor(getattr(self, name)[idx], device=device) for name in self.FIELDS}
 
     def state_dict(self) -> dict:
         n = self.size
         return {"size": n, "pos": self.pos,
-                **{name: torch.from_numpy(getattr(self, name)[:n].copy())
-                   for name in ("obs", "mask", "action", "reward", "next_obs", "next_mask", "done")}}
+                **{name: torch.from_numpy(getattr(self, name)[:n].copy()) for name in self.FIELDS}}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, gamma: float = 1.0) -> None:
+        """`gamma` reads a buffer saved before the discount field (one-step, with `done`)."""
         n = self.size = int(state["size"])
         self.pos = int(state["pos"])
-        for name in ("obs", "mask", "action", "reward", "next_obs", "next_mask", "done"):
+        if "discount" not in state:
+            state = {**state, "discount": gamma * (~state["done"]).float()}
+        for name in self.FIELDS:
             getattr(self, name)[:n] = state[name].numpy()
