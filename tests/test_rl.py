@@ -12,7 +12,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -354,9 +353,7 @@ def test_each_algorithm_learns_the_optimum(algorithm, tmp_path):
     action would raise in the env): the greedy policy then picks the good slot from random states."""
     obs, mask, good = random_states(200)
     trainer = tiny_trainer(algorithm, tmp_path, epochs=20 if algorithm != "dql" else 12)
-    t0 = time.perf_counter()
     history = trainer.train()
-    assert time.perf_counter() - t0 < 30
     assert (trainer.algo.act(obs, mask) == good).all()
     assert history[-1]["return"] > 3.0  # of 4 (random: 2.5); sampling or epsilon still explores
 
