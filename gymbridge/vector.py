@@ -72,18 +72,29 @@ def env_fns(n: int, kind: str = "select", seed: int = 0, **kwargs: Any) -> list:
 
 
 def make_vector(n: int, kind: str = "select", seed: int = 0, asynchronous: bool = True, *,
-                workers: int | None = None, context: str | None = None, autoreset_mode: str | None = None,
+                workers: int | None = None, context: str | None = None,
+                autoreset_mode: AutoresetMode | str | None = None,
                 **kwargs: Any) -> gym.vector.VectorEnv:
     """`n` HpcEnvs of decision kind `kind` as one vector env; `kwargs` go to each `HpcEnv`
     (workload, options, reward, encoder, remote, others, decision_info, ...). `workers`: how many
     processes step them (default min(n, usable cores)); `asynchronous=False`: all in this process."""
+    mode = autoreset(autoreset_mode or AutoresetMode.NEXT_STEP)
     fns = env_fns(n, kind, seed, **kwargs)
-    mode = AutoresetMode(autoreset_mode) if autoreset_mode is not None else AutoresetMode.NEXT_STEP
     if asynchronous:
         return WorkerVectorEnv(fns, workers=workers, context=context, autoreset_mode=mode)
     if context is not None or workers is not None:
         raise ValueError("context and workers apply to asynchronous vector envs only")
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+
+
+def autoreset(mode: AutoresetMode | str) -> AutoresetMode:
+    """Gymnasium's autoreset mode from its name ("same_step") or value ("SameStep")."""
+    if isinstance(mode, AutoresetMode):
+        return mode
+    for known in AutoresetMode:
+        if mode in (known.value, known.name.lower()):
+            return known
+    raise ValueError(f"unknown autoreset_mode {mode!r}; use next_step, same_step or disabled")
 
 
 def usable_cores() -> int:
@@ -257,7 +268,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= n:
             raise ValueError(f"workers must be an integer from 1 to the number of envs ({n}), got {workers!r}")
         self.num_envs = n
-        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        self.autoreset_mode = autoreset(autoreset_mode)
         probe = env_fns[0]()
         try:
             self.single_observation_space = probe.observation_space
@@ -314,7 +325,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             options = options or None
         extras = self._merged(self._exchange([_RESET + pickle.dumps((seeds[s.start:s.stop], chosen[s.start:s.stop].tolist(),
                                                                       options)) for s in self._shares]))
-        return self._shared["obs"].copy(), self._infos(chosen, extras)
+        return self._shared["obs"].copy(), self._infos(chosen.copy(), extras)
 
     def step(self, actions: Any):
         actions = np.asarray(actions)
@@ -324,7 +335,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         extras = self._merged(self._exchange([_STEP] * len(self._shares)))
         shared = self._shared
         return (shared["obs"].copy(), shared["reward"].copy(), shared["terminated"].copy(),
-                shared["truncated"].copy(), self._infos(np.ones(self.num_envs, np.bool_), extras))
+                shared["truncated"].copy(), self._infos(None, extras))
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         message = _CALL + cloudpickle.dumps((name, args, kwargs))
@@ -396,11 +407,15 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
     def _merged(replies: list[dict[int, dict]]) -> dict[int, dict]:
         return {i: extra for reply in replies for i, extra in reply.items()}
 
-    def _infos(self, present: np.ndarray, extras: dict[int, dict]) -> dict[str, Any]:
-        """The vector info as SyncVectorEnv builds it: every key with its `_key` mask."""
+    def _infos(self, present: np.ndarray | None, extras: dict[int, dict]) -> dict[str, Any]:
+        """The vector info as SyncVectorEnv builds it: every key with its `_key` mask; `present`:
+        the envs that have an info (None: all)."""
         shared = self._shared
-        infos: dict[str, Any] = {"action_mask": shared["mask"] * present[:, None], "_action_mask": present.copy(),
-                                 "kind": self._kind_names[np.where(present, shared["kind"], -1)],
+        if present is None:
+            masks, kinds, present = shared["mask"].copy(), shared["kind"], np.ones(self.num_envs, np.bool_)
+        else:
+            masks, kinds = shared["mask"] * present[:, None], np.where(present, shared["kind"], -1)
+        infos: dict[str, Any] = {"action_mask": masks, "_action_mask": present, "kind": self._kind_names[kinds],
                                  "_kind": present.copy()}
         for i in sorted(extras):
             infos = self._add_info(infos, extras[i], i)
