@@ -1,18 +1,19 @@
 """Gymnasium env steps per second: `HpcEnv("select")` with a random masked policy.
 
     python benchmarks/env_steps.py                    # all rows, 20,000 steps each
+    taskset -c 0-7 python benchmarks/env_steps.py --envs 8   # 8 envs on 8 cores
     python benchmarks/env_steps.py --steps 50000 --window 64 --jobs 512
 
 Rows (one run, one table):
 
 - in-process, 1 env: `HpcEnv` stepping the simulation in this process;
-- in-process, 2 envs, `make_vector(2)`: two worker processes (one per core, at most one per
-  env), envs stepped through shared memory;
-- in-process, 2 envs, `make_vector(2, workers=1)`: both envs in one worker process;
-- in-process, 2 envs, Gymnasium's `AsyncVectorEnv` over the same env factories (what
+- in-process, n envs (`--envs`, default 2), `make_vector(n)`: n worker processes (at most one
+  per usable core), envs stepped through shared memory;
+- in-process, n envs, `make_vector(n, workers=1)`: all n envs in one worker process;
+- in-process, n envs, Gymnasium's `AsyncVectorEnv` over the same env factories (what
   `make_vector` was before: one process per env, infos pickled through pipes every step);
 - ipc://, 1 env: `HpcEnv(remote=...)` against `hpcgym env` started here as a subprocess;
-- ipc://, 2 envs: `make_vector(2, remote=...)`: two worker processes, each env with its own
+- ipc://, n envs: `make_vector(n, remote=...)`: worker processes, each env with its own
   connection and session, served by that one `hpcgym env` process.
 
 Every row runs `--steps` env steps (a vector step of n envs counts n) after `--warmup`
@@ -25,7 +26,7 @@ rate of the first row of its transport.
 
 Timings depend on the machine and what else runs there (CPU count and the load average before
 and after are printed): compare rows of one run. Two env processes only help with two idle
-cores; the ipc:// rows with two envs share one single-threaded env server.
+cores; the ipc:// rows with several envs share one single-threaded env server.
 """
 
 from __future__ import annotations
@@ -114,11 +115,14 @@ def start_env_server(folder: Path) -> tuple[subprocess.Popen, str]:
 @click.option("--warmup", type=click.IntRange(min=0), default=1_000, show_default=True)
 @click.option("--jobs", type=click.IntRange(min=2), default=256, show_default=True, help="Jobs per episode.")
 @click.option("--window", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--envs", type=click.IntRange(min=2), default=2, show_default=True,
+              help="Envs of the vector rows (their worker count: make_vector's default).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--context", type=click.Choice(["fork", "spawn", "forkserver"]), default=None,
               help="Start method of the vector envs' workers (default: the platform's).")
-def main(steps, warmup, jobs, window, seed, context) -> None:
-    """Env steps per second of HpcEnv(select), in process and over ipc://, with 1 and 2 envs."""
+def main(steps, warmup, jobs, window, envs, seed, context) -> None:
+    """Env steps per second of HpcEnv(select), in process and over ipc://, with 1 and `--envs` envs."""
+    n = envs
     kwargs = {"workload": {"jobs": jobs, "sample": True}, "options": {"window": window}, "encoder": "jobs+nodes"}
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     rows = []
@@ -129,19 +133,19 @@ def main(steps, warmup, jobs, window, seed, context) -> None:
         rows.append(("in-process", "HpcEnv", 1, run_single(env, steps, warmup, seed)))
         env.close()
         for label, workers in (("make_vector", None), ("make_vector workers=1", 1)):
-            envs = make_vector(2, "select", seed=seed, context=context, workers=workers, **kwargs)
-            rows.append(("in-process", label, 2, run_vector(envs, steps, warmup, seed)))
-            envs.close()
-        envs = gym.vector.AsyncVectorEnv(env_fns(2, "select", seed, **kwargs), context=context)
-        rows.append(("in-process", "AsyncVectorEnv", 2, run_vector(envs, steps, warmup, seed)))
-        envs.close()
+            vector = make_vector(n, "select", seed=seed, context=context, workers=workers, **kwargs)
+            rows.append(("in-process", label, n, run_vector(vector, steps, warmup, seed)))
+            vector.close()
+        vector = gym.vector.AsyncVectorEnv(env_fns(n, "select", seed, **kwargs), context=context)
+        rows.append(("in-process", "AsyncVectorEnv", n, run_vector(vector, steps, warmup, seed)))
+        vector.close()
         server, address = start_env_server(folder)
         env = make("select", remote=address, **kwargs)
         rows.append(("ipc://", "HpcEnv", 1, run_single(env, steps, warmup, seed)))
         env.close()
-        envs = make_vector(2, "select", seed=seed, context=context, remote=address, **kwargs)
-        rows.append(("ipc://", "make_vector", 2, run_vector(envs, steps, warmup, seed)))
-        envs.close()
+        vector = make_vector(n, "select", seed=seed, context=context, remote=address, **kwargs)
+        rows.append(("ipc://", "make_vector", n, run_vector(vector, steps, warmup, seed)))
+        vector.close()
     finally:
         if server is not None:
             server.kill()
