@@ -7,9 +7,11 @@
 Rows (one run, one table):
 
 - in-process, 1 env: `HpcEnv` stepping the simulation in this process;
-- in-process, n envs (`--envs`, default 2), `make_vector(n)`: n worker processes (at most one
-  per usable core), envs stepped through shared memory;
-- in-process, n envs, `make_vector(n, workers=1)`: all n envs in one worker process;
+- in-process, n envs (`--envs`, default 2), `make_vector(n)`: n shares of the envs (at most one
+  per usable core), the first stepped in this process, the others in worker processes, through
+  shared memory;
+- in-process, n envs, `make_vector(n, caller_share=False)`: every share in a worker process;
+- in-process, n envs, `make_vector(n, workers=1, caller_share=False)`: all n envs in one worker;
 - in-process, n envs, Gymnasium's `AsyncVectorEnv` over the same env factories (what
   `make_vector` was before: one process per env, infos pickled through pipes every step);
 - ipc://, 1 env: `HpcEnv(remote=...)` against `hpcgym env` started here as a subprocess;
@@ -117,10 +119,11 @@ def start_env_server(folder: Path) -> tuple[subprocess.Popen, str]:
 @click.option("--window", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--envs", type=click.IntRange(min=2), default=2, show_default=True,
               help="Envs of the vector rows (their worker count: make_vector's default).")
+@click.option("--ipc/--no-ipc", default=True, show_default=True, help="Also the rows over ipc://.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--context", type=click.Choice(["fork", "spawn", "forkserver"]), default=None,
               help="Start method of the vector envs' workers (default: the platform's).")
-def main(steps, warmup, jobs, window, envs, seed, context) -> None:
+def main(steps, warmup, jobs, window, envs, ipc, seed, context) -> None:
     """Env steps per second of HpcEnv(select), in process and over ipc://, with 1 and `--envs` envs."""
     n = envs
     kwargs = {"workload": {"jobs": jobs, "sample": True}, "options": {"window": window}, "encoder": "jobs+nodes"}
@@ -132,20 +135,22 @@ def main(steps, warmup, jobs, window, envs, seed, context) -> None:
         env = make("select", **kwargs)
         rows.append(("in-process", "HpcEnv", 1, run_single(env, steps, warmup, seed)))
         env.close()
-        for label, workers in (("make_vector", None), ("make_vector workers=1", 1)):
-            vector = make_vector(n, "select", seed=seed, context=context, workers=workers, **kwargs)
+        for label, options in (("make_vector", {}), ("caller_share=False", {"caller_share": False}),
+                               ("workers=1, no caller", {"workers": 1, "caller_share": False})):
+            vector = make_vector(n, "select", seed=seed, context=context, **options, **kwargs)
             rows.append(("in-process", label, n, run_vector(vector, steps, warmup, seed)))
             vector.close()
         vector = gym.vector.AsyncVectorEnv(env_fns(n, "select", seed, **kwargs), context=context)
         rows.append(("in-process", "AsyncVectorEnv", n, run_vector(vector, steps, warmup, seed)))
         vector.close()
-        server, address = start_env_server(folder)
-        env = make("select", remote=address, **kwargs)
-        rows.append(("ipc://", "HpcEnv", 1, run_single(env, steps, warmup, seed)))
-        env.close()
-        vector = make_vector(n, "select", seed=seed, context=context, remote=address, **kwargs)
-        rows.append(("ipc://", "make_vector", n, run_vector(vector, steps, warmup, seed)))
-        vector.close()
+        if ipc:
+            server, address = start_env_server(folder)
+            env = make("select", remote=address, **kwargs)
+            rows.append(("ipc://", "HpcEnv", 1, run_single(env, steps, warmup, seed)))
+            env.close()
+            vector = make_vector(n, "select", seed=seed, context=context, remote=address, **kwargs)
+            rows.append(("ipc://", "make_vector", n, run_vector(vector, steps, warmup, seed)))
+            vector.close()
     finally:
         if server is not None:
             server.kill()

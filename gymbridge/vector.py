@@ -55,7 +55,7 @@ from . import make
 
 #: One-byte commands from the parent to a worker; a reply starts with one of the _REPLY bytes.
 _STEP, _RESET, _CALL, _SET, _CLOSE = b"s", b"r", b"c", b"a", b"x"
-_READY, _INFOS, _VALUES, _ERROR = b"k", b"i", b"v", b"e"
+_INFOS, _VALUES, _ERROR = b"i", b"v", b"e"
 _CLOSE_WAIT_S = 5.0
 
 
@@ -72,18 +72,19 @@ def env_fns(n: int, kind: str = "select", seed: int = 0, **kwargs: Any) -> list:
 
 
 def make_vector(n: int, kind: str = "select", seed: int = 0, asynchronous: bool = True, *,
-                workers: int | None = None, context: str | None = None,
+                workers: int | None = None, caller_share: bool = True, context: str | None = None,
                 autoreset_mode: AutoresetMode | str | None = None,
                 **kwargs: Any) -> gym.vector.VectorEnv:
     """`n` HpcEnvs of decision kind `kind` as one vector env; `kwargs` go to each `HpcEnv`
     (workload, options, reward, encoder, remote, others, decision_info, ...). `workers`: how many
-    processes step them (default min(n, usable cores)); `asynchronous=False`: all in this process."""
+    processes step them (default min(n, usable cores)), this one among them unless
+    `caller_share=False`; `asynchronous=False`: Gymnasium's SyncVectorEnv in this process."""
     mode = autoreset(autoreset_mode or AutoresetMode.NEXT_STEP)
     fns = env_fns(n, kind, seed, **kwargs)
     if asynchronous:
-        return WorkerVectorEnv(fns, workers=workers, context=context, autoreset_mode=mode)
-    if context is not None or workers is not None:
-        raise ValueError("context and workers apply to asynchronous vector envs only")
+        return WorkerVectorEnv(fns, workers=workers, caller_share=caller_share, context=context, autoreset_mode=mode)
+    if context is not None or workers is not None or not caller_share:
+        raise ValueError("context, workers and caller_share apply to asynchronous vector envs only")
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
 
 
@@ -127,77 +128,93 @@ def _views(block: Any, layout: list[tuple[str, tuple[int, ...], np.dtype]]) -> d
     return views
 
 
-# ------------------------------------------------------------------------------ worker side
-def _work(first: int, fns_pickled: bytes, block: Any, layout: list, kinds: tuple[str, ...], mode: AutoresetMode,
-          conn: Connection, parent_end: Connection) -> None:
-    """A worker process: makes envs first, first + 1, ... and serves the parent's commands."""
-    parent_end.close()
-    shared = _views(block, layout)
-    codes = {kind: code for code, kind in enumerate(kinds)}
-    envs: list = []
-    ended: list[bool] = []  # next_step: reset at the next step
+# ------------------------------------------------------------------------------ a share of the envs
+class _Share:
+    """Envs first, first + 1, ... of one process (a worker's, or the caller's own), stepped over
+    the shared block; what does not fit there is returned as {env index: extra info}."""
 
-    def publish(i: int, obs: np.ndarray, info: dict[str, Any], extras: dict[int, dict]) -> None:
-        """obs, mask and kind into the shared block; the rest of the info (if any) into extras."""
-        shared["obs"][i] = obs
-        shared["mask"][i] = info.pop("action_mask")
-        kind = info.pop("kind")
-        shared["kind"][i] = -1 if kind is None else codes[kind]
-        if info:
-            extras[i] = info
+    def __init__(self, first: int, envs: list, shared: dict[str, np.ndarray], kinds: tuple[str, ...],
+                 mode: AutoresetMode) -> None:
+        self.first, self.envs, self.shared, self.mode = first, envs, shared, mode
+        self.codes = {kind: code for code, kind in enumerate(kinds)}
+        self.ended = [False] * len(envs)  # next_step: reset at the next step
 
-    def step() -> dict[int, dict]:
-        extras: dict[int, dict] = {}
-        for j, env in enumerate(envs):
-            i = first + j
+    def step(self) -> dict[int, dict]:
+        shared, extras = self.shared, {}
+        for j, env in enumerate(self.envs):
+            i = self.first + j
             final: dict[str, Any] = {}
             try:
-                if ended[j]:
+                if self.ended[j]:
                     obs, info = env.reset()
                     reward, terminated, truncated = 0.0, False, False
                 else:
                     obs, reward, terminated, truncated, info = env.step(shared["action"][i])
-                    if mode is AutoresetMode.SAME_STEP and (terminated or truncated):
+                    if self.mode is AutoresetMode.SAME_STEP and (terminated or truncated):
                         final = {"final_obs": obs, "final_info": info}
                         obs, info = env.reset()
             except Exception as exc:
                 raise _EnvFailed(i) from exc
-            ended[j] = mode is AutoresetMode.NEXT_STEP and (terminated or truncated)
+            self.ended[j] = self.mode is AutoresetMode.NEXT_STEP and (terminated or truncated)
             shared["reward"][i], shared["terminated"][i], shared["truncated"][i] = reward, terminated, truncated
-            publish(i, obs, {**final, **info}, extras)
+            self._publish(i, obs, {**final, **info}, extras)
         return extras
 
-    def reset(seeds: list, chosen: list[bool], options: dict | None) -> dict[int, dict]:
+    def reset(self, seeds: list, chosen: list[bool], options: dict | None) -> dict[int, dict]:
         extras: dict[int, dict] = {}
-        for j, env in enumerate(envs):
+        for j, env in enumerate(self.envs):
             if chosen[j]:
+                i = self.first + j
                 try:
                     obs, info = env.reset(seed=seeds[j], options=options)
                 except Exception as exc:
-                    raise _EnvFailed(first + j) from exc
-                ended[j] = False
-                shared["terminated"][first + j] = shared["truncated"][first + j] = False
-                publish(first + j, obs, info, extras)
+                    raise _EnvFailed(i) from exc
+                self.ended[j] = False
+                self.shared["terminated"][i] = self.shared["truncated"][i] = False
+                self._publish(i, obs, info, extras)
         return extras
 
-    def call(name: str, args: tuple, kwargs: dict) -> list:
+    def call(self, name: str, args: tuple, kwargs: dict) -> list:
         results = []
-        for j, env in enumerate(envs):
+        for j, env in enumerate(self.envs):
             try:
                 value = env.get_wrapper_attr(name)
                 results.append(value(*args, **kwargs) if callable(value) else value)
             except Exception as exc:
-                raise _EnvFailed(first + j) from exc
+                raise _EnvFailed(self.first + j) from exc
         return results
 
-    def set_attr(name: str, values: list) -> list:
-        for j, (env, value) in enumerate(zip(envs, values)):
+    def set_attr(self, name: str, values: list) -> list:
+        for j, (env, value) in enumerate(zip(self.envs, values)):
             try:
                 env.set_wrapper_attr(name, value)
             except Exception as exc:
-                raise _EnvFailed(first + j) from exc
+                raise _EnvFailed(self.first + j) from exc
         return []
 
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def _publish(self, i: int, obs: np.ndarray, info: dict[str, Any], extras: dict[int, dict]) -> None:
+        """obs, mask and kind into the shared block; the rest of the info (if any) into extras."""
+        self.shared["obs"][i] = obs
+        self.shared["mask"][i] = info.pop("action_mask")
+        kind = info.pop("kind")
+        self.shared["kind"][i] = -1 if kind is None else self.codes[kind]
+        if info:
+            extras[i] = info
+
+
+#: What each command runs on a share.
+_OPERATIONS = {_STEP: _Share.step, _RESET: _Share.reset, _CALL: _Share.call, _SET: _Share.set_attr}
+
+
+def _work(first: int, fns_pickled: bytes, block: Any, layout: list, kinds: tuple[str, ...], mode: AutoresetMode,
+          conn: Connection, parent_end: Connection) -> None:
+    """A worker process: makes envs first, first + 1, ... and serves the parent's commands."""
+    parent_end.close()
+    envs: list = []
     try:
         try:
             for fn in cloudpickle.loads(fns_pickled):
@@ -205,8 +222,8 @@ def _work(first: int, fns_pickled: bytes, block: Any, layout: list, kinds: tuple
         except Exception as exc:
             conn.send_bytes(_error_reply(first + len(envs), exc))
             return
-        ended.extend([False] * len(envs))
-        conn.send_bytes(_READY + pickle.dumps([(env.observation_space, env.action_space) for env in envs]))
+        share = _Share(first, envs, _views(block, layout), kinds, mode)
+        conn.send_bytes(_VALUES + pickle.dumps([(env.observation_space, env.action_space) for env in envs]))
         while True:
             try:
                 message = conn.recv_bytes()
@@ -216,16 +233,12 @@ def _work(first: int, fns_pickled: bytes, block: Any, layout: list, kinds: tuple
             if command == _CLOSE:
                 return
             try:
-                if command == _STEP:
-                    extras = step()
-                    conn.send_bytes(_INFOS + pickle.dumps(extras) if extras else b"")
-                elif command == _RESET:
-                    conn.send_bytes(_INFOS + pickle.dumps(reset(*pickle.loads(message[1:]))))
-                else:
-                    handler = call if command == _CALL else set_attr
-                    conn.send_bytes(_VALUES + pickle.dumps(handler(*pickle.loads(message[1:]))))
+                result = _OPERATIONS[command](share, *(pickle.loads(message[1:]) if len(message) > 1 else ()))
             except _EnvFailed as failed:
                 conn.send_bytes(_error_reply(failed.index, failed.__cause__))
+                continue
+            conn.send_bytes(b"" if not result else (_VALUES if isinstance(result, list) else _INFOS)
+                            + pickle.dumps(result))
     finally:
         for env in envs:
             env.close()
@@ -252,16 +265,19 @@ def _error_reply(index: int, exc: BaseException) -> bytes:
 
 # ------------------------------------------------------------------------------ parent side
 class WorkerVectorEnv(gym.vector.VectorEnv):
-    """`HpcEnv`s stepped in worker processes, several per process, through shared memory (see
-    the module docstring). A proper Gymnasium `VectorEnv`: same spaces, infos and autoreset
-    modes as `SyncVectorEnv` over the same factories, and the same numbers."""
+    """`HpcEnv`s stepped in shares of consecutive envs, one share per process (the caller's own
+    and worker processes), through shared memory (see the module docstring). A proper Gymnasium
+    `VectorEnv`: same spaces, infos and autoreset modes as `SyncVectorEnv` over the same
+    factories, and the same numbers."""
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, workers: int | None = None,
-                 context: str | None = None, autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
+                 caller_share: bool = True, context: str | None = None,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
         import multiprocessing as mp
 
         self._procs: list = []
         self._conns: list[Connection] = []
+        self._local: _Share | None = None
         self.closed = True  # until the workers run
         n = len(env_fns)
         workers = min(n, usable_cores()) if workers is None else workers
@@ -269,16 +285,14 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             raise ValueError(f"workers must be an integer from 1 to the number of envs ({n}), got {workers!r}")
         self.num_envs = n
         self.autoreset_mode = autoreset(autoreset_mode)
-        probe = env_fns[0]()
-        try:
-            self.single_observation_space = probe.observation_space
-            self.single_action_space = probe.action_space
-            kinds = tuple(probe.kinds)
-            self.metadata = {**probe.metadata, "autoreset_mode": self.autoreset_mode}
-            self.render_mode = probe.render_mode
-        finally:
-            probe.close()
+        first_env = env_fns[0]()
+        self.single_observation_space = first_env.observation_space
+        self.single_action_space = first_env.action_space
+        kinds = tuple(first_env.kinds)
+        self.metadata = {**first_env.metadata, "autoreset_mode": self.autoreset_mode}
+        self.render_mode = first_env.render_mode
         if not isinstance(self.single_observation_space, gym.spaces.Box):
+            first_env.close()
             raise TypeError(f"a WorkerVectorEnv shares Box observations only, not {self.single_observation_space}")
         self.observation_space = batch_space(self.single_observation_space, n)
         self.action_space = batch_space(self.single_action_space, n)
@@ -291,7 +305,13 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         self._poller = select.poll()
         self._fd_worker: dict[int, tuple[int, bool]] = {}  # fd -> (worker, is its connection)
         self.closed = False
-        for w, share in enumerate(self._shares):
+        if caller_share:  # env 0, made above, and the rest of share 0 are stepped here
+            local = [first_env] + [fn() for fn in env_fns[1:self._shares[0].stop]]
+            self._local = _Share(0, local, self._shared, kinds, self.autoreset_mode)
+        else:
+            first_env.close()
+        self._remote = self._shares[1:] if caller_share else self._shares
+        for w, share in enumerate(self._remote):
             parent_end, child_end = ctx.Pipe()
             proc = ctx.Process(target=_work, name=f"hpcgym-vector-{w}", daemon=True,
                                args=(share.start, cloudpickle.dumps(list(env_fns[share.start:share.stop])), block,
@@ -303,8 +323,8 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             for fd, is_conn in ((parent_end.fileno(), True), (proc.sentinel, False)):
                 self._poller.register(fd, select.POLLIN)
                 self._fd_worker[fd] = (w, is_conn)
-        spaces = [space for reply in self._exchange([b""] * workers, send=False) for space in reply]
-        for i, (obs_space, action_space) in enumerate(spaces):
+        spaces = [space for reply in self._wait() for space in reply]
+        for i, (obs_space, action_space) in enumerate(spaces, start=self._remote[0].start if self._remote else n):
             if obs_space != self.single_observation_space or action_space != self.single_action_space:
                 self.close()
                 raise VectorEnvError(f"env {i} has spaces {obs_space}, {action_space}; env 0 has "
@@ -323,8 +343,8 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             if chosen.shape != (n,) or chosen.dtype != np.bool_ or not chosen.any():
                 raise ValueError(f"options['reset_mask'] must be a bool array of shape ({n},) with a True value")
             options = options or None
-        extras = self._merged(self._exchange([_RESET + pickle.dumps((seeds[s.start:s.stop], chosen[s.start:s.stop].tolist(),
-                                                                      options)) for s in self._shares]))
+        extras = self._merged(self._exchange(_RESET, [(seeds[s.start:s.stop], chosen[s.start:s.stop].tolist(),
+                                                       options) for s in self._shares]))
         return self._shared["obs"].copy(), self._infos(chosen.copy(), extras)
 
     def step(self, actions: Any):
@@ -332,14 +352,14 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         if actions.shape != (self.num_envs,):
             raise ValueError(f"step takes one action per env, shape ({self.num_envs},), got shape {actions.shape}")
         self._shared["action"][:] = actions
-        extras = self._merged(self._exchange([_STEP] * len(self._shares)))
+        extras = self._merged(self._exchange(_STEP))
         shared = self._shared
         return (shared["obs"].copy(), shared["reward"].copy(), shared["terminated"].copy(),
                 shared["truncated"].copy(), self._infos(None, extras))
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        message = _CALL + cloudpickle.dumps((name, args, kwargs))
-        return tuple(value for values in self._exchange([message] * len(self._shares)) for value in values)
+        return tuple(value for values in self._exchange(_CALL, [(name, args, kwargs)] * len(self._shares))
+                     for value in values)
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         return self.call(name)
@@ -349,10 +369,13 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
             raise ValueError(f"set_attr takes one value per env ({self.num_envs}), got {len(values)}")
-        self._exchange([_SET + cloudpickle.dumps((name, list(values[s.start:s.stop]))) for s in self._shares])
+        self._exchange(_SET, [(name, list(values[s.start:s.stop])) for s in self._shares])
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Asks every worker to close its envs and exit; ends those that do not within 5 s."""
+        """Closes this process's envs and asks every worker to close its own and exit; ends those
+        that do not within 5 s."""
+        if self._local is not None:
+            self._local.close()
         for conn in self._conns:
             try:
                 conn.send_bytes(_CLOSE)
@@ -371,18 +394,31 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             self.close()
 
     # ------------------------------------------------------------------ the exchange
-    def _exchange(self, messages: list[bytes], send: bool = True) -> list:
-        """Sends each worker its message and returns each worker's reply: {env: extra info} for a
-        step or reset, a list of values for a call. A worker that reports an error or dies closes
+    def _exchange(self, command: bytes, arguments: list[tuple] | None = None) -> list:
+        """Runs `command` on every share (arguments: one tuple per share), the workers' while
+        this process runs its own; the results in share order: {env: extra info} for a step or
+        reset, a list of values for a call. An env that raises, or a worker that dies, closes
         the vector env and raises `VectorEnvError`."""
         if self.closed:
             raise VectorEnvError("the vector env is closed")
-        if send:
-            for w, (conn, message) in enumerate(zip(self._conns, messages)):
-                try:
-                    conn.send_bytes(message)
-                except OSError:
-                    self._died(w)
+        arguments = arguments or [()] * len(self._shares)
+        local_arguments, remote_arguments = (arguments[0], arguments[1:]) if self._local else ((), arguments)
+        for w, (conn, args) in enumerate(zip(self._conns, remote_arguments)):
+            try:
+                conn.send_bytes(command + cloudpickle.dumps(args) if args else command)
+            except OSError:
+                self._died(w)
+        results = []
+        if self._local is not None:
+            try:
+                results.append(_OPERATIONS[command](self._local, *local_arguments))
+            except _EnvFailed as failed:
+                exc = failed.__cause__
+                self._failed(failed.index, exc, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        return results + self._wait()
+
+    def _wait(self) -> list:
+        """Every worker's reply, decoded."""
         replies: list[bytes | None] = [None] * len(self._conns)
         waiting = len(self._conns)
         while waiting:
@@ -424,7 +460,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
     def _died(self, w: int) -> None:
         proc = self._procs[w]
         proc.join(_CLOSE_WAIT_S)
-        share = self._shares[w]
+        share = self._remote[w]
         self.close()
         raise VectorEnvError(f"worker process {w} (envs {share.start}..{share.stop - 1}) died "
                              f"(exit code {proc.exitcode}); the vector env is closed")
@@ -432,5 +468,5 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
     def _failed(self, index: int, exc: BaseException, text: str) -> None:
         self.close()
         if hasattr(exc, "add_note"):
-            exc.add_note(f"in the worker process:\n{text}")
+            exc.add_note(f"where it was raised:\n{text}")
         raise VectorEnvError(f"env {index} raised {type(exc).__name__}: {exc}; the vector env is closed") from exc

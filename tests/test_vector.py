@@ -80,14 +80,15 @@ def test_same_run_as_sync_vector_env_for_any_worker_count(mode):
     sync = _run(make_vector(3, "select", seed=3, asynchronous=False, autoreset_mode=mode, **KWARGS))
     assert _ended(sync) >= 3  # episodes ended (and began again) along the way
     for workers in (1, 2, 3):
-        _same(_run(make_vector(3, "select", seed=3, workers=workers, autoreset_mode=mode, **KWARGS)), sync,
-              f"workers={workers}")
+        for caller_share in (True, False):
+            _same(_run(make_vector(3, "select", seed=3, workers=workers, caller_share=caller_share,
+                                   autoreset_mode=mode, **KWARGS)), sync, f"workers={workers}, {caller_share}")
     assert not _workers()
 
 
 def test_spawned_workers_give_the_same_run():
-    fork = _run(make_vector(2, "select", seed=3, context="fork", **KWARGS), steps=60)
-    _same(_run(make_vector(2, "select", seed=3, context="spawn", **KWARGS), steps=60), fork)
+    fork = _run(make_vector(2, "select", seed=3, context="fork", caller_share=False, **KWARGS), steps=60)
+    _same(_run(make_vector(2, "select", seed=3, context="spawn", caller_share=False, **KWARGS), steps=60), fork)
     assert not np.array_equal(fork[0][0][0], fork[0][0][1])  # the two envs run different episodes
 
 
@@ -164,13 +165,15 @@ def _call_with_guard(fn):
     return (caught[0] if caught else None), not thread.is_alive()
 
 
-def test_an_error_in_a_sub_env_names_the_env_and_closes_the_vector():
+@pytest.mark.parametrize("failing", [0, 2])  # env 0 is stepped in this process, env 2 in a worker
+def test_an_error_in_a_sub_env_names_the_env_and_closes_the_vector(failing):
     envs = make_vector(3, "select", seed=3, workers=2, **KWARGS)
     obs, info = envs.reset(seed=3)
-    masked = int(np.flatnonzero(info["action_mask"][2] == 0)[0])  # env 2 (the second worker's) refuses it
-    error, returned = _call_with_guard(lambda: envs.step(np.array([0, 0, masked])))
+    actions = np.zeros(3, np.int64)  # slot 0: allowed at every select decision (HpcEnv's docstring)
+    actions[failing] = int(np.flatnonzero(info["action_mask"][failing] == 0)[0])
+    error, returned = _call_with_guard(lambda: envs.step(actions))
     assert returned, "the step hung"
-    assert isinstance(error, VectorEnvError) and "env 2 raised MaskedActionError" in str(error)
+    assert isinstance(error, VectorEnvError) and f"env {failing} raised MaskedActionError" in str(error)
     assert type(error.__cause__).__name__ == "MaskedActionError"
     assert envs.closed and not _workers()
     with pytest.raises(VectorEnvError, match="closed"):
@@ -178,7 +181,7 @@ def test_an_error_in_a_sub_env_names_the_env_and_closes_the_vector():
 
 
 def test_a_worker_that_dies_is_reported_and_reaped():
-    envs = make_vector(4, "select", seed=3, workers=2, **KWARGS)
+    envs = make_vector(4, "select", seed=3, workers=2, caller_share=False, **KWARGS)
     envs.reset(seed=3)
     first, second = sorted(_workers(), key=lambda p: p.name)
     os.kill(second.pid, signal.SIGKILL)
@@ -191,10 +194,10 @@ def test_a_worker_that_dies_is_reported_and_reaped():
 
 
 def test_close_leaves_no_process():
-    envs = make_vector(3, "select", seed=3, workers=2, **KWARGS)
+    envs = make_vector(3, "select", seed=3, workers=3, **KWARGS)
     envs.reset(seed=3)
     started = _workers()
-    assert len(started) == 2
+    assert len(started) == 2  # three shares: this process's and two workers'
     envs.close()
     assert all(p.exitcode == 0 for p in started) and not _workers()
     envs.close()  # a second close is harmless
@@ -219,8 +222,9 @@ def test_bad_arguments_are_refused_in_one_line():
     for workers in (0, 4, 1.5):
         with pytest.raises(ValueError, match="workers must be an integer from 1 to the number of envs"):
             make_vector(3, "select", workers=workers, **KWARGS)
-    with pytest.raises(ValueError, match="apply to asynchronous vector envs only"):
-        make_vector(2, "select", asynchronous=False, workers=1, **KWARGS)
+    for extra in ({"workers": 1}, {"caller_share": False}, {"context": "spawn"}):
+        with pytest.raises(ValueError, match="apply to asynchronous vector envs only"):
+            make_vector(2, "select", asynchronous=False, **extra, **KWARGS)
     with pytest.raises(ValueError, match="unknown autoreset_mode 'later'"):
         make_vector(2, "select", autoreset_mode="later", **KWARGS)
     with pytest.raises(ConfigError, match="unknown decision kind"):
