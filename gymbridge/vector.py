@@ -20,18 +20,19 @@ next episode's first observation at once (the terminal one then in `info["final_
 info in `info["final_info"]`; what Stable-Baselines3 expects, see `gymbridge/sb3.py`), or
 `"disabled"` to reset ended envs yourself (`reset(options={"reset_mask": ...})`).
 
-Processes (`asynchronous=True`, the default): `workers` processes (default: one per env, at
-most one per usable core) each step a contiguous share of the envs, one after the other. A step
-costs one byte down and, usually, an empty message up per worker: observations, masks, actions,
-rewards and terminated/truncated flags live in one shared-memory block that the workers write
-in place. Only what is rare is pickled: the infos of episode ends and starts (`metrics`,
-`episode_seed`, `initial_reward`, `final_obs`), `call`/`get_attr`/`set_attr`, errors, and
-`info["decision"]` when asked for (`decision_info=True`, every step). The env factories are
-cloudpickled into the workers (`context`: "spawn", "fork" or "forkserver"; default: the
-platform's), so `others` agents must pickle too; each worker opens its own connection when
-`remote` is given. An error in a sub-env, or a worker process that dies, raises one
-`VectorEnvError` naming the env (or the worker and its envs) as soon as the parent waits on
-it, and closes the vector env.
+Processes (`asynchronous=True`, the default): the envs are cut into `workers` shares of
+consecutive envs (default: one per env, at most one per usable core); this process steps the
+first share itself while worker processes step the others (`caller_share=False`: every share in
+a worker). A step costs one byte down and, usually, an empty message up per worker:
+observations, masks, actions, rewards and terminated/truncated flags live in one shared-memory
+block that every share writes in place. Only what is rare is pickled: the infos of episode ends
+and starts (`metrics`, `episode_seed`, `initial_reward`, `final_obs`), `call`/`get_attr`/
+`set_attr`, errors, and `info["decision"]` when asked for (`decision_info=True`, every step).
+The env factories are cloudpickled into the workers (`context`: "spawn", "fork" or
+"forkserver"; default: the platform's), so `others` agents must pickle too; each env opens its
+own connection when `remote` is given. An error in a sub-env, or a worker process that dies,
+raises one `VectorEnvError` naming the env (or the worker and its envs) as soon as the parent
+waits on it, and closes the vector env.
 """
 
 from __future__ import annotations
