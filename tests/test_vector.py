@@ -100,18 +100,22 @@ def _next_episode_start(i: int, n: int, seed: int):
     return obs, info
 
 
+def _until_an_episode_ends(envs, seed: int):
+    """Masked random steps from reset(seed) until an env terminates: (its index, obs, info)."""
+    rng = np.random.default_rng(1)
+    obs, info = envs.reset(seed=seed)
+    while True:
+        actions = np.array([rng.choice(np.flatnonzero(m)) for m in info["action_mask"]])
+        obs, rewards, terminated, truncated, info = envs.step(actions)
+        if terminated.any():
+            return int(np.flatnonzero(terminated)[0]), obs, info
+
+
 def test_masks_and_infos_after_next_step_autoreset():
     n, seed = 2, 3
     envs = make_vector(n, "select", seed=seed, **KWARGS)
-    rng = np.random.default_rng(1)
-    obs, info = envs.reset(seed=seed)
     try:
-        while True:
-            actions = np.array([rng.choice(np.flatnonzero(m)) for m in info["action_mask"]])
-            obs, rewards, terminated, truncated, info = envs.step(actions)
-            if terminated.any():
-                break
-        i = int(np.flatnonzero(terminated)[0])
+        i, obs, info = _until_an_episode_ends(envs, seed)
         # the terminal step: zero observation, the mask of select's mask-free sample (slot 0, the
         # first candidate: HpcEnv's docstring), no kind, the episode's metrics (40 jobs)
         assert not obs[i].any() and info["action_mask"][i].tolist() == [1] + [0] * WINDOW
@@ -131,15 +135,8 @@ def test_masks_and_infos_after_next_step_autoreset():
 def test_same_step_autoreset_gives_the_next_episode_at_once():
     n, seed = 2, 3
     envs = make_vector(n, "select", seed=seed, autoreset_mode="same_step", **KWARGS)
-    rng = np.random.default_rng(1)
-    obs, info = envs.reset(seed=seed)
     try:
-        while True:
-            actions = np.array([rng.choice(np.flatnonzero(m)) for m in info["action_mask"]])
-            obs, rewards, terminated, truncated, info = envs.step(actions)
-            if terminated.any():
-                break
-        i = int(np.flatnonzero(terminated)[0])
+        i, obs, info = _until_an_episode_ends(envs, seed)
         first_obs, first_info = _next_episode_start(i, n, seed)
         assert np.array_equal(obs[i], first_obs) and info["episode_seed"][i] == seed + i + n
         assert np.array_equal(info["action_mask"][i], first_info["action_mask"])
