@@ -1,14 +1,21 @@
 """Gymnasium env steps per second: `HpcEnv("select")` with a random masked policy.
 
-    python benchmarks/env_steps.py                    # all four rows, 20,000 steps each
+    python benchmarks/env_steps.py                    # all rows, 20,000 steps each
+    taskset -c 0-7 python benchmarks/env_steps.py --envs 8   # 8 envs on 8 cores
     python benchmarks/env_steps.py --steps 50000 --window 64 --jobs 512
 
 Rows (one run, one table):
 
 - in-process, 1 env: `HpcEnv` stepping the simulation in this process;
-- in-process, 2 envs: `make_vector(2)`, an AsyncVectorEnv of two worker processes;
+- in-process, n envs (`--envs`, default 2), `make_vector(n)`: n shares of the envs (at most one
+  per usable core), the first stepped in this process, the others in worker processes, through
+  shared memory;
+- in-process, n envs, `make_vector(n, caller_share=False)`: every share in a worker process;
+- in-process, n envs, `make_vector(n, workers=1, caller_share=False)`: all n envs in one worker;
+- in-process, n envs, Gymnasium's `AsyncVectorEnv` over the same env factories (what
+  `make_vector` was before: one process per env, infos pickled through pipes every step);
 - ipc://, 1 env: `HpcEnv(remote=...)` against `hpcgym env` started here as a subprocess;
-- ipc://, 2 envs: `make_vector(2, remote=...)`: two worker processes, each with its own
+- ipc://, n envs: `make_vector(n, remote=...)`: worker processes, each env with its own
   connection and session, served by that one `hpcgym env` process.
 
 Every row runs `--steps` env steps (a vector step of n envs counts n) after `--warmup`
@@ -16,11 +23,12 @@ steps, episodes of `--jobs` jobs drawn from the generated Lublin workload
 (`{"jobs": N, "sample": True}`), resets included (single envs reset by hand, vector envs
 auto-reset). The policy draws uniformly among the allowed actions of `info["action_mask"]`
 (Python's `random`, a fraction of a microsecond); the encoder is jobs+nodes. Steps per
-second count env steps: a vector's rate is the sum over its envs.
+second count env steps: a vector's rate is the sum over its envs; "x 1 env" divides it by the
+rate of the first row of its transport.
 
-Timings depend on the machine and what else runs there (CPU count and load average are
-printed): compare rows of one run. Two env processes only help with two idle cores; the
-ipc:// rows with two envs share one single-threaded env server.
+Timings depend on the machine and what else runs there (CPU count and the load average before
+and after are printed): compare rows of one run. Two env processes only help with two idle
+cores; the ipc:// rows with several envs share one single-threaded env server.
 """
 
 from __future__ import annotations
@@ -35,11 +43,12 @@ import time
 from pathlib import Path
 
 import click
+import gymnasium as gym
 import numpy as np
 
 from hpcgym.agents.runtime import Connection, EnvUnreachable
 from hpcgym.gymbridge import make
-from hpcgym.gymbridge.vector import make_vector
+from hpcgym.gymbridge.vector import env_fns, make_vector
 from hpcgym.protocol.messages import PROTOCOL_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,42 +117,57 @@ def start_env_server(folder: Path) -> tuple[subprocess.Popen, str]:
 @click.option("--warmup", type=click.IntRange(min=0), default=1_000, show_default=True)
 @click.option("--jobs", type=click.IntRange(min=2), default=256, show_default=True, help="Jobs per episode.")
 @click.option("--window", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--envs", type=click.IntRange(min=2), default=2, show_default=True,
+              help="Envs of the vector rows (their worker count: make_vector's default).")
+@click.option("--ipc/--no-ipc", default=True, show_default=True, help="Also the rows over ipc://.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--context", type=click.Choice(["fork", "spawn", "forkserver"]), default=None,
-              help="Start method of the vector env's workers (default: the platform's).")
-def main(steps, warmup, jobs, window, seed, context) -> None:
-    """Env steps per second of HpcEnv(select), in process and over ipc://, with 1 and 2 envs."""
+              help="Start method of the vector envs' workers (default: the platform's).")
+def main(steps, warmup, jobs, window, envs, ipc, seed, context) -> None:
+    """Env steps per second of HpcEnv(select), in process and over ipc://, with 1 and `--envs` envs."""
+    n = envs
     kwargs = {"workload": {"jobs": jobs, "sample": True}, "options": {"window": window}, "encoder": "jobs+nodes"}
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     rows = []
     folder = Path(tempfile.mkdtemp(prefix="hpcgym-b-", dir="/tmp"))
     server = None
     try:
         env = make("select", **kwargs)
-        rows.append(("in-process", 1, run_single(env, steps, warmup, seed)))
+        rows.append(("in-process", "HpcEnv", 1, run_single(env, steps, warmup, seed)))
         env.close()
-        envs = make_vector(2, "select", seed=seed, context=context, **kwargs)
-        rows.append(("in-process", 2, run_vector(envs, steps, warmup, seed)))
-        envs.close()
-        server, address = start_env_server(folder)
-        env = make("select", remote=address, **kwargs)
-        rows.append(("ipc://", 1, run_single(env, steps, warmup, seed)))
-        env.close()
-        envs = make_vector(2, "select", seed=seed, context=context, remote=address, **kwargs)
-        rows.append(("ipc://", 2, run_vector(envs, steps, warmup, seed)))
-        envs.close()
+        for label, options in (("make_vector", {}), ("caller_share=False", {"caller_share": False}),
+                               ("workers=1, no caller", {"workers": 1, "caller_share": False})):
+            vector = make_vector(n, "select", seed=seed, context=context, **options, **kwargs)
+            rows.append(("in-process", label, n, run_vector(vector, steps, warmup, seed)))
+            vector.close()
+        vector = gym.vector.AsyncVectorEnv(env_fns(n, "select", seed, **kwargs), context=context)
+        rows.append(("in-process", "AsyncVectorEnv", n, run_vector(vector, steps, warmup, seed)))
+        vector.close()
+        if ipc:
+            server, address = start_env_server(folder)
+            env = make("select", remote=address, **kwargs)
+            rows.append(("ipc://", "HpcEnv", 1, run_single(env, steps, warmup, seed)))
+            env.close()
+            vector = make_vector(n, "select", seed=seed, context=context, remote=address, **kwargs)
+            rows.append(("ipc://", "make_vector", n, run_vector(vector, steps, warmup, seed)))
+            vector.close()
     finally:
         if server is not None:
             server.kill()
             server.wait(timeout=10)
         shutil.rmtree(folder, ignore_errors=True)
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     click.echo(f"HpcEnv(select), random masked policy, {jobs}-job episodes, window {window}, encoder jobs+nodes; "
-               f"{os.cpu_count()} CPUs, load average {load:.2f}")
-    click.echo(f"{'transport':<12}{'envs':>5}{'steps':>9}{'seconds':>9}{'steps/s':>10}{'us/step':>9}")
-    for transport, n, (done, seconds) in rows:
-        click.echo(f"{transport:<12}{n:>5}{done:>9}{seconds:>9.2f}{done / seconds:>10,.0f}{1e6 * seconds / done:>9.1f}")
-
+               f"{os.cpu_count()} CPUs, load average {load_before:.2f} before, {load_after:.2f} after")
+    click.echo(f"{'transport':<12}{'vector':<23}{'envs':>5}{'steps':>9}{'seconds':>9}{'steps/s':>10}"
+               f"{'us/step':>9}{'x 1 env':>9}")
+    single: dict[str, float] = {}
+    for transport, label, n, (done, seconds) in rows:
+        rate = done / seconds
+        single.setdefault(transport, rate)
+        click.echo(f"{transport:<12}{label:<23}{n:>5}{done:>9}{seconds:>9.2f}{rate:>10,.0f}"
+                   f"{1e6 * seconds / done:>9.1f}{rate / single[transport]:>8.2f}x")
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,4 @@
-"""Several `HpcEnv`s stepped together, for rollouts: Gymnasium's Async/SyncVectorEnv.
+"""Several `HpcEnv`s stepped together, for rollouts: worker processes that share memory.
 
     envs = make_vector(4, kind="select", seed=0, workload={"jobs": 256, "sample": True})
     obs, info = envs.reset(seed=0)        # or envs.reset(): the same episodes
@@ -9,29 +9,59 @@
 Seeds: env i is made with seed `seed + i` and `seed_stride=n`, so its episodes use the episode
 seeds seed + i, seed + i + n, seed + i + 2n, ...: no two envs of the vector run the same
 episode, and a run is reproducible from `seed` alone. `envs.reset(seed=s)` seeds env i with
-s + i (Gymnasium's rule), which continues the same scheme.
+s + i (Gymnasium's rule), which continues the same scheme. Any number of workers gives the
+same observations, rewards and infos as `asynchronous=False` (Gymnasium's SyncVectorEnv).
 
 Autoreset: Gymnasium's default (`next_step`): after a sub-env terminates, its next `step`
 ignores the action and returns the first observation of its next episode (reward 0). Its
 terminal info carries `metrics`, and its mask there allows the mask-free sample actions (never
 empty, so masked sampling works for every row). Pass `autoreset_mode="same_step"` to get the
-next episode's first observation at once (the terminal one then in `info["final_obs"]`).
+next episode's first observation at once (the terminal one then in `info["final_obs"]`, its
+info in `info["final_info"]`; what Stable-Baselines3 expects, see `gymbridge/sb3.py`), or
+`"disabled"` to reset ended envs yourself (`reset(options={"reset_mask": ...})`).
 
-Processes: `asynchronous=True` runs each env in its own process (`context`: "spawn", "fork" or
-"forkserver"; default: the platform's default). The env factory and its arguments are pickled
-(cloudpickle) into the workers, so `others` agents must pickle too; each worker opens its own
-connection when `remote` is given. `info["decision"]` is left out by default here
-(`decision_info=False`): it would be pickled through the pipes at every step.
+Processes (`asynchronous=True`, the default): the envs are cut into `workers` shares of
+consecutive envs (default: one per env, at most one per usable core); this process steps the
+first share itself while worker processes step the others (`caller_share=False`: every share in
+a worker). A step costs one byte down and, usually, an empty message up per worker:
+observations, masks, actions, rewards and terminated/truncated flags live in one shared-memory
+block that every share writes in place. Only what is rare is pickled: the infos of episode ends
+and starts (`metrics`, `episode_seed`, `initial_reward`, `final_obs`), `call`/`get_attr`/
+`set_attr`, errors, and `info["decision"]` when asked for (`decision_info=True`, every step).
+The env factories are cloudpickled into the workers (`context`: "spawn", "fork" or
+"forkserver"; default: the platform's), so `others` agents must pickle too; each env opens its
+own connection when `remote` is given. An error in a sub-env, or a worker process that dies,
+raises one `VectorEnvError` naming the env (or the worker and its envs) as soon as the parent
+waits on it, and closes the vector env.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import pickle
+import select
+import traceback
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
 from typing import Any
 
+import cloudpickle
 import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
 
 from . import make
+
+#: One-byte commands from the parent to a worker; a reply starts with one of the _REPLY bytes.
+_STEP, _RESET, _CALL, _SET, _CLOSE = b"s", b"r", b"c", b"a", b"x"
+_INFOS, _VALUES, _ERROR = b"i", b"v", b"e"
+_CLOSE_WAIT_S = 5.0
+
+
+class VectorEnvError(RuntimeError):
+    """A sub-env raised, or a worker process died; the vector env is closed."""
 
 
 def env_fns(n: int, kind: str = "select", seed: int = 0, **kwargs: Any) -> list:
@@ -43,15 +73,401 @@ def env_fns(n: int, kind: str = "select", seed: int = 0, **kwargs: Any) -> list:
 
 
 def make_vector(n: int, kind: str = "select", seed: int = 0, asynchronous: bool = True, *,
-                context: str | None = None, autoreset_mode: str | None = None, **kwargs: Any) -> gym.vector.VectorEnv:
+                workers: int | None = None, caller_share: bool = True, context: str | None = None,
+                autoreset_mode: AutoresetMode | str | None = None,
+                **kwargs: Any) -> gym.vector.VectorEnv:
     """`n` HpcEnvs of decision kind `kind` as one vector env; `kwargs` go to each `HpcEnv`
-    (workload, options, reward, encoder, remote, others, decision_info, ...)."""
+    (workload, options, reward, encoder, remote, others, decision_info, ...). `workers`: how many
+    processes step them (default min(n, usable cores)), this one among them unless
+    `caller_share=False`; `asynchronous=False`: Gymnasium's SyncVectorEnv in this process."""
+    mode = autoreset(autoreset_mode or AutoresetMode.NEXT_STEP)
     fns = env_fns(n, kind, seed, **kwargs)
-    vector_kwargs: dict[str, Any] = {}
-    if autoreset_mode is not None:
-        vector_kwargs["autoreset_mode"] = gym.vector.AutoresetMode(autoreset_mode)
     if asynchronous:
-        return gym.vector.AsyncVectorEnv(fns, context=context, **vector_kwargs)
-    if context is not None:
-        raise ValueError("context applies to asynchronous vector envs only")
-    return gym.vector.SyncVectorEnv(fns, **vector_kwargs)
+        return WorkerVectorEnv(fns, workers=workers, caller_share=caller_share, context=context, autoreset_mode=mode)
+    if context is not None or workers is not None or not caller_share:
+        raise ValueError("context, workers and caller_share apply to asynchronous vector envs only")
+    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+
+
+def autoreset(mode: AutoresetMode | str) -> AutoresetMode:
+    """Gymnasium's autoreset mode from its name ("same_step") or value ("SameStep")."""
+    if isinstance(mode, AutoresetMode):
+        return mode
+    for known in AutoresetMode:
+        if mode in (known.value, known.name.lower()):
+            return known
+    raise ValueError(f"unknown autoreset_mode {mode!r}; use next_step, same_step or disabled")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the platform tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+# ------------------------------------------------------------------------------ shared memory
+def _layout(n: int, obs_space: gym.spaces.Box, n_actions: int) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+    """The fields of the shared block, one row per env."""
+    return [("obs", (n, *obs_space.shape), np.dtype(obs_space.dtype)), ("mask", (n, n_actions), np.dtype(np.int8)),
+            ("action", (n,), np.dtype(np.int64)), ("reward", (n,), np.dtype(np.float64)),
+            ("terminated", (n,), np.dtype(np.bool_)), ("truncated", (n,), np.dtype(np.bool_)),
+            ("kind", (n,), np.dtype(np.int8))]
+
+
+def _field_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """A field's size rounded up to 8 bytes, so that every field starts aligned."""
+    return -(-int(np.prod(shape)) * dtype.itemsize // 8) * 8
+
+
+def _views(block: Any, layout: list[tuple[str, tuple[int, ...], np.dtype]]) -> dict[str, np.ndarray]:
+    """Numpy arrays over the shared block, by field name."""
+    views, offset = {}, 0
+    for name, shape, dtype in layout:
+        views[name] = np.frombuffer(block, dtype, count=int(np.prod(shape)), offset=offset).reshape(shape)
+        offset += _field_bytes(shape, dtype)
+    return views
+
+
+# ------------------------------------------------------------------------------ a share of the envs
+class _Share:
+    """Envs first, first + 1, ... of one process (a worker's, or the caller's own), stepped over
+    the shared block; what does not fit there is returned as {env index: extra info}."""
+
+    def __init__(self, first: int, envs: list, shared: dict[str, np.ndarray], kinds: tuple[str, ...],
+                 mode: AutoresetMode) -> None:
+        self.first, self.envs, self.shared, self.mode = first, envs, shared, mode
+        self.codes = {kind: code for code, kind in enumerate(kinds)}
+        self.ended = [False] * len(envs)  # next_step: reset at the next step
+
+    def step(self) -> dict[int, dict]:
+        shared, extras = self.shared, {}
+        for j, env in enumerate(self.envs):
+            i = self.first + j
+            final: dict[str, Any] = {}
+            try:
+                if self.ended[j]:
+                    obs, info = env.reset()
+                    reward, terminated, truncated = 0.0, False, False
+                else:
+                    obs, reward, terminated, truncated, info = env.step(shared["action"][i])
+                    if self.mode is AutoresetMode.SAME_STEP and (terminated or truncated):
+                        final = {"final_obs": obs, "final_info": info}
+                        obs, info = env.reset()
+            except Exception as exc:
+                raise _EnvFailed(i) from exc
+            self.ended[j] = self.mode is AutoresetMode.NEXT_STEP and (terminated or truncated)
+            shared["reward"][i], shared["terminated"][i], shared["truncated"][i] = reward, terminated, truncated
+            self._publish(i, obs, {**final, **info}, extras)
+        return extras
+
+    def reset(self, seeds: list, chosen: list[bool], options: dict | None) -> dict[int, dict]:
+        extras: dict[int, dict] = {}
+        for j, env in enumerate(self.envs):
+            if chosen[j]:
+                i = self.first + j
+                try:
+                    obs, info = env.reset(seed=seeds[j], options=options)
+                except Exception as exc:
+                    raise _EnvFailed(i) from exc
+                self.ended[j] = False
+                self.shared["terminated"][i] = self.shared["truncated"][i] = False
+                self._publish(i, obs, info, extras)
+        return extras
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> list:
+        results = []
+        for j, env in enumerate(self.envs):
+            try:
+                value = env.get_wrapper_attr(name)
+                results.append(value(*args, **kwargs) if callable(value) else value)
+            except Exception as exc:
+                raise _EnvFailed(self.first + j) from exc
+        return results
+
+    def set_attr(self, name: str, values: list) -> list:
+        for j, (env, value) in enumerate(zip(self.envs, values)):
+            try:
+                env.set_wrapper_attr(name, value)
+            except Exception as exc:
+                raise _EnvFailed(self.first + j) from exc
+        return []
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def _publish(self, i: int, obs: np.ndarray, info: dict[str, Any], extras: dict[int, dict]) -> None:
+        """obs, mask and kind into the shared block; the rest of the info (if any) into extras."""
+        self.shared["obs"][i] = obs
+        self.shared["mask"][i] = info.pop("action_mask")
+        kind = info.pop("kind")
+        self.shared["kind"][i] = -1 if kind is None else self.codes[kind]
+        if info:
+            extras[i] = info
+
+
+#: What each command runs on a share.
+_OPERATIONS = {_STEP: _Share.step, _RESET: _Share.reset, _CALL: _Share.call, _SET: _Share.set_attr}
+
+
+def _work(first: int, fns_pickled: bytes, block: Any, layout: list, kinds: tuple[str, ...], mode: AutoresetMode,
+          conn: Connection, parent_end: Connection) -> None:
+    """A worker process: makes envs first, first + 1, ... and serves the parent's commands."""
+    parent_end.close()
+    envs: list = []
+    try:
+        try:
+            for fn in cloudpickle.loads(fns_pickled):
+                envs.append(fn())
+        except Exception as exc:
+            conn.send_bytes(_error_reply(first + len(envs), exc))
+            return
+        share = _Share(first, envs, _views(block, layout), kinds, mode)
+        conn.send_bytes(_VALUES + pickle.dumps([(env.observation_space, env.action_space) for env in envs]))
+        while True:
+            try:
+                message = conn.recv_bytes()
+            except EOFError:  # the parent is gone
+                return
+            command = message[:1]
+            if command == _CLOSE:
+                return
+            try:
+                result = _OPERATIONS[command](share, *(pickle.loads(message[1:]) if len(message) > 1 else ()))
+            except _EnvFailed as failed:
+                conn.send_bytes(_error_reply(failed.index, failed.__cause__))
+                continue
+            conn.send_bytes(b"" if not result else (_VALUES if isinstance(result, list) else _INFOS)
+                            + pickle.dumps(result))
+    finally:
+        for env in envs:
+            env.close()
+
+
+class _EnvFailed(Exception):
+    """Which env of a worker raised (the exception is its __cause__)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(index)
+        self.index = index
+
+
+def _error_reply(index: int, exc: BaseException) -> bytes:
+    """An error reply: the env index, the exception (if it pickles) and its traceback as text."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        payload = pickle.dumps((index, exc, text))
+        pickle.loads(payload)
+    except Exception:
+        payload = pickle.dumps((index, RuntimeError(f"{type(exc).__name__}: {exc}"), text))
+    return _ERROR + payload
+
+
+# ------------------------------------------------------------------------------ parent side
+class WorkerVectorEnv(gym.vector.VectorEnv):
+    """`HpcEnv`s stepped in shares of consecutive envs, one share per process (the caller's own
+    and worker processes), through shared memory (see the module docstring). A proper Gymnasium
+    `VectorEnv`: same spaces, infos and autoreset modes as `SyncVectorEnv` over the same
+    factories, and the same numbers."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, workers: int | None = None,
+                 caller_share: bool = True, context: str | None = None,
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
+        import multiprocessing as mp
+
+        self._procs: list = []
+        self._conns: list[Connection] = []
+        self._local: _Share | None = None
+        self.closed = True  # until the workers run
+        n = len(env_fns)
+        workers = min(n, usable_cores()) if workers is None else workers
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= n:
+            raise ValueError(f"workers must be an integer from 1 to the number of envs ({n}), got {workers!r}")
+        self.num_envs = n
+        self.autoreset_mode = autoreset(autoreset_mode)
+        first_env = env_fns[0]()
+        self.single_observation_space = first_env.observation_space
+        self.single_action_space = first_env.action_space
+        kinds = tuple(first_env.kinds)
+        self.metadata = {**first_env.metadata, "autoreset_mode": self.autoreset_mode}
+        self.render_mode = first_env.render_mode
+        if not isinstance(self.single_observation_space, gym.spaces.Box):
+            first_env.close()
+            raise TypeError(f"a WorkerVectorEnv shares Box observations only, not {self.single_observation_space}")
+        self.observation_space = batch_space(self.single_observation_space, n)
+        self.action_space = batch_space(self.single_action_space, n)
+        self._kind_names = np.array([*kinds, None], dtype=object)  # kind code -1: None
+        layout = _layout(n, self.single_observation_space, int(self.single_action_space.n))
+        ctx = mp.get_context(context)
+        block = ctx.RawArray("b", sum(_field_bytes(shape, dtype) for _, shape, dtype in layout))
+        self._shared = _views(block, layout)
+        self._shares = [range(int(s[0]), int(s[-1]) + 1) for s in np.array_split(np.arange(n), workers)]
+        self._poller = select.poll()
+        self._fd_worker: dict[int, tuple[int, bool]] = {}  # fd -> (worker, is its connection)
+        self.closed = False
+        if caller_share:  # env 0, made above, and the rest of share 0 are stepped here
+            local = [first_env] + [fn() for fn in env_fns[1:self._shares[0].stop]]
+            self._local = _Share(0, local, self._shared, kinds, self.autoreset_mode)
+        else:
+            first_env.close()
+        self._remote = self._shares[1:] if caller_share else self._shares
+        for w, share in enumerate(self._remote):
+            parent_end, child_end = ctx.Pipe()
+            proc = ctx.Process(target=_work, name=f"hpcgym-vector-{w}", daemon=True,
+                               args=(share.start, cloudpickle.dumps(list(env_fns[share.start:share.stop])), block,
+                                     layout, kinds, self.autoreset_mode, child_end, parent_end))
+            proc.start()
+            child_end.close()
+            self._procs.append(proc)
+            self._conns.append(parent_end)
+            for fd, is_conn in ((parent_end.fileno(), True), (proc.sentinel, False)):
+                self._poller.register(fd, select.POLLIN)
+                self._fd_worker[fd] = (w, is_conn)
+        spaces = [space for reply in self._wait() for space in reply]
+        for i, (obs_space, action_space) in enumerate(spaces, start=self._remote[0].start if self._remote else n):
+            if obs_space != self.single_observation_space or action_space != self.single_action_space:
+                self.close()
+                raise VectorEnvError(f"env {i} has spaces {obs_space}, {action_space}; env 0 has "
+                                     f"{self.single_observation_space}, {self.single_action_space}")
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
+        n = self.num_envs
+        seeds = [None] * n if seed is None else [seed + i for i in range(n)] if isinstance(seed, int) else list(seed)
+        if len(seeds) != n:
+            raise ValueError(f"reset takes one seed per env ({n}), got {len(seeds)}")
+        options = dict(options) if options else None
+        chosen = np.ones(n, np.bool_)
+        if options is not None and "reset_mask" in options:
+            chosen = np.asarray(options.pop("reset_mask"))
+            if chosen.shape != (n,) or chosen.dtype != np.bool_ or not chosen.any():
+                raise ValueError(f"options['reset_mask'] must be a bool array of shape ({n},) with a True value")
+            options = options or None
+        extras = self._merged(self._exchange(_RESET, [(seeds[s.start:s.stop], chosen[s.start:s.stop].tolist(),
+                                                       options) for s in self._shares]))
+        return self._shared["obs"].copy(), self._infos(chosen.copy(), extras)
+
+    def step(self, actions: Any):
+        actions = np.asarray(actions)
+        if actions.shape != (self.num_envs,):
+            raise ValueError(f"step takes one action per env, shape ({self.num_envs},), got shape {actions.shape}")
+        self._shared["action"][:] = actions
+        extras = self._merged(self._exchange(_STEP))
+        shared = self._shared
+        return (shared["obs"].copy(), shared["reward"].copy(), shared["terminated"].copy(),
+                shared["truncated"].copy(), self._infos(None, extras))
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        return tuple(value for values in self._exchange(_CALL, [(name, args, kwargs)] * len(self._shares))
+                     for value in values)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        return self.call(name)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(f"set_attr takes one value per env ({self.num_envs}), got {len(values)}")
+        self._exchange(_SET, [(name, list(values[s.start:s.stop])) for s in self._shares])
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Closes this process's envs and asks every worker to close its own and exit; ends those
+        that do not within 5 s."""
+        if self._local is not None:
+            self._local.close()
+        for conn in self._conns:
+            try:
+                conn.send_bytes(_CLOSE)
+            except OSError:
+                pass  # that worker is gone
+        for proc in self._procs:
+            proc.join(_CLOSE_WAIT_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        for conn in self._conns:
+            conn.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "closed", True):
+            self.close()
+
+    # ------------------------------------------------------------------ the exchange
+    def _exchange(self, command: bytes, arguments: list[tuple] | None = None) -> list:
+        """Runs `command` on every share (arguments: one tuple per share), the workers' while
+        this process runs its own; the results in share order: {env: extra info} for a step or
+        reset, a list of values for a call. An env that raises, or a worker that dies, closes
+        the vector env and raises `VectorEnvError`."""
+        if self.closed:
+            raise VectorEnvError("the vector env is closed")
+        arguments = arguments or [()] * len(self._shares)
+        local_arguments, remote_arguments = (arguments[0], arguments[1:]) if self._local else ((), arguments)
+        for w, (conn, args) in enumerate(zip(self._conns, remote_arguments)):
+            try:
+                conn.send_bytes(command + cloudpickle.dumps(args) if args else command)
+            except OSError:
+                self._died(w)
+        results = []
+        if self._local is not None:
+            try:
+                results.append(_OPERATIONS[command](self._local, *local_arguments))
+            except _EnvFailed as failed:
+                exc = failed.__cause__
+                self._failed(failed.index, exc, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        return results + self._wait()
+
+    def _wait(self) -> list:
+        """Every worker's reply, decoded."""
+        replies: list[bytes | None] = [None] * len(self._conns)
+        waiting = len(self._conns)
+        while waiting:
+            for fd, _ in self._poller.poll():
+                w, is_conn = self._fd_worker[fd]
+                if not is_conn:  # a worker exits only when told to
+                    self._died(w)
+                if replies[w] is None:
+                    try:
+                        replies[w] = self._conns[w].recv_bytes()
+                    except (EOFError, OSError):
+                        self._died(w)
+                    waiting -= 1
+        decoded = []
+        for reply in replies:
+            if reply[:1] == _ERROR:
+                self._failed(*pickle.loads(reply[1:]))
+            decoded.append(pickle.loads(reply[1:]) if reply else {})
+        return decoded
+
+    @staticmethod
+    def _merged(replies: list[dict[int, dict]]) -> dict[int, dict]:
+        return {i: extra for reply in replies for i, extra in reply.items()}
+
+    def _infos(self, present: np.ndarray | None, extras: dict[int, dict]) -> dict[str, Any]:
+        """The vector info as SyncVectorEnv builds it: every key with its `_key` mask; `present`:
+        the envs that have an info (None: all)."""
+        shared = self._shared
+        if present is None:
+            masks, kinds, present = shared["mask"].copy(), shared["kind"], np.ones(self.num_envs, np.bool_)
+        else:
+            masks, kinds = shared["mask"] * present[:, None], np.where(present, shared["kind"], -1)
+        infos: dict[str, Any] = {"action_mask": masks, "_action_mask": present, "kind": self._kind_names[kinds],
+                                 "_kind": present.copy()}
+        for i in sorted(extras):
+            infos = self._add_info(infos, extras[i], i)
+        return infos
+
+    def _died(self, w: int) -> None:
+        proc = self._procs[w]
+        proc.join(_CLOSE_WAIT_S)
+        share = self._remote[w]
+        self.close()
+        raise VectorEnvError(f"worker process {w} (envs {share.start}..{share.stop - 1}) died "
+                             f"(exit code {proc.exitcode}); the vector env is closed")
+
+    def _failed(self, index: int, exc: BaseException, text: str) -> None:
+        self.close()
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"where it was raised:\n{text}")
+        raise VectorEnvError(f"env {index} raised {type(exc).__name__}: {exc}; the vector env is closed") from exc

@@ -1,5 +1,5 @@
 """The Gymnasium bridge: HpcEnv per kind, in process and over ipc:// (identical trajectories),
-action masks, vector envs, and the feature encoders."""
+action masks, and the feature encoders (vector envs: test_vector.py)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from hpcgym.environment.simulator import simulate  # noqa: E402
 from hpcgym.environment.spec import load_workload, sim_config  # noqa: E402
 from hpcgym.gymbridge import HpcEnv, make  # noqa: E402
 from hpcgym.gymbridge.env import DecisionSnapshot, MaskedActionError  # noqa: E402
-from hpcgym.gymbridge.vector import make_vector  # noqa: E402
 
 from .agents_for_tests import write_trace  # noqa: E402
 
@@ -422,42 +421,6 @@ def test_remote_env_passes_check_env_and_reports_refusals(env_server):
             bad.reset()
     finally:
         bad.close()
-
-
-# ------------------------------------------------------------------------------------------ vector
-def _vector_run(envs, steps: int = 120):
-    obs, info = envs.reset(seed=3)
-    rng = np.random.default_rng(0)
-    out, ends = [obs.copy()], []
-    for _ in range(steps):
-        masks = info["action_mask"]
-        assert masks.shape == (2, WINDOW + 1) and masks.any(axis=1).all()
-        actions = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
-        obs, rewards, terminated, truncated, info = envs.step(actions)
-        out.append((obs.copy(), rewards.copy(), terminated.copy()))
-        if "metrics" in info:
-            ends.extend(info["metrics"]["mean_bsld"][info["_metrics"]].tolist())
-    envs.close()
-    return out, ends
-
-
-def _same_runs(a, b):
-    assert len(a[0]) == len(b[0]) and a[1] == b[1]
-    assert np.array_equal(a[0][0], b[0][0])
-    for x, y in zip(a[0][1:], b[0][1:]):
-        assert all(np.array_equal(p, q) for p, q in zip(x, y))
-
-
-def test_vector_env_with_two_processes_is_reproducible():
-    kwargs = {"workload": SMALL, "options": {"window": WINDOW}}
-    first = _vector_run(make_vector(2, "select", seed=3, **kwargs))
-    assert len(first[1]) >= 2  # episodes ended (and were auto-reset) along the way
-    second = _vector_run(make_vector(2, "select", seed=3, context="spawn", **kwargs))
-    sync = _vector_run(make_vector(2, "select", seed=3, asynchronous=False, **kwargs))
-    _same_runs(first, second)
-    _same_runs(first, sync)
-    # the two envs run different episodes
-    assert not np.array_equal(first[0][0][0], first[0][0][1])
 
 
 # ------------------------------------------------------------------------------------------ encoders
