@@ -21,7 +21,7 @@ import numpy as np
 #: horizon of about 20 decisions learned faster here than undiscounted whole episodes (docs/dras.md).
 TRAINING_DEFAULTS: dict[str, Any] = {
     "kind": "select+backfill", "encoder": "dras", "window": 50, "no_wait": True, "reward": "dras_capacity",
-    "config": {"net": "dras", "lr": 1e-3, "gamma": 0.95}, "dql_config": {"eps_decay": 0.995, "train_freq": 10},
+    "config": {"net": "dras", "lr": 1e-3, "gamma": 0.95}, "dql_config": {"eps_decay": 0.995, "train_freq": 10, "n_step": 1},
     "curriculum": "sampled,real,synthetic",
 }
 

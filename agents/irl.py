@@ -21,5 +21,5 @@ TRAINING_DEFAULTS: dict[str, Any] = {
     "kind": "select+backfill", "encoder": "irl", "window": 20, "no_wait": True, "reward": "system_slowdown",
     "first_jobs": 10_000,
     "config": {"net": "conv", "hidden": [32, 16, 8], "activation": "relu", "gamma": 0.99},
-    "dql_config": {"eps_decay": 0.995, "train_freq": 10},
+    "dql_config": {"eps_decay": 0.995, "train_freq": 10, "n_step": 1},
 }

@@ -17,10 +17,11 @@ whose windows differ from epoch to epoch (raw bsld returns) moves that much with
 
 A training curve on raw returns follows how hard each epoch's windows are (a harder window means
 more decisions and a lower return too), so with --eval K the first epoch's checkpoint and the
-final model are also played greedily on the same K held-out windows (the run's own held-out
-evaluation, OUT/eval-first and OUT/eval-last), and a second verdict compares them there: the mean
-paired change of the mean bsld, last minus first, with its bootstrap 95% interval: improves or
-worsens when the interval leaves 0, else flat. One run of this script prints the whole table and writes it,
+final model also play the same K held-out windows, and a second verdict compares them there: the
+mean paired change of the return under the training reward, last minus first, with its
+bootstrap 95% interval: improves or worsens when the interval leaves 0, else flat. The policies
+play as they trained, sampling (DQL greedily); a greedy policy often does not show what
+training changed (an inspector whose rejections stay below one half accepts everything). One run of this script prints the whole table and writes it,
 with the commit and command that made it, to --out/seed_robustness.json.
 
     .venv/bin/python benchmarks/seed_robustness.py                      # every preset, seeds 0-2
@@ -44,7 +45,7 @@ from paper_runs import HPCGYM, ROOT, TRACES_DIR
 from hpcgym.agents.rl.checkpoint import load_checkpoint
 from hpcgym.gymbridge.compare.stats import bootstrap_ci
 from hpcgym.gymbridge.provenance import provenance
-from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
+from hpcgym.gymbridge.training.trainer import TrainSettings, eval_seed, make_env
 
 SDSC = "SDSC-SP2-1998-4.2-cln.swf.gz"
 #: preset -> the `hpcgym train` arguments of its run (epochs, seed and out are added); the
@@ -94,32 +95,48 @@ def verdict(first: dict[str, float], last: dict[str, float], tolerance: float, n
     return "improves" if last["return"] > first["return"] + tol else "flat"
 
 
-def held_out(folder: Path, episodes: int, report: bool = False) -> dict[str, object] | None:
-    """The first epoch's checkpoint and the final model, greedy, on the run's first `episodes`
-    held-out windows: per-window mean bsld of each, and the verdict on their paired change (an
-    evaluation already in the folder with as many windows is read, not redone)."""
+def fixed_windows(folder: Path, episodes: int, report: bool = False) -> dict[str, object] | None:
+    """The first epoch's checkpoint and the final model on the same `episodes` held-out windows
+    (reset seeds eval_seed(seed) + k), each window played once sampled (with the same generator
+    for both, seeded by k) and once greedy: returns under the training reward, and the verdict on
+    the paired change of the return of the mode that trained (sampled; greedy for DQL, whose
+    sampled actions are not its exploration). Kept in OUT/fixed_windows.json."""
+    import numpy as np
+
+    path = folder / "fixed_windows.json"
+    if path.exists() and json.loads(path.read_text())["episodes"] == episodes:
+        return json.loads(path.read_text())
     first = folder / "epoch_000001.pt"
-    if not first.exists() or not (folder / "model.pt").exists():
+    if report or not first.exists() or not (folder / "model.pt").exists():
         return None
-    bsld: dict[str, list[float]] = {}
-    for name, model in (("eval-first", first), ("eval-last", folder / "model.pt")):
-        path = folder / f"{name}.json"
-        result = json.loads(path.read_text()) if path.exists() else None
-        if result is None or result["episodes"] != episodes or "model" not in result:
-            if report:
-                return None
-            settings = TrainSettings.from_json(load_checkpoint(first).trainer["settings"])
-            settings.eval_episodes = episodes
-            result = Trainer(settings, folder, device="cpu", progress=False).evaluate(model=model, name=name)
-        if result.get("model") not in result["per_episode"]:
-            return {"error": f"{name}: {result['failed'].get(result.get('model'), 'no model row')}"}
-        bsld[name] = [float(e["mean_bsld"]) for e in result["per_episode"][result["model"]]]
-    change = [b - a for a, b in zip(bsld["eval-first"], bsld["eval-last"])]
-    mean = sum(change) / len(change)
+    settings = TrainSettings.from_json(load_checkpoint(first).trainer["settings"])
+    env = make_env(settings, workload=settings.workload)   # a curriculum's real windows, not its phases
+    cap = settings.max_steps or 1_000_000
+    returns: dict[str, dict[str, list[float]]] = {}
+    for name, checkpoint in (("first", first), ("last", folder / "model.pt")):
+        algo = load_checkpoint(checkpoint).build("cpu")
+        returns[name] = {"sampled": [], "greedy": []}
+        for mode in ("sampled", "greedy"):
+            for k in range(episodes):
+                obs, info = env.reset(seed=eval_seed(settings.seed) + k)
+                rng, total = np.random.default_rng(k), 0.0
+                for _ in range(cap):
+                    mask = np.asarray(info["action_mask"], dtype=bool)
+                    action = int(algo.act(obs[None], mask[None], greedy=mode == "greedy", rng=rng)[0])
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    total += float(reward)
+                    if terminated or truncated:
+                        break
+                returns[name][mode].append(total)
+    mode = "greedy" if settings.algorithm == "dql" else "sampled"
+    change = [b - a for a, b in zip(returns["first"][mode], returns["last"][mode])]
     low, high = bootstrap_ci(change, 10_000, seed=0)
-    verdict = "improves" if high < 0 else "worsens" if low > 0 else "flat"
-    return {"first": sum(bsld["eval-first"]) / episodes, "last": sum(bsld["eval-last"]) / episodes,
-            "change": mean, "interval": [low, high], "verdict": verdict}
+    result = {"episodes": episodes, "mode": mode, "returns": returns,
+              "first": float(np.mean(returns["first"][mode])), "last": float(np.mean(returns["last"][mode])),
+              "change": float(np.mean(change)), "interval": [low, high],
+              "verdict": "improves" if low > 0 else "worsens" if high < 0 else "flat"}
+    path.write_text(json.dumps(result, indent=1))
+    return result
 
 
 def train(preset: str, seed: int, epochs: int, out: Path, extra: list[str], report: bool = False,
@@ -144,17 +161,16 @@ def train(preset: str, seed: int, epochs: int, out: Path, extra: list[str], repo
     run = {"preset": preset, "seed": seed, "first": rows[0], "last": rows[-1], "epochs": len(rows),
            "curve": [r.get("return") for r in rows]}
     if eval_episodes:
-        run["held_out"] = held_out(folder, eval_episodes, report)
+        run["fixed_windows"] = fixed_windows(folder, eval_episodes, report)
     return run
 
 
-def held_out_line(h: dict[str, object] | None) -> str:
-    if h is None:
+def fixed_windows_line(w: dict[str, object] | None) -> str:
+    if w is None:
         return "not evaluated"
-    if "error" in h:
-        return f"failed: {h['error']}"
-    low, high = h["interval"]
-    return f"{h['first']:.1f} -> {h['last']:.1f} ({h['change']:+.1f}, [{low:+.1f}, {high:+.1f}]) {h['verdict']}"
+    low, high = w["interval"]
+    return (f"{w['first']:.4g} -> {w['last']:.4g} ({w['change']:+.3g}, [{low:+.3g}, {high:+.3g}], "
+            f"{w['mode']}) {w['verdict']}")
 
 
 def main() -> None:
@@ -181,7 +197,7 @@ def main() -> None:
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda ps: train(*ps, args.epochs, args.out, extra, args.report, args.eval), runs))
     print(f"\n{'preset':<24}{'seed':>5}{'return first':>14}{'last':>10}{'length first':>14}{'last':>8}"
-          f"{'capped':>8}{'kills':>8}{'jitter':>9}  verdict      {'held-out bsld first -> last (change, 95% CI)' if args.eval else ''}")
+          f"{'capped':>8}{'kills':>8}{'jitter':>9}  verdict      {'fixed windows: return first -> last (change, 95% CI)' if args.eval else ''}")
     for r in results:
         if "error" in r:
             print(f"{r['preset']:<24}{r['seed']:>5}  failed: {r['error']}")
@@ -194,7 +210,7 @@ def main() -> None:
         print(f"{r['preset']:<24}{r['seed']:>5} {first['return']:>13.4f} {last['return']:>9.4f}"
               f"{first['length']:>14.1f}{last['length']:>8.1f}{last.get('truncated', 0.0):>8.2f}"
               f"{format(last['kills'], '.1f') if 'kills' in last else '-':>8} {r['jitter']:>8.4f}  {r['verdict']:<12} "
-              f"{held_out_line(r.get('held_out')) if args.eval else ''}{'  (' + r['note'] + ')' if 'note' in r else ''}")
+              f"{fixed_windows_line(r.get('fixed_windows')) if args.eval else ''}{'  (' + r['note'] + ')' if 'note' in r else ''}")
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"provenance": provenance({"epochs": args.epochs, "eval_windows": args.eval, "seeds": seeds_from(args.seeds),
                                         "tolerance": args.tolerance,

@@ -11,7 +11,9 @@ eps_decay 0.995, train_freq 10, first_jobs 10,000. One deliberate change since: 
 preset takes GAE lambda 1 instead of the code's 0.97 (main, commit f4fc542), so its two entries
 say 1.0; and RLSchert's episodes are cut at 20,000 decisions instead of 3,000, with a kill prior on
 its kill kinds (initial_bias: kill slots at ln(0.001 / 0.999 / 8) = -8.986, the rest 0; docs/rlschert.md,
-"Why the kill agents stalled"). A change to a preset shows up here and is made on purpose.
+"Why the kill agents stalled"); and the DQL recipes (dras:dql, irl) name n_step 1, the one-step
+DQN rule they always had, since plain DQL's default became Monte Carlo targets. A change to a
+preset shows up here and is made on purpose.
 """
 
 from __future__ import annotations

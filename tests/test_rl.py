@@ -316,13 +316,13 @@ def test_monte_carlo_targets_value_a_long_episode_with_a_reward_only_at_its_end(
     With one-step targets (n_step 1, the DQN rule) the max over 16 noisy estimates lifts every
     bootstrap and nothing anchors the early states: Q(s_0, .) averaged near +7.5 and rising
     (measured), as plain DQL's Q rose to +212 on the terminal bsld reward. With Monte Carlo
-    targets (n_step past the episode's length) every state is learned from its real return."""
+    targets (DQL's default, n_step None) every state is learned from its real return."""
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     steps, actions = 60, 16
     states = rng.normal(size=(steps + 1, 8)).astype(np.float32)
     mask = np.ones(actions, dtype=bool)
-    config = DQLConfig(gamma=1.0, lr=1e-3, n_step=1_000)
+    config = DQLConfig(gamma=1.0, lr=1e-3)
     buffer = ReplayBuffer(5_000, (8,), actions)
     for _ in range(20):
         returns = NStepReturns(config.n_step, config.gamma)

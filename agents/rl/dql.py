@@ -6,10 +6,12 @@ been taken) one minibatch step on the Huber loss between Q(s, a) and the target
     y = r + gamma * (1 - done) * max_{a' valid in s'} Q_target(s', a')
 
 where the max runs over the next state's valid actions only (masked max: invalid actions are
--inf). With `n_step` n > 1 the target is the n-step return r_t + ... + gamma^(n-1) r_{t+n-1} +
-gamma^n max Q_target(s_{t+n}, .) (fewer steps at the episode's end); n at least the episode length
-gives Monte Carlo targets, which a terminal-only reward such as bsld needs (docs/performance.md,
-"Learning across seeds": one-step targets diverge there). The target network is a copy of the Q network, refreshed every `target_update` steps.
+-inf). That is `n_step=1`, the DQN rule (the DRAS and IRL recipes set it). With n > 1 the target is
+the n-step return r_t + ... + gamma^(n-1) r_{t+n-1} + gamma^n max Q_target(s_{t+n}, .) (fewer
+steps at the episode's end), and by default (`n_step=None`) the Monte Carlo return of the rest of
+the episode, with no bootstrap at all: hpcgym's default rewards (bsld, wait, utilization) come only
+at an episode's end, and there one-step targets diverge (docs/performance.md, "Learning across
+seeds"). The target network is a copy of the Q network, refreshed every `target_update` steps.
 Epsilon falls linearly from eps_start to eps_end over `eps_decay_steps` steps, or geometrically by
 `eps_decay` per gradient update (DRAS-DQL); a random action is uniform over the valid ones.
 """
@@ -48,7 +50,7 @@ class DQLConfig:
     eps_decay_steps: int = 5_000
     eps_decay: float | None = None  # set: epsilon *= eps_decay per gradient update, down to eps_end (DRAS: 0.995)
     double: bool = False            # Double DQN: pick a' with the online net, value it with the target
-    n_step: int = 1                 # steps summed before bootstrapping (>= episode length: Monte Carlo)
+    n_step: int | None = None       # steps summed before bootstrapping (None: the whole episode, Monte Carlo; 1: DQN)
     max_grad_norm: float = 10.0
 
 

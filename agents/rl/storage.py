@@ -122,7 +122,8 @@ class NStepReturns:
     bootstrap upwards; n at least the episode length gives Monte Carlo targets, with no max at all.
     """
 
-    def __init__(self, n: int, gamma: float) -> None:
+    def __init__(self, n: int | None, gamma: float) -> None:
+        """n None: Monte Carlo (every transition waits for its episode's end)."""
         self.n, self.gamma = n, gamma
         self.pending: list[tuple[np.ndarray, np.ndarray, int, float]] = []
 
@@ -131,7 +132,7 @@ class NStepReturns:
         self.pending.append((obs, mask, action, float(reward)))
         if terminated or truncated:
             return self._flush(next_obs, next_mask, terminated)
-        if len(self.pending) < self.n:
+        if self.n is None or len(self.pending) < self.n:
             return []
         ret = sum(self.gamma ** k * r for k, (*_, r) in enumerate(self.pending))
         o, m, a, _ = self.pending.pop(0)

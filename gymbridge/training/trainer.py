@@ -429,18 +429,16 @@ class Trainer:
         tmp.replace(self.out / "curve.csv")
 
     # ---------------------------------------------------------------- evaluation
-    def evaluate(self, episodes: int | None = None, model: Path | None = None, name: str = "eval") -> dict[str, Any]:
-        """The trained model (model.pt, or another checkpoint of the run, served greedily) on held-out
-        sequences next to the baselines, through the harness of `hpcgym compare` (in process, one
-        worker): its output folder is NAME/ (redone from scratch each time), and NAME.json sums up
-        the main metrics. The held-out sequences depend on the settings alone, so two checkpoints
-        of one run are compared on the same sequences."""
+    def evaluate(self, episodes: int | None = None) -> dict[str, Any]:
+        """The trained model (model.pt, served greedily) on held-out sequences next to the baselines,
+        through the harness of `hpcgym compare` (in process, one worker): its output folder is
+        eval/ (redone from scratch each time), and eval.json sums up the main metrics."""
         from ..compare.plan import unit_id
         from ..compare.policy import AgentSpec, PolicySpec, parse_policy
         from ..compare.runner import Comparison, run_comparison
 
         s = self.settings
-        model = Path(model or self.out / "model.pt").resolve()
+        model = (self.out / "model.pt").resolve()
         if not model.is_file():
             raise CheckpointError(f"no trained model at {model}: train first")
         workload = s.eval_workload or s.workload
@@ -451,7 +449,7 @@ class Trainer:
         comparison = Comparison(
             [trained, *(parse_policy(name) for name in s.baselines)],
             eval_sequences(workload, s.eval_episodes if episodes is None else episodes, s.seed),
-            self.out / name, baseline=s.baselines[0] if s.baselines else None,
+            self.out / "eval", baseline=s.baselines[0] if s.baselines else None,
             options={k: v for k, v in s.options.items() if k != "policy"}, mode="inproc", workers=1,
             progress=self.progress)
         folder = run_comparison(comparison, force=True).out
@@ -468,10 +466,10 @@ class Trainer:
             per_episode[policy.name] = [
                 json.loads((folder / "units" / f"{unit_id(policy, seq['index'])}.json").read_text())["summary"]
                 for seq in run["sequences"]]
-        result = {"episodes": len(run["sequences"]), "workload": workload, "compare": folder.name, "model": trained.name,
+        result = {"episodes": len(run["sequences"]), "workload": workload, "compare": folder.name,
                   "baseline": run["baseline"], "summary": summary, "failed": failed, "per_episode": per_episode,
                   "provenance": provenance(s.to_json(), [model])}
-        (self.out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+        (self.out / "eval.json").write_text(json.dumps(result, indent=2) + "\n")
         return result
 
 
