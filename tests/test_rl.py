@@ -309,6 +309,23 @@ def test_n_step_returns_by_hand(terminated, discounts):
     assert returns.pending == []
 
 
+def test_slot_conv_puts_its_row_scores_after_the_first_outputs_it_is_told():
+    """table (0, 4, 3, 1), 6 outputs: output 0 and output 5 come from the pooled rows (the kill
+    kind's no-kill action is output 0), outputs 1-4 score rows 0-3 with one kernel; so swapping
+    two rows swaps their two scores and leaves the pooled outputs as they were."""
+    from hpcgym.agents.rl.networks import SlotConv
+
+    torch.manual_seed(0)
+    net = SlotConv((4 * 3 + 2,), 6, (5,), "tanh", out_gain=1.0, table=(0, 4, 3, 1))
+    obs = torch.randn(1, 4 * 3 + 2)
+    swapped = obs.clone()
+    swapped[0, 0:3], swapped[0, 6:9] = obs[0, 6:9], obs[0, 0:3]    # rows 0 and 2
+    out, out_swapped = net(obs)[0], net(swapped)[0]
+    assert torch.allclose(out_swapped[[0, 2, 4, 5]], out[[0, 2, 4, 5]], atol=1e-6)
+    assert torch.allclose(out_swapped[[1, 3]], out[[3, 1]], atol=1e-6)
+    assert not torch.allclose(out[1], out[3])
+
+
 def test_monte_carlo_targets_value_a_long_episode_with_a_reward_only_at_its_end():
     """A 60-step episode, 16 equivalent actions at every step, reward -1 on the last step only
     (gamma 1): every Q(s, a) is -1. Twenty random episodes in the replay buffer, 1,000 updates.

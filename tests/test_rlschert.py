@@ -173,8 +173,12 @@ def test_the_kill_prior_makes_an_untrained_policy_kill_at_its_rate(kind, slots, 
 
     obs = np.random.default_rng(0).normal(size=(64, 12)).astype(np.float32)
     mask = np.ones((64, slots), np.int8)
-    for bias, expected in ((None, 8 / slots), (kill_prior(kind, 8, 1e-3), None)):
-        algo = PPO((12,), slots, {"initial_bias": bias}, seed=3)
+    cases = [({}, None, 8 / slots), ({}, kill_prior(kind, 8, 1e-3), None)]
+    if kind == "kill":  # the kernel network: one score for each running job's row, after the no-kill action
+        obs = np.random.default_rng(0).normal(size=(64, 8 * 3 + 4)).astype(np.float32)
+        cases.append(({"net": "conv", "table": [0, 8, 3, 1], "hidden": [8]}, kill_prior(kind, 8, 1e-3), None))
+    for net, bias, expected in cases:
+        algo = PPO(obs.shape[1:], slots, {**net, "initial_bias": bias}, seed=3)
         p_kill = torch.softmax(torch.as_tensor(algo.scores(obs, mask)), -1)[:, list(kill_slots)].sum(-1).numpy()
         if expected is None:
             z = slots - 8
@@ -194,7 +198,7 @@ def test_kill_prior_and_initial_bias_refuse_what_they_cannot_set():
         kill_prior("kill", 8, 1.0)
     with pytest.raises(ValueError, match="3 values for 9 action slots"):
         PPO((12,), 9, {"initial_bias": [0.0, -1.0, -1.0]})
-    with pytest.raises(ValueError, match="shared weights: use net mlp"):
+    with pytest.raises(ValueError, match="the same for its 8 table rows"):  # rows are outputs 0-7 here, not 1-8
         PPO((2 * 8 * 3,), 9, {"net": "conv", "table": [0, 8, 3], "initial_bias": kill_prior("kill", 8, 1e-3)})
 
 

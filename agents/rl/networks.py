@@ -52,11 +52,12 @@ class MLP(nn.Module):
 class SlotConv(nn.Module):
     """Kernel-size-1 convolutions over a table of (slots, features) inside the observation.
 
-    `table` = (offset, slots, features) locates the table in the flattened observation (default:
-    a 2-D observation is the table). Every other feature (e.g. the cluster's free processors) is
-    given to each slot as extra input channels. `per_slot=True`: output k < slots is slot k's
-    score, outputs past the slots come from the slot-averaged features; `per_slot=False`: every
-    output comes from the averaged features (a value head).
+    `table` = (offset, slots, features[, first]) locates the table in the flattened observation
+    (default: a 2-D observation is the table). Every other feature (e.g. the cluster's free
+    processors) is given to each slot as extra input channels. `per_slot=True`: output first + k
+    is slot k's score (first: 0 unless given; the kill kind's is 1, after its no-kill action), the
+    other outputs come from the slot-averaged features; `per_slot=False`: every output comes from
+    the averaged features (a value head).
     """
 
     def __init__(self, obs_shape: Sequence[int], out: int, hidden: Sequence[int] = (32, 16),
@@ -69,7 +70,8 @@ class SlotConv(nn.Module):
                 raise ValueError("the conv network needs (slots, features) observations or a table layout "
                                  f"(offset, slots, features); got shape {tuple(obs_shape)}")
             table = (0, obs_shape[0], obs_shape[1])
-        self.offset, self.slots, self.features = (int(v) for v in table)
+        self.offset, self.slots, self.features = (int(v) for v in table[:3])
+        self.first = int(table[3]) if len(table) > 3 else 0
         features = self.features
         if self.offset < 0 or self.offset + self.slots * features > size:
             raise ValueError(f"table {tuple(table)} does not fit in an observation of {size} features")
@@ -82,8 +84,8 @@ class SlotConv(nn.Module):
             width = h
         self.body = nn.Sequential(*layers)
         self.extra = out - self.slots if per_slot else out
-        if per_slot and self.extra < 0:
-            raise ValueError(f"a per-slot conv network needs at least {self.slots} outputs, got {out}")
+        if per_slot and not 0 <= self.first <= self.extra:
+            raise ValueError(f"a per-slot conv network needs at least {self.first + self.slots} outputs, got {out}")
         self.score = _init(nn.Conv1d(width, 1, kernel_size=1), out_gain) if per_slot else None
         self.pooled = _init(nn.Linear(width, self.extra), out_gain) if self.extra else None
 
@@ -104,12 +106,13 @@ class SlotConv(nn.Module):
         for layer in self.body:
             h = _per_row(layer, h) if isinstance(layer, nn.Conv1d) else layer(h)   # (distinct rows, hidden)
         h = h[source]                                                              # (B, slots, hidden)
-        parts = []
-        if self.score is not None:
-            parts.append(_per_row(self.score, h).squeeze(2))   # (B, slots)
-        if self.pooled is not None:
-            parts.append(self.pooled(h.mean(dim=1)))  # (B, extra)
-        return torch.cat(parts, dim=1) if len(parts) > 1 else parts[0]
+        pooled = self.pooled(h.mean(dim=1)) if self.pooled is not None else None   # (B, extra)
+        if self.score is None:
+            return pooled
+        scores = _per_row(self.score, h).squeeze(2)   # (B, slots)
+        if pooled is None:
+            return scores
+        return torch.cat([pooled[:, :self.first], scores, pooled[:, self.first:]], dim=1)
 
 
 def _per_row(conv: nn.Conv1d, rows: torch.Tensor) -> torch.Tensor:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .networks import MLP, build_network
+from .networks import MLP, SlotConv, build_network
 
 
 def masked_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -61,14 +61,25 @@ def choose(scores: np.ndarray, masks: np.ndarray,
 def set_output_bias(actor: nn.Module, bias: Sequence[float]) -> None:
     """Start an actor's logits at `bias` (one per action slot): a prior for the untrained policy,
     e.g. one that should rarely take some slots (RLSchert's kills: docs/rlschert.md)."""
+    bias = [float(b) for b in bias]
+    if isinstance(actor, SlotConv) and actor.score is not None:
+        # one kernel scores every row: its bias is the rows' one value, the pooled outputs take the rest
+        rows = bias[actor.first:actor.first + actor.slots]
+        if len(bias) != actor.slots + actor.extra or len(set(rows)) > 1:
+            raise ValueError(f"initial_bias for a conv actor: one value per action slot ({actor.extra + actor.slots}), "
+                             f"the same for its {actor.slots} table rows (one kernel scores them all)")
+        with torch.no_grad():
+            actor.score.bias.fill_(rows[0])
+            if actor.pooled is not None:
+                actor.pooled.bias.copy_(torch.as_tensor(bias[:actor.first] + bias[actor.first + actor.slots:]))
+        return
     out = actor.body[-1] if isinstance(actor, MLP) else None
     if out is None:
-        raise ValueError(f"initial_bias sets an mlp actor's output biases, one per slot; this actor "
-                         f"({type(actor).__name__}) scores its slots with shared weights: use net mlp or drop it")
+        raise ValueError(f"initial_bias sets the output biases of an mlp or conv actor, not of {type(actor).__name__}")
     if len(bias) != out.out_features:
         raise ValueError(f"initial_bias has {len(bias)} values for {out.out_features} action slots: give one per slot")
     with torch.no_grad():
-        out.bias.copy_(torch.as_tensor([float(b) for b in bias]))
+        out.bias.copy_(torch.as_tensor(bias))
 
 
 class ActorCritic(nn.Module):

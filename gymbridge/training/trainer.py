@@ -38,7 +38,7 @@ from ...agents.rl.checkpoint import (Checkpoint, CheckpointError, checkpoint_kin
                          make_checkpoint, save_checkpoint)
 from ...agents.rl.runner import Runner
 from ...agents.slots import drop_last_slot
-from ...environment.decisions import BACKFILL, SELECT
+from ...environment.decisions import BACKFILL, KILL, SELECT
 from ...environment.config import SimConfig
 from ...environment.errors import ConfigError
 from ..progress import progress
@@ -239,11 +239,12 @@ def dras_layout(env, config: dict[str, Any]) -> dict[str, Any]:
     return layout
 
 
-def table_layout(env) -> list[int] | None:
-    """(offset, rows, columns) of the first table in the env's encoder, for the conv network."""
+def table_layout(env, kind: str = SELECT) -> list[int] | None:
+    """(offset, rows, columns) of the first table in the env's encoder, for the conv network; for
+    the kill kind a fourth value, 1: row k is action k + 1, after the no-kill action."""
     for _, offset, shape in getattr(getattr(env.unwrapped, "encoder", None), "parts", []):
         if len(shape) == 2:
-            return [offset, shape[0], shape[1]]
+            return [offset, shape[0], shape[1], *([1] if kind == KILL else [])]
     return None
 
 
@@ -299,7 +300,7 @@ class Trainer:
             config = dict(s.config)
             flat = len(envs[0].observation_space.shape) == 1
             if config.get("net") == "conv" and config.get("table") is None and flat:
-                config["table"] = table_layout(envs[0])
+                config["table"] = table_layout(envs[0], s.kind)
             if config.get("net") == "dras":
                 config.update(dras_layout(envs[0], config))
             self.algo = cls(envs[0].observation_space.shape, envs[0].action_space.n,
