@@ -91,6 +91,27 @@ def test_labels_name_the_teachers_slot_for_any_kind():
     assert label({"decision": select, "action_mask": np.ones(4)}) == -1   # RuleKill does not select
 
 
+def test_a_kill_is_labelled_once_per_run_of_a_job():
+    """The rule fires on job 6 (as above) at three decisions in a row while it keeps running
+    (elapsed 50, 80, 100 s, within its pre-run prediction of 100 s):
+    labelled kill (slot 2) the first time, unlabelled after (the student that did not kill it
+    would otherwise learn the rule's request once per decision); job 4, spared, is "kill
+    nothing" (slot 0) every time; after 6 restarts (start 2,000) its new run is labelled again."""
+    def kill(start_of_6, now):
+        running = {"id": [4, 6], "start": [900, start_of_6], "submit": [0, 0], "prediction0": [100, 100],
+                   "prediction": [150, 3100], "size": [1, 1]}
+        return {"decision": SimpleNamespace(kind="kill", candidates=[4, 6],
+                                            observation={"time": now, "running": running}),
+                "action_mask": np.array([1, 1, 1, 0])}
+
+    label = teacher_labeller(RuleKill(), 3)
+    assert [label(kill(900, t)) for t in (950, 980, 1000)] == [2, -1, -1]
+    assert label(kill(2000, 2050)) == 2
+    spare = kill(900, 1000)
+    spare["decision"].observation["running"]["prediction"] = [150, 150]   # the rule fires on none
+    assert [label(spare), label(spare)] == [0, 0]
+
+
 def test_the_joint_teacher_kills_by_the_rule_else_selects_by_sjf():
     """select_kill over queued 7, 8 (SJF: 8, the shorter request) and running 4, 6 (the rule fires
     on 6 only, as in the kill case above). Window 3: queued row k is slot k, running row k slot 3 + k,
