@@ -21,6 +21,7 @@ the finished epochs are untouched, so `--resume` goes on from the last one.
 
 from __future__ import annotations
 
+import heapq
 import multiprocessing
 import multiprocessing.connection
 import signal
@@ -34,7 +35,7 @@ import gymnasium as gym
 import numpy as np
 
 from ...agents.rl.algorithm import Algorithm
-from ...agents.rl.runner import Policy, Runner, Transition
+from ...agents.rl.runner import Episode, EpisodeRecord, Policy, Runner, Transition
 from ...environment.errors import HpcgymError
 
 
@@ -59,27 +60,6 @@ class WorkerSpec:
     discard_after: int | None
     teacher: Callable[[], Callable[[dict[str, Any]], int]] | None   # builds the labeller in the worker
     sampling_seed: int
-
-
-@dataclass
-class EpisodeRecord:
-    """One played episode: the states (reset state first, last state last), the masks and teacher
-    labels there, and per step the action, the policy's extras, the reward and the end flags."""
-
-    index: int
-    obs: np.ndarray
-    mask: np.ndarray
-    teacher: np.ndarray
-    action: np.ndarray
-    extras: dict[str, np.ndarray]
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    info: dict[str, Any]              # the env's info at the last step
-
-    def discarded_by(self, discard_after: int | None) -> bool:
-        """Whether a runner with `discard_after` throws this episode away (as `Runner.round` does)."""
-        return discard_after is not None and not self.terminated[-1] and len(self.action) >= discard_after
 
 
 class _AssignedRunner(Runner):
@@ -166,24 +146,18 @@ class ReplayEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         self.t = 0
-        return self.record.obs[0], self._info()
+        return self.record.obs[0], self.record.info_after(0)
 
     def step(self, action):
         r, t = self.record, self.t
         if int(action) != int(r.action[t]):
             raise RuntimeError(f"replay of episode {r.index} out of step: action {action}, {r.action[t]} was played")
         self.t += 1
-        info = self._info()
-        if self.t == len(r.action):
-            info.update(r.info)
-        return r.obs[self.t], float(r.reward[t]), bool(r.terminated[t]), bool(r.truncated[t]), info
+        return r.obs[self.t], float(r.reward[t]), bool(r.terminated[t]), bool(r.truncated[t]), r.info_after(self.t)
 
     def played(self) -> tuple[int, dict[str, float]]:
         """The action recorded for the current state, and the policy's extras with it."""
         return int(self.record.action[self.t]), {k: v[self.t] for k, v in self.record.extras.items()}
-
-    def _info(self) -> dict[str, Any]:
-        return {"action_mask": self.record.mask[self.t], "teacher": int(self.record.teacher[self.t])}
 
 
 def recorded_label(info: dict[str, Any]) -> int:
@@ -363,6 +337,69 @@ class ParallelCollector(Runner):
             self._play(self.to_start)
             self.collected = True
         return super().round(policy, on_step, on_discard)
+
+    def run_epoch(self, episodes: int, policy: Policy, on_step: Callable[[Transition], None] | None = None,
+                  on_discard: Callable[[int], None] | None = None,
+                  on_episode: Callable[[int, EpisodeRecord], None] | None = None) -> list[Episode]:
+        """With `on_episode`, the epoch's episodes handed over whole (see `_hand_over`); without,
+        replayed step by step through `round`."""
+        if on_episode is None:
+            return super().run_epoch(episodes, policy, on_step, on_discard)
+        if self.discard_after is not None and on_discard is None:
+            raise ValueError("discarding long episodes needs a learner that can drop their steps")
+        self.start_epoch(episodes)
+        self._sync(policy)
+        self._play(self.to_start)
+        self.collected = True
+        return self._hand_over(on_episode, on_discard)
+
+    def _hand_over(self, on_episode: Callable[[int, EpisodeRecord], None],
+                   on_discard: Callable[[int], None] | None) -> list[Episode]:
+        """The recorded episodes given to `on_episode` one whole episode at a time, on the env
+        slots where `round` would have run them and in the order they would have ended there,
+        without stepping: a slot idle at a round starts the next episode (slots in order, while
+        the epoch wants more), and an episode of n steps started at round r ends at round
+        r + n - 1 (those of one round in slot order). So each slot gets the same episodes, in
+        the same order, as when replayed step by step, and the episodes end in the same order."""
+        ended: list[Episode] = []
+        idle = list(range(len(self.envs)))
+        running: list[tuple[int, int, EpisodeRecord]] = []    # (the round it ends in, slot, episode)
+        now = 0
+        while True:
+            for slot in sorted(idle):
+                if self.to_start == 0:
+                    break
+                record = self.recorded.pop(self._claim())
+                heapq.heappush(running, (now + len(record.action) - 1, slot, record))
+                idle.remove(slot)
+            if not running:
+                return ended
+            now = running[0][0]
+            while running and running[0][0] == now:
+                _, slot, record = heapq.heappop(running)
+                idle.append(slot)
+                self._finish(slot, record, on_episode, on_discard, ended)
+            now += 1
+
+    def _finish(self, slot: int, record: EpisodeRecord, on_episode: Callable[[int, EpisodeRecord], None],
+                on_discard: Callable[[int], None] | None, ended: list[Episode]) -> None:
+        """An episode handed over whole: its steps to `on_episode`, and its end (or its discard)
+        counted as `round` counts them."""
+        on_episode(slot, record)
+        self.steps += len(record.action)
+        if record.discarded_by(self.discard_after):
+            on_discard(slot)
+            self.discarded += 1
+            self.to_start += 1
+            return
+        episode = Episode(record.index, int(self.seed_of(record.index)), length=len(record.action))
+        for reward in record.reward.tolist():   # summed one by one, as `round` sums them
+            episode.ret += reward
+        truncated = bool(record.truncated[-1] and not record.terminated[-1])
+        episode.info = {**record.info_after(len(record.action)), "truncated": truncated}
+        ended.append(episode)
+        if self.on_episode_end is not None:
+            self.on_episode_end(episode)
 
     def _start(self, i: int) -> None:
         self.envs[i].record = self.recorded.pop(self.next_episode)
