@@ -2,15 +2,18 @@
 does for every worker, which caps collection however many workers there are.
 
     .venv/bin/python benchmarks/learner_replay.py                       # ppo-select, 32 episodes
-    .venv/bin/python benchmarks/learner_replay.py --agent rlbf --profile
+    .venv/bin/python benchmarks/learner_replay.py --agent rlbf --profile whole
 
 It plays one epoch's episodes once with 2 real rollout workers and keeps what they sent, then,
 in this process alone, times (the best of `--repeats`):
 
-- receive: unpickling the workers' answers (as `ProcessWorkers.wait` does after reading the pipe;
-  the pipe read itself, a copy of the bytes printed, is not in it);
-- replay: `algorithm.collect` on a `ParallelCollector` whose workers hand back the kept episodes
-  at once: the learner's bookkeeping and storing of every decision, nothing played;
+- receive: the workers' answers read from a pipe (a thread of this process writes them) and
+  unpickled, as `ProcessWorkers.wait` does;
+- whole: `algorithm.collect` on a `ParallelCollector` whose workers hand back the kept episodes
+  at once: the learner's bookkeeping and storing of every decision, nothing played (PG and PPO
+  take each episode whole);
+- by step: the same episodes replayed step by step through the runner's `round` into the same
+  storage (how every algorithm took them before; A2C and DQL still do);
 - in process: the same epoch played by the in-process runner (`--workers 1`), for scale.
 
 With `--profile`, cProfile's top functions of one replay. Each figure is microseconds per
@@ -24,13 +27,16 @@ import cProfile
 import os
 import pstats
 import tempfile
+import threading
 import time
+from multiprocessing import Pipe
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from hpcgym.agents.rl.storage import RolloutStorage
 from hpcgym.gymbridge.training.trainer import Trainer
 from hpcgym.gymbridge.training.workers import ParallelCollector
 from train_scaling import AGENTS, preset   # benchmarks/ is the script's folder
@@ -86,16 +92,42 @@ def record_epoch(trainer: Trainer, episodes: int) -> tuple[list[bytes], dict[int
     return answers, records
 
 
-def replay(trainer: Trainer, records: dict[int, Any], episodes: int) -> tuple[float, int]:
-    """Seconds of `algorithm.collect` over the kept episodes, and the decisions it replayed."""
+def receive(answers: list[bytes]) -> float:
+    """Seconds to read and unpickle `answers` from a pipe as `ProcessWorkers.wait` does (`recv`),
+    a thread writing them."""
+    reader, writer = Pipe(duplex=False)
+    sender = threading.Thread(target=lambda: [writer.send_bytes(data) for data in answers])
+    t0 = time.perf_counter()
+    sender.start()
+    for _ in answers:
+        reader.recv()
+    seconds = time.perf_counter() - t0
+    sender.join()
+    reader.close()
+    writer.close()
+    return seconds
+
+
+def replay(trainer: Trainer, records: dict[int, Any], episodes: int, whole: bool = True
+           ) -> tuple[float, int, RolloutStorage]:
+    """Seconds of the algorithm's collection over the kept episodes, the decisions in it and the
+    storage it filled:
+    `algorithm.collect` (episodes handed over whole where it takes them so), or, with `whole`
+    False, its steps replayed one by one through the runner's `round` into the same storage."""
     like = trainer.runner
     collector = ParallelCollector(RecordedWorkers(len(like.workers), records), like.capacity, len(like.envs),
                                   trainer.envs[0], like.seed_of, 0, like.max_steps, like.options_of,
                                   like.discard_after, like.teacher is not None, like.sampling_seed)
     collector.built = True   # nothing to build in recorded workers
+    algo = trainer.algo
     t0 = time.perf_counter()
-    trainer.algo.collect(collector, episodes)
-    return time.perf_counter() - t0, collector.steps
+    if whole:
+        storage, _ = algo.collect(collector, episodes)
+    else:
+        storage = RolloutStorage(len(collector.envs))
+        collector.run_epoch(episodes, algo.sample, lambda t: algo.store(storage, t), storage.discard_open)
+    seconds = time.perf_counter() - t0
+    return seconds, collector.steps, storage
 
 
 def main() -> None:
@@ -104,7 +136,7 @@ def main() -> None:
     parser.add_argument("--trace", default="lublin_256.swf.gz")
     parser.add_argument("--trajectories", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--profile", action="store_true", help="cProfile one replay (top 25 by own time)")
+    parser.add_argument("--profile", choices=["whole", "by-step"], help="cProfile one replay (top 25 by own time)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     load = lambda: " ".join(f"{x:.2f}" for x in os.getloadavg())   # noqa: E731
@@ -122,14 +154,16 @@ def main() -> None:
         inproc = Trainer(settings, Path(tmp) / "w1", device="cpu", progress=False, log=lambda m: None)
         inproc.setup()
 
-        receive = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            for data in answers:
-                ForkingPickler.loads(data)
-            receive.append(time.perf_counter() - t0)
-        replays = [replay(trainer, records, args.trajectories) for _ in range(args.repeats)]
-        decisions = replays[0][1]
+        received = [receive(answers) for _ in range(args.repeats)]
+        times: dict[str, list[float]] = {"whole": [], "by step": []}
+        stored = {}
+        for _ in range(args.repeats):   # interleaved: the machine's load falls on both alike
+            for name in times:
+                seconds, decisions, stored[name] = replay(trainer, records, args.trajectories, name == "whole")
+                times[name].append(seconds)
+        whole, by_step = stored["whole"].batch(), stored["by step"].batch()
+        if any(not torch.equal(whole[k], by_step[k]) for k in whole):
+            raise SystemExit("the two replays stored different steps")
         t0 = time.perf_counter()
         inproc.algo.collect(inproc.runner, args.trajectories)
         played = time.perf_counter() - t0
@@ -139,13 +173,14 @@ def main() -> None:
         us = lambda s: f"{s / decisions * 1e6:.2f}"   # noqa: E731
         size = sum(map(len, answers))
         print(f"{decisions} decisions, obs {trainer.algo.obs_shape}, {size / decisions:,.0f} bytes pickled per decision")
-        print(f"receive (unpickle) us/decision: {us(min(receive))}  (all: {', '.join(us(s) for s in receive)})")
-        print(f"replay  (collect)  us/decision: {us(min(s for s, _ in replays))}  "
-              f"(all: {', '.join(us(s) for s, _ in replays)})")
-        print(f"in process (play)  us/decision: {us(played)}")
+        print(f"receive (pipe, unpickle) us/decision: {us(min(received))}  (all: {', '.join(map(us, received))})")
+        for name, seconds in times.items():
+            print(f"replay {name:<17} us/decision: {us(min(seconds))}  (all: {', '.join(map(us, seconds))})")
+        print(f"by step / whole: {min(times['by step']) / min(times['whole']):.1f}x")
+        print(f"in process (play)        us/decision: {us(played)}")
         if args.profile:
             profile = cProfile.Profile()
-            profile.runcall(replay, trainer, records, args.trajectories)
+            profile.runcall(replay, trainer, records, args.trajectories, args.profile == "whole")
             pstats.Stats(profile).sort_stats("tottime").print_stats(25)
     print(f"load average at the end: {load()}")
 
