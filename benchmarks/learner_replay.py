@@ -7,8 +7,10 @@ does for every worker, which caps collection however many workers there are.
 It plays one epoch's episodes once with 2 real rollout workers and keeps what they sent, then,
 in this process alone, times (the best of `--repeats`):
 
-- receive: the workers' answers read from a pipe (a thread of this process writes them) and
-  unpickled, as `ProcessWorkers.wait` does;
+- receive shared: the workers' answers as `ProcessWorkers.wait` gets them: a short pickle from
+  the pipe, the arrays copied out of the worker's shared memory block (`SharedArrays`);
+- receive by pipe: the same answers read whole from a pipe (a thread of this process writes
+  them) and unpickled, as the workers sent them before;
 - whole: `algorithm.collect` on a `ParallelCollector` whose workers hand back the kept episodes
   at once: the learner's bookkeeping and storing of every decision, nothing played (PG and PPO
   take each episode whole);
@@ -38,7 +40,7 @@ import torch
 
 from hpcgym.agents.rl.storage import RolloutStorage
 from hpcgym.gymbridge.training.trainer import Trainer
-from hpcgym.gymbridge.training.workers import ParallelCollector
+from hpcgym.gymbridge.training.workers import ParallelCollector, SharedArrays
 from train_scaling import AGENTS, preset   # benchmarks/ is the script's folder
 
 
@@ -70,39 +72,52 @@ class RecordedWorkers:
         pass
 
 
-def record_epoch(trainer: Trainer, episodes: int) -> tuple[list[bytes], dict[int, Any]]:
-    """One epoch collected by the trainer's real workers: the answers as pickled bytes, and the
-    episodes by index."""
+def record_epoch(trainer: Trainer, episodes: int) -> list[list[Any]]:
+    """One epoch collected by the trainer's real workers: their answers (lists of episodes)."""
     workers = trainer.runner.workers
-    answers: list[bytes] = []
-    records: dict[int, Any] = {}
+    answers: list[list[Any]] = []
     wait = workers.wait
 
     def keeping(timeout: float):
         events = wait(timeout)
-        for _, ok, value in events:
-            if ok and isinstance(value, list):
-                answers.append(bytes(ForkingPickler.dumps(value)))
-                records.update((r.index, r) for r in value)
+        answers.extend(value for _, ok, value in events if ok and isinstance(value, list))
         return events
 
     workers.wait = keeping
     trainer.algo.collect(trainer.runner, episodes)
     workers.wait = wait
-    return answers, records
+    return answers
 
 
-def receive(answers: list[bytes]) -> float:
-    """Seconds to read and unpickle `answers` from a pipe as `ProcessWorkers.wait` does (`recv`),
-    a thread writing them."""
+def receive_by_pipe(answers: list[list[Any]]) -> float:
+    """Seconds to read `answers` from a pipe and unpickle them, as `Connection.recv` does (the
+    workers' way before `SharedArrays`); a thread writes them."""
+    data = [bytes(ForkingPickler.dumps((True, value))) for value in answers]
     reader, writer = Pipe(duplex=False)
-    sender = threading.Thread(target=lambda: [writer.send_bytes(data) for data in answers])
+    sender = threading.Thread(target=lambda: [writer.send_bytes(d) for d in data])
     t0 = time.perf_counter()
     sender.start()
-    for _ in answers:
-        reader.recv()
+    kept = [reader.recv() for _ in data]   # kept, as the learner keeps the episodes for its update
     seconds = time.perf_counter() - t0
     sender.join()
+    reader.close()
+    writer.close()
+    return seconds
+
+
+def receive_shared(answers: list[list[Any]]) -> float:
+    """Seconds the learner takes to get `answers` as `ProcessWorkers.wait` does: the rest from
+    the pipe, the arrays copied out of the worker's shared block (written beforehand, untimed)."""
+    reader, writer = Pipe(duplex=False)
+    worker, learner = SharedArrays(), SharedArrays()
+    seconds, kept = 0.0, []
+    for value in answers:
+        writer.send(worker.pack((True, value)))
+        t0 = time.perf_counter()
+        kept.append(learner.unpack(reader.recv()))   # kept, as the learner keeps the episodes for its update
+        seconds += time.perf_counter() - t0
+    learner.close()
+    worker.block.close()
     reader.close()
     writer.close()
     return seconds
@@ -148,13 +163,17 @@ def main() -> None:
         trainer = Trainer(settings, Path(tmp) / "w2", device="cpu", progress=False, log=lambda m: None, workers=2)
         trainer.setup()
         try:
-            answers, records = record_epoch(trainer, args.trajectories)
+            answers = record_epoch(trainer, args.trajectories)
         finally:
             trainer.runner.close()
         inproc = Trainer(settings, Path(tmp) / "w1", device="cpu", progress=False, log=lambda m: None)
         inproc.setup()
 
-        received = [receive(answers) for _ in range(args.repeats)]
+        records = {r.index: r for answer in answers for r in answer}
+        received: dict[str, list[float]] = {"by pipe": [], "shared": []}
+        for _ in range(args.repeats):
+            received["by pipe"].append(receive_by_pipe(answers))
+            received["shared"].append(receive_shared(answers))
         times: dict[str, list[float]] = {"whole": [], "by step": []}
         stored = {}
         for _ in range(args.repeats):   # interleaved: the machine's load falls on both alike
@@ -171,9 +190,11 @@ def main() -> None:
             raise SystemExit(f"in process played {inproc.runner.steps} decisions, the workers {decisions}")
 
         us = lambda s: f"{s / decisions * 1e6:.2f}"   # noqa: E731
-        size = sum(map(len, answers))
+        size = sum(len(ForkingPickler.dumps(value)) for value in answers)
         print(f"{decisions} decisions, obs {trainer.algo.obs_shape}, {size / decisions:,.0f} bytes pickled per decision")
-        print(f"receive (pipe, unpickle) us/decision: {us(min(received))}  (all: {', '.join(map(us, received))})")
+        for name, seconds in received.items():
+            print(f"receive {name:<16} us/decision: {us(min(seconds))}  (all: {', '.join(map(us, seconds))})")
+        print(f"by pipe / shared: {min(received['by pipe']) / min(received['shared']):.1f}x")
         for name, seconds in times.items():
             print(f"replay {name:<17} us/decision: {us(min(seconds))}  (all: {', '.join(map(us, seconds))})")
         print(f"by step / whole: {min(times['by step']) / min(times['whole']):.1f}x")
