@@ -174,9 +174,7 @@ class Runner:
               on_discard: Callable[[int], None] | None = None) -> list[Episode]:
         """Start episodes on idle envs (while the epoch wants more), take one step in each
         running episode, and return the episodes that ended."""
-        if self.discard_after is not None and on_discard is None:
-            raise ValueError("discarding long episodes needs a learner that can drop their steps "
-                             "(an on-policy algorithm that updates per epoch: pg or ppo)")
+        self._check_discard(on_discard)
         for i, e in enumerate(self.current):
             if e is None and self.to_start > 0:
                 self._start(i)
@@ -215,6 +213,11 @@ class Runner:
                 if self.on_episode_end is not None:
                     self.on_episode_end(episode)
         return ended
+
+    def _check_discard(self, on_discard: Callable[[int], None] | None) -> None:
+        if self.discard_after is not None and on_discard is None:
+            raise ValueError("discarding long episodes needs a learner that can drop their steps "
+                             "(an on-policy algorithm that updates per epoch: pg or ppo)")
 
     def _act(self, policy: Policy, live: list[int]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The actions (and extras) of the running episodes in envs `live`, from one forward pass

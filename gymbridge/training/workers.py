@@ -6,9 +6,10 @@ DQL's steps see no difference). When an epoch's first round asks for actions, it
 policy's current weights to every worker (a sync) and has them play the epoch's episodes:
 episode j reset with `seed_of(j)` and sampled from `sampling_rng(seed, j)`, as in process, and
 handed out in whole episodes, several to a worker at a time (one per env it has), more as
-others end. Then it replays the recorded episodes through the Runner's own bookkeeping on
-`slots` virtual envs, so the learner gets the transitions in the order, and on the env slots,
-that the in-process runner gives them: which episodes an epoch holds, and what was sampled in
+others end. Then it hands the recorded episodes over whole (`run_epoch` with `on_episode`: PG
+and PPO) or replays them step by step through the Runner's own bookkeeping on `slots` virtual
+envs (A2C's rounds, DQL), so the learner gets the transitions in the order, and on the env
+slots, that the in-process runner gives them: which episodes an epoch holds, and what was sampled in
 them, depend on the seed alone, not on timing or on the number of workers. The update rules
 run unchanged; what differs from in process is that every action of an epoch comes from the
 weights of its start (A2C and DQL, which update within an epoch, act on the last sync's
@@ -177,7 +178,7 @@ class SharedArrays:
     shared memory instead of the pipe: the worker writes the out-of-band buffers of pickle
     protocol 5 there and sends the rest, and the learner copies them out. A pipe moves those bytes
     at 200-900 MB/s on the shared development machine (gVisor, where each read and write is a
-    call into a user-space kernel): about 5-20 us per decision of ppo-select, several times the
+    call into a user-space kernel): about 5-30 us per decision of ppo-select, several times the
     learner's own bookkeeping (benchmarks/learner_replay.py). The worker answers one call at a
     time and the learner reads each answer before its next call, so one block per worker does;
     the worker replaces it by a larger one when an answer does not fit, and the learner, which
@@ -195,10 +196,11 @@ class SharedArrays:
         if not size:
             return None, [], data
         if self.block is None or self.block.size < size:
+            grown = 0
             if self.block is not None:
+                grown = 2 * self.block.size
                 self.block.close()   # the learner unlinks it once it sees the new one
-            self.block = shared_memory.SharedMemory(create=True, size=max(size, 2 * (self.block.size if self.block
-                                                                                         else 0)))
+            self.block = shared_memory.SharedMemory(create=True, size=max(size, grown))
         offset = 0
         for raw in raws:
             self.block.buf[offset:offset + raw.nbytes] = raw
@@ -403,8 +405,7 @@ class ParallelCollector(Runner):
         replayed step by step through `round`."""
         if on_episode is None:
             return super().run_epoch(episodes, policy, on_step, on_discard)
-        if self.discard_after is not None and on_discard is None:
-            raise ValueError("discarding long episodes needs a learner that can drop their steps")
+        self._check_discard(on_discard)
         self.start_epoch(episodes)
         self._sync(policy)
         self._play(self.to_start)
