@@ -15,8 +15,8 @@ in this process alone, times (the best of `--repeats`):
   at once: the learner's bookkeeping and storing of every decision, nothing played (PG and PPO
   take each episode whole);
 - by step: the same episodes replayed step by step through the runner's `round` into the same
-  storage (how every algorithm took them before; A2C and DQL still do);
-- in process: the same epoch played by the in-process runner (`--workers 1`), for scale.
+  storage (how every algorithm took them before; A2C and DQL still do); both must store the
+  same steps.
 
 With `--profile`, cProfile's top functions of one replay. Each figure is microseconds per
 decision; the machine's load average is printed: compare figures of one run.
@@ -166,8 +166,6 @@ def main() -> None:
             answers = record_epoch(trainer, args.trajectories)
         finally:
             trainer.runner.close()
-        inproc = Trainer(settings, Path(tmp) / "w1", device="cpu", progress=False, log=lambda m: None)
-        inproc.setup()
 
         records = {r.index: r for answer in answers for r in answer}
         received: dict[str, list[float]] = {"by pipe": [], "shared": []}
@@ -183,11 +181,6 @@ def main() -> None:
         whole, by_step = stored["whole"].batch(), stored["by step"].batch()
         if any(not torch.equal(whole[k], by_step[k]) for k in whole):
             raise SystemExit("the two replays stored different steps")
-        t0 = time.perf_counter()
-        inproc.algo.collect(inproc.runner, args.trajectories)
-        played = time.perf_counter() - t0
-        if inproc.runner.steps != decisions:
-            raise SystemExit(f"in process played {inproc.runner.steps} decisions, the workers {decisions}")
 
         us = lambda s: f"{s / decisions * 1e6:.2f}"   # noqa: E731
         size = sum(len(ForkingPickler.dumps(value)) for value in answers)
@@ -198,7 +191,6 @@ def main() -> None:
         for name, seconds in times.items():
             print(f"replay {name:<17} us/decision: {us(min(seconds))}  (all: {', '.join(map(us, seconds))})")
         print(f"by step / whole: {min(times['by step']) / min(times['whole']):.1f}x")
-        print(f"in process (play)        us/decision: {us(played)}")
         if args.profile:
             profile = cProfile.Profile()
             profile.runcall(replay, trainer, records, args.trajectories, args.profile == "whole")
