@@ -184,7 +184,8 @@ def main() -> None:
 
         us = lambda s: f"{s / decisions * 1e6:.2f}"   # noqa: E731
         size = sum(len(ForkingPickler.dumps(value)) for value in answers)
-        print(f"{decisions} decisions, obs {trainer.algo.obs_shape}, {size / decisions:,.0f} bytes pickled per decision")
+        print(f"{decisions} decisions, obs {trainer.algo.obs_shape}, "
+              f"{size / decisions:,.0f} bytes pickled per decision")
         for name, seconds in received.items():
             print(f"receive {name:<16} us/decision: {us(min(seconds))}  (all: {', '.join(map(us, seconds))})")
         print(f"by pipe / shared: {min(received['by pipe']) / min(received['shared']):.1f}x")
