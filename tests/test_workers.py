@@ -82,7 +82,10 @@ def test_an_episode_samples_the_same_actions_whatever_runs_beside_it():
     {"teacher": "sjf", "config": {"hidden": [16], "minibatch_size": 64, "imitation_coef": 1.0},
      "discard_after": 64, "curriculum": [["sampled", 5], ["real", 5]]},   # episodes of 30 jobs: ~64 decisions
     {"algorithm": "pg", "config": {"hidden": [16]}, "max_steps": 50},       # cut and bootstrapped
-], ids=["ppo", "ppo-teacher-discard-curriculum", "pg-max-steps"])
+    # cut and thrown away at the same step (the cut marks its last step done, so the discard drops
+    # none of its steps, in process too)
+    {"max_steps": 64, "discard_after": 64},
+], ids=["ppo", "ppo-teacher-discard-curriculum", "pg-max-steps", "ppo-cut-and-discarded"])
 def test_workers_train_exactly_as_in_process(tmp_path, trace, changes):
     """The learning curve and the weights of 2 workers are those of the in-process runner, bit for
     bit; for plain PPO, so are 3 workers', and two runs with 2 workers are the same run."""
@@ -113,6 +116,34 @@ def test_algorithms_that_update_within_an_epoch_train_on_the_last_sync(tmp_path,
     rows = curve(tmp_path / "w2")
     assert [int(r["episodes_total"]) for r in rows] == [5, 10] and trainer.runner.next_episode == 10
     assert all(float(r["updates"]) > 0 for r in rows)
+
+
+# ------------------------------------------------------------------------------------------ shared memory
+@pytest.mark.slow
+def test_answers_come_through_shared_memory_and_stay_the_learners():
+    """What a worker packs, the learner unpacks equal; the arrays are the learner's own copies (the
+    worker's next answer, written over the same block, leaves them be), and when an answer outgrows
+    the block the worker makes a larger one and the learner removes the old."""
+    from multiprocessing import shared_memory
+
+    from hpcgym.gymbridge.training.workers import SharedArrays
+
+    worker, learner = SharedArrays(), SharedArrays()
+    try:
+        first = {"obs": np.arange(12, dtype=np.float32).reshape(3, 4), "mask": np.array([True, False]), "n": 7}
+        got = learner.unpack(worker.pack(first))
+        name = learner.block.name
+        assert got["n"] == 7 and np.array_equal(got["obs"], first["obs"]) and np.array_equal(got["mask"], first["mask"])
+        learner.unpack(worker.pack({"obs": np.full((3, 4), -1, dtype=np.float32)}))   # same size: same block
+        assert learner.block.name == name and np.array_equal(got["obs"], first["obs"])
+        big = np.ones(10_000)
+        assert np.array_equal(learner.unpack(worker.pack([big]))[0], big) and learner.block.name != name
+        with pytest.raises(FileNotFoundError):
+            shared_memory.SharedMemory(name)
+        assert learner.unpack(worker.pack((False, "failed: no arrays"))) == (False, "failed: no arrays")
+    finally:
+        learner.close()
+        worker.block.close()
 
 
 # ------------------------------------------------------------------------------------------ faults

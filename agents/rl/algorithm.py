@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .runner import Runner
+from .runner import EpisodeRecord, Runner
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """`auto`: CUDA when present, else CPU; anything else as torch reads it."""
@@ -191,12 +191,22 @@ class ActorCriticAlgorithm(Algorithm):
             reward += self.config.gamma * float(self.values(t.next_obs[None])[0])
         storage.add(t.env, t.obs, t.mask, t.action, t.extras["logp"], t.extras["value"], reward, t.done, t.teacher)
 
+    def store_episode(self, storage: Any, env: int, e: EpisodeRecord) -> None:
+        """Add a whole episode (a rollout worker's) to a RolloutStorage at once: the same entries
+        as `store` of each of its steps, the truncated last reward bootstrapped alike."""
+        reward = e.reward.tolist()
+        if e.truncated[-1] and not e.terminated[-1]:
+            reward[-1] += self.config.gamma * float(self.values(e.obs[-1][None])[0])
+        storage.add_steps(env, e.obs[:-1], e.mask[:-1], e.action, e.extras["logp"], e.extras["value"], reward,
+                          e.terminated | e.truncated, e.teacher[:-1])
+
     def collect(self, runner: Runner, episodes: int) -> tuple[Any, list]:
         """`episodes` whole episodes into a fresh RolloutStorage."""
         from .storage import RolloutStorage
 
         storage = RolloutStorage(len(runner.envs))
-        ended = runner.run_epoch(episodes, self.sample, lambda t: self.store(storage, t), storage.discard_open)
+        ended = runner.run_epoch(episodes, self.sample, lambda t: self.store(storage, t), storage.discard_open,
+                                 lambda env, e: self.store_episode(storage, env, e))
         return storage, ended
 
     def clip_and_step(self, loss: torch.Tensor) -> float:

@@ -59,6 +59,35 @@ class Transition:
 
 
 @dataclass
+class EpisodeRecord:
+    """One episode played elsewhere (by a rollout worker), whole: the states (reset state first,
+    last state last), the masks and teacher labels there (-1: none), and per step the action, the
+    policy's extras, the reward and the end flags (`max_steps` already applied)."""
+
+    index: int
+    obs: np.ndarray
+    mask: np.ndarray
+    teacher: np.ndarray
+    action: np.ndarray
+    extras: dict[str, np.ndarray]
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    info: dict[str, Any]              # the env's info at the last step
+
+    def discarded_by(self, discard_after: int | None) -> bool:
+        """Whether a runner with `discard_after` throws this episode away (as `Runner.round` does)."""
+        return discard_after is not None and not self.terminated[-1] and len(self.action) >= discard_after
+
+    def info_after(self, t: int) -> dict[str, Any]:
+        """The env's info after `t` steps, as the runner reads it (the last one with the env's own)."""
+        info = {"action_mask": self.mask[t], "teacher": int(self.teacher[t])}
+        if t == len(self.action):
+            info.update(self.info)
+        return info
+
+
+@dataclass
 class Episode:
     index: int
     seed: int
@@ -145,9 +174,7 @@ class Runner:
               on_discard: Callable[[int], None] | None = None) -> list[Episode]:
         """Start episodes on idle envs (while the epoch wants more), take one step in each
         running episode, and return the episodes that ended."""
-        if self.discard_after is not None and on_discard is None:
-            raise ValueError("discarding long episodes needs a learner that can drop their steps "
-                             "(an on-policy algorithm that updates per epoch: pg or ppo)")
+        self._check_discard(on_discard)
         for i, e in enumerate(self.current):
             if e is None and self.to_start > 0:
                 self._start(i)
@@ -187,6 +214,11 @@ class Runner:
                     self.on_episode_end(episode)
         return ended
 
+    def _check_discard(self, on_discard: Callable[[int], None] | None) -> None:
+        if self.discard_after is not None and on_discard is None:
+            raise ValueError("discarding long episodes needs a learner that can drop their steps "
+                             "(an on-policy algorithm that updates per epoch: pg or ppo)")
+
     def _act(self, policy: Policy, live: list[int]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The actions (and extras) of the running episodes in envs `live`, from one forward pass
         over a batch padded to a multiple of ROW_BLOCK rows (see ROW_BLOCK)."""
@@ -200,8 +232,12 @@ class Runner:
         return actions[:n], {k: v[:n] for k, v in extras.items()}
 
     def run_epoch(self, episodes: int, policy: Policy, on_step: Callable[[Transition], None] | None = None,
-                  on_discard: Callable[[int], None] | None = None) -> list[Episode]:
-        """Collect `episodes` whole episodes; return them in the order they ended."""
+                  on_discard: Callable[[int], None] | None = None,
+                  on_episode: Callable[[int, EpisodeRecord], None] | None = None) -> list[Episode]:
+        """Collect `episodes` whole episodes; return them in the order they ended. A runner that
+        gets episodes whole from elsewhere (rollout workers) may hand each one, with the env it
+        runs on, to `on_episode` instead of its steps to `on_step`, as one call (it still calls
+        `on_discard` after a discarded one); this runner plays step by step and never does."""
         self.start_epoch(episodes)
         done: list[Episode] = []
         while not self.epoch_done:

@@ -65,6 +65,14 @@ class RolloutStorage:
         for name, v in zip(self.FIELDS, (obs, mask, action, logp, value, reward, done, teacher)):
             s[name].append(v)
 
+    def add_steps(self, env: int, obs: np.ndarray, mask: np.ndarray, action: Sequence[int], logp: Sequence[float],
+                  value: Sequence[float], reward: Sequence[float], done: Sequence[bool],
+                  teacher: Sequence[int]) -> None:
+        """Add consecutive steps of env at once (one row or entry per step in each)."""
+        s = self.steps[env]
+        for name, v in zip(self.FIELDS, (obs, mask, action, logp, value, reward, done, teacher)):
+            s[name].extend(v)
+
     def discard_open(self, env: int) -> None:
         """Drop env's steps since its last episode end (an episode thrown away unfinished)."""
         s = self.steps[env]

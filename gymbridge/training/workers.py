@@ -6,9 +6,10 @@ DQL's steps see no difference). When an epoch's first round asks for actions, it
 policy's current weights to every worker (a sync) and has them play the epoch's episodes:
 episode j reset with `seed_of(j)` and sampled from `sampling_rng(seed, j)`, as in process, and
 handed out in whole episodes, several to a worker at a time (one per env it has), more as
-others end. Then it replays the recorded episodes through the Runner's own bookkeeping on
-`slots` virtual envs, so the learner gets the transitions in the order, and on the env slots,
-that the in-process runner gives them: which episodes an epoch holds, and what was sampled in
+others end. Then it hands the recorded episodes over whole (`run_epoch` with `on_episode`: PG
+and PPO) or replays them step by step through the Runner's own bookkeeping on `slots` virtual
+envs (A2C's rounds, DQL), so the learner gets the transitions in the order, and on the env
+slots, that the in-process runner gives them: which episodes an epoch holds, and what was sampled in
 them, depend on the seed alone, not on timing or on the number of workers. The update rules
 run unchanged; what differs from in process is that every action of an epoch comes from the
 weights of its start (A2C and DQL, which update within an epoch, act on the last sync's
@@ -21,12 +22,15 @@ the finished epochs are untouched, so `--resume` goes on from the last one.
 
 from __future__ import annotations
 
+import heapq
 import multiprocessing
 import multiprocessing.connection
+import pickle
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing import shared_memory
 from typing import Any
 
 import cloudpickle
@@ -34,7 +38,7 @@ import gymnasium as gym
 import numpy as np
 
 from ...agents.rl.algorithm import Algorithm
-from ...agents.rl.runner import Policy, Runner, Transition
+from ...agents.rl.runner import Episode, EpisodeRecord, Policy, Runner, Transition
 from ...environment.errors import HpcgymError
 
 
@@ -59,27 +63,6 @@ class WorkerSpec:
     discard_after: int | None
     teacher: Callable[[], Callable[[dict[str, Any]], int]] | None   # builds the labeller in the worker
     sampling_seed: int
-
-
-@dataclass
-class EpisodeRecord:
-    """One played episode: the states (reset state first, last state last), the masks and teacher
-    labels there, and per step the action, the policy's extras, the reward and the end flags."""
-
-    index: int
-    obs: np.ndarray
-    mask: np.ndarray
-    teacher: np.ndarray
-    action: np.ndarray
-    extras: dict[str, np.ndarray]
-    reward: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    info: dict[str, Any]              # the env's info at the last step
-
-    def discarded_by(self, discard_after: int | None) -> bool:
-        """Whether a runner with `discard_after` throws this episode away (as `Runner.round` does)."""
-        return discard_after is not None and not self.terminated[-1] and len(self.action) >= discard_after
 
 
 class _AssignedRunner(Runner):
@@ -166,24 +149,18 @@ class ReplayEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         self.t = 0
-        return self.record.obs[0], self._info()
+        return self.record.obs[0], self.record.info_after(0)
 
     def step(self, action):
         r, t = self.record, self.t
         if int(action) != int(r.action[t]):
             raise RuntimeError(f"replay of episode {r.index} out of step: action {action}, {r.action[t]} was played")
         self.t += 1
-        info = self._info()
-        if self.t == len(r.action):
-            info.update(r.info)
-        return r.obs[self.t], float(r.reward[t]), bool(r.terminated[t]), bool(r.truncated[t]), info
+        return r.obs[self.t], float(r.reward[t]), bool(r.terminated[t]), bool(r.truncated[t]), r.info_after(self.t)
 
     def played(self) -> tuple[int, dict[str, float]]:
         """The action recorded for the current state, and the policy's extras with it."""
         return int(self.record.action[self.t]), {k: v[self.t] for k, v in self.record.extras.items()}
-
-    def _info(self) -> dict[str, Any]:
-        return {"action_mask": self.record.mask[self.t], "teacher": int(self.record.teacher[self.t])}
 
 
 def recorded_label(info: dict[str, Any]) -> int:
@@ -196,21 +173,76 @@ def recorded_label(info: dict[str, Any]) -> int:
 Event = tuple[int, bool, Any]
 
 
+class SharedArrays:
+    """A worker's answers with their numpy arrays (the episodes' states, masks, ...) in a block of
+    shared memory instead of the pipe: the worker writes the out-of-band buffers of pickle
+    protocol 5 there and sends the rest, and the learner copies them out. A pipe moves those bytes
+    at 200-900 MB/s on the shared development machine (gVisor, where each read and write is a
+    call into a user-space kernel): about 5-30 us per decision of ppo-select, several times the
+    learner's own bookkeeping (benchmarks/learner_replay.py). The worker answers one call at a
+    time and the learner reads each answer before its next call, so one block per worker does;
+    the worker replaces it by a larger one when an answer does not fit, and the learner, which
+    reads the new one's name in the answer, unlinks the old."""
+
+    def __init__(self) -> None:
+        self.block: shared_memory.SharedMemory | None = None
+
+    def pack(self, message: Any) -> tuple[str | None, list[int], bytes]:
+        """(worker) `message` as the block's name, its buffers' sizes there and the pickle."""
+        buffers: list[pickle.PickleBuffer] = []
+        data = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+        raws = [b.raw() for b in buffers]
+        size = sum(r.nbytes for r in raws)
+        if not size:
+            return None, [], data
+        if self.block is None or self.block.size < size:
+            grown = 0
+            if self.block is not None:
+                grown = 2 * self.block.size
+                self.block.close()   # the learner unlinks it once it sees the new one
+            self.block = shared_memory.SharedMemory(create=True, size=max(size, grown))
+        offset = 0
+        for raw in raws:
+            self.block.buf[offset:offset + raw.nbytes] = raw
+            offset += raw.nbytes
+        return self.block.name, [r.nbytes for r in raws], data
+
+    def unpack(self, packed: tuple[str | None, list[int], bytes]) -> Any:
+        """(learner) The message `pack` made, its arrays copied out of the block."""
+        name, sizes, data = packed
+        if name is not None and (self.block is None or self.block.name != name):
+            self.close()
+            self.block = shared_memory.SharedMemory(name)
+        buffers, offset = [], 0
+        for size in sizes:
+            buffers.append(bytearray(self.block.buf[offset:offset + size]))
+            offset += size
+        return pickle.loads(data, buffers=buffers)
+
+    def close(self) -> None:
+        """(learner) Let go of the worker's block and remove it."""
+        if self.block is not None:
+            self.block.close()
+            self.block.unlink()
+            self.block = None
+
+
 def _serve(conn: multiprocessing.connection.Connection, spec: bytes) -> None:
     """A worker process: answers the learner's calls on one RolloutWorker until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the learner's; it ends the workers
+    answers = SharedArrays()
     try:
         worker = RolloutWorker(spec)
-        conn.send((True, None))
+        conn.send(answers.pack((True, None)))
         while True:
             method, args = conn.recv()
             if method == "stop":
                 return
-            conn.send((True, getattr(worker, method)(*args)))
+            conn.send(answers.pack((True, getattr(worker, method)(*args))))
     except EOFError:     # the learner is gone
         return
     except Exception as exc:
-        conn.send((False, f"failed: {type(exc).__name__}: {exc}"))
+        conn.send(answers.pack((False, f"failed: {type(exc).__name__}: {exc}")))
 
 
 class ProcessWorkers:
@@ -227,6 +259,7 @@ class ProcessWorkers:
             child.close()
             self.conns.append(conn)
             self.procs.append(proc)
+        self.answers = [SharedArrays() for _ in range(n)]
         self.busy = set(range(n))   # the start counts as a call: it answers once its envs are made
 
     def __len__(self) -> int:
@@ -251,7 +284,7 @@ class ProcessWorkers:
             seen.add(w)
             self.busy.discard(w)
             try:
-                ok, value = self.conns[w].recv()
+                ok, value = self.answers[w].unpack(self.conns[w].recv())
             except (EOFError, OSError):
                 self.procs[w].join(1)
                 ok, value = False, f"died (exit status {self.procs[w].exitcode})"
@@ -269,8 +302,9 @@ class ProcessWorkers:
             if proc.is_alive():
                 proc.terminate()
                 proc.join(2)
-        for conn in self.conns:
+        for conn, answers in zip(self.conns, self.answers):
             conn.close()
+            answers.close()
 
 
 class RayWorkers:
@@ -363,6 +397,68 @@ class ParallelCollector(Runner):
             self._play(self.to_start)
             self.collected = True
         return super().round(policy, on_step, on_discard)
+
+    def run_epoch(self, episodes: int, policy: Policy, on_step: Callable[[Transition], None] | None = None,
+                  on_discard: Callable[[int], None] | None = None,
+                  on_episode: Callable[[int, EpisodeRecord], None] | None = None) -> list[Episode]:
+        """With `on_episode`, the epoch's episodes handed over whole (see `_hand_over`); without,
+        replayed step by step through `round`."""
+        if on_episode is None:
+            return super().run_epoch(episodes, policy, on_step, on_discard)
+        self._check_discard(on_discard)
+        self.start_epoch(episodes)
+        self._sync(policy)
+        self._play(self.to_start)
+        self.collected = True
+        return self._hand_over(on_episode, on_discard)
+
+    def _hand_over(self, on_episode: Callable[[int, EpisodeRecord], None],
+                   on_discard: Callable[[int], None] | None) -> list[Episode]:
+        """The recorded episodes given to `on_episode` one whole episode at a time, on the env
+        slots where `round` would have run them and in the order they would have ended there,
+        without stepping: a slot idle at a round starts the next episode (slots in order, while
+        the epoch wants more), and an episode of n steps started at round r ends at round
+        r + n - 1 (those of one round in slot order). So each slot gets the same episodes, in
+        the same order, as when replayed step by step, and the episodes end in the same order."""
+        ended: list[Episode] = []
+        idle = list(range(len(self.envs)))
+        running: list[tuple[int, int, EpisodeRecord]] = []    # (the round it ends in, slot, episode)
+        now = 0
+        while True:
+            for slot in sorted(idle):
+                if self.to_start == 0:
+                    break
+                record = self.recorded.pop(self._claim())
+                heapq.heappush(running, (now + len(record.action) - 1, slot, record))
+                idle.remove(slot)
+            if not running:
+                return ended
+            now = running[0][0]
+            while running and running[0][0] == now:
+                _, slot, record = heapq.heappop(running)
+                idle.append(slot)
+                self._finish(slot, record, on_episode, on_discard, ended)
+            now += 1
+
+    def _finish(self, slot: int, record: EpisodeRecord, on_episode: Callable[[int, EpisodeRecord], None],
+                on_discard: Callable[[int], None] | None, ended: list[Episode]) -> None:
+        """An episode handed over whole: its steps to `on_episode`, and its end (or its discard)
+        counted as `round` counts them."""
+        on_episode(slot, record)
+        self.steps += len(record.action)
+        if record.discarded_by(self.discard_after):
+            on_discard(slot)
+            self.discarded += 1
+            self.to_start += 1
+            return
+        episode = Episode(record.index, int(self.seed_of(record.index)), length=len(record.action))
+        for reward in record.reward.tolist():   # summed one by one, as `round` sums them
+            episode.ret += reward
+        truncated = bool(record.truncated[-1] and not record.terminated[-1])
+        episode.info = {**record.info_after(len(record.action)), "truncated": truncated}
+        ended.append(episode)
+        if self.on_episode_end is not None:
+            self.on_episode_end(episode)
 
     def _start(self, i: int) -> None:
         self.envs[i].record = self.recorded.pop(self.next_episode)
