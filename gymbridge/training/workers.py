@@ -42,8 +42,9 @@ from ...agents.rl.runner import Episode, EpisodeRecord, Policy, Runner, Transiti
 from ...environment.errors import HpcgymError
 
 
-#: Seconds a worker may take to start (spawn, import torch, build its envs), whatever the
-#: per-answer timeout: on a loaded machine that alone can take longer than a short timeout.
+#: Seconds a worker may take to start (spawn, import torch, build its envs and, at the first
+#: sync, its copy of the algorithm), whatever the per-answer timeout: on a loaded machine that
+#: alone can take longer than a short timeout.
 START_TIMEOUT_S = 300.0
 
 
@@ -481,7 +482,8 @@ class ParallelCollector(Runner):
         state = algorithm.acting_state()
         for w in range(len(self.workers)):
             self._submit(w, "sync", build, state, policy.__name__)
-        self._wait_all("taking the new weights")
+        # the first sync builds each worker's copy of the algorithm: still its start-up
+        self._wait_all("taking the new weights", None if self.built else max(self.timeout, START_TIMEOUT_S))
         self.built = True
 
     def _play(self, wanted: int) -> None:
