@@ -131,7 +131,8 @@ def fixed_windows(folder: Path, episodes: int, report: bool = False) -> dict[str
     mode = "greedy" if settings.algorithm == "dql" else "sampled"
     change = [b - a for a, b in zip(returns["first"][mode], returns["last"][mode])]
     low, high = bootstrap_ci(change, 10_000, seed=0)
-    result = {"episodes": episodes, "mode": mode, "returns": returns,
+    result = {"provenance": provenance({"episodes": episodes, "mode": mode}, [first, folder / "model.pt"]),
+              "episodes": episodes, "mode": mode, "returns": returns,
               "first": float(np.mean(returns["first"][mode])), "last": float(np.mean(returns["last"][mode])),
               "change": float(np.mean(change)), "interval": [low, high],
               "verdict": "improves" if low > 0 else "worsens" if high < 0 else "flat"}
