@@ -104,8 +104,9 @@ def fixed_windows(folder: Path, episodes: int, report: bool = False) -> dict[str
     import numpy as np
 
     path = folder / "fixed_windows.json"
-    if path.exists() and json.loads(path.read_text())["episodes"] == episodes:
-        return json.loads(path.read_text())
+    kept = json.loads(path.read_text()) if path.exists() else None
+    if kept is not None and kept["episodes"] == episodes:
+        return kept
     first = folder / "epoch_000001.pt"
     if report or not first.exists() or not (folder / "model.pt").exists():
         return None
