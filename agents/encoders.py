@@ -328,6 +328,9 @@ class DRASEncoder(Encoder):
             raise ValueError(f"window must be at least 1, got {window}")
         if not procs or procs < 1:
             raise ValueError("the dras encoder needs the cluster's processors (one row per node)")
+        if priority_size is not None and (isinstance(priority_size, bool) or not isinstance(priority_size, int)
+                                          or priority_size < 1):
+            raise ValueError(f"priority_size is a processor count of at least 1, got {priority_size!r}")
         self.window = int(window)
         self.procs = int(procs)
         self.priority_size = priority_size
@@ -506,6 +509,11 @@ ENCODERS: dict[str, Callable[..., Encoder]] = {
     "irl": lambda window, procs, **_: IRLEncoder(window, procs),
     "irl_wait": lambda window, procs, **_: IRLEncoder(window, procs, wait=True),
 }
+#: Options an encoder may take (`get_encoder(..., **options)`), and what they do.
+ENCODER_OPTIONS = {
+    "max_rejections": "jobs: the inspect cap its rejection-count column is scaled by (set from the env's option)",
+    "priority_size": "dras: processors from which a job's priority flag is 1 (DRAS's large-job priority)",
+}
 #: The encoder of each decision kind when none is named (the Gymnasium env's, decision records').
 DEFAULT_ENCODERS = {"select": "jobs+nodes", "backfill": "jobs+nodes", "inspect": "jobs+nodes", "kill": "running+nodes",
                     "select_kill": "jobs+running+nodes"}
@@ -516,12 +524,16 @@ COMBINED = ("jobs+nodes", "running+nodes")
 def get_encoder(name: str, window: int, procs: int | None = None, **options: Any) -> Encoder:
     """The encoder `name` ("jobs", "nodes", "running", or parts joined by "+", e.g.
     "jobs+nodes") for a queue window of `window` jobs on `procs` processors (None: read each
-    observation's `procs`). `options` reach the parts that take them (`max_rejections`)."""
+    observation's `procs`). `options` (`ENCODER_OPTIONS`) reach the parts that take them."""
     names = [part.strip() for part in str(name).split("+")]
     unknown = [part for part in names if part not in ENCODERS]
     if unknown or not names:
         raise ValueError(f"unknown encoder {name!r}; use one of {', '.join([*ENCODERS, *COMBINED])} "
                          "(or base names joined by '+')")
+    bad = sorted(set(options) - set(ENCODER_OPTIONS))
+    if bad:
+        raise ValueError(f"unknown encoder option(s) {', '.join(bad)}; known: "
+                         + "; ".join(f"{k} ({v})" for k, v in ENCODER_OPTIONS.items()))
     parts = []
     for part in names:
         enc = ENCODERS[part](window, procs, **options)

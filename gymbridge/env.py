@@ -152,7 +152,8 @@ class HpcEnv(gym.Env):
     def __init__(self, kind: str | tuple[str, ...] = SELECT, workload: Mapping[str, Any] | None = None,
                  options: Mapping[str, Any] | None = None, reward: str = "bsld", encoder: str | Encoder | None = None,
                  seed: int = 0, remote: str | None = None, *, others: Mapping[str, Any] | None = None,
-                 seed_stride: int = 1, remote_timeout: float = 10.0, decision_info: bool = True) -> None:
+                 seed_stride: int = 1, remote_timeout: float = 10.0, decision_info: bool = True,
+                 encoder_options: Mapping[str, Any] | None = None) -> None:
         """
         kind: the decision kind this env takes, or ("select", "backfill") for both. workload: a workload spec (`load_workload` keys;
         default `{}`, the generated Lublin workload). options: `SimConfig` keys (`backfill`,
@@ -162,6 +163,8 @@ class HpcEnv(gym.Env):
         seed: the first episode's seed; seed_stride: added per seedless reset. remote: address of
         an `hpcgym env` to run the episodes on. others: {kind: Agent} deciding other kinds here.
         decision_info: put `info["decision"]` in infos (a vector env pickles it every step).
+        encoder_options: options of a named encoder (`agents.encoders.ENCODER_OPTIONS`, e.g.
+        `{"priority_size": 26}` for dras).
         """
         super().__init__()
         kinds = (kind,) if isinstance(kind, str) else tuple(kind)
@@ -212,8 +215,11 @@ class HpcEnv(gym.Env):
         if isinstance(encoder, Encoder):
             self.encoder = encoder
         else:
-            self.encoder = get_encoder(encoder or DEFAULT_ENCODERS[kinds[0]], self.window, procs,
-                                       max_rejections=self.config.max_rejections)
+            try:
+                self.encoder = get_encoder(encoder or DEFAULT_ENCODERS[kinds[0]], self.window, procs,
+                                           max_rejections=self.config.max_rejections, **dict(encoder_options or {}))
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         if self.encoder.kinds is not None and not set(kinds) <= set(self.encoder.kinds):
             raise ConfigError(f"encoder {self.encoder.name or type(self.encoder).__name__!r} reads "
                               f"{'/'.join(self.encoder.kinds)} decisions only, not {'+'.join(kinds)}")

@@ -230,6 +230,40 @@ def test_dras_checkpoint_served_over_the_protocol_schedules_a_full_episode(tmp_p
         env.wait(timeout=10)
 
 
+@pytest.mark.slow
+def test_the_priority_flag_reaches_training_checkpoint_and_serving(tmp_path):
+    """`--encoder-option priority_size=8` (DRAS's large-job priority, docs/dras.md): the training env's
+    state carries the flag, the checkpoint keeps it, and the served agent encodes with it."""
+    from hpcgym.gymbridge.cli import main
+
+    trace = write_trace(tmp_path / "t.swf", jobs=120, procs=32, seed=5)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, [
+        "train", "dras-a2c", "--trace", str(trace), "--jobs", "30", "--epochs", "1", "--trajectories", "2",
+        "--curriculum", "none", "--reward", "dras_capability", "--encoder-option", "priority_size=8",
+        "--envs", "1", "--out", str(out), "--eval-episodes", "0", "--device", "cpu", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    ckpt = load_checkpoint(out / "model.pt")
+    assert ckpt.env["encoder_options"]["priority_size"] == 8
+    assert ckpt.trainer["settings"]["encoder_options"] == {"priority_size": 8}
+    agent = RLAgent(out / "model.pt")
+    assert agent.encoder.priority_size == 8
+    env = make_env(TrainSettings.from_json(ckpt.trainer["settings"]))
+    obs, info = env.reset(seed=3)
+    flagged = 0
+    for _ in range(200):   # every real job block's flag is 1 exactly when its size is 8 or more
+        table = obs[:-2].reshape(-1, 2)
+        sizes, flags = table[0:100:2, 0] * 32, table[1:100:2, 0]
+        real = sizes > 0
+        assert np.array_equal(flags[real] == 1, np.rint(sizes[real]) >= 8)
+        flagged += int(flags[real].sum())
+        action = int(np.flatnonzero(info["action_mask"])[0])
+        obs, _, done, truncated, info = env.step(action)
+        if done or truncated:
+            break
+    assert flagged > 0   # the trace has large jobs, so the flag was seen
+
+
 def test_dras_flags_need_their_parts(tmp_path):
     from hpcgym.gymbridge.cli import main
 
@@ -239,6 +273,10 @@ def test_dras_flags_need_their_parts(tmp_path):
     result = CliRunner().invoke(main, ["train", "dras-ppo", "--curriculum", "sampled", "--jobs", "20",
                                        "--out", str(tmp_path / "b"), "--no-progress"])
     assert result.exit_code == 2 and "--trace" in result.output
+    result = CliRunner().invoke(main, ["train", "dras-ppo", "--encoder-option", "priority=8", "--jobs", "20",
+                                       "--out", str(tmp_path / "c"), "--no-progress"])
+    assert result.exit_code == 2 and "unknown --encoder-option priority" in result.output
+    assert "priority_size" in result.output and not (tmp_path / "c").exists()
 
 
 if __name__ == "__main__":

@@ -105,8 +105,12 @@ def test_bad_arguments_are_refused_clearly():
         make("select", workload=SMALL, options={"backfill": "conservative"})
     with pytest.raises(ConfigError, match="others"):
         make("select", workload=SMALL, others={"select": PriorityAgent()})
-    with pytest.raises(ValueError, match="unknown encoder"):
+    with pytest.raises(ConfigError, match="unknown encoder"):
         make("select", workload=SMALL, encoder="pixels")
+    with pytest.raises(ConfigError, match="unknown encoder option.*priority_size"):
+        make("select", workload=SMALL, encoder="dras", encoder_options={"priority_sise": 4})
+    with pytest.raises(ConfigError, match="priority_size is a processor count"):
+        make("select", workload=SMALL, encoder="dras", encoder_options={"priority_size": 0})
 
 
 # ------------------------------------------------------------------------------------------ masks

@@ -85,6 +85,9 @@ KIND_CHOICES = (*KINDS, "select+backfill")
               help=f"Reward spec: {', '.join(REWARDS)}, or {RELATIVE_SYNTAX}, {DELAY_SYNTAX}, {SUM_SYNTAX}, "
                    f"{SCALE_SYNTAX} (environment/rewards.py; docs/gymnasium.md says when each arrives).")
 @click.option("--encoder", help="Observation encoder (default: the env's, jobs+nodes for select).")
+@click.option("--encoder-option", "encoder_options", multiple=True, metavar="KEY=VALUE",
+              help="An option of the encoder, e.g. --encoder dras --encoder-option priority_size=26 (DRAS's "
+                   "priority flag for jobs of 26 processors or more); repeat it.")
 @click.option("--net", type=click.Choice(["mlp", "conv", "dras"]),
               help="Network (default mlp; dras: DRAS's network, needs --encoder dras).")
 @click.option("--hidden", help="Hidden layer widths, e.g. 64,64.")

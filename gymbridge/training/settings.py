@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...agents.encoders import ENCODER_OPTIONS
 from ...agents.recipes import RECIPES, TRAIN_ALIASES, Recipe, get_recipe
 from ...environment.decisions import KILL, SELECT_KILL
 from ...environment.errors import ConfigError
@@ -131,9 +132,15 @@ def train_settings(recipe: Recipe, flags: dict[str, Any], given: set[str], label
             raise ConfigError("--curriculum sets each phase's episodes itself: drop --sampled-jobset / --start")
         phases = parse_curriculum(curriculum, flags["epochs"] * value["trajectories"])
     baselines = flags["baselines"] or recipe.baseline_policies(kind, policy, teacher)
+    encoder_options = key_values(flags["encoder_options"], "--encoder-option", "e.g. priority_size=26")
+    settable = set(ENCODER_OPTIONS) - {"max_rejections"}  # that one follows the env's option
+    unknown = sorted(set(encoder_options) - settable)
+    if unknown:
+        raise ConfigError(f"unknown --encoder-option {', '.join(unknown)}; known: priority_size "
+                          f"({ENCODER_OPTIONS['priority_size']}); max_rejections follows --option max_rejections")
     return TrainSettings(
         algorithm=recipe.algorithm, kind=kind, workload=workload, eval_workload=eval_workload, options=options,
-        reward=value["reward"], encoder=flags["encoder"] or recipe.encoder,
+        reward=value["reward"], encoder=flags["encoder"] or recipe.encoder, encoder_options=encoder_options,
         config=algorithm_config(recipe, flags, teacher, kind, value["window"]), epochs=flags["epochs"], trajectories=value["trajectories"],
         envs=flags["envs"], seed=flags["seed"], checkpoint_every=flags["checkpoint_every"],
         eval_episodes=flags["eval_episodes"], no_wait=not flags["allow_wait"] if "allow_wait" in given else recipe.no_wait,

@@ -72,6 +72,7 @@ class TrainSettings:
     options: dict[str, Any] = field(default_factory=dict)
     reward: str = "bsld"
     encoder: str | None = None
+    encoder_options: dict[str, Any] = field(default_factory=dict)   # e.g. {"priority_size": 26} (dras)
     config: dict[str, Any] = field(default_factory=dict)   # algorithm config overrides
     epochs: int = 10
     trajectories: int = 100       # episodes per epoch
@@ -105,7 +106,8 @@ def make_env(settings: TrainSettings, workload: dict[str, Any] | None = None, re
 
     def one(spec: dict[str, Any]):
         env = make(kinds[0] if len(kinds) == 1 else kinds, workload=dict(spec), options=dict(settings.options),
-                   reward=settings.reward, encoder=settings.encoder, seed=settings.seed, remote=remote,
+                   reward=settings.reward, encoder=settings.encoder, encoder_options=settings.encoder_options,
+                   seed=settings.seed, remote=remote,
                    decision_info=settings.teacher is not None)  # a teacher reads the pending decision
         return NoWait(env) if settings.no_wait and {SELECT, BACKFILL} & set(kinds) else env
 
@@ -386,8 +388,8 @@ class Trainer:
         env = self.envs[0].unwrapped
         env_info = {"workload": s.workload, "options": s.options, "reward": s.reward, "no_wait": s.no_wait,
                     "procs": getattr(getattr(env, "encoder", None), "procs", None),
-                    "encoder_options": {"max_rejections": env.config.max_rejections}
-                    if hasattr(env, "config") else {}}
+                    "encoder_options": {"max_rejections": env.config.max_rejections, **s.encoder_options}
+                    if hasattr(env, "config") else dict(s.encoder_options)}
         return make_checkpoint(self.algo, kind=s.kind, encoder=getattr(getattr(env, "encoder", None), "name", None),
                                window=getattr(env, "window", None), epoch=self.epoch, env=env_info,
                                trainer={"next_episode": self.runner.next_episode, "history": self.history,
