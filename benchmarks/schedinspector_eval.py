@@ -44,11 +44,13 @@ def agent_dir(runs: Path, trace: str, base: str, semantics: str) -> Path:
     return runs / f"si-{TRACES[trace]}-{base}-{semantics}"
 
 
-def train(runs: Path, trace: str, base: str, semantics: str, epochs: int, seed: int = 0) -> None:
+def train(runs: Path, trace: str, base: str, semantics: str, epochs: int, seed: int = 0,
+          cleaning: str = "hpcgym") -> None:
     folder = agent_dir(runs, trace, base, semantics)
     run([HPCGYM, "train", "schedinspector", "--trace", str(TRACES_DIR / f"{TRACES[trace]}.swf.gz"), "--base", base,
          "--semantics", semantics, "--epochs", str(epochs), "--seed", str(seed), "--out", str(folder),
          "--eval-episodes", "0", "--checkpoint-every", "5", "--no-progress"]
+        + (["--cleaning", cleaning] if cleaning != "hpcgym" else [])
         + (["--resume"] if (folder / "curve.csv").is_file() else []))
 
 

@@ -1,14 +1,17 @@
 """SchedInspector's Table 4 over several training seeds (docs/schedinspector.md): each trace's SJF
-agent (code semantics) trained from seeds 0-2, then every agent against the SJF base on the same 50
-windows of 256 jobs (two disjoint window sets), as the mean and spread over the training seeds.
+agent trained from seeds 0-2, then every agent against the SJF base on the same 50 windows of 256
+jobs (two disjoint window sets), as the mean and spread over the training seeds.
 
     python benchmarks/schedinspector_seeds.py --runs runs/si-seeds --train       # train missing, compare
     python benchmarks/schedinspector_seeds.py --runs docs/results/schedinspector/seeds --out OUT
+    python benchmarks/schedinspector_seeds.py --runs runs/si-textbook --semantics textbook --traces SDSC-SP2 --train
 
-Agents are read from RUNS/seedS/si-TRACE-sjf-code/model.pt (`hpcgym train schedinspector --trace
-TRACE --base sjf --semantics code --epochs E --seed S`, E = 60 for SDSC-SP2 and Lublin, 40 for
-CTC-SP2 and HPC2N, as the single-seed agents were, unless --epochs says otherwise); with --train a missing one is trained (or
-resumed) first. One `hpcgym compare` per trace and window set holds the base and every agent, so
+Agents are read from RUNS/seedS/si-TRACE-sjf-SEMANTICS/model.pt (`hpcgym train schedinspector
+--trace TRACE --base sjf --semantics SEMANTICS --epochs E --seed S`, E = 60 for SDSC-SP2 and
+Lublin, 40 for CTC-SP2 and HPC2N, as the single-seed agents were, unless --epochs says otherwise;
+code semantics unless --semantics says otherwise; --cleaning rlbf-scw keeps the trace's cancelled
+jobs as 10 s jobs, in training and in the windows compared); with --train a missing one is trained
+(or resumed) first. One `hpcgym compare` per trace and window set holds the base and every agent, so
 all are paired on the same windows. Outputs in OUT: results.json and results.md.
 """
 
@@ -23,15 +26,16 @@ import schedinspector_eval
 from paper_runs import TRACES_DIR, argument_parser, chosen, compare, results_provenance
 from schedinspector_eval import PAPER_TABLE4, RULES, TRACES, fmt_diff
 
+from hpcgym.environment.swf import CLEANINGS
 from hpcgym.gymbridge.provenance import provenance_markdown
 
 #: Training epochs of each trace's agent (those of the committed single-seed agents).
 EPOCHS = {"SDSC-SP2": 60, "Lublin": 60, "CTC-SP2": 40, "HPC2N": 40}
 
 
-def agent_dir(runs: Path, trace: str, seed: int) -> Path:
-    """RUNS/seedS/si-TRACE-sjf-code: schedinspector_eval's layout, one folder per training seed."""
-    return schedinspector_eval.agent_dir(runs / f"seed{seed}", trace, "sjf", "code")
+def agent_dir(runs: Path, trace: str, seed: int, semantics: str = "code") -> Path:
+    """RUNS/seedS/si-TRACE-sjf-SEMANTICS: schedinspector_eval's layout, one folder per training seed."""
+    return schedinspector_eval.agent_dir(runs / f"seed{seed}", trace, "sjf", semantics)
 
 
 def last_return(folder: Path) -> float | None:
@@ -52,6 +56,8 @@ def spread(values: list[float]) -> str:
 def main() -> None:
     parser = argument_parser(__doc__, "si-seeds-eval", 0, 50, 256, "0,100000", list(TRACES))
     parser.add_argument("--agent-seeds", default="0,1,2", help="the training seeds of the agents")
+    parser.add_argument("--semantics", choices=sorted(RULES), default="code", help="the agents' (and base's) rules")
+    parser.add_argument("--cleaning", choices=CLEANINGS, default="hpcgym", help="the traces' SWF cleaning rule")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     agent_seeds = [int(s) for s in args.agent_seeds.split(",")]
@@ -60,32 +66,35 @@ def main() -> None:
     if args.train:
         for trace in dict.fromkeys(["SDSC-SP2", *traces]):
             for seed in agent_seeds:
-                if not (agent_dir(args.runs, trace, seed) / "model.pt").is_file():
-                    schedinspector_eval.train(args.runs / f"seed{seed}", trace, "sjf", "code",
-                                              args.epochs or EPOCHS[trace], seed)
-    rules = RULES["code"]
+                if not (agent_dir(args.runs, trace, seed, args.semantics) / "model.pt").is_file():
+                    schedinspector_eval.train(args.runs / f"seed{seed}", trace, "sjf", args.semantics,
+                                              args.epochs or EPOCHS[trace], seed, args.cleaning)
+    rules = RULES[args.semantics]
     results: dict = {"table4": {}, "training": {}}
     for trace in traces:
         policies = {"base": f"sjf,{rules}"}
         for owner in dict.fromkeys(["SDSC-SP2", trace]):
             tag = "sdsc" if owner == "SDSC-SP2" else "own"
             for seed in agent_seeds:
-                model = agent_dir(args.runs, owner, seed) / "model.pt"
+                model = agent_dir(args.runs, owner, seed, args.semantics) / "model.pt"
                 if model.is_file():
                     policies[f"{tag}-s{seed}"] = f"sjf,{rules},inspect:model:{model}"
                     results["training"][f"{owner}/{seed}"] = last_return(model.parent)
         for window_seed in window_seeds:
             folder = args.out / f"compare-{trace}-seed{window_seed}"
             results["table4"][f"{trace}/{window_seed}"] = compare(folder, TRACES_DIR / f"{TRACES[trace]}.swf.gz",
-                                                                  policies, window_seed, args.samples, args.jobs)
+                                                                  policies, window_seed, args.samples, args.jobs,
+                                                                  "--cleaning", args.cleaning)
     results["provenance"] = results_provenance(args)
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / "results.md").write_text(markdown(results, traces, window_seeds, agent_seeds))
+    (args.out / "results.md").write_text(markdown(results, traces, window_seeds, agent_seeds, args))
     print((args.out / "results.md").read_text())
 
 
-def markdown(results: dict, traces: list[str], window_seeds: list[int], agent_seeds: list[int]) -> str:
-    lines = ["# SchedInspector, Table 4 over training seeds (SJF base, code semantics, no backfilling)", "",
+def markdown(results: dict, traces: list[str], window_seeds: list[int], agent_seeds: list[int], args) -> str:
+    cleaning = "" if args.cleaning == "hpcgym" else f", {args.cleaning} cleaning"
+    lines = [f"# SchedInspector, Table 4 over training seeds (SJF base, {args.semantics} semantics{cleaning}, "
+             "no backfilling)", "",
              provenance_markdown(results["provenance"]), "",
              f"Mean bsld over the windows; agents trained from seeds {', '.join(map(str, agent_seeds))}: "
              "mean ± standard deviation over the training seeds (min..max), then each seed's paired "

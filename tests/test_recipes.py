@@ -91,7 +91,23 @@ RECIPE_OF = {"rlbf-scw": "rlbf:scw", "rlbf-public": "rlbf:public", "rlbf-textboo
 def test_recipes_train_with_the_settings_the_presets_gave(settings_of, case):
     settings = settings_of(CASES[case], with_trace=case != "a2c-notrace")
     assert settings.pop("recipe") == RECIPE_OF[case]
+    assert settings.pop("encoder_options") == {}   # added later; empty is the encoders' defaults
     assert settings == BEFORE[case]
+
+
+def test_cleaning_and_encoder_options_reach_the_settings(settings_of, tmp_path):
+    """--cleaning wins over the recipe's rule, for the training and the evaluation windows alike;
+    --encoder-option lands in the settings the checkpoint keeps."""
+    plain = settings_of(["schedinspector"])
+    kept = settings_of(["schedinspector", "--cleaning", "rlbf-scw"])
+    assert "cleaning" not in plain["workload"] and "cleaning" not in plain["eval_workload"]
+    assert kept["workload"]["cleaning"] == kept["eval_workload"]["cleaning"] == "rlbf-scw"
+    assert {**kept, "workload": plain["workload"], "eval_workload": plain["eval_workload"]} == plain
+    assert settings_of(["rlbf", "--semantics", "scw", "--cleaning", "hpcgym"])["workload"]["cleaning"] == "hpcgym"
+    assert settings_of(["dras-ppo", "--encoder-option", "priority_size=26"])["encoder_options"] == {"priority_size": 26}
+    result = CliRunner().invoke(main, ["train", "ppo", "--cleaning", "rlbf-scw", "--out", str(tmp_path / "x"),
+                                       "--no-progress"])
+    assert result.exit_code == 2 and "--cleaning is a rule for cleaning an SWF trace: give --trace" in result.output
 
 
 def test_recipe_option_is_the_same_run_as_the_older_spelling(settings_of):

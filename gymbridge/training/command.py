@@ -29,6 +29,7 @@ from ...environment.config import BACKFILL_MODES
 from ...environment.decisions import KINDS
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.rewards import DELAY_SYNTAX, RELATIVE_SYNTAX, REWARDS, SCALE_SYNTAX, SUM_SYNTAX
+from ...environment.swf import CLEANINGS
 from .settings import ALGORITHMS
 
 KIND_CHOICES = (*KINDS, "select+backfill")
@@ -61,6 +62,9 @@ KIND_CHOICES = (*KINDS, "select+backfill")
               "arrivals), real (windows of the trace), synthetic (from a model fitted to the training part), "
               "e.g. sampled,real,synthetic (even split) or sampled:9,real:9,synthetic:82 (episodes each; "
               "dras-ALGO with a trace: sampled,real,synthetic; 'none': off).")
+@click.option("--cleaning", type=click.Choice(CLEANINGS),
+              help="SWF cleaning rule of --trace: hpcgym's (default), or rlbf-scw (cancelled jobs kept as 10 s "
+                   "jobs, RL backfilling's code; docs/semantics.md); wins over the recipe's.")
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
 @click.option("--policy", default="fcfs", show_default=True, help="Priority policy ordering the queue window.")
 @click.option("--base", help="schedinspector, rlbf: the base priority policy (sets --policy; default sjf for "

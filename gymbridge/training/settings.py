@@ -131,6 +131,12 @@ def train_settings(recipe: Recipe, flags: dict[str, Any], given: set[str], label
         if sampled or start is not None:
             raise ConfigError("--curriculum sets each phase's episodes itself: drop --sampled-jobset / --start")
         phases = parse_curriculum(curriculum, flags["epochs"] * value["trajectories"])
+    if flags["cleaning"] is not None:  # after the recipe's workload keys: the flag wins
+        if trace is None:
+            raise ConfigError("--cleaning is a rule for cleaning an SWF trace: give --trace")
+        for spec in (workload, eval_workload):
+            if spec is not None:
+                spec["cleaning"] = flags["cleaning"]
     baselines = flags["baselines"] or recipe.baseline_policies(kind, policy, teacher)
     encoder_options = key_values(flags["encoder_options"], "--encoder-option", "e.g. priority_size=26")
     settable = set(ENCODER_OPTIONS) - {"max_rejections"}  # that one follows the env's option
