@@ -11,14 +11,17 @@ Two measurements:
   test part, seeds 7..16, window 50 as in benchmarks/dras_eval.py) for every built-in priority
   policy with EASY (FCFS/B among them), the DRAS baselines (the capacity knapsack, BinPacking,
   Random; no backfilling) and any trained DRAS checkpoints (`--agent NAME=PATH`, both levels),
-  each under both rules; per rule the mean over windows of mean wait, max wait (all, small,
-  large jobs) and mean bsld, and per policy the paired difference kept - re-made with a
-  bootstrap 95% CI over the windows.
+  each under both rules (`--rules` picks one); per rule the mean over windows of mean wait, max
+  wait (all, small, large jobs) and mean bsld, and per policy the paired difference kept - re-made
+  with a bootstrap 95% CI over the windows; `--versus NAME` adds each policy's paired difference
+  to that one (e.g. `optimization`, DRAS's "outperforms optimization" claim).
 
     python benchmarks/persistent_reservations.py --agent dras-ppo=runs/persist/ppo-remade/model.pt
     python benchmarks/persistent_reservations.py --trace HPC2N-2002-2.2-cln.swf.gz --markdown out.md
     python benchmarks/persistent_reservations.py --windows runs/persist/compare \\
         --agent dras-ppo=runs/persist/ppo-remade/model.pt --markdown windows.md --json windows.json
+    python benchmarks/persistent_reservations.py --windows runs/vs-opt --rules remade --builtin fcfs-easy,optimization \\
+        --versus optimization --agent dras-ppo=docs/results/dras/agents-10x/ppo-remade/epoch_000020.pt
 """
 
 from __future__ import annotations
@@ -46,10 +49,12 @@ from hpcgym.gymbridge.provenance import provenance, provenance_markdown
 
 #: The rules compared: the option's value in a compare policy spec.
 RULES = {"remade": "commit_pick:false", "kept": "commit_pick:true"}
+RULE_LABELS = {"remade": "re-made", "kept": "kept"}
 #: Every built-in priority policy with EASY (fcfs-easy is DRAS's FCFS/B), then DRAS's baselines
 #: (docs/dras.md; the knapsack of the capacity objective, which the DRAS agents trained here use).
 WINDOW_POLICIES = {**{f"{p}-easy": f"{p},easy" for p in POLICIES},
                    "optimization": "select:knapsack-capacity,backfill:none",
+                   "optimization-capability": "select:knapsack,backfill:none",
                    "binpacking": "select:binpacking,backfill:none", "random": "select:random-packing,backfill:none"}
 #: How compare's run.json writes its start and end.
 TIME = "%Y-%m-%dT%H:%M:%S%z"
@@ -150,13 +155,14 @@ def windows(args) -> tuple[str, dict]:
     """Run (unless --reuse) and sum up the windows comparison."""
     specs = {name: f"{spec},window:50" for name, spec in WINDOW_POLICIES.items() if name in args.builtin}
     specs.update({name: f"select/backfill:model:{path},easy,window:50" for name, path in args.agent})
+    rules = {rule: RULES[rule] for rule in args.rules}
     out = args.windows
     if not args.reuse:
         cmd = [HPCGYM, "compare", "--trace", str(args.trace), "--train-fraction", str(args.train_fraction),
                "--part", "test", "--jobs", "512", "--samples", str(args.samples), "--seed", "7",
                "--workers", str(args.workers), "--out", str(out), "--force"]
         for name, spec in specs.items():
-            for rule, option in RULES.items():
+            for rule, option in rules.items():
                 cmd += ["--policy", f"{name}.{rule}={spec},{option}"]
         run(cmd)
     saved = json.loads((out / "run.json").read_text())
@@ -165,7 +171,7 @@ def windows(args) -> tuple[str, dict]:
     values: dict[str, dict[str, dict[str, list[float]]]] = {}
     for name in specs:
         values[name] = {}
-        for rule in RULES:
+        for rule in rules:
             tables = sorted((out / "jobs" / f"{name}.{rule}").glob("seq-*.csv"))
             rows = [window_metrics(read_jobs(p), procs) for p in tables]
             values[name][rule] = {m: [r[m] for r in rows] for m in METRICS}
@@ -173,32 +179,52 @@ def windows(args) -> tuple[str, dict]:
                "large_from_procs": int(np.ceil(LARGE_SHARE * procs)), "seconds": seconds, "policies": {}}
     head = ["policy", "reservation", *(LABELS[m] for m in METRICS)]
     table = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(METRICS)]
+    both = len(rules) == 2
     diffs = ["| policy | " + " | ".join(f"{LABELS[m]}: kept - re-made [95% CI]" for m in METRICS) + " |",
              "|---|" + "---|" * len(METRICS)]
+    versus = [f"| policy | reservation | " + " | ".join(f"{LABELS[m]}: - {args.versus} [95% CI]" for m in METRICS)
+              + " |", "|---|---|" + "---|" * len(METRICS)]
     for name in specs:
-        entry = {"spec": specs[name], "mean": {}, "diff": {}}
-        for rule in RULES:
+        entry = {"spec": specs[name], "mean": {}, "diff": {}, "versus": {}}
+        for rule in rules:
             entry["mean"][rule] = {m: float(np.nanmean(values[name][rule][m])) for m in METRICS}
-            table.append(f"| {name} | {'kept' if rule == 'kept' else 're-made'} | "
+            table.append(f"| {name} | {RULE_LABELS[rule]} | "
                          + " | ".join(f"{entry['mean'][rule][m]:.2f}" for m in METRICS) + " |")
-        cells = []
-        for m in METRICS:
-            d = np.asarray(values[name]["kept"][m]) - np.asarray(values[name]["remade"][m])
-            d = d[~np.isnan(d)]
-            low, high = bootstrap_ci(d, 10_000, 7)
-            entry["diff"][m] = {"mean": float(d.mean()), "ci_low": low, "ci_high": high, "pairs": int(len(d))}
-            cells.append(f"{d.mean():+.2f} [{low:+.2f}, {high:+.2f}]")
-        diffs.append(f"| {name} | " + " | ".join(cells) + " |")
+            if args.versus and name != args.versus:
+                entry["versus"][rule] = {m: paired(values[name][rule][m], values[args.versus][rule][m])
+                                         for m in METRICS}
+                versus.append(f"| {name} | {RULE_LABELS[rule]} | "
+                              + " | ".join(fmt(entry["versus"][rule][m]) for m in METRICS) + " |")
+        if both:
+            entry["diff"] = {m: paired(values[name]["kept"][m], values[name]["remade"][m]) for m in METRICS}
+            diffs.append(f"| {name} | " + " | ".join(fmt(entry["diff"][m]) for m in METRICS) + " |")
         results["policies"][name] = entry
+    if args.versus:
+        results["versus"] = args.versus
     text = "\n".join([
         f"# Persistent reservations on {args.trace.name}: {args.samples} test windows of 512 jobs "
         f"(seeds 7..{6 + args.samples})",
         "", "Means over the windows of each window's value; large jobs use at least "
         f"{LARGE_SHARE:.0%} of the machine ({int(np.ceil(LARGE_SHARE * procs))} processors or more); "
-        "window 50 for everyone.", "",
-        *table, "", "Paired differences over the windows (kept - re-made; bootstrap 95% CI, 10,000 resamples, seed 7):",
-        "", *diffs, "", f"_{seconds:.0f} s for the comparison (`hpcgym compare`, {args.workers} worker(s))._"]) + "\n"
+        "window 50 for everyone.", "", *table,
+        *(["", "Paired differences over the windows (kept - re-made; bootstrap 95% CI, 10,000 resamples, seed 7):",
+           "", *diffs] if both else []),
+        *(["", f"Paired differences over the windows against {args.versus} under the same rule (bootstrap 95% "
+           "CI, 10,000 resamples, seed 7):", "", *versus] if args.versus else []),
+        "", f"_{seconds:.0f} s for the comparison (`hpcgym compare`, {args.workers} worker(s))._"]) + "\n"
     return text, results
+
+
+def paired(values: list[float], reference: list[float]) -> dict[str, float | int]:
+    """values - reference, paired by window (windows where either is NaN left out), with its CI."""
+    d = np.asarray(values) - np.asarray(reference)
+    d = d[~np.isnan(d)]
+    low, high = bootstrap_ci(d, 10_000, 7)
+    return {"mean": float(d.mean()), "ci_low": low, "ci_high": high, "pairs": int(len(d))}
+
+
+def fmt(diff: dict[str, float | int]) -> str:
+    return f"{diff['mean']:+.2f} [{diff['ci_low']:+.2f}, {diff['ci_high']:+.2f}]"
 
 
 def main() -> None:
@@ -213,6 +239,11 @@ def main() -> None:
     parser.add_argument("--pick-every", type=int, default=0, metavar="N",
                         help="replace each --agent checkpoint by the epoch of its run, among every N-th, with the "
                              "best greedy validation return (as the paper picks its models); 0: the final one")
+    parser.add_argument("--rules", default="remade,kept",
+                        help="with --windows: the reservation rules to run each policy under (remade, kept)")
+    parser.add_argument("--versus", metavar="POLICY",
+                        help="with --windows: also each policy's paired difference to this one (a --builtin name "
+                             "or an --agent NAME), under the same rule, e.g. optimization")
     parser.add_argument("--samples", type=int, default=10, help="test windows")
     parser.add_argument("--workers", type=int, default=1, help="hpcgym compare workers")
     parser.add_argument("--reuse", action="store_true", help="sum up the comparison already in --windows")
@@ -222,6 +253,9 @@ def main() -> None:
                         help="only this: the --agent runs' training and validation curves (needs --pick-every)")
     args = parser.parse_args()
     args.builtin = chosen(parser, "--builtin", args.builtin, WINDOW_POLICIES)
+    args.rules = chosen(parser, "--rules", args.rules, RULES)
+    if args.versus and args.versus not in [*args.builtin, *(name for name, _ in args.agent)]:
+        parser.error(f"--versus {args.versus}: not among the compared policies (--builtin, --agent NAME)")
     if args.curves:
         if not args.pick_every:
             parser.error("--curves draws the validation curve of every --pick-every N-th epoch: give --pick-every")
