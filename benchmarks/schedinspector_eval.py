@@ -45,12 +45,14 @@ def agent_dir(runs: Path, trace: str, base: str, semantics: str) -> Path:
 
 
 def train(runs: Path, trace: str, base: str, semantics: str, epochs: int, seed: int = 0,
-          cleaning: str = "hpcgym") -> None:
+          cleaning: str = "hpcgym", jobs: int | None = None) -> None:
+    """`hpcgym train schedinspector` into RUNS' folder for the agent (resumed if begun); `jobs`:
+    the training windows' length (default: the recipe's 128)."""
     folder = agent_dir(runs, trace, base, semantics)
     run([HPCGYM, "train", "schedinspector", "--trace", str(TRACES_DIR / f"{TRACES[trace]}.swf.gz"), "--base", base,
          "--semantics", semantics, "--epochs", str(epochs), "--seed", str(seed), "--out", str(folder),
          "--eval-episodes", "0", "--checkpoint-every", "5", "--no-progress"]
-        + (["--cleaning", cleaning] if cleaning != "hpcgym" else [])
+        + (["--cleaning", cleaning] if cleaning != "hpcgym" else []) + (["--jobs", str(jobs)] if jobs else [])
         + (["--resume"] if (folder / "curve.csv").is_file() else []))
 
 

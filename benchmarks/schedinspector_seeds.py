@@ -58,6 +58,8 @@ def main() -> None:
     parser.add_argument("--agent-seeds", default="0,1,2", help="the training seeds of the agents")
     parser.add_argument("--semantics", choices=sorted(RULES), default="code", help="the agents' (and base's) rules")
     parser.add_argument("--cleaning", choices=CLEANINGS, default="hpcgym", help="the traces' SWF cleaning rule")
+    parser.add_argument("--train-jobs", type=int, help="with --train: jobs per training window (default: the "
+                        "recipe's 128; --jobs is the compared windows')")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     agent_seeds = [int(s) for s in args.agent_seeds.split(",")]
@@ -68,7 +70,7 @@ def main() -> None:
             for seed in agent_seeds:
                 if not (agent_dir(args.runs, trace, seed, args.semantics) / "model.pt").is_file():
                     schedinspector_eval.train(args.runs / f"seed{seed}", trace, "sjf", args.semantics,
-                                              args.epochs or EPOCHS[trace], seed, args.cleaning)
+                                              args.epochs or EPOCHS[trace], seed, args.cleaning, args.train_jobs)
     rules = RULES[args.semantics]
     results: dict = {"table4": {}, "training": {}}
     for trace in traces:
