@@ -60,14 +60,17 @@ def main() -> None:
     p.add_argument("--encoder", default="irl")
     p.add_argument("--depth", default="8,10,12")
     p.add_argument("--iterations", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0, help="The teacher's training seed.")
     p.add_argument("--report-only", action="store_true")
     a = p.parse_args()
     hpcgym = str(Path(sys.executable).with_name("hpcgym"))
     if not a.report_only:
         timing = {"train": run([hpcgym, "train", "irl-dqn", "--trace", a.trace, "--jobs", str(a.jobs), "--epochs",
                                 str(a.epochs), "--trajectories", str(a.trajectories), "--envs", "2", "--reward",
-                                a.reward, "--encoder", a.encoder, "--eval-episodes", "0", "--device", "cpu",
-                                "--no-progress", "--out", str(a.out / "teacher")])}
+                                a.reward, "--encoder", a.encoder, "--seed", str(a.seed), "--eval-episodes", "0",
+                                "--device", "cpu",
+                                "--no-progress", "--out", str(a.out / "teacher")]
+                               + (["--resume"] if (a.out / "teacher" / "curve.csv").is_file() else []))}
         timing["distill"] = run([hpcgym, "distill", f"model:{a.out / 'teacher' / 'model.pt'}", "--trace", a.trace,
                                  "--train-jobs", "10000", "--test-jobs", "2500", "--depth", a.depth, "--iterations",
                                  str(a.iterations), "--no-relative", "--no-progress", "--out", str(a.out / "distill")])
