@@ -160,7 +160,7 @@ def windows(args) -> tuple[str, dict]:
     if not args.reuse:
         cmd = [HPCGYM, "compare", "--trace", str(args.trace), "--train-fraction", str(args.train_fraction),
                "--part", "test", "--jobs", "512", "--samples", str(args.samples), "--seed", "7",
-               "--workers", str(args.workers), "--out", str(out), "--force"]
+               "--workers", str(args.workers), "--out", str(out), "--force", "--inproc"]
         for name, spec in specs.items():
             for rule, option in rules.items():
                 cmd += ["--policy", f"{name}.{rule}={spec},{option}"]
