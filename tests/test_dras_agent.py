@@ -17,6 +17,7 @@ from hpcgym.agents.rl.dras_networks import DRASNetwork, DRASQNetwork, dras_netwo
 from hpcgym.agents.rl.checkpoint import load_checkpoint
 from hpcgym.agents.rl.dql import DQLConfig, epsilon
 from hpcgym.agents.rl.serve import RLAgent
+from hpcgym.agents.tree import TreeAgent
 from hpcgym.gymbridge.training.trainer import (PhasedEnv, Trainer, TrainSettings, curriculum_phase, make_env,
                                       parse_curriculum, phase_workload)
 from hpcgym.environment.errors import ConfigError
@@ -262,6 +263,15 @@ def test_the_priority_flag_reaches_training_checkpoint_and_serving(tmp_path):
         if done or truncated:
             break
     assert flagged > 0   # the trace has large jobs, so the flag was seen
+    # a tree distilled from it reads the teacher's own encoder as the teacher does, flag included
+    trees = tmp_path / "trees"
+    result = CliRunner().invoke(main, ["distill", f"model:{out / 'model.pt'}", "--trace", str(trace),
+                                       "--train-jobs", "60", "--test-jobs", "40", "--depth", "3", "--iterations", "1",
+                                       "--methods", "irl", "--no-relative", "--out", str(trees), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    tree_agent = TreeAgent(trees / "irl-d3.npz")
+    assert tree_agent.tree.meta["encoder_options"]["priority_size"] == 8
+    assert tree_agent.features.encoder.priority_size == 8
 
 
 def test_dras_flags_need_their_parts(tmp_path):

@@ -172,13 +172,16 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
     if mode == "regression" and not teach.has_scores:
         raise ConfigError(f"teacher {teacher} gives actions, not scores: use --mode classification")
     encoder = encoder or DEFAULT_ENCODERS[kinds[0]]
+    # a tree reading its checkpoint teacher's own encoder reads it as the teacher does (e.g. DRAS's priority flag)
+    same = teach.has_scores and teach.agent.checkpoint.encoder == encoder
+    encoder_options = dict(teach.agent.checkpoint.env.get("encoder_options", {})) if same else {}
     try:
-        features = CandidateFeatures(get_encoder(encoder, window, procs), kinds, window, relative)
+        features = CandidateFeatures(get_encoder(encoder, window, procs, **encoder_options), kinds, window, relative)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     priority = options.pop("policy", "fcfs")
     config = SimConfig(**{k: v for k, v in options.items() if k in SimConfig.__dataclass_fields__})
-    meta = {"kinds": list(kinds), "encoder": encoder, "window": window, "procs": procs,
+    meta = {"kinds": list(kinds), "encoder": encoder, "encoder_options": encoder_options, "window": window, "procs": procs,
             "features": features.names, "relative": relative, "teacher": teacher, "trace": str(trace),
             "train_jobs": [first, first + train_jobs]}
     from ...environment.simulator import simulate
