@@ -24,7 +24,7 @@ from pathlib import Path
 
 import schedinspector_eval
 from paper_runs import TRACES_DIR, argument_parser, chosen, compare, results_provenance
-from schedinspector_eval import PAPER_TABLE4, RULES, TRACES, fmt_diff
+from schedinspector_eval import PAPER_TABLE4, PAPER_TABLE5_SJF, RULES, TRACES, fmt_diff
 
 from hpcgym.environment.swf import CLEANINGS
 from hpcgym.gymbridge.provenance import provenance_markdown
@@ -126,6 +126,20 @@ def markdown(results: dict, traces: list[str], window_seeds: list[int], agent_se
             lines.append(f"| {trace} | {window_seed}.. | {r['base']['mean_bsld_mean']:.2f} | {cells[0]} | {cells[1]} "
                          f"| {paper} |")
     lines += details
+    lines += ["", "## Table 5 over the seeds: utilization (%), no backfilling", "",
+              "| trace | windows | base | SDSC-SP2 agents | own agents | paper: base -> inspected |", "|---|---|---|---|---|---|"]
+    for trace in traces:
+        for window_seed in window_seeds:
+            r = results["table4"].get(f"{trace}/{window_seed}")
+            if not r:
+                continue
+            cells = []
+            for tag in ("sdsc", "own"):
+                values = [100 * r[f"{tag}-s{s}"]["utilization_mean"] for s in agent_seeds if f"{tag}-s{s}" in r]
+                cells.append("(same)" if tag == "own" and trace == "SDSC-SP2" else spread(values) if values else "-")
+            paper = " -> ".join(f"{v:g}" for v in PAPER_TABLE5_SJF[trace][0])
+            lines.append(f"| {trace} | {window_seed}.. | {100 * r['base']['utilization_mean']:.2f} | {cells[0]} | "
+                         f"{cells[1]} | {paper} |")
     lines += ["", "## Training: the last epoch's mean relative reward", "", "| agent | "
               + " | ".join(f"seed {s}" for s in agent_seeds) + " |", "|---|" + "---|" * len(agent_seeds)]
     for owner in dict.fromkeys(["SDSC-SP2", *traces]):
