@@ -35,11 +35,13 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, required=True, help="folder of the teachers (A-sS, I-sS)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--trace", default="SDSC-SP2-1998-4.2-cln.swf.gz")
+    parser.add_argument("--checkpoint", default="model.pt",
+                        help="which checkpoint of each run, e.g. epoch_000003.pt (default: the final model.pt)")
     args = parser.parse_args()
-    teachers = {run.name: run / "model.pt" for run in sorted(args.runs.iterdir())
-                if run.name[:2] in ("A-", "I-") and (run / "model.pt").is_file()}
+    teachers = {run.name: run / args.checkpoint for run in sorted(args.runs.iterdir())
+                if run.name[:2] in ("A-", "I-") and (run / args.checkpoint).is_file()}
     if not teachers:
-        parser.error(f"no teacher (A-sS/model.pt, I-sS/model.pt) in {args.runs}")
+        parser.error(f"no teacher (A-sS/{args.checkpoint}, I-sS/{args.checkpoint}) in {args.runs}")
     args.out.mkdir(parents=True, exist_ok=True)
     policies = {"fcfs-easy": "fcfs,easy", **{name: f"select/backfill:model:{path},easy" for name, path in teachers.items()}}
     result = compare(args.out / "compare", TRACES_DIR / args.trace, policies, 0, 1, 2500, "--start", "10000")
@@ -50,7 +52,7 @@ def main() -> None:
     out = {"fcfs_easy": result["fcfs-easy"], "teachers": result, "change_A_vs_I_pct": change,
            "provenance": results_provenance(args)}
     (args.out / "results.json").write_text(json.dumps(out, indent=1) + "\n")
-    lines = [f"# IRL: reward A against reward I on {args.trace}, jobs 10,001-12,500", "",
+    lines = [f"# IRL: reward A against reward I on {args.trace}, jobs 10,001-12,500 ({args.checkpoint})", "",
              provenance_markdown(out["provenance"]), "",
              "| reward | teachers | " + " | ".join(METRICS.values()) + " |", "|---|---|" + "---|" * len(METRICS),
              f"| FCFS + EASY | | " + " | ".join(f"{result['fcfs-easy'][m]:,.2f}" for m in METRICS) + " |"]
