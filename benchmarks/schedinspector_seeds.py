@@ -93,6 +93,14 @@ def main() -> None:
     print((args.out / "results.md").read_text())
 
 
+def compared(results: dict, traces: list[str], window_seeds: list[int]):
+    """(trace, window seed, that comparison's rows) for each comparison in the results."""
+    for trace in traces:
+        for window_seed in window_seeds:
+            if results["table4"].get(f"{trace}/{window_seed}"):
+                yield trace, window_seed, results["table4"][f"{trace}/{window_seed}"]
+
+
 def markdown(results: dict, traces: list[str], window_seeds: list[int], agent_seeds: list[int], args) -> str:
     cleaning = "" if args.cleaning == "hpcgym" else f", {args.cleaning} cleaning"
     lines = [f"# SchedInspector, Table 4 over training seeds (SJF base, {args.semantics} semantics{cleaning}, "
@@ -106,40 +114,32 @@ def markdown(results: dict, traces: list[str], window_seeds: list[int], agent_se
     details = ["", "## Each training seed (bsld difference to the base, 95% CI)", "",
                "| trace | windows | agent | " + " | ".join(f"seed {s}" for s in agent_seeds) + " |",
                "|---|---|---|" + "---|" * len(agent_seeds)]
-    for trace in traces:
-        for window_seed in window_seeds:
-            r = results["table4"].get(f"{trace}/{window_seed}")
-            if not r:
+    for trace, window_seed, r in compared(results, traces, window_seeds):
+        cells = []
+        for tag in ("sdsc", "own"):
+            rows = {s: r[f"{tag}-s{s}"] for s in agent_seeds if f"{tag}-s{s}" in r}
+            if tag == "own" and trace == "SDSC-SP2":
+                cells.append("(same)")
                 continue
-            cells = []
-            for tag in ("sdsc", "own"):
-                rows = {s: r[f"{tag}-s{s}"] for s in agent_seeds if f"{tag}-s{s}" in r}
-                if tag == "own" and trace == "SDSC-SP2":
-                    cells.append("(same)")
-                    continue
-                cells.append(spread([row["mean_bsld_mean"] for row in rows.values()]) if rows else "-")
-                if rows:
-                    details.append(f"| {trace} | {window_seed}.. | {tag} | "
-                                   + " | ".join(f"{rows[s]['mean_bsld_mean']:.2f} ({fmt_diff(rows[s], 'mean_bsld')})"
-                                                if s in rows else "-" for s in agent_seeds) + " |")
-            paper = " / ".join(f"{v:g}" for v in PAPER_TABLE4[trace])
-            lines.append(f"| {trace} | {window_seed}.. | {r['base']['mean_bsld_mean']:.2f} | {cells[0]} | {cells[1]} "
-                         f"| {paper} |")
+            cells.append(spread([row["mean_bsld_mean"] for row in rows.values()]) if rows else "-")
+            if rows:
+                details.append(f"| {trace} | {window_seed}.. | {tag} | "
+                               + " | ".join(f"{rows[s]['mean_bsld_mean']:.2f} ({fmt_diff(rows[s], 'mean_bsld')})"
+                                            if s in rows else "-" for s in agent_seeds) + " |")
+        paper = " / ".join(f"{v:g}" for v in PAPER_TABLE4[trace])
+        lines.append(f"| {trace} | {window_seed}.. | {r['base']['mean_bsld_mean']:.2f} | {cells[0]} | {cells[1]} "
+                     f"| {paper} |")
     lines += details
     lines += ["", "## Table 5 over the seeds: utilization (%), no backfilling", "",
               "| trace | windows | base | SDSC-SP2 agents | own agents | paper: base -> inspected |", "|---|---|---|---|---|---|"]
-    for trace in traces:
-        for window_seed in window_seeds:
-            r = results["table4"].get(f"{trace}/{window_seed}")
-            if not r:
-                continue
-            cells = []
-            for tag in ("sdsc", "own"):
-                values = [100 * r[f"{tag}-s{s}"]["utilization_mean"] for s in agent_seeds if f"{tag}-s{s}" in r]
-                cells.append("(same)" if tag == "own" and trace == "SDSC-SP2" else spread(values) if values else "-")
-            paper = " -> ".join(f"{v:g}" for v in PAPER_TABLE5_SJF[trace][0])
-            lines.append(f"| {trace} | {window_seed}.. | {100 * r['base']['utilization_mean']:.2f} | {cells[0]} | "
-                         f"{cells[1]} | {paper} |")
+    for trace, window_seed, r in compared(results, traces, window_seeds):
+        cells = []
+        for tag in ("sdsc", "own"):
+            values = [100 * r[f"{tag}-s{s}"]["utilization_mean"] for s in agent_seeds if f"{tag}-s{s}" in r]
+            cells.append("(same)" if tag == "own" and trace == "SDSC-SP2" else spread(values) if values else "-")
+        paper = " -> ".join(f"{v:g}" for v in PAPER_TABLE5_SJF[trace][0])
+        lines.append(f"| {trace} | {window_seed}.. | {100 * r['base']['utilization_mean']:.2f} | {cells[0]} | "
+                     f"{cells[1]} | {paper} |")
     lines += ["", "## Training: the last epoch's mean relative reward", "", "| agent | "
               + " | ".join(f"seed {s}" for s in agent_seeds) + " |", "|---|" + "---|" * len(agent_seeds)]
     for owner in dict.fromkeys(["SDSC-SP2", *traces]):
