@@ -16,18 +16,12 @@ import json
 import statistics
 from pathlib import Path
 
-from paper_runs import TRACES_DIR, compare, results_provenance
+from paper_runs import TRACES_DIR, compare, results_provenance, spread
 
 from hpcgym.gymbridge.provenance import provenance_markdown
 
 REWARDS = {"A": "system_slowdown", "I": "system_wait_slowdown"}
 METRICS = {"mean_wait_mean": "mean wait (s)", "mean_slowdown_mean": "mean slowdown"}
-
-
-def spread(values: list[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:,.2f}"
-    return f"{statistics.mean(values):,.2f} ± {statistics.stdev(values):,.2f} ({min(values):,.2f}..{max(values):,.2f})"
 
 
 def main() -> None:
@@ -58,7 +52,7 @@ def main() -> None:
              f"| FCFS + EASY | | " + " | ".join(f"{result['fcfs-easy'][m]:,.2f}" for m in METRICS) + " |"]
     for r, spec in REWARDS.items():
         lines.append(f"| {r} (`{spec}`) | {', '.join(sorted(by_reward[r]))} | "
-                     + " | ".join(spread(summary[r][m]) if summary[r][m] else "-" for m in METRICS) + " |")
+                     + " | ".join(spread(summary[r][m], ",.2f") if summary[r][m] else "-" for m in METRICS) + " |")
     lines += ["", "A against I, mean over the seeds: " + "; ".join(f"{METRICS[m]} {v:+.1f}%" for m, v in change.items())
               + " (negative: A better; the paper: up to -66%).", "", "| teacher | " + " | ".join(METRICS.values())
               + " |", "|---|" + "---|" * len(METRICS)]

@@ -8,6 +8,7 @@ import argparse
 import csv
 import json
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,15 @@ def argument_parser(doc: str, out: str, epochs: int, samples: int, jobs: int, se
     parser.add_argument("--seeds", default=seeds, help="First seed of each disjoint seed set.")
     parser.add_argument("--traces", default=",".join(traces))
     return parser
+
+
+def spread(values: list[float], number: str = ".2f") -> str:
+    """`mean ± sd (min..max)` of the values over training seeds (or the one value), each formatted
+    with `number`."""
+    if len(values) == 1:
+        return f"{values[0]:{number}}"
+    return (f"{statistics.mean(values):{number}} ± {statistics.stdev(values):{number}} "
+            f"({min(values):{number}}..{max(values):{number}})")
 
 
 def chosen(parser: argparse.ArgumentParser, option: str, text: str, known) -> list[str]:

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import csv
 import json
-import statistics
 from pathlib import Path
 
 import schedinspector_eval
-from paper_runs import TRACES_DIR, argument_parser, chosen, compare, results_provenance
+from paper_runs import TRACES_DIR, argument_parser, chosen, compare, results_provenance, spread
 from schedinspector_eval import PAPER_TABLE4, PAPER_TABLE5_SJF, RULES, TRACES, fmt_diff
 
 from hpcgym.environment.swf import CLEANINGS
@@ -43,14 +42,6 @@ def last_return(folder: Path) -> float | None:
     with open(folder / "curve.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     return float(rows[-1]["return"]) if rows else None
-
-
-def spread(values: list[float]) -> str:
-    """`mean ± sd (min..max)` of the values, or the one value."""
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return (f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f} "
-            f"({min(values):.2f}..{max(values):.2f})")
 
 
 def main() -> None:

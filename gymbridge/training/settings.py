@@ -142,8 +142,9 @@ def train_settings(recipe: Recipe, flags: dict[str, Any], given: set[str], label
     settable = set(ENCODER_OPTIONS) - {"max_rejections"}  # that one follows the env's option
     unknown = sorted(set(encoder_options) - settable)
     if unknown:
-        raise ConfigError(f"unknown --encoder-option {', '.join(unknown)}; known: priority_size "
-                          f"({ENCODER_OPTIONS['priority_size']}); max_rejections follows --option max_rejections")
+        known = "; ".join(f"{k} ({ENCODER_OPTIONS[k]})" for k in sorted(settable))
+        raise ConfigError(f"unknown --encoder-option {', '.join(unknown)}; known: {known}; max_rejections "
+                          "follows --option max_rejections")
     return TrainSettings(
         algorithm=recipe.algorithm, kind=kind, workload=workload, eval_workload=eval_workload, options=options,
         reward=value["reward"], encoder=flags["encoder"] or recipe.encoder, encoder_options=encoder_options,
