@@ -36,6 +36,7 @@ class Recipe:
     algorithm: str = "ppo"
     kind: str = "select"
     encoder: str | None = None
+    encoders: Mapping[str, str] = field(default_factory=dict)   # per decision kind, where not `encoder`
     reward: str = "bsld"
     policy: str = "fcfs"
     window: int = 128
@@ -58,6 +59,10 @@ class Recipe:
     def full_name(self) -> str:
         return f"{self.name}:{self.variant}" if self.variant else self.name
 
+    def encoder_for(self, kind: str | None = None) -> str | None:
+        """The observation encoder of a run taking `kind` (default: the recipe's kind)."""
+        return self.encoders.get(kind or self.kind, self.encoder)
+
     def teacher(self, kind: str | None = None) -> str | None:
         """The agent imitated when the run takes `kind` (default: the recipe's kind)."""
         return self.teachers.get(kind or self.kind)
@@ -75,16 +80,16 @@ class Recipe:
         """The simulation options as a reset sends them: the rules, the window and the priority policy."""
         return {**self.options, "window": self.window, "policy": self.policy}
 
-    def episode(self) -> dict[str, Any]:
-        """An episode of this recipe as `gymbridge.make` and a protocol reset take it: the decision
-        kind(s), the workload keys, the simulation options (window and policy included), the reward
-        and the encoder. A preset in the options is spelled out as its rules, as an env's own default
+    def episode(self, kind: str | None = None) -> dict[str, Any]:
+        """An episode of this recipe, taking `kind` (default: the recipe's), as `gymbridge.make` and a
+        protocol reset take it: the decision kind(s), the workload keys, the simulation options (window
+        and policy included), the reward and the kind's encoder. A preset in the options is spelled out as its rules, as an env's own default
         rules would otherwise win over the preset's."""
-        kind: str | tuple[str, ...] = tuple(self.kind.split("+")) if "+" in self.kind else self.kind
+        name = kind or self.kind
         options = self.reset_options()
         options = {**PRESETS.get(options.pop("preset", ""), {}), **options}  # spelled out: they win over an env's defaults
-        return {"kind": kind, "workload": dict(self.workload), "options": options, "reward": self.reward,
-                "encoder": self.encoder}
+        return {"kind": tuple(name.split("+")) if "+" in name else name, "workload": dict(self.workload),
+                "options": options, "reward": self.reward, "encoder": self.encoder_for(name)}
 
     def to_json(self) -> dict[str, Any]:
         """Everything the recipe sets (what a results file records beside the commit and command)."""
@@ -103,7 +108,8 @@ def _paper(module: Any, name: str, summary: str, algorithm: str = "ppo") -> Reci
         variants[semantics] = {"options": dict(options), "reward": module.SEMANTICS_REWARD[semantics],
                                "first_jobs": workload.pop("first_jobs", None), "workload": workload}
     return Recipe(name=name, summary=summary, algorithm=algorithm, kind=d["kind"], encoder=d["encoder"],
-                  policy=d["policy"], window=d.get("window", 128), jobs=d["jobs"], trajectories=d["trajectories"],
+                  encoders=dict(d.get("encoders", {})), policy=d["policy"], window=d.get("window", 128),
+                  jobs=d["jobs"], trajectories=d["trajectories"],
                   config=dict(d["config"]), teachers=dict(d.get("teacher", {})), max_steps=d.get("max_steps"),
                   kill_rate=d.get("kill_rate"),
                   baselines=(BASE, TEACHER), variants=variants, variant=d["semantics"], options={})
@@ -172,7 +178,8 @@ def recipe_episode(spec: str | None, **given: Any) -> dict[str, Any]:
     are not None win; `workload` and `options` are merged key by key); without a recipe, `given`."""
     if spec is None:
         return {k: v for k, v in given.items() if v is not None}
-    episode = get_recipe(spec).episode()
+    kind = given.get("kind")
+    episode = get_recipe(spec).episode(kind if isinstance(kind, str) else None)
     for key, value in given.items():
         if value is None:
             continue

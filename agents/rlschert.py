@@ -89,9 +89,13 @@ SEMANTICS_REWARD: dict[str, str] = {"event": "system_slowdown_prediction"}
 #: about 1 in 1,000 kill decisions (`kill_rate`; the rule kills at about 1 in 2,000), not at 8 in 9,
 #: and episodes are cut at 20,000 decisions, not the paper's 3,000 time steps of 5 minutes: the
 #: kill decision comes at every event and prediction revision, and a policy that never kills
-#: takes 1,600-8,900 decisions on SDSC-SP2's 200-job training windows.
+#: takes 1,600-8,900 decisions on SDSC-SP2's 200-job training windows. A kind that selects also sees
+#: the queue window (the paper's waiting-job slots: wait, request, predicted length, size; `jobs`)
+#: before the running jobs, so select slot k and queue row k line up, and `select` and `select_kill`
+#: share one observation (a DeepRM select agent can start a joint one, `hpcgym train --init-from`).
 TRAINING_DEFAULTS: dict[str, Any] = {
     "kind": "kill", "encoder": "rlschert+nodes", "policy": "fcfs", "jobs": 200, "trajectories": 16, "window": 8,
+    "encoders": {"select": "jobs+rlschert+nodes", "select_kill": "jobs+rlschert+nodes"},
     "semantics": "event", "teacher": {"kill": "rlschert-rule", "select_kill": "rlschert-joint"},
     "max_steps": 20_000, "kill_rate": 1e-3,
     "config": {"net": "mlp", "hidden": [64, 64], "activation": "tanh", "lr": 1e-4, "gamma": 0.99,

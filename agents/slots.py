@@ -108,6 +108,23 @@ def action_slot(kind: str, action: Action, ids: list[int], window: int) -> int:
 
 
 
+def slot_meanings(kind: str, window: int) -> list[tuple[str, int]]:
+    """What each slot of a decision of `kind` does, comparable across kinds: ("queued", k) acts on
+    the k-th queue-window job, ("running", k) on the k-th running job, ("none", 0) does nothing
+    (wait, stop, kill nothing), ("accept", 0) and ("reject", 0) are the inspector's two. A network's
+    output row for a slot can start another kind's network at the row of the same meaning."""
+    w = window
+    if kind == INSPECT:
+        return [("accept", 0), ("reject", 0)]
+    if kind == KILL:
+        return [("none", 0), *(("running", k) for k in range(w))]
+    if kind == SELECT_KILL:
+        return [*(("queued", k) for k in range(w)), *(("running", k) for k in range(w)), ("none", 0)]
+    if kind in (SELECT, BACKFILL):
+        return [*(("queued", k) for k in range(w)), ("none", 0)]
+    raise HpcgymError(f"unknown decision kind {kind!r}")
+
+
 def kill_prior(kind: str, window: int, rate: float) -> list[float]:
     """Initial actor biases (one per slot) under which an untrained policy kills at a decision
     with probability at most about `rate`: each kill slot starts at log(rate / (1 - rate) / W),

@@ -53,7 +53,7 @@ def training_workload(recipe: Recipe, trace: str) -> dict:
 def settings_for(recipe: Recipe, trace: str, seed: int, epochs: int, overrides: dict) -> TrainSettings:
     """`hpcgym train --recipe RECIPE --trace TRACE --seed SEED` as settings."""
     return TrainSettings(algorithm=recipe.algorithm, kind=recipe.kind, workload=training_workload(recipe, trace),
-                         options=recipe.reset_options(), reward=recipe.reward, encoder=recipe.encoder,
+                         options=recipe.reset_options(), reward=recipe.reward, encoder=recipe.encoder_for(),
                          config={**recipe.config, **overrides}, epochs=epochs, trajectories=recipe.trajectories,
                          seed=seed, eval_episodes=0)
 

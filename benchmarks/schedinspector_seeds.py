@@ -1,13 +1,15 @@
 """SchedInspector's Table 4 over several training seeds (docs/schedinspector.md): each trace's SJF
 agent trained from seeds 0-2, then every agent against the SJF base on the same 50 windows of 256
-jobs (two disjoint window sets), as the mean and spread over the training seeds.
+jobs (two disjoint window sets), as the mean and spread over the training seeds. With --base, the
+same for another base policy (Fig. 7's FCFS, LCFS, SRF, SAF on SDSC-SP2; Fig. 8's F1 on each trace).
 
     python benchmarks/schedinspector_seeds.py --runs runs/si-seeds --train       # train missing, compare
     python benchmarks/schedinspector_seeds.py --runs docs/results/schedinspector/seeds --out OUT
     python benchmarks/schedinspector_seeds.py --runs runs/si-textbook --semantics textbook --traces SDSC-SP2 --train
+    python benchmarks/schedinspector_seeds.py --runs runs/si-f1 --base f1 --epochs 40 --train
 
-Agents are read from RUNS/seedS/si-TRACE-sjf-SEMANTICS/model.pt (`hpcgym train schedinspector
---trace TRACE --base sjf --semantics SEMANTICS --epochs E --seed S`, E = 60 for SDSC-SP2 and
+Agents are read from RUNS/seedS/si-TRACE-BASE-SEMANTICS/model.pt (`hpcgym train schedinspector
+--trace TRACE --base BASE --semantics SEMANTICS --epochs E --seed S`, E = 60 for SDSC-SP2 and
 Lublin, 40 for CTC-SP2 and HPC2N, as the single-seed agents were, unless --epochs says otherwise;
 code semantics unless --semantics says otherwise; --cleaning rlbf-scw keeps the trace's cancelled
 jobs as 10 s jobs, in training and in the windows compared); with --train a missing one is trained
@@ -23,18 +25,29 @@ from pathlib import Path
 
 import schedinspector_eval
 from paper_runs import TRACES_DIR, argument_parser, chosen, compare, results_provenance, spread
-from schedinspector_eval import PAPER_TABLE4, PAPER_TABLE5_SJF, RULES, TRACES, fmt_diff
+from schedinspector_eval import PAPER_TABLE4, PAPER_TABLE5_F1, PAPER_TABLE5_SJF, RULES, TRACES, fmt_diff
 
 from hpcgym.environment.swf import CLEANINGS
 from hpcgym.gymbridge.provenance import provenance_markdown
 
 #: Training epochs of each trace's agent (those of the committed single-seed agents).
 EPOCHS = {"SDSC-SP2": 60, "Lublin": 60, "CTC-SP2": 40, "HPC2N": 40}
+#: The base policies the paper inspects: Table 4's SJF, Fig. 7's four others (SDSC-SP2), Fig. 8's F1.
+BASES = ("sjf", "fcfs", "lcfs", "srf", "saf", "f1")
+#: What the paper reports for a base other than SJF, per trace where it says: Fig. 7's converged
+#: training improvement (bsld) and rejection ratio; Fig. 8's text names F1's smallest bar.
+PAPER_OTHER_BASES = {("fcfs", "SDSC-SP2"): "never positive; rejects 5%",
+                     ("lcfs", "SDSC-SP2"): "improvement 144.9; rejects 39.1%",
+                     ("srf", "SDSC-SP2"): "improvement 52.9; rejects 41.0%",
+                     ("saf", "SDSC-SP2"): "improvement 34.5; rejects 48.2%",
+                     ("f1", "CTC-SP2"): "improvement 13.6%"}
+#: Table 5's utilization (%) base / inspected, without and with backfilling, where the paper gives it.
+PAPER_TABLE5 = {"sjf": PAPER_TABLE5_SJF, "f1": PAPER_TABLE5_F1}
 
 
-def agent_dir(runs: Path, trace: str, seed: int, semantics: str = "code") -> Path:
-    """RUNS/seedS/si-TRACE-sjf-SEMANTICS: schedinspector_eval's layout, one folder per training seed."""
-    return schedinspector_eval.agent_dir(runs / f"seed{seed}", trace, "sjf", semantics)
+def agent_dir(runs: Path, trace: str, seed: int, semantics: str = "code", base: str = "sjf") -> Path:
+    """RUNS/seedS/si-TRACE-BASE-SEMANTICS: schedinspector_eval's layout, one folder per training seed."""
+    return schedinspector_eval.agent_dir(runs / f"seed{seed}", trace, base, semantics)
 
 
 def last_return(folder: Path) -> float | None:
@@ -49,6 +62,9 @@ def main() -> None:
     parser.add_argument("--agent-seeds", default="0,1,2", help="the training seeds of the agents")
     parser.add_argument("--semantics", choices=sorted(RULES), default="code", help="the agents' (and base's) rules")
     parser.add_argument("--cleaning", choices=CLEANINGS, default="hpcgym", help="the traces' SWF cleaning rule")
+    parser.add_argument("--base", choices=BASES, default="sjf", help="the base policy the agents inspect")
+    parser.add_argument("--max-rejections", type=int, help="compare with this cap on a pick's rejections in place "
+                        "of the code's 72 (training keeps the recipe's)")
     parser.add_argument("--train-jobs", type=int, help="with --train: jobs per training window (default: the "
                         "recipe's 128; --jobs is the compared windows')")
     args = parser.parse_args()
@@ -59,19 +75,19 @@ def main() -> None:
     if args.train:
         for trace in dict.fromkeys(["SDSC-SP2", *traces]):
             for seed in agent_seeds:
-                if not (agent_dir(args.runs, trace, seed, args.semantics) / "model.pt").is_file():
-                    schedinspector_eval.train(args.runs / f"seed{seed}", trace, "sjf", args.semantics,
+                if not (agent_dir(args.runs, trace, seed, args.semantics, args.base) / "model.pt").is_file():
+                    schedinspector_eval.train(args.runs / f"seed{seed}", trace, args.base, args.semantics,
                                               args.epochs or EPOCHS[trace], seed, args.cleaning, args.train_jobs)
-    rules = RULES[args.semantics]
+    rules = RULES[args.semantics] + ("" if args.max_rejections is None else f",max_rejections:{args.max_rejections}")
     results: dict = {"table4": {}, "training": {}}
     for trace in traces:
-        policies = {"base": f"sjf,{rules}"}
+        policies = {"base": f"{args.base},{rules}"}
         for owner in dict.fromkeys(["SDSC-SP2", trace]):
             tag = "sdsc" if owner == "SDSC-SP2" else "own"
             for seed in agent_seeds:
-                model = agent_dir(args.runs, owner, seed, args.semantics) / "model.pt"
+                model = agent_dir(args.runs, owner, seed, args.semantics, args.base) / "model.pt"
                 if model.is_file():
-                    policies[f"{tag}-s{seed}"] = f"sjf,{rules},inspect:model:{model}"
+                    policies[f"{tag}-s{seed}"] = f"{args.base},{rules},inspect:model:{model}"
                     results["training"][f"{owner}/{seed}"] = last_return(model.parent)
         for window_seed in window_seeds:
             folder = args.out / f"compare-{trace}-seed{window_seed}"
@@ -93,14 +109,16 @@ def compared(results: dict, traces: list[str], window_seeds: list[int]):
 
 
 def markdown(results: dict, traces: list[str], window_seeds: list[int], agent_seeds: list[int], args) -> str:
-    cleaning = "" if args.cleaning == "hpcgym" else f", {args.cleaning} cleaning"
-    lines = [f"# SchedInspector, Table 4 over training seeds (SJF base, {args.semantics} semantics{cleaning}, "
-             "no backfilling)", "",
+    variant = "" if args.cleaning == "hpcgym" else f", {args.cleaning} cleaning"
+    if args.max_rejections is not None:
+        variant += f", at most {args.max_rejections} rejections of a pick"
+    lines = [f"# SchedInspector, Table 4 over training seeds ({args.base.upper()} base, {args.semantics} "
+             f"semantics{variant}, no backfilling)", "",
              provenance_markdown(results["provenance"]), "",
              f"Mean bsld over the windows; agents trained from seeds {', '.join(map(str, agent_seeds))}: "
              "mean ± standard deviation over the training seeds (min..max), then each seed's paired "
              "difference to the base with its bootstrap 95% CI.", "",
-             "| trace | windows | base | SDSC-SP2 agents | own agents | paper: base / SDSC / own |",
+             "| trace | windows | base | SDSC-SP2 agents | own agents | paper |",
              "|---|---|---|---|---|---|"]
     details = ["", "## Each training seed (bsld difference to the base, 95% CI)", "",
                "| trace | windows | agent | " + " | ".join(f"seed {s}" for s in agent_seeds) + " |",
@@ -117,7 +135,8 @@ def markdown(results: dict, traces: list[str], window_seeds: list[int], agent_se
                 details.append(f"| {trace} | {window_seed}.. | {tag} | "
                                + " | ".join(f"{rows[s]['mean_bsld_mean']:.2f} ({fmt_diff(rows[s], 'mean_bsld')})"
                                             if s in rows else "-" for s in agent_seeds) + " |")
-        paper = " / ".join(f"{v:g}" for v in PAPER_TABLE4[trace])
+        paper = (" / ".join(f"{v:g}" for v in PAPER_TABLE4[trace]) + " (base / SDSC / own)" if args.base == "sjf"
+                 else PAPER_OTHER_BASES.get((args.base, trace), "-"))
         lines.append(f"| {trace} | {window_seed}.. | {r['base']['mean_bsld_mean']:.2f} | {cells[0]} | {cells[1]} "
                      f"| {paper} |")
     lines += details
@@ -128,7 +147,7 @@ def markdown(results: dict, traces: list[str], window_seeds: list[int], agent_se
         for tag in ("sdsc", "own"):
             values = [100 * r[f"{tag}-s{s}"]["utilization_mean"] for s in agent_seeds if f"{tag}-s{s}" in r]
             cells.append("(same)" if tag == "own" and trace == "SDSC-SP2" else spread(values) if values else "-")
-        paper = " -> ".join(f"{v:g}" for v in PAPER_TABLE5_SJF[trace][0])
+        paper = " -> ".join(f"{v:g}" for v in PAPER_TABLE5[args.base][trace][0]) if args.base in PAPER_TABLE5 else "-"
         lines.append(f"| {trace} | {window_seed}.. | {100 * r['base']['utilization_mean']:.2f} | {cells[0]} | "
                      f"{cells[1]} | {paper} |")
     lines += ["", "## Training: the last epoch's mean relative reward", "", "| agent | "

@@ -230,3 +230,62 @@ def test_an_untrained_kill_policy_finishes_its_episodes_only_with_the_kill_prior
     assert float(prior["truncated"]) == 0 and float(prior["kills"]) <= 1 and float(prior["length"]) < 400, prior
     # (kills are counted at an episode's end: the uniform arm's episodes are mostly cut before theirs)
     assert float(uniform["truncated"]) > 0 and float(uniform["length"]) > 2.5 * float(prior["length"]), uniform
+
+
+def test_the_selecting_kinds_see_the_queue(tmp_path):
+    """RLSchert's select and select_kill runs choose queue slots, so their observation must show
+    the jobs in them (the paper's waiting-job slots). At a window's first decision nothing runs, so
+    without the queue two windows of different jobs look the same; with it, queue row 0's size
+    column is the first queued job's size / processors (write_trace: 32 processors)."""
+    pytest.importorskip("gymnasium")
+    import hpcgym.gymbridge as gb
+    from hpcgym.agents.encoders import JobTableEncoder
+    from hpcgym.environment.swf import read_swf
+
+    from .agents_for_tests import write_trace
+
+    trace = write_trace(tmp_path / "t.swf", jobs=80, procs=32, seed=5)
+    sizes = read_swf(trace).size
+    for kind in ("select", "select_kill"):
+        firsts = []
+        for start in (0, 40):
+            env = gb.make(kind, recipe="rlschert", workload={"trace": str(trace), "jobs": 20, "start": start})
+            obs, _ = env.reset(seed=0)
+            assert obs[JobTableEncoder.COLUMNS.index("size")] == pytest.approx(sizes[start] / 32), kind
+            firsts.append(obs)
+        assert not np.array_equal(*firsts), kind
+
+
+def test_a_select_agent_starts_a_joint_one_slot_by_slot():
+    """--init-from (agents.rl.checkpoint.start_from): a select network's row for queue job k and
+    its wait row start the select_kill network's rows of the same meaning, so among the queued jobs
+    and waiting the joint policy's first choices are the select agent's; its kill rows keep the kill
+    prior (an untrained joint policy kills at about 1e-4, test above). A run with another
+    observation is refused by name."""
+    torch = pytest.importorskip("torch")
+    from hpcgym.agents.rl.checkpoint import CheckpointError, make_checkpoint, start_from
+    from hpcgym.agents.rl.ppo import PPO
+    from hpcgym.agents.slots import kill_prior
+
+    w, features = 8, 20
+    obs = np.random.default_rng(1).normal(size=(32, features)).astype(np.float32)
+    select = PPO((features,), w + 1, {"hidden": [16]}, seed=1)
+    for p in select.modules()["model"].parameters():  # a trained network, not a fresh one
+        p.data.normal_(0, 1, generator=torch.Generator().manual_seed(7))
+    source = make_checkpoint(select, kind="select", encoder="jobs+rlschert+nodes", window=w)
+    joint = PPO((features,), 2 * w + 1, {"hidden": [16], "initial_bias": kill_prior("select_kill", w, 1e-3)}, seed=2)
+    start_from(joint, source, "select_kill", "jobs+rlschert+nodes", w)
+
+    no_kill = np.ones((32, 2 * w + 1), np.int8)
+    no_kill[:, w:2 * w] = 0
+    p_select = torch.softmax(torch.as_tensor(select.scores(obs, np.ones((32, w + 1), np.int8))), -1).numpy()
+    p_joint = torch.softmax(torch.as_tensor(joint.scores(obs, no_kill)), -1).numpy()
+    assert np.allclose(p_joint[:, :w], p_select[:, :w], atol=1e-5)
+    assert np.allclose(p_joint[:, 2 * w], p_select[:, w], atol=1e-5)
+    p_kill = torch.softmax(torch.as_tensor(joint.scores(obs, np.ones((32, 2 * w + 1), np.int8))), -1)
+    assert float(p_kill[:, w:2 * w].sum(-1).max()) < 0.05   # the kill prior, not the source's rows
+
+    with pytest.raises(CheckpointError, match="give --encoder jobs\\+rlschert\\+nodes"):
+        start_from(PPO((features,), w + 1, {"hidden": [16]}), source, "kill", "rlschert+nodes", w)
+    with pytest.raises(CheckpointError, match="another network"):
+        start_from(PPO((features,), 2 * w + 1, {"hidden": [32]}), source, "select_kill", "jobs+rlschert+nodes", w)

@@ -115,3 +115,47 @@ def latest_checkpoint(folder: str | Path) -> Path | None:
     """The checkpoint of the highest epoch in `folder` (files epoch_NNNNNN.pt), or None."""
     files = sorted(p for p in Path(folder).glob("epoch_*.pt") if p.stem[len("epoch_"):].isdigit())
     return files[-1] if files else None
+
+
+def start_from(algo: Algorithm, source: Checkpoint, kind: str, encoder: str | None, window: int | None) -> None:
+    """Load `source`'s weights into `algo`, a fresh run taking `kind` (optimizer and counters stay
+    fresh). The observation must be the same; the actor's output rows are matched by what their
+    slots do (`slot_meanings`: a `select` agent's row for queue job k starts a `select_kill` agent's
+    row for queue job k, its wait row the joint agent's wait row), and a row with no counterpart,
+    such as a kill slot, keeps its fresh start (the kill prior included)."""
+    from ..slots import slot_meanings
+
+    if tuple(source.obs_shape) != tuple(algo.obs_shape) or source.encoder != encoder:
+        raise CheckpointError(f"--init-from needs the observation of this run: the checkpoint encodes with "
+                              f"{source.encoder!r} into {tuple(source.obs_shape)}, this run with {encoder!r} into "
+                              f"{tuple(algo.obs_shape)}; give --encoder {source.encoder}")
+    if source.algorithm != algo.name:
+        raise CheckpointError(f"--init-from: the checkpoint was trained with {source.algorithm}, this run uses "
+                              f"{algo.name}: their networks differ")
+    rows = None
+    if source.kind != kind:
+        if "+" in source.kind or "+" in kind or source.window != window:
+            raise CheckpointError(f"--init-from maps output slots between two single decision kinds of one "
+                                  f"window; the checkpoint takes {source.kind} over {source.window} slots, this run "
+                                  f"{kind} over {window}")
+        have = {meaning: i for i, meaning in enumerate(slot_meanings(source.kind, source.window))}
+        rows = [(t, have[meaning]) for t, meaning in enumerate(slot_meanings(kind, window)) if meaning in have]
+        if source.n_actions == algo.n_actions:
+            if rows != [(t, t) for t in range(algo.n_actions)]:
+                raise CheckpointError(f"--init-from: {source.kind} and {kind} have as many slots in another "
+                                      "order, which the output layer cannot tell from a hidden one")
+            rows = None
+    weights = algo.weights()
+    for module, params in weights.items():
+        for name, target in params.items():
+            value = source.state["weights"].get(module, {}).get(name)
+            if value is not None and value.shape == target.shape:
+                params[name] = value.clone()
+            elif value is not None and rows is not None and value.shape[1:] == target.shape[1:] \
+                    and (value.shape[0], target.shape[0]) == (source.n_actions, algo.n_actions):
+                for t, s in rows:  # the output layer: rows of the same meaning; the others keep their start
+                    target[t] = value[s]
+            else:
+                raise CheckpointError(f"--init-from: the checkpoint has no weights of the shape {tuple(target.shape)} "
+                                      f"for {module}.{name}: another network (--net, --hidden)")
+    algo.load_weights(weights)

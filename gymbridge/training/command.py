@@ -80,6 +80,10 @@ KIND_CHOICES = (*KINDS, "select+backfill")
               help="ppo: an agent whose actions the imitation term (--set imitation_coef=A --set "
                    "imitation_epochs=N) pulls the policy towards: a built-in name (e.g. rlschert-rule, sjf), "
                    "module:Class or model:PATH (rlschert: rlschert-rule).")
+@click.option("--init-from", type=click.Path(path_type=Path, exists=True, dir_okay=False), metavar="CHECKPOINT",
+              help="Start from a trained checkpoint's weights (same observation and network); another kind's "
+                   "output rows are matched by slot meaning, e.g. a select agent starts a select_kill one "
+                   "(its kill rows keep their fresh start).")
 @click.option("--window", type=click.IntRange(min=1), default=128, show_default=True,
               help="Queue jobs the agent sees and chooses from.")
 @click.option("--wait/--no-wait", "allow_wait", default=True, show_default=True,

@@ -147,12 +147,13 @@ def train_settings(recipe: Recipe, flags: dict[str, Any], given: set[str], label
                           "follows --option max_rejections")
     return TrainSettings(
         algorithm=recipe.algorithm, kind=kind, workload=workload, eval_workload=eval_workload, options=options,
-        reward=value["reward"], encoder=flags["encoder"] or recipe.encoder, encoder_options=encoder_options,
+        reward=value["reward"], encoder=flags["encoder"] or recipe.encoder_for(kind), encoder_options=encoder_options,
         config=algorithm_config(recipe, flags, teacher, kind, value["window"]), epochs=flags["epochs"], trajectories=value["trajectories"],
         envs=flags["envs"], seed=flags["seed"], checkpoint_every=flags["checkpoint_every"],
         eval_episodes=flags["eval_episodes"], no_wait=not flags["allow_wait"] if "allow_wait" in given else recipe.no_wait,
         max_steps=flags["max_steps"] or recipe.max_steps, discard_after=flags["discard_after"], curriculum=phases,
-        teacher=teacher, baselines=baselines, name=label, recipe=recipe.full_name if recipe.name in RECIPES else None)
+        teacher=teacher, baselines=baselines, name=label, recipe=recipe.full_name if recipe.name in RECIPES else None,
+        init_from=str(flags["init_from"].resolve()) if flags["init_from"] else None)
 
 
 def algorithm_config(recipe: Recipe, flags: dict[str, Any], teacher: str | None, kind: str,

@@ -35,7 +35,7 @@ import gymnasium as gym
 from ...agents.rl.algorithm import Algorithm, config_from_dict
 from ...agents.rl.algorithms import get_algorithm
 from ...agents.rl.checkpoint import (Checkpoint, CheckpointError, checkpoint_kinds, latest_checkpoint, load_checkpoint,
-                         make_checkpoint, save_checkpoint)
+                         make_checkpoint, save_checkpoint, start_from)
 from ...agents.rl.runner import Runner
 from ...agents.slots import drop_last_slot
 from ...environment.decisions import BACKFILL, KILL, SELECT
@@ -86,6 +86,7 @@ class TrainSettings:
     discard_after: int | None = None  # throw an episode away at this many decisions (None: never)
     curriculum: list[list[Any]] | None = None   # [[phase, episodes], ...] (see `curriculum_phase`)
     teacher: str | None = None    # ppo: an agent (agents.runtime.load_agent's names) labelling each state for imitation
+    init_from: str | None = None  # a checkpoint whose weights start the run (agents.rl.checkpoint.start_from)
     name: str | None = None       # the trained policy's name in the evaluation (e.g. schedinspector; default: algorithm)
     recipe: str | None = None     # the paper's recipe it follows (agents/recipes.py), e.g. rlbf:scw
 
@@ -307,9 +308,14 @@ class Trainer:
                 config.update(dras_layout(envs[0], config))
             self.algo = cls(envs[0].observation_space.shape, envs[0].action_space.n,
                             config_from_dict(cls.Config, config), device=self.device, seed=s.seed)
+            if s.init_from:
+                env = envs[0].unwrapped
+                start_from(self.algo, load_checkpoint(s.init_from), s.kind,
+                           getattr(getattr(env, "encoder", None), "name", None), getattr(env, "window", None))
+                self.log(f"starting from the weights of {s.init_from}")
             next_episode = 0
         # each start and resume of the run: its commit, command and what it read
-        self.starts = self.starts + [provenance(s.to_json(), [p for p in (ckpt_path, s.teacher) if p])]
+        self.starts = self.starts + [provenance(s.to_json(), [p for p in (ckpt_path, s.teacher, s.init_from) if p])]
         options_of = (lambda j: {"phase": curriculum_phase(s.curriculum, j)}) if s.curriculum else None
         seed_of = functools.partial(train_seed, s.seed)
         teacher = self._teacher()
