@@ -17,7 +17,8 @@ packing agents that start jobs that fit and never reserve (`--backfill none`). R
 the predictions (`estimate: predicted`). The `learned` model is fitted on each trace's training
 part first (`hpcgym predict fit`). The RL agents are read from RUNS/deeprm-TRACE/model.pt (`hpcgym
 train rlschert --kind select`: the paper's DeepRM, no kill) and RUNS/rlschert-TRACE/model.pt (`hpcgym
-train rlschert`, kind kill or select_kill) when they exist; their rows are left out otherwise. Outputs in OUT:
+train rlschert`, kind kill or select_kill) when they exist, and RUNS/NAME-TRACE-sS/model.pt as the rows
+NAME-sS (one per training seed S); their rows are left out otherwise. Outputs in OUT:
 compare folders, results.json and results.md (with --shares: table9.json and table9.md).
 """
 
@@ -69,13 +70,18 @@ def prediction(args, trace: str, predictor: str) -> str:
 
 
 #: The RL rows, each read from RUNS/NAME-TRACE/model.pt when it exists: `deeprm` (`hpcgym train
-#: rlschert --kind select`, no kill, no teacher) and `rlschert` (kind kill or select_kill).
+#: rlschert --kind select`, no kill, no teacher) and `rlschert` (kind kill or select_kill); and from
+#: RUNS/NAME-TRACE-sS/model.pt, the agent of training seed S, as the row NAME-sS.
 RL_AGENTS = ("deeprm", "rlschert")
 
 
 def rl_agents(args, trace: str) -> dict[str, Path]:
     """The trained RL agents of `trace`, by row name; each takes the kinds it was trained on."""
-    found = {name: args.runs / f"{name}-{TRACES[trace]}" / "model.pt" for name in RL_AGENTS}
+    found = {}
+    for name in RL_AGENTS:
+        found[name] = args.runs / f"{name}-{TRACES[trace]}" / "model.pt"
+        for seeded in sorted(args.runs.glob(f"{name}-{TRACES[trace]}-s*/model.pt")):
+            found[f"{name}-{seeded.parent.name.rsplit('-', 1)[1]}"] = seeded
     return {name: path.resolve() for name, path in found.items() if path.is_file()}
 
 
