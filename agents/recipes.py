@@ -83,8 +83,8 @@ class Recipe:
     def episode(self, kind: str | None = None) -> dict[str, Any]:
         """An episode of this recipe, taking `kind` (default: the recipe's), as `gymbridge.make` and a
         protocol reset take it: the decision kind(s), the workload keys, the simulation options (window
-        and policy included), the reward and the kind's encoder. A preset in the options is spelled out as its rules, as an env's own default
-        rules would otherwise win over the preset's."""
+        and policy included), the reward and the kind's encoder. A preset in the options is spelled
+        out as its rules, as an env's own default rules would otherwise win over the preset's."""
         name = kind or self.kind
         options = self.reset_options()
         options = {**PRESETS.get(options.pop("preset", ""), {}), **options}  # spelled out: they win over an env's defaults

@@ -107,7 +107,6 @@ def action_slot(kind: str, action: Action, ids: list[int], window: int) -> int:
     return k + 1 if kind == KILL else k
 
 
-
 def slot_meanings(kind: str, window: int) -> list[tuple[str, int]]:
     """What each slot of a decision of `kind` does, comparable across kinds: ("queued", k) acts on
     the k-th queue-window job, ("running", k) on the k-th running job, ("none", 0) does nothing
