@@ -45,14 +45,16 @@ def agent_dir(runs: Path, trace: str, base: str, semantics: str) -> Path:
 
 
 def train(runs: Path, trace: str, base: str, semantics: str, epochs: int, seed: int = 0,
-          cleaning: str = "hpcgym", jobs: int | None = None) -> None:
+          cleaning: str = "hpcgym", jobs: int | None = None, backfill: str = "none") -> None:
     """`hpcgym train schedinspector` into RUNS' folder for the agent (resumed if begun); `jobs`:
-    the training windows' length (default: the recipe's 128)."""
+    the training windows' length (default: the recipe's 128); `backfill`: easy for a base with
+    EASY (Section 4.5's multifactor)."""
     folder = agent_dir(runs, trace, base, semantics)
     run([HPCGYM, "train", "schedinspector", "--trace", str(TRACES_DIR / f"{TRACES[trace]}.swf.gz"), "--base", base,
          "--semantics", semantics, "--epochs", str(epochs), "--seed", str(seed), "--out", str(folder),
          "--eval-episodes", "0", "--checkpoint-every", "5", "--no-progress"]
         + (["--cleaning", cleaning] if cleaning != "hpcgym" else []) + (["--jobs", str(jobs)] if jobs else [])
+        + (["--backfill", backfill] if backfill != "none" else [])
         + (["--resume"] if (folder / "curve.csv").is_file() else []))
 
 
