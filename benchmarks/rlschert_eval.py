@@ -70,9 +70,10 @@ def prediction(args, trace: str, predictor: str) -> str:
 
 
 #: The RL rows, each read from RUNS/NAME-TRACE/model.pt when it exists: `deeprm` (`hpcgym train
-#: rlschert --kind select`, no kill, no teacher) and `rlschert` (kind kill or select_kill); and from
-#: RUNS/NAME-TRACE-sS/model.pt, the agent of training seed S, as the row NAME-sS.
-RL_AGENTS = ("deeprm", "rlschert")
+#: rlschert --kind select`, no kill, no teacher), `deeprm_sjf` (the same, imitating SJF at first:
+#: `--teacher sjf`) and `rlschert` (kind kill or select_kill); and from RUNS/NAME-TRACE-sS/model.pt,
+#: the agent of training seed S, as the row NAME-sS.
+RL_AGENTS = ("deeprm", "deeprm_sjf", "rlschert")
 
 
 def rl_agents(args, trace: str) -> dict[str, Path]:
