@@ -259,9 +259,12 @@ def test_the_selecting_kinds_see_the_queue(tmp_path):
 def test_a_select_agent_starts_a_joint_one_slot_by_slot():
     """--init-from (agents.rl.checkpoint.start_from): a select network's row for queue job k and
     its wait row start the select_kill network's rows of the same meaning, so among the queued jobs
-    and waiting the joint policy's first choices are the select agent's; its kill rows keep the kill
-    prior (an untrained joint policy kills at about 1e-4, test above). A run with another
-    observation is refused by name."""
+    and waiting the joint policy's first choices are the select agent's. Its kill rows start as the
+    wait row shifted by the kill prior, so where only killing or waiting is allowed (an empty
+    queue, a state a select agent never meets) it kills with the prior's probability, 1e-3, even
+    when the select agent's wait is very unlikely (here a wait bias of -20: kill rows left at their
+    fresh start would then kill almost surely, as the first such run did: 99 kills per episode).
+    A run with another observation is refused by name."""
     torch = pytest.importorskip("torch")
     from hpcgym.agents.rl.checkpoint import CheckpointError, make_checkpoint, start_from
     from hpcgym.agents.rl.ppo import PPO
@@ -272,6 +275,8 @@ def test_a_select_agent_starts_a_joint_one_slot_by_slot():
     select = PPO((features,), w + 1, {"hidden": [16]}, seed=1)
     for p in select.modules()["model"].parameters():  # a trained network, not a fresh one
         p.data.normal_(0, 1, generator=torch.Generator().manual_seed(7))
+    output_bias = [p for n, p in select.modules()["model"].named_parameters() if p.shape == (w + 1,)]
+    output_bias[0].data[w] = -20.0   # a select agent that never waits
     source = make_checkpoint(select, kind="select", encoder="jobs+rlschert+nodes", window=w)
     joint = PPO((features,), 2 * w + 1, {"hidden": [16], "initial_bias": kill_prior("select_kill", w, 1e-3)}, seed=2)
     start_from(joint, source, "select_kill", "jobs+rlschert+nodes", w)
@@ -282,8 +287,10 @@ def test_a_select_agent_starts_a_joint_one_slot_by_slot():
     p_joint = torch.softmax(torch.as_tensor(joint.scores(obs, no_kill)), -1).numpy()
     assert np.allclose(p_joint[:, :w], p_select[:, :w], atol=1e-5)
     assert np.allclose(p_joint[:, 2 * w], p_select[:, w], atol=1e-5)
-    p_kill = torch.softmax(torch.as_tensor(joint.scores(obs, np.ones((32, 2 * w + 1), np.int8))), -1)
-    assert float(p_kill[:, w:2 * w].sum(-1).max()) < 0.05   # the kill prior, not the source's rows
+    kill_or_wait = np.zeros((32, 2 * w + 1), np.int8)
+    kill_or_wait[:, w:] = 1
+    p_kill = torch.softmax(torch.as_tensor(joint.scores(obs, kill_or_wait)), -1)[:, w:2 * w].sum(-1).numpy()
+    assert np.allclose(p_kill, 1e-3, rtol=0.05), p_kill   # the prior's odds against waiting, in every state
 
     with pytest.raises(CheckpointError, match="give --encoder jobs\\+rlschert\\+nodes"):
         start_from(PPO((features,), w + 1, {"hidden": [16]}), source, "kill", "rlschert+nodes", w)

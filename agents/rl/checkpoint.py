@@ -121,8 +121,11 @@ def start_from(algo: Algorithm, source: Checkpoint, kind: str, encoder: str | No
     """Load `source`'s weights into `algo`, a fresh run taking `kind` (optimizer and counters stay
     fresh). The observation must be the same; the actor's output rows are matched by what their
     slots do (`slot_meanings`: a `select` agent's row for queue job k starts a `select_kill` agent's
-    row for queue job k, its wait row the joint agent's wait row), and a row with no counterpart,
-    such as a kill slot, keeps its fresh start (the kill prior included)."""
+    row for queue job k, its wait row the joint agent's wait row). A row with no counterpart, such
+    as a kill slot, starts as the source's do-nothing row plus what set it apart from the fresh
+    do-nothing row (the kill prior's offset), so in every state it is as much less likely than
+    waiting as the prior makes it: kept fresh, it would compete with trained rows whose values in
+    states the source never met (a joint decision with an empty queue) can be far lower."""
     from ..slots import slot_meanings
 
     if tuple(source.obs_shape) != tuple(algo.obs_shape) or source.encoder != encoder:
@@ -132,14 +135,17 @@ def start_from(algo: Algorithm, source: Checkpoint, kind: str, encoder: str | No
     if source.algorithm != algo.name:
         raise CheckpointError(f"--init-from: the checkpoint was trained with {source.algorithm}, this run uses "
                               f"{algo.name}: their networks differ")
-    rows = None
+    rows, new_rows = None, []
     if source.kind != kind:
         if "+" in source.kind or "+" in kind or source.window != window:
             raise CheckpointError(f"--init-from maps output slots between two single decision kinds of one "
                                   f"window; the checkpoint takes {source.kind} over {source.window} slots, this run "
                                   f"{kind} over {window}")
         have = {meaning: i for i, meaning in enumerate(slot_meanings(source.kind, source.window))}
-        rows = [(t, have[meaning]) for t, meaning in enumerate(slot_meanings(kind, window)) if meaning in have]
+        wanted = slot_meanings(kind, window)
+        rows = [(t, have[meaning]) for t, meaning in enumerate(wanted) if meaning in have]
+        nothing = (have.get(("none", 0)), wanted.index(("none", 0)) if ("none", 0) in wanted else None)
+        new_rows = [t for t, meaning in enumerate(wanted) if meaning not in have] if None not in nothing else []
         if source.n_actions == algo.n_actions:
             if rows != [(t, t) for t in range(algo.n_actions)]:
                 raise CheckpointError(f"--init-from: {source.kind} and {kind} have as many slots in another "
@@ -153,8 +159,11 @@ def start_from(algo: Algorithm, source: Checkpoint, kind: str, encoder: str | No
                 params[name] = value.clone()
             elif value is not None and rows is not None and value.shape[1:] == target.shape[1:] \
                     and (value.shape[0], target.shape[0]) == (source.n_actions, algo.n_actions):
-                for t, s in rows:  # the output layer: rows of the same meaning; the others keep their start
+                fresh = target.clone()
+                for t, s in rows:  # the output layer: rows of the same meaning
                     target[t] = value[s]
+                for t in new_rows:   # the others: do nothing, shifted as the fresh start shifts them
+                    target[t] = value[nothing[0]] + fresh[t] - fresh[nothing[1]]
             else:
                 raise CheckpointError(f"--init-from: the checkpoint has no weights of the shape {tuple(target.shape)} "
                                       f"for {module}.{name}: another network (--net, --hidden)")
