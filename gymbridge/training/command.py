@@ -83,7 +83,7 @@ KIND_CHOICES = (*KINDS, "select+backfill")
 @click.option("--init-from", type=click.Path(path_type=Path, exists=True, dir_okay=False), metavar="CHECKPOINT",
               help="Start from a trained checkpoint's weights (same observation and network); another kind's "
                    "output rows are matched by slot meaning, e.g. a select agent starts a select_kill one "
-                   "(its kill rows keep their fresh start).")
+                   "(its kill rows start as its wait row, shifted by the kill prior).")
 @click.option("--window", type=click.IntRange(min=1), default=128, show_default=True,
               help="Queue jobs the agent sees and chooses from.")
 @click.option("--wait/--no-wait", "allow_wait", default=True, show_default=True,
