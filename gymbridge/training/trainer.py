@@ -309,9 +309,7 @@ class Trainer:
             self.algo = cls(envs[0].observation_space.shape, envs[0].action_space.n,
                             config_from_dict(cls.Config, config), device=self.device, seed=s.seed)
             if s.init_from:
-                env = envs[0].unwrapped
-                start_from(self.algo, load_checkpoint(s.init_from), s.kind,
-                           getattr(getattr(env, "encoder", None), "name", None), getattr(env, "window", None))
+                start_from(self.algo, load_checkpoint(s.init_from), s.kind, *self._encoding())
                 self.log(f"starting from the weights of {s.init_from}")
             next_episode = 0
         # each start and resume of the run: its commit, command and what it read
@@ -389,6 +387,11 @@ class Trainer:
             save_checkpoint(self.out / "model.pt", self._without_buffer(self.checkpoint()))
         return self.history
 
+    def _encoding(self) -> tuple[str | None, int | None]:
+        """The training env's encoder name and window (None for an env that has neither)."""
+        env = self.envs[0].unwrapped
+        return getattr(getattr(env, "encoder", None), "name", None), getattr(env, "window", None)
+
     def checkpoint(self) -> Checkpoint:
         s = self.settings
         env = self.envs[0].unwrapped
@@ -396,8 +399,8 @@ class Trainer:
                     "procs": getattr(getattr(env, "encoder", None), "procs", None),
                     "encoder_options": {"max_rejections": env.config.max_rejections, **s.encoder_options}
                     if hasattr(env, "config") else dict(s.encoder_options)}
-        return make_checkpoint(self.algo, kind=s.kind, encoder=getattr(getattr(env, "encoder", None), "name", None),
-                               window=getattr(env, "window", None), epoch=self.epoch, env=env_info,
+        encoder, window = self._encoding()
+        return make_checkpoint(self.algo, kind=s.kind, encoder=encoder, window=window, epoch=self.epoch, env=env_info,
                                trainer={"next_episode": self.runner.next_episode, "history": self.history,
                                         "settings": s.to_json(), "provenance": self.starts})
 
