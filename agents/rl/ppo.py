@@ -92,6 +92,12 @@ class PPOConfig:
         return epoch < self.pretrain_epochs
 
 
+def minibatch(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The rows `idx` of every column, each gathered once: `index_select` copies rows several times
+    faster than advanced indexing on CPU, and the observations are most of an update's memory traffic."""
+    return {key: column.index_select(0, idx) for key, column in batch.items()}
+
+
 def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages: torch.Tensor,
                returns: torch.Tensor, config: PPOConfig, rng: np.random.Generator,
                imitation: float = 0.0, clone: bool = False) -> dict[str, float]:
@@ -105,20 +111,21 @@ def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages
         order = rng.permutation(n)
         for start in range(0, n, config.minibatch_size):
             idx = torch.as_tensor(order[start:start + config.minibatch_size], device=advantages.device)
-            adv = advantages[idx]
+            mb = minibatch(batch, idx)
+            adv = advantages.index_select(0, idx)
             if config.normalize_advantages and len(idx) > 1:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-            dist = model.distribution(batch["obs"][idx], batch["mask"][idx])
-            log_ratio = dist.log_prob(batch["action"][idx]) - batch["logp"][idx]
+            dist = model.distribution(mb["obs"], mb["mask"])
+            log_ratio = dist.log_prob(mb["action"]) - mb["logp"]
             ratio = log_ratio.exp()
             policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - config.clip, 1 + config.clip) * adv).mean()
             entropy = dist.entropy().mean()
             loss = 0.0 if clone else policy_loss - config.ent_coef * entropy
             if imitation > 0:
-                imitated = imitation_loss(dist, batch["teacher"][idx])
+                imitated = imitation_loss(dist, mb["teacher"])
                 loss = loss + imitation * imitated
             if config.value_epochs is None:
-                value_loss = ((model.value(batch["obs"][idx]) - returns[idx]) ** 2).mean()
+                value_loss = ((model.value(mb["obs"]) - returns.index_select(0, idx)) ** 2).mean()
                 loss = loss + config.vf_coef * value_loss
             with torch.no_grad():
                 approx_kl = float(((ratio - 1) - log_ratio).mean())
@@ -141,7 +148,7 @@ def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages
         order = rng.permutation(n)
         for start in range(0, n, config.minibatch_size):
             idx = torch.as_tensor(order[start:start + config.minibatch_size], device=advantages.device)
-            value_loss = ((model.value(batch["obs"][idx]) - returns[idx]) ** 2).mean()
+            value_loss = ((model.value(batch["obs"].index_select(0, idx)) - returns.index_select(0, idx)) ** 2).mean()
             optimizer_step(value_loss)
             stats["value_loss"] = value_loss.item()
     stats["kl_stop"] = float(stopped)
