@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/train_scaling.py                           # lublin_256, all three agents
     .venv/bin/python benchmarks/train_scaling.py --agents ppo-select --workers 1,2 --epochs 3
+    .venv/bin/python benchmarks/train_scaling.py --agents ppo-select --workers 1,16 --threads 1,4,16
 
 Agents (each with `hpcgym train`'s own settings for it, read back from a one-episode run of the
 command, so the presets are the command's and nothing is copied here):
@@ -15,7 +16,8 @@ For each agent and worker count, `--epochs` epochs of `--trajectories` episodes 
 Columns: the epoch's seconds, collect (the episodes played and handed to the learner) and update
 apart, decisions/s while collecting, the speed-up of collecting over 1 worker and its parallel
 efficiency (speed-up / workers), and the peak RSS of the learner and of the largest worker. 1
-worker is the in-process runner. The machine's core count and load average are printed: other
+worker is the in-process runner. `--threads` repeats each row with the learner's torch threads
+(`hpcgym train --threads`): with workers they run the update alone, each worker acting on one. The machine's core count and load average are printed: other
 work beside the benchmark slows every row, so compare rows of one run.
 """
 
@@ -58,8 +60,9 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def measure(settings: TrainSettings, workers: int, epochs: int, folder: Path) -> dict[str, float]:
-    """The last of `epochs` epochs with `workers` rollout workers."""
+def measure(settings: TrainSettings, workers: int, threads: int, epochs: int, folder: Path) -> dict[str, float]:
+    """The last of `epochs` epochs with `workers` rollout workers and `threads` learner threads."""
+    torch.set_num_threads(threads)
     trainer = Trainer(settings, folder, device="cpu", progress=False, log=lambda m: None, workers=workers)
     trainer.setup()
     runner, algo = trainer.runner, trainer.algo
@@ -86,17 +89,18 @@ def main() -> None:
     parser.add_argument("--workers", help="comma-separated worker counts (default 1, 2, 4, ... up to the cores)")
     parser.add_argument("--trajectories", type=int, help="episodes per epoch (default: the agent's)")
     parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--threads", default="1", help="comma-separated learner thread counts (default 1)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    thread_counts = [int(t) for t in args.threads.split(",")]
     cores = os.cpu_count() or 1
     counts = [int(w) for w in args.workers.split(",")] if args.workers else \
         sorted({*(2 ** k for k in range(cores.bit_length()) if 2 ** k <= cores), cores})
     print(f"{cores} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the start; "
           f"{platform.processor() or platform.machine()}, torch {torch.__version__}; trace {args.trace}; "
           f"the last of {args.epochs} epochs per row")
-    print(f"| agent | workers | epoch s | collect s | update s | decisions/s | collect speed-up | efficiency "
+    print(f"| agent | workers | threads | epoch s | collect s | update s | decisions/s | collect speed-up | efficiency "
           f"| learner RSS MiB | worker RSS MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for agent in args.agents.split(","):
             settings = preset(agent, args.trace, Path(tmp))
@@ -105,12 +109,14 @@ def main() -> None:
             settings.epochs, settings.eval_episodes = args.epochs, 0
             base = None
             for w in counts:
-                m = measure(settings, w, args.epochs, Path(tmp) / f"{agent}-{w}")
-                rate = m["decisions"] / m["collect"]
-                base = base or rate
-                print(f"| {agent} | {w} | {m['epoch']:.2f} | {m['collect']:.2f} | {m['update']:.2f} | {rate:,.0f} "
-                      f"| {rate / base:.2f}x | {rate / base / w:.0%} | {m['learner_rss']:.0f} "
-                      f"| {m['worker_rss']:.0f} |", flush=True)
+                for t in thread_counts:
+                    m = measure(settings, w, t, args.epochs, Path(tmp) / f"{agent}-{w}-{t}")
+                    rate = m["decisions"] / m["collect"]
+                    base = base or rate
+                    worker_rss = "-" if w == 1 else f"{m['worker_rss']:.0f}"
+                    print(f"| {agent} | {w} | {t} | {m['epoch']:.2f} | {m['collect']:.2f} | {m['update']:.2f} "
+                          f"| {rate:,.0f} | {rate / base:.2f}x | {rate / base / w:.0%} | {m['learner_rss']:.0f} "
+                          f"| {worker_rss} |", flush=True)
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

@@ -135,7 +135,9 @@ KIND_CHOICES = (*KINDS, "select+backfill")
                    "(repeat it; the first is the baseline of the paired differences; default fcfs and sjf).")
 @click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
-              help="CPU threads for torch (small networks run best on one).")
+              help="The learner's CPU threads for torch; with --workers, the update's alone (each worker acts "
+                   "on one), so on idle cores more threads shorten the update. A run repeats bit for bit only "
+                   "with the same count.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar (default: a bar when stderr is a terminal, else one line per epoch; "
                    "--no-progress: neither).")
