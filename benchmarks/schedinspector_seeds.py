@@ -7,6 +7,7 @@ same for another base policy (Fig. 7's FCFS, LCFS, SRF, SAF on SDSC-SP2; Fig. 8'
     python benchmarks/schedinspector_seeds.py --runs docs/results/schedinspector/seeds --out OUT
     python benchmarks/schedinspector_seeds.py --runs runs/si-textbook --semantics textbook --traces SDSC-SP2 --train
     python benchmarks/schedinspector_seeds.py --runs runs/si-f1 --base f1 --epochs 40 --train
+    python benchmarks/schedinspector_seeds.py --runs docs/results/schedinspector/seeds --replay --out OUT
 
 Agents are read from RUNS/seedS/si-TRACE-BASE-SEMANTICS/model.pt (`hpcgym train schedinspector
 --trace TRACE --base BASE --semantics SEMANTICS --epochs E --seed S`, E = 60 for SDSC-SP2 and
@@ -14,17 +15,20 @@ Lublin, 40 for CTC-SP2 and HPC2N, as the single-seed agents were, unless --epoch
 code semantics unless --semantics says otherwise; --cleaning rlbf-scw keeps the trace's cancelled
 jobs as 10 s jobs, in training and in the windows compared); with --train a missing one is trained
 (or resumed) first. One `hpcgym compare` per trace and window set holds the base and every agent, so
-all are paired on the same windows. Outputs in OUT: results.json and results.md.
+all are paired on the same windows. Outputs in OUT: results.json and results.md. With --replay, Section 5
+instead: each seed's SDSC-SP2 SJF agent (code semantics) over the whole trace as one episode, beside
+SJF alone under the same rules (replay.json and replay.md).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import subprocess
 from pathlib import Path
 
 import schedinspector_eval
-from paper_runs import TRACES_DIR, argument_parser, chosen, compare, results_provenance, spread
+from paper_runs import HPCGYM, TRACES_DIR, argument_parser, chosen, compare, results_provenance, spread
 from schedinspector_eval import PAPER_TABLE4, PAPER_TABLE5_F1, PAPER_TABLE5_SJF, RULES, TRACES, fmt_diff
 
 from hpcgym.environment.swf import CLEANINGS
@@ -71,9 +75,21 @@ def main() -> None:
                         "of the code's 72 (training keeps the recipe's)")
     parser.add_argument("--train-jobs", type=int, help="with --train: jobs per training window (default: the "
                         "recipe's 128; --jobs is the compared windows')")
+    parser.add_argument("--replay", action="store_true", help="Section 5 over the seeds: each seed's SDSC-SP2 SJF "
+                        "agent (code semantics) over the whole trace, rejections by queue delay")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     agent_seeds = [int(s) for s in args.agent_seeds.split(",")]
+    if args.replay:
+        if (args.base, args.semantics, args.backfill, args.cleaning) != ("sjf", "code", "none", "hpcgym"):
+            parser.error("--replay replays the paper's Section 5 agents: SJF base, code semantics, no backfilling, "
+                         "hpcgym cleaning; drop --base, --semantics, --backfill and --cleaning")
+        results = replay(args.runs, args.out, agent_seeds)
+        results["provenance"] = results_provenance(args)
+        (args.out / "replay.json").write_text(json.dumps(results, indent=2) + "\n")
+        (args.out / "replay.md").write_text(replay_markdown(results))
+        print((args.out / "replay.md").read_text())
+        return
     window_seeds = [int(s) for s in args.seeds.split(",")]
     traces = chosen(parser, "--traces", args.traces, TRACES)
     if args.train:
@@ -104,6 +120,40 @@ def main() -> None:
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "results.md").write_text(markdown(results, traces, window_seeds, agent_seeds, args))
     print((args.out / "results.md").read_text())
+
+
+def replay(runs: Path, out: Path, agent_seeds: list[int]) -> dict:
+    """Section 5 for each training seed's SDSC-SP2 SJF agent, and SJF alone over the same whole trace."""
+    trace = TRACES_DIR / f"{TRACES['SDSC-SP2']}.swf.gz"
+    base = subprocess.run([HPCGYM, "run", "--trace", str(trace), "--policy", "sjf", "--backfill", "none",
+                           "--exact-requests", "--commit-pick", "--json"], check=True, capture_output=True, text=True)
+    agents = {}
+    for seed in agent_seeds:
+        folder = out / f"replay-seed{seed}"
+        folder.mkdir(exist_ok=True)
+        agents[str(seed)] = schedinspector_eval.replay_analysis(runs / f"seed{seed}", folder)
+    return {"base": json.loads(base.stdout), "agents": agents}
+
+
+def replay_markdown(results: dict) -> str:
+    base = results["base"]
+    lines = ["# SchedInspector Section 5 over training seeds: the whole SDSC-SP2 trace as one episode", "",
+             provenance_markdown(results["provenance"]), "",
+             f"SJF alone under the same rules (code semantics, no backfilling): mean bsld {base['mean_bsld']:.2f}, "
+             f"utilization {100 * base['utilization']:.2f}%, longest wait {base['max_wait'] / 3600:.1f} h.", "",
+             "| training seed | mean bsld | utilization (%) | longest wait (h) | inspections | rejected | "
+             "largest queue delay rejected (seen) |", "|---|---|---|---|---|---|---|"]
+    for seed, r in results["agents"].items():
+        if r is None:
+            lines.append(f"| {seed} | (no agent) | | | | | |")
+            continue
+        m = r["metrics"]
+        delay = "-" if r["largest_delay_rejected"] is None else f"{r['largest_delay_rejected']:.3f}"
+        lines.append(f"| {seed} | {m['mean_bsld']:.2f} | {100 * m['utilization']:.2f} | {m['max_wait'] / 3600:.1f} | "
+                     f"{r['inspections']:,} | {r['rejections']:,} ({100 * r['rejection_ratio']:.1f}%) | "
+                     f"{delay} ({r['largest_delay_seen']:.3f}) |")
+    lines += ["", "Paper: 24,044,629 inspections, 30% rejected, none above a queue delay of 0.22.", ""]
+    return "\n".join(lines)
 
 
 def compared(results: dict, traces: list[str], window_seeds: list[int]):
