@@ -78,12 +78,12 @@ def main() -> None:
     parser.add_argument("--replay", action="store_true", help="Section 5 over the seeds: each seed's SDSC-SP2 SJF "
                         "agent (code semantics) over the whole trace, rejections by queue delay")
     args = parser.parse_args()
+    if args.replay and (args.base, args.semantics, args.backfill, args.cleaning) != ("sjf", "code", "none", "hpcgym"):
+        parser.error("--replay replays the paper's Section 5 agents: SJF base, code semantics, no backfilling, "
+                     "hpcgym cleaning; drop --base, --semantics, --backfill and --cleaning")
     args.out.mkdir(parents=True, exist_ok=True)
     agent_seeds = [int(s) for s in args.agent_seeds.split(",")]
     if args.replay:
-        if (args.base, args.semantics, args.backfill, args.cleaning) != ("sjf", "code", "none", "hpcgym"):
-            parser.error("--replay replays the paper's Section 5 agents: SJF base, code semantics, no backfilling, "
-                         "hpcgym cleaning; drop --base, --semantics, --backfill and --cleaning")
         results = replay(args.runs, args.out, agent_seeds)
         results["provenance"] = results_provenance(args)
         (args.out / "replay.json").write_text(json.dumps(results, indent=2) + "\n")
