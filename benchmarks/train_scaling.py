@@ -17,8 +17,9 @@ Columns: the epoch's seconds, collect (the episodes played and handed to the lea
 apart, decisions/s while collecting, the speed-up of collecting over 1 worker and its parallel
 efficiency (speed-up / workers), and the peak RSS of the learner and of the largest worker. 1
 worker is the in-process runner. `--threads` repeats each row with the learner's torch threads
-(`hpcgym train --threads`): with workers they run the update alone, each worker acting on one. The machine's core count and load average are printed: other
-work beside the benchmark slows every row, so compare rows of one run.
+(`hpcgym train --threads`): with workers they run the update alone, each worker acting on one.
+The machine's core count and load average are printed: other work beside the benchmark slows
+every row, so compare rows of one run.
 """
 
 from __future__ import annotations
