@@ -41,8 +41,10 @@ def loaded(path: Path) -> Path:
 def results_provenance(args: argparse.Namespace) -> dict:
     """The provenance block of an evaluation's results: commit, command, its options and the
     checkpoints it read."""
-    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    return provenance(settings, LOADED)
+    def plain(value):
+        return str(value) if isinstance(value, Path) else [plain(v) for v in value] if isinstance(value, list) else value
+
+    return provenance({k: plain(v) for k, v in vars(args).items()}, LOADED)
 
 
 def run(cmd: list[str], check: bool = True) -> None:
