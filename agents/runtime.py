@@ -219,9 +219,11 @@ def _expect(reply: dict[str, Any], *types: str) -> str:
     return reply["type"]
 
 
-#: Agent spec prefixes naming a file the agent is loaded from: a checkpoint (`model:`, `online:`)
-#: or a tree (`tree:`).
-CHECKPOINT_SOURCES = ("model", "online", "tree")
+#: Agent spec prefixes naming a file the agent is loaded from: a checkpoint (`model:`, `sampled:`,
+#: `online:`) or a tree (`tree:`).
+CHECKPOINT_SOURCES = ("model", "sampled", "online", "tree")
+#: Those of them served by a torch network.
+NETWORK_SOURCES = ("model", "sampled", "online")
 #: An agent's class by `module:Class`.
 MODULE_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _PROGRAM_EXAMPLE = "cmd:./my_agent {addr} --join"
@@ -230,7 +232,7 @@ _PROGRAM_EXAMPLE = "cmd:./my_agent {addr} --join"
 @dataclass(frozen=True)
 class AgentRef:
     """What an agent spec names. `source`: `builtin` (a priority policy or one of `BUILTIN_AGENTS`),
-    `python` (module:Class), `model`, `online` or `tree` (a file), or `cmd` (a program in any
+    `python` (module:Class), `model`, `sampled`, `online` or `tree` (a file), or `cmd` (a program in any
     language, asked over the protocol; `hpcgym compare` also has `batsim`, a Batsim scheduler);
     `target`: the name, module:Class, path or command line."""
 
@@ -245,7 +247,7 @@ class AgentRef:
 
 def resolve_agent(spec: str, *, programs: bool = False) -> AgentRef:
     """Read an agent spec, the one way every command does (`agent`, `compare`, `distill`, `train
-    --teacher`, `load_agent`): a built-in name, `module:Class`, `model:PATH`, `online:PATH`,
+    --teacher`, `load_agent`): a built-in name, `module:Class`, `model:PATH`, `sampled:PATH`, `online:PATH`,
     `tree:PATH` (prefixes in any case), and with `programs` (callers that can run one over the
     protocol) `cmd:COMMAND`, whose `{addr}` is replaced by the env's address. A bad spec raises
     `HpcgymError`, one line naming the problem and what to write instead."""
@@ -272,7 +274,8 @@ def resolve_agent(spec: str, *, programs: bool = False) -> AgentRef:
         return AgentRef("cmd", rest)
     if MODULE_CLASS.match(text):
         return AgentRef("python", text)
-    spellings = ["module:Class", "model:PATH", "online:PATH", "tree:PATH", *(["cmd:COMMAND"] if programs else [])]
+    spellings = ["module:Class", "model:PATH", "sampled:PATH", "online:PATH", "tree:PATH",
+                 *(["cmd:COMMAND"] if programs else [])]
     raise HpcgymError(f"unknown agent {text!r}: use a built-in name ({', '.join([*POLICIES, *BUILTIN_AGENTS])}), "
                       f"{', '.join(spellings[:-1])} or {spellings[-1]}")
 
@@ -286,7 +289,8 @@ def load_agent(spec: str | AgentRef, **kwargs: Any) -> Agent:
     """An agent by spec (`resolve_agent`): a built-in name (a priority policy such as `sjf`, or one of
     `BUILTIN_AGENTS` such as `knapsack`), `module:Class`, `model:PATH`: a trained checkpoint
     (`hpcgym train`), served greedily unless `greedy=False` is passed, taking the checkpoint's
-    kind, `tree:PATH`: a tree file (`hpcgym distill`, `agents.tree.TreeAgent`), or `online:PATH`:
+    kind, `sampled:PATH`: the same checkpoint sampling its actions from the policy (a generator
+    seeded with 0 for each agent, so a window's schedule repeats), `tree:PATH`: a tree file (`hpcgym distill`, `agents.tree.TreeAgent`), or `online:PATH`:
     the same checkpoint adapting online (`OnlineRLAgent`, keyword arguments pass on), scoring its
     episodes from their end metrics (`reward="metrics"`), since in process and in `hpcgym compare`
     no env reward reaches it."""
@@ -296,6 +300,8 @@ def load_agent(spec: str | AgentRef, **kwargs: Any) -> Agent:
         return PriorityAgent(ref.target, **kwargs) if ref.target in POLICIES else BUILTIN_AGENTS[ref.target](**kwargs)
     if ref.source == "model":
         return load_model(ref.target, **kwargs)
+    if ref.source == "sampled":
+        return load_model(ref.target, **{"greedy": False, **kwargs})
     if ref.source == "online":
         return load_model(ref.target, online=True, **{"reward": "metrics", **kwargs})
     if ref.source == "tree":

@@ -17,6 +17,7 @@ SPELLINGS = {
     "model:runs/ppo/model.pt": AgentRef("model", "runs/ppo/model.pt"),
     "MODEL: runs/ppo/model.pt": AgentRef("model", "runs/ppo/model.pt"),
     "online:runs/ppo/model.pt": AgentRef("online", "runs/ppo/model.pt"),
+    "Sampled:runs/ppo/model.pt": AgentRef("sampled", "runs/ppo/model.pt"),
     "tree:runs/irl/irl-d10.npz": AgentRef("tree", "runs/irl/irl-d10.npz"),
     "tests.agents_for_tests:SlowSJF": AgentRef("python", "tests.agents_for_tests:SlowSJF"),
     "cmd:./my_agent {addr} --join": AgentRef("cmd", "./my_agent {addr} --join"),
@@ -26,6 +27,7 @@ SPELLINGS = {
 MISTAKES = {
     "model:": "model: needs a checkpoint path, e.g. model:runs/ppo/model.pt",
     "tree:": "tree: needs a tree file path, e.g. tree:runs/irl/irl-d10.npz",
+    "sampled:": "sampled: needs a checkpoint path, e.g. sampled:runs/ppo/model.pt",
     "cmd:./my_agent --join": "the command './my_agent --join' has no {addr} placeholder",
     "no-such-agent": "unknown agent 'no-such-agent': use a built-in name (fcfs,",
 }

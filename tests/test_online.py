@@ -279,6 +279,27 @@ def test_online_policy_spec_in_compare(models, tmp_path, monkeypatch):
             != Path("inproc/jobs/fcfs/seq-000.csv").read_bytes())
 
 
+@pytest.mark.slow
+def test_sampled_policy_spec_samples_alike_in_process_and_over_the_protocol(models, tmp_path, monkeypatch):
+    """`sampled:PATH` serves the checkpoint sampling its actions from a generator seeded with 0 in
+    each unit: the same schedule in process and over the protocol, and another than the greedy
+    `model:PATH` (an untrained PG network, whose policy is near uniform)."""
+    from hpcgym.gymbridge.cli import main
+
+    shutil.copy(models["pg"], tmp_path / "m.pt")
+    write_swf(tmp_path / "t.swf", generate_lublin(JOBS, 64, seed=9))
+    monkeypatch.chdir(tmp_path)
+    common = ["compare", "--trace", "t.swf", "--seed", "3", "--bootstrap", "100", "--no-plots", "--workers", "1",
+              "--policy", "g=model:m.pt,window:8", "--policy", "s=sampled:m.pt,window:8"]
+    for mode in ("inproc", "protocol"):
+        result = CliRunner().invoke(main, [*common, "--out", mode, *(["--inproc"] if mode == "inproc" else [])],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    sampled = Path("inproc/jobs/s/seq-000.csv").read_bytes()
+    assert sampled == Path("protocol/jobs/s/seq-000.csv").read_bytes() != Path("inproc/jobs/g/seq-000.csv").read_bytes()
+    assert Path("inproc/jobs/g/seq-000.csv").read_bytes() == Path("protocol/jobs/g/seq-000.csv").read_bytes()
+
+
 # ------------------------------------------------------------------------------------------ over a socket
 @pytest.mark.slow
 def test_served_online_over_a_socket_adapts_and_saves(models, tmp_path, ipc_dir):

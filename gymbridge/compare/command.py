@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from ...agents.runtime import AgentRef, check_agent_file
+from ...agents.runtime import NETWORK_SOURCES, AgentRef, check_agent_file
 from ...environment.config import OVERRUN_MODES, EstimateSpec
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
@@ -25,8 +25,8 @@ POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or
                "a backfill mode (easy, conservative, none), KIND:AGENT (KIND: select, inspect, backfill, kill, "
                "select_kill; "
                "AGENT: a built-in name, module:Class, model:CHECKPOINT, or cmd:'PROGRAM {addr} ...'), "
-               "agent:module:Class, model:CHECKPOINT (a trained model, taking its own kind), online:CHECKPOINT (the same, "
-               "updating itself while it serves), estimate:E, "
+               "agent:module:Class, model:CHECKPOINT (a trained model, taking its own kind), sampled:CHECKPOINT (the same, "
+               "sampling its actions), online:CHECKPOINT (the same, updating itself while it serves), estimate:E, "
                "overrun:O, window:N, prediction:P. "
                "E.g. --policy fcfs+easy --policy sjf=sjf+easy --policy ppo=select:model:runs/ppo/model.pt "
                "--policy 'c=cmd:examples/c-sjf/build/sjf_agent {addr} --join'; alone, batsim:'PROGRAM {addr} ...' is a Batsim "
@@ -141,7 +141,7 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
                             first_jobs=first_jobs, cleaning=cleaning, start=start)
         parsed = [parse_policy(p) for p in policies]
         _check_files(parsed, executor)
-        if mode == "protocol" and any(a.source in ("model", "online") for p in parsed for a in p.agents):
+        if mode == "protocol" and any(a.source in NETWORK_SOURCES for p in parsed for a in p.agents):
             click.echo("note: over the protocol every unit starts its own agent process, which imports PyTorch; "
                        "--inproc gives the same schedules several times faster (docs/compare.md)", err=True)
         comparison = Comparison(policies=parsed, sequences=spec, out=out,

@@ -17,12 +17,13 @@ Items:
   process that takes those kinds. AGENT is a built-in agent name (a priority name: a `select`
   agent that applies it to the visible window; `accept-all` and `reject-large` take `inspect`;
   `hpcgym agent --help` lists them all), `module:Class`, `model:PATH` (a checkpoint of
-  `hpcgym train`, served greedily), `online:PATH` (the same checkpoint adapting online while it
+  `hpcgym train`, served greedily), `sampled:PATH` (the same checkpoint sampling its actions from
+  the policy, seeded alike for every window), `online:PATH` (the same checkpoint adapting online while it
   serves, `agents/rl/online.py`, with its defaults), `tree:PATH` (a tree file of `hpcgym
   distill`), or `cmd:COMMAND LINE`, an external program
   started with `{addr}` replaced by the env's address;
 - `agent:module:Class` or a bare `module:Class`: a Python agent taking the kinds its class declares;
-- a bare `model:PATH`, `online:PATH` or `tree:PATH`: a trained checkpoint (or tree) taking the decision
+- a bare `model:PATH`, `sampled:PATH`, `online:PATH` or `tree:PATH`: a trained checkpoint (or tree) taking the decision
   kinds it was trained on;
 - a bare `cmd:COMMAND LINE`: an external program taking `select`;
 - `batsim:COMMAND LINE`, alone: a Batsim scheduler (pybatsim, batsched) that decides everything
@@ -66,7 +67,7 @@ class AgentSpec:
     """One agent process of a policy: the kinds it takes and what it is."""
 
     kinds: tuple[str, ...]   # empty: the kinds its class (or checkpoint) declares (Python agents only)
-    source: str              # "builtin" (a built-in agent name), "python" (module:Class), "model", "online", "cmd"
+    source: str              # "builtin" (a built-in agent name), "python" (module:Class), "model", "sampled", "online", "tree", "cmd"
                              # or "batsim" (a Batsim scheduler program)
     target: str              # the priority name, module:Class, checkpoint path, or the command line
 
@@ -169,7 +170,7 @@ def parse_policy(text: str) -> PolicySpec:
         else:
             raise ConfigError(f"policy {text!r}: cannot read {item!r}; items are a priority ({', '.join(POLICIES)}), "
                               f"a backfill mode ({', '.join(BACKFILL_MODES)}), KIND:AGENT (KIND among "
-                              f"{', '.join(KINDS)}), agent:module:Class, model:PATH, online:PATH, tree:PATH, cmd:COMMAND, "
+                              f"{', '.join(KINDS)}), agent:module:Class, model:PATH, sampled:PATH, online:PATH, tree:PATH, cmd:COMMAND, "
                               "batsim:COMMAND or OPTION:VALUE")
     if any(a.source == "batsim" for a in agents) and (priority or options or len(agents) > 1):
         raise ConfigError(f"policy {text!r}: a batsim: scheduler decides every job itself (with walltime kills); "

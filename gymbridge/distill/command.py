@@ -144,7 +144,7 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
 
     if (teacher is None) == (records_path is None):
         raise click.UsageError("name a TEACHER or give --records FILE (one of the two)")
-    from ...agents.runtime import resolve_agent
+    from ...agents.runtime import NETWORK_SOURCES, resolve_agent
 
     teacher_ref = resolve_agent(teacher, programs=True) if teacher is not None else None
     depth_list = _ints(depths, "--depth")
@@ -163,7 +163,7 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
         _clone_records(records_path, train, test, kinds, depth_list, relative, seed, out, options)
         return
     t0 = time.perf_counter()
-    if teacher_ref.source in ("model", "online"):
+    if teacher_ref.source in NETWORK_SOURCES:
         import torch
 
         torch.set_num_threads(threads)
