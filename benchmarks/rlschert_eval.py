@@ -18,7 +18,8 @@ the predictions (`estimate: predicted`). The `learned` model is fitted on each t
 part first (`hpcgym predict fit`). The RL agents are read from RUNS/deeprm-TRACE/model.pt (`hpcgym
 train rlschert --kind select`: the paper's DeepRM, no kill) and RUNS/rlschert-TRACE/model.pt (`hpcgym
 train rlschert`, kind kill or select_kill) when they exist, and RUNS/NAME-TRACE-sS/model.pt as the rows
-NAME-sS (one per training seed S); their rows are left out otherwise. Outputs in OUT:
+NAME-sS (one per training seed S); their rows are left out otherwise; served greedily, or with
+--sampled sampling their actions (`sampled:PATH`). Outputs in OUT:
 compare folders, results.json and results.md (with --shares: table9.json and table9.md).
 """
 
@@ -86,6 +87,11 @@ def rl_agents(args, trace: str) -> dict[str, Path]:
     return {name: path.resolve() for name, path in found.items() if path.is_file()}
 
 
+def served(args) -> str:
+    """How the RL agents are served: the spec prefix of their checkpoints."""
+    return "sampled" if args.sampled else "model"
+
+
 def policies(args, trace: str, predictor: str) -> dict[str, str]:
     options = f"prediction:{prediction(args, trace, predictor)},estimate:predicted"
     table = {}
@@ -93,7 +99,7 @@ def policies(args, trace: str, predictor: str) -> dict[str, str]:
         table[name] = f"{spec},{options}"
         table[f"{name}-kill"] = f"{spec},{options},{KILL}"
     for name, agent in rl_agents(args, trace).items():
-        table[name] = f"fcfs,{options},model:{agent}"
+        table[name] = f"fcfs,{options},{served(args)}:{agent}"
     return table
 
 
@@ -108,7 +114,7 @@ def share_policies(args, trace: str, shares: list[float]) -> dict[str, tuple[flo
         table[plain] = (share, None, f"sjf,{options}")
         table[f"sjf-kill-s{share * 100:g}"] = (share, plain, f"sjf,{options},{KILL}")
         for name, agent in agents.items():
-            table[f"{name}-s{share * 100:g}"] = (share, plain, f"fcfs,{options},model:{agent}")
+            table[f"{name}-s{share * 100:g}"] = (share, plain, f"fcfs,{options},{served(args)}:{agent}")
     return table
 
 
@@ -145,8 +151,9 @@ def table9_markdown(results: dict) -> str:
              f"{results['samples']} windows of {results['jobs']} jobs per seed set from each trace's test part "
              f"(last {1 - TRAIN_FRACTION:.0%}); `prediction: running:share=S`, `estimate: predicted`, EASY. Means "
              "per window; (paired difference to the first row, 95% bootstrap CI, by hpcgym compare); kill effect: "
-             "the paired difference to SJF without kill at the same share. Paper (mean slowdown at 0 / 50 / 80 / "
-             f"100%): {paper}.", ""]
+             "the paired difference to SJF without kill at the same share; RL agents served "
+             f"{'sampling their actions' if results.get('rl_served') == 'sampled' else 'greedily'}. Paper (mean "
+             f"slowdown at 0 / 50 / 80 / 100%): {paper}.", ""]
     for key, rows in results["shares"].items():
         trace, seed = key.split("/")
         lines += [f"## {trace}, seeds {seed}..{int(seed) + results['samples'] - 1}", "",
@@ -200,6 +207,8 @@ def main() -> None:
     parser = argument_parser(__doc__, "rlschert-eval", 0, 10, 200, "0,100", list(TRACES))
     parser.add_argument("--predictors", default=",".join(PREDICTORS), help="Comma-separated: " + ", ".join(PREDICTORS))
     parser.add_argument("--shares", help="Table 9 instead: shares of jobs with a running predictor, e.g. 0,0.5,0.8,1.")
+    parser.add_argument("--sampled", action="store_true", help="Serve the RL agents sampling their actions "
+                        "(sampled:PATH) instead of greedily.")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     traces = chosen(parser, "--traces", args.traces, TRACES)
@@ -225,7 +234,7 @@ def main() -> None:
 
 def table9(args, traces: list[str], seeds: list[int], shares: list[float]) -> None:
     """The share sweep: one compare per trace and seed set, all shares' policies on the same windows."""
-    results: dict = {"samples": args.samples, "jobs": args.jobs, "shares": {}}
+    results: dict = {"samples": args.samples, "jobs": args.jobs, "rl_served": served(args), "shares": {}}
     for trace in traces:
         table = share_policies(args, trace, shares)
         for seed in seeds:
