@@ -252,11 +252,28 @@ def test_what_cannot_adapt_is_refused_in_one_line(models, tmp_path):
         assert result.exit_code == 2 and needle in result.output, (args, result.output)
 
 
+def compared_both_ways(checkpoint: Path, tmp_path: Path, monkeypatch, *policies: str):
+    """`hpcgym compare` of `policies` on one 64-job sequence, in process and over the protocol,
+    with `checkpoint` as m.pt in the working directory; returns schedule(mode, policy), the
+    policy's jobs CSV in that mode."""
+    from hpcgym.gymbridge.cli import main
+
+    shutil.copy(checkpoint, tmp_path / "m.pt")
+    write_swf(tmp_path / "t.swf", generate_lublin(JOBS, 64, seed=9))
+    monkeypatch.chdir(tmp_path)
+    common = ["compare", "--trace", "t.swf", "--seed", "3", "--bootstrap", "100", "--no-plots", "--workers", "1",
+              *(arg for policy in policies for arg in ("--policy", policy))]
+    for mode in ("inproc", "protocol"):
+        result = CliRunner().invoke(main, [*common, "--out", mode, *(["--inproc"] if mode == "inproc" else [])],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    return lambda mode, policy: (tmp_path / mode / "jobs" / policy / "seq-000.csv").read_bytes()
+
+
 @pytest.mark.slow
 def test_online_policy_spec_in_compare(models, tmp_path, monkeypatch):
     """`online:PATH` parses like `model:PATH` and runs in process and over the protocol alike
     (episodes of 64 jobs are shorter than the default 1000 decisions: no update within them)."""
-    from hpcgym.gymbridge.cli import main
     from hpcgym.gymbridge.compare.policy import parse_policy
 
     spec = parse_policy("o=online:runs/m.pt,sjf")
@@ -266,17 +283,8 @@ def test_online_policy_spec_in_compare(models, tmp_path, monkeypatch):
     with pytest.raises(HpcgymError, match="online: needs a checkpoint path"):
         parse_policy("online:")
 
-    shutil.copy(models["ppo"], tmp_path / "m.pt")
-    write_swf(tmp_path / "t.swf", generate_lublin(JOBS, 64, seed=9))
-    monkeypatch.chdir(tmp_path)
-    common = ["compare", "--trace", "t.swf", "--seed", "3", "--bootstrap", "100", "--no-plots", "--workers", "1",
-              "--policy", "fcfs", "--policy", "o=online:m.pt,window:8"]
-    for mode in ("inproc", "protocol"):
-        result = CliRunner().invoke(main, [*common, "--out", mode, *(["--inproc"] if mode == "inproc" else [])],
-                                    catch_exceptions=False)
-        assert result.exit_code == 0, result.output
-    assert (Path("inproc/jobs/o/seq-000.csv").read_bytes() == Path("protocol/jobs/o/seq-000.csv").read_bytes()
-            != Path("inproc/jobs/fcfs/seq-000.csv").read_bytes())
+    schedule = compared_both_ways(models["ppo"], tmp_path, monkeypatch, "fcfs", "o=online:m.pt,window:8")
+    assert schedule("inproc", "o") == schedule("protocol", "o") != schedule("inproc", "fcfs")
 
 
 @pytest.mark.slow
@@ -284,20 +292,10 @@ def test_sampled_policy_spec_samples_alike_in_process_and_over_the_protocol(mode
     """`sampled:PATH` serves the checkpoint sampling its actions from a generator seeded with 0 in
     each unit: the same schedule in process and over the protocol, and another than the greedy
     `model:PATH` (an untrained PG network, whose policy is near uniform)."""
-    from hpcgym.gymbridge.cli import main
-
-    shutil.copy(models["pg"], tmp_path / "m.pt")
-    write_swf(tmp_path / "t.swf", generate_lublin(JOBS, 64, seed=9))
-    monkeypatch.chdir(tmp_path)
-    common = ["compare", "--trace", "t.swf", "--seed", "3", "--bootstrap", "100", "--no-plots", "--workers", "1",
-              "--policy", "g=model:m.pt,window:8", "--policy", "s=sampled:m.pt,window:8"]
-    for mode in ("inproc", "protocol"):
-        result = CliRunner().invoke(main, [*common, "--out", mode, *(["--inproc"] if mode == "inproc" else [])],
-                                    catch_exceptions=False)
-        assert result.exit_code == 0, result.output
-    sampled = Path("inproc/jobs/s/seq-000.csv").read_bytes()
-    assert sampled == Path("protocol/jobs/s/seq-000.csv").read_bytes() != Path("inproc/jobs/g/seq-000.csv").read_bytes()
-    assert Path("inproc/jobs/g/seq-000.csv").read_bytes() == Path("protocol/jobs/g/seq-000.csv").read_bytes()
+    schedule = compared_both_ways(models["pg"], tmp_path, monkeypatch, "g=model:m.pt,window:8",
+                                  "s=sampled:m.pt,window:8")
+    assert schedule("inproc", "s") == schedule("protocol", "s") != schedule("inproc", "g")
+    assert schedule("inproc", "g") == schedule("protocol", "g")
 
 
 # ------------------------------------------------------------------------------------------ over a socket
