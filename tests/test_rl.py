@@ -493,6 +493,24 @@ def test_gymnasium_check_env_and_a_random_masked_rollout(tmp_path):
 
 
 @pytest.mark.slow
+def test_resume_takes_a_new_checkpoint_cadence(tmp_path):
+    """`--resume --checkpoint-every N` writes every N-th epoch from then on (and the last), where
+    the run began with 1; the rest of the settings stay the run's own."""
+    from hpcgym.gymbridge.cli import main
+
+    trace = write_trace(tmp_path / "t.swf", jobs=60, procs=32, seed=4)
+    out = tmp_path / "run"
+    common = ["train", "ppo", "--trace", str(trace), "--jobs", "30", "--window", "8", "--trajectories", "2",
+              "--envs", "1", "--hidden", "8", "--out", str(out), "--eval-episodes", "0", "--device", "cpu",
+              "--no-progress"]
+    for extra in (["--epochs", "1"], ["--epochs", "4", "--resume", "--checkpoint-every", "3"]):
+        result = CliRunner().invoke(main, [*common, *extra])
+        assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.glob("epoch_*.pt")) == ["epoch_000001.pt", "epoch_000003.pt", "epoch_000004.pt"]
+    assert [r["epoch"] for r in _curve(out)] == ["1", "2", "3", "4"]
+
+
+@pytest.mark.slow
 def test_train_command_then_serve_the_checkpoint_over_the_protocol(tmp_path, ipc_dir):
     """`hpcgym train` (in process), `--resume`, then `hpcgym env` + `hpcgym agent --model` as
     subprocesses: the served policy schedules exactly as the in-process one (greedy, and sampling

@@ -126,7 +126,8 @@ KIND_CHOICES = (*KINDS, "select+backfill")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="Folder for the learning curve, checkpoints and evaluation.")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --out (same settings).")
+@click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --out (same settings; "
+              "--epochs, --checkpoint-every and --eval-episodes may change).")
 @click.option("--eval-episodes", type=click.IntRange(min=0), default=10, show_default=True,
               help="Held-out sequences the model is compared on at the end, as by hpcgym compare "
                    "(OUT/eval/, eval.json; 0: none).")
@@ -176,6 +177,8 @@ def train(ctx, algorithm, recipe, **flags) -> None:
         raise ConfigError(f"device {flags['device']!r} is not usable here: {exc}") from None
     if flags["resume"]:
         settings = resumed_settings(out, chosen.algorithm, epochs)
+        if "checkpoint_every" in given:  # when to write, not what is learnt
+            settings.checkpoint_every = flags["checkpoint_every"]
     else:
         settings = train_settings(chosen, flags, given, label)  # checks every option before anything is written
         if latest_checkpoint(out) is not None:
