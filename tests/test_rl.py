@@ -495,7 +495,8 @@ def test_gymnasium_check_env_and_a_random_masked_rollout(tmp_path):
 @pytest.mark.slow
 def test_resume_takes_a_new_checkpoint_cadence(tmp_path):
     """`--resume --checkpoint-every N` writes every N-th epoch from then on (and the last), where
-    the run began with 1; the rest of the settings stay the run's own."""
+    the run began with 1; the rest of the settings stay the run's own, and a note names the options
+    given with `--resume` that it does not apply."""
     from hpcgym.gymbridge.cli import main
 
     trace = write_trace(tmp_path / "t.swf", jobs=60, procs=32, seed=4)
@@ -506,6 +507,8 @@ def test_resume_takes_a_new_checkpoint_cadence(tmp_path):
     for extra in (["--epochs", "1"], ["--epochs", "4", "--resume", "--checkpoint-every", "3"]):
         result = CliRunner().invoke(main, [*common, *extra])
         assert result.exit_code == 0, result.output
+    assert "not applied" in result.output and "--trace, --trajectories, --window" in result.output
+    assert "--checkpoint-every" not in result.output.split("note:")[1].split("\n")[0]
     assert sorted(p.name for p in out.glob("epoch_*.pt")) == ["epoch_000001.pt", "epoch_000003.pt", "epoch_000004.pt"]
     assert [r["epoch"] for r in _curve(out)] == ["1", "2", "3", "4"]
 

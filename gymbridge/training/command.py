@@ -35,6 +35,10 @@ from .settings import ALGORITHMS
 KIND_CHOICES = (*KINDS, "select+backfill")
 
 
+#: What a resumed run may change: how long, how often it writes, how it is evaluated and on what it runs.
+RESUME_MAY_CHANGE = {"out", "resume", "epochs", "checkpoint_every", "eval_episodes", "workers", "executor", "address",
+                     "worker_timeout", "device", "threads", "progress"}
+
 @click.command("train")
 @click.argument("algorithm", required=False, type=click.Choice(ALGORITHMS, case_sensitive=False))
 @click.option("--recipe", metavar="NAME[:VARIANT]",
@@ -179,6 +183,11 @@ def train(ctx, algorithm, recipe, **flags) -> None:
         settings = resumed_settings(out, chosen.algorithm, epochs)
         if "checkpoint_every" in given:  # when to write, not what is learnt
             settings.checkpoint_every = flags["checkpoint_every"]
+        kept = sorted(given - RESUME_MAY_CHANGE)
+        if kept:
+            click.echo(f"note: --resume goes on with the settings saved in {out}; "
+                       f"{', '.join('--' + name.replace('_', '-') for name in kept)} given here are not applied "
+                       "(train into a new --out to change them)", err=True)
     else:
         settings = train_settings(chosen, flags, given, label)  # checks every option before anything is written
         if latest_checkpoint(out) is not None:
