@@ -507,7 +507,7 @@ def test_resume_takes_a_new_checkpoint_cadence(tmp_path):
     for extra in (["--epochs", "1"], ["--epochs", "4", "--resume", "--checkpoint-every", "3"]):
         result = CliRunner().invoke(main, [*common, *extra])
         assert result.exit_code == 0, result.output
-    assert "not applied" in result.output and "--trace, --trajectories, --window" in result.output
+    assert "not with --envs, --hidden, --jobs, --trace, --trajectories, --window given here" in result.output
     assert "--checkpoint-every" not in result.output.split("note:")[1].split("\n")[0]
     assert sorted(p.name for p in out.glob("epoch_*.pt")) == ["epoch_000001.pt", "epoch_000003.pt", "epoch_000004.pt"]
     assert [r["epoch"] for r in _curve(out)] == ["1", "2", "3", "4"]

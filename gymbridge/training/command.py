@@ -183,11 +183,11 @@ def train(ctx, algorithm, recipe, **flags) -> None:
         settings = resumed_settings(out, chosen.algorithm, epochs)
         if "checkpoint_every" in given:  # when to write, not what is learnt
             settings.checkpoint_every = flags["checkpoint_every"]
-        kept = sorted(given - RESUME_MAY_CHANGE)
+        spelled = {param.name: param.opts[0] for param in ctx.command.params}
+        kept = sorted(spelled[name] for name in given - RESUME_MAY_CHANGE)
         if kept:
-            click.echo(f"note: --resume goes on with the settings saved in {out}; "
-                       f"{', '.join('--' + name.replace('_', '-') for name in kept)} given here are not applied "
-                       "(train into a new --out to change them)", err=True)
+            click.echo(f"note: --resume goes on with the settings saved in {out}, not with {', '.join(kept)} "
+                       "given here (train into a new --out to change them)", err=True)
     else:
         settings = train_settings(chosen, flags, given, label)  # checks every option before anything is written
         if latest_checkpoint(out) is not None:
