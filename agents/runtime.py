@@ -290,7 +290,8 @@ def load_agent(spec: str | AgentRef, **kwargs: Any) -> Agent:
     `BUILTIN_AGENTS` such as `knapsack`), `module:Class`, `model:PATH`: a trained checkpoint
     (`hpcgym train`), served greedily unless `greedy=False` is passed, taking the checkpoint's
     kind, `sampled:PATH`: the same checkpoint sampling its actions from the policy (a generator
-    seeded with 0 for each agent, so a window's schedule repeats), `tree:PATH`: a tree file (`hpcgym distill`, `agents.tree.TreeAgent`), or `online:PATH`:
+    seeded with 0 for each agent, so a window's schedule repeats), `tree:PATH`: a tree file
+    (`hpcgym distill`, `agents.tree.TreeAgent`), or `online:PATH`:
     the same checkpoint adapting online (`OnlineRLAgent`, keyword arguments pass on), scoring its
     episodes from their end metrics (`reward="metrics"`), since in process and in `hpcgym compare`
     no env reward reaches it."""

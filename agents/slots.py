@@ -107,6 +107,10 @@ def action_slot(kind: str, action: Action, ids: list[int], window: int) -> int:
     return k + 1 if kind == KILL else k
 
 
+#: The meaning of the slot that does nothing (wait, stop, kill nothing).
+NOTHING = ("none", 0)
+
+
 def slot_meanings(kind: str, window: int) -> list[tuple[str, int]]:
     """What each slot of a decision of `kind` does, comparable across kinds: ("queued", k) acts on
     the k-th queue-window job, ("running", k) on the k-th running job, ("none", 0) does nothing
@@ -116,11 +120,11 @@ def slot_meanings(kind: str, window: int) -> list[tuple[str, int]]:
     if kind == INSPECT:
         return [("accept", 0), ("reject", 0)]
     if kind == KILL:
-        return [("none", 0), *(("running", k) for k in range(w))]
+        return [NOTHING, *(("running", k) for k in range(w))]
     if kind == SELECT_KILL:
-        return [*(("queued", k) for k in range(w)), *(("running", k) for k in range(w)), ("none", 0)]
+        return [*(("queued", k) for k in range(w)), *(("running", k) for k in range(w)), NOTHING]
     if kind in (SELECT, BACKFILL):
-        return [*(("queued", k) for k in range(w)), ("none", 0)]
+        return [*(("queued", k) for k in range(w)), NOTHING]
     raise HpcgymError(f"unknown decision kind {kind!r}")
 
 

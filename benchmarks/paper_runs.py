@@ -42,7 +42,9 @@ def results_provenance(args: argparse.Namespace) -> dict:
     """The provenance block of an evaluation's results: commit, command, its options and the
     checkpoints it read."""
     def plain(value):
-        return str(value) if isinstance(value, Path) else [plain(v) for v in value] if isinstance(value, list) else value
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return str(value) if isinstance(value, Path) else value
 
     return provenance({k: plain(v) for k, v in vars(args).items()}, LOADED)
 

@@ -126,7 +126,7 @@ def start_from(algo: Algorithm, source: Checkpoint, kind: str, encoder: str | No
     do-nothing row (the kill prior's offset), so in every state it is as much less likely than
     waiting as the prior makes it: kept fresh, it would compete with trained rows whose values in
     states the source never met (a joint decision with an empty queue) can be far lower."""
-    from ..slots import slot_meanings
+    from ..slots import NOTHING, slot_meanings
 
     if tuple(source.obs_shape) != tuple(algo.obs_shape) or source.encoder != encoder:
         raise CheckpointError(f"--init-from needs the observation of this run: the checkpoint encodes with "
@@ -144,8 +144,9 @@ def start_from(algo: Algorithm, source: Checkpoint, kind: str, encoder: str | No
         have = {meaning: i for i, meaning in enumerate(slot_meanings(source.kind, source.window))}
         wanted = slot_meanings(kind, window)
         rows = [(t, have[meaning]) for t, meaning in enumerate(wanted) if meaning in have]
-        nothing = (have.get(("none", 0)), wanted.index(("none", 0)) if ("none", 0) in wanted else None)
-        new_rows = [t for t, meaning in enumerate(wanted) if meaning not in have] if None not in nothing else []
+        if NOTHING in have and NOTHING in wanted:   # the do-nothing rows the new ones are set against
+            nothing = (have[NOTHING], wanted.index(NOTHING))
+            new_rows = [t for t, meaning in enumerate(wanted) if meaning not in have]
         if source.n_actions == algo.n_actions:
             if rows != [(t, t) for t in range(algo.n_actions)]:
                 raise CheckpointError(f"--init-from: {source.kind} and {kind} have as many slots in another "

@@ -39,6 +39,7 @@ KIND_CHOICES = (*KINDS, "select+backfill")
 RESUME_MAY_CHANGE = {"out", "resume", "epochs", "checkpoint_every", "eval_episodes", "workers", "executor", "address",
                      "worker_timeout", "device", "threads", "progress"}
 
+
 @click.command("train")
 @click.argument("algorithm", required=False, type=click.Choice(ALGORITHMS, case_sensitive=False))
 @click.option("--recipe", metavar="NAME[:VARIANT]",
