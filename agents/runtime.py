@@ -82,35 +82,59 @@ class EnvRefused(HpcgymError):
 
 
 class Connection:
-    """A DEALER socket speaking the protocol's envelope, with a timeout on every reply."""
+    """A DEALER socket speaking the protocol's envelope, with a timeout on every reply. A hello
+    answered `redirect` (1.6: an env of several worker processes) is said again at the worker's
+    address; the first socket stays open, since the env's front tells there of a failed worker."""
 
     def __init__(self, address: str, timeout: float = 10.0, curve: tuple[bytes, bytes, bytes] | None = None) -> None:
-        self.address, self.timeout = address, timeout
+        self.address, self.timeout, self.curve = address, timeout, curve
         self._ctx = zmq.Context.instance()
-        self._sock = self._ctx.socket(zmq.DEALER)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES + 1024)
-        if curve is not None:
-            self._sock.curve_serverkey, self._sock.curve_publickey, self._sock.curve_secretkey = curve
-        try:
-            self._sock.connect(address)
-        except zmq.ZMQError as exc:
-            self._sock.close(0)
-            raise HpcgymError(f"cannot connect to {address!r} ({zmq.strerror(exc.errno)}); use tcp://HOST:PORT "
-                              "(e.g. tcp://127.0.0.1:5555) or ipc://PATH") from None
+        self._sock = self._connect(address)
+        self._front: zmq.Socket | None = None
         self._poller = zmq.Poller()  # kept: `Socket.poll` would build one per request
         self._poller.register(self._sock, zmq.POLLIN)
 
+    def _connect(self, address: str) -> zmq.Socket:
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES + 1024)
+        if self.curve is not None:
+            sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = self.curve
+        try:
+            sock.connect(address)
+        except zmq.ZMQError as exc:
+            sock.close(0)
+            raise HpcgymError(f"cannot connect to {address!r} ({zmq.strerror(exc.errno)}); use tcp://HOST:PORT "
+                              "(e.g. tcp://127.0.0.1:5555) or ipc://PATH") from None
+        return sock
+
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
+        reply = self._exchange(message)
+        if reply["type"] == "redirect" and message["type"] == "hello" and self._front is None:
+            self._redirect(reply["address"])
+            reply = self._exchange(message)
+        return reply
+
+    def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
         self._sock.send(encode(message))  # one frame: the env replies in one (PROTOCOL.md section 2)
-        if not self._poller.poll(int(self.timeout * 1000)):
+        ready = dict(self._poller.poll(int(self.timeout * 1000)))
+        if not ready:
             raise EnvUnreachable(f"the env at {self.address} did not answer within {self.timeout:g} s; "
                                  "is `hpcgym env` running there (and are the CURVE keys right)?")
-        frames = self._sock.recv_multipart()
+        # a word from the front while the worker is asked: the worker failed (its episode_end)
+        frames = (self._front if self._front in ready else self._sock).recv_multipart()
         try:
             return validate(decode(frames[-1]), REPLIES, ignore_unknown=True)
         except ProtocolError as exc:  # an HpcgymError, so the CLI prints one line, not a traceback
             raise EnvRefused(f"the env at {self.address} sent a malformed reply: {exc.message}") from None
+
+    def _redirect(self, given: str) -> None:
+        """Go on at a worker's address (tcp://*:PORT: the host this connection reached)."""
+        address = given
+        if given.startswith("tcp://*:") and self.address.startswith("tcp://"):
+            address = self.address[:self.address.rindex(":")] + given[len("tcp://*"):]
+        self._front, self._sock = self._sock, self._connect(address)
+        self._poller.register(self._sock, zmq.POLLIN)
 
     def leave(self, wait_s: float = 1.0) -> None:
         """Say bye and wait a little for the env's `bye` (replies still due before it are
@@ -126,6 +150,8 @@ class Connection:
 
     def close(self) -> None:
         self._sock.close(0)
+        if self._front is not None:
+            self._front.close(0)
 
 
 @dataclass

@@ -19,7 +19,8 @@ cost of a decision over ipc:// beside the same decisions in process.
 3. Across cores. --agents `hpcgym agent sjf --no-orders` processes (asked at every decision), each
    playing the same --jobs-job generated episode in a session of its own: one after the other
    against `hpcgym env`, all at once against `hpcgym env`, and all at once against `hpcgym env
-   --workers AGENTS`. Printed: wall time, jobs per second over all agents, the speed-up over one
+   --workers AGENTS`, forwarding every message through the front (`--no-redirect`) and with the
+   agents redirected to their workers (protocol 1.6, the default). Printed: wall time, jobs per second over all agents, the speed-up over one
    after the other, and whether every episode's metrics equal `hpcgym run`'s.
 
 Timings depend on the machine and what else runs there (the load average is printed): compare
@@ -129,12 +130,14 @@ def concurrent_agents(folder: Path, agents: int, jobs: int) -> None:
     reference = json.loads(subprocess.run([HPCGYM, "run", "--jobs", str(jobs), "--policy", "sjf", "--json"],
                                           capture_output=True, text=True, check=True).stdout)
     print(f"3. {agents} agents asked at every decision, each SJF on {jobs:,} generated jobs in its own session")
-    print(f"   {'how':<34}{'wall':>9}{'jobs/s':>10}{'speed-up':>10}  episodes = hpcgym run")
+    print(f"   {'how':<44}{'wall':>9}{'jobs/s':>10}{'speed-up':>10}  episodes = hpcgym run")
     sequential = None
-    for how, workers, together in (("one after the other, 1 process", 1, False), ("at once, 1 process", 1, True),
-                                   (f"at once, --workers {agents}", agents, True)):
-        address = f"ipc://{folder / f'agents-{workers}-{together}.ipc'}"
-        env = start_env(address, "--workers", str(workers))
+    for k, (how, workers, together, redirect) in enumerate((
+            ("one after the other, 1 process", 1, False, True), ("at once, 1 process", 1, True, True),
+            (f"at once, --workers {agents} --no-redirect", agents, True, False),
+            (f"at once, --workers {agents}", agents, True, True))):
+        address = f"ipc://{folder / f'agents-{k}.ipc'}"
+        env = start_env(address, "--workers", str(workers), *([] if redirect else ["--no-redirect"]))
         try:
             command = [HPCGYM, "agent", "sjf", "--no-orders", "--connect", address, "--jobs", str(jobs), "--json",
                        "--timeout", "120"]
@@ -156,7 +159,7 @@ def concurrent_agents(folder: Path, agents: int, jobs: int) -> None:
         same = all({k: v for k, v in s.items() if k in reference} == {k: v for k, v in reference.items() if k in s}
                    for s in summaries)
         sequential = sequential or wall
-        print(f"   {how:<34}{wall:>8.1f}s{agents * jobs / wall:>10,.0f}{sequential / wall:>9.2f}x  "
+        print(f"   {how:<44}{wall:>8.1f}s{agents * jobs / wall:>10,.0f}{sequential / wall:>9.2f}x  "
               f"{'yes' if same else 'NO'}")
 
 

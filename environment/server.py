@@ -1,7 +1,8 @@
-"""The env server process: one ZeroMQ ROUTER socket in front of an `EnvService`.
+"""The env server process: one ZeroMQ ROUTER socket in front of an `EnvService` (a worker of
+`hpcgym env --workers` serves two sockets, its link to the front and its own address: `Inlet`).
 
 Agents connect with DEALER (sending an empty delimiter frame before the body) or REQ (which
-adds it). Replies go back with the same envelope.
+adds it). Replies go back with the same envelope, on the socket the request came from.
 
 Never blocked, and no thread hand-off per request: the loop thread handles a request itself
 (`EnvService.run_sessions_concurrently`: the session's task runs in the calling thread when the
@@ -22,8 +23,9 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +70,6 @@ class CurveKeys:
         self.server_public, self.server_secret, self.allowed = server_public, server_secret, allowed
 
 
-#: What the front of `hpcgym env --workers` sends a worker, after a routing id, when that agent's
-#: connection closed (a client's message comes to a worker as one frame after the routing id).
-DISCONNECTED = b"\x00disconnected"
 #: Connections served at once unless the operator says otherwise (`hpcgym env --max-connections`).
 DEFAULT_MAX_CONNECTIONS = 1000
 #: Open files the env keeps for itself beyond its connections (traces, pipes, threads' sockets).
@@ -102,7 +101,7 @@ def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, all
     and `on_bound()` called; at most `max_connections` are served at once."""
     check_listening(bind, curve is not None, allow_remote, insecure)
     with listening(bind, curve) as sock:
-        run_loop(service, sock, _Connections(sock, service, max_connections), on_bound=on_bound, ready=ready)
+        run_loop(service, [Inlet(sock, _Connections(sock, service, max_connections))], on_bound=on_bound, ready=ready)
 
 
 @contextmanager
@@ -142,15 +141,31 @@ def listening(bind: str, curve: CurveKeys | None) -> Iterator[zmq.Socket]:
             Path(bind[len("ipc://"):]).unlink(missing_ok=True)
 
 
-def run_loop(service: EnvService, sock: zmq.Socket, connections: _Connections | None, *, on_bound: Any = None,
-             ready: Any = None) -> None:
-    """Serve `sock` (see the module docstring) until SIGINT/SIGTERM or `service.stop`; then end
-    the episodes with reason "shutdown". `connections` None: the socket is a worker's link to
-    the front of `hpcgym env --workers` (environment/workers.py), which tracks the connections."""
+@dataclass
+class Inlet:
+    """A socket the loop reads requests from; their replies go back on it. With several inlets
+    (a worker of `hpcgym env --workers`: its link to the front, and the address agents are
+    redirected to), each has its own `tag`, put before its peers' routing ids in the service, so
+    that ids chosen on one socket never name a peer of another."""
+
+    sock: zmq.Socket
+    #: The socket's connections (cap, routing-id owners); None for a worker's link to the front.
+    connections: _Connections | None = None
+    #: One byte, or empty for the only inlet.
+    tag: bytes = b""
+    #: Sees each request (tagged peer, body) first: returns True when it took the request itself
+    #: (a message of the front's to its worker), or the encoded refusal to send instead.
+    screen: Callable[[bytes, list[bytes]], bool | bytes | None] | None = None
+
+
+def run_loop(service: EnvService, inlets: list[Inlet], *, on_bound: Any = None, ready: Any = None,
+             on_tick: Callable[[], None] | None = None) -> None:
+    """Serve the inlets (see the module docstring) until SIGINT/SIGTERM or `service.stop`; then
+    end the episodes with reason "shutdown". `on_tick` is called with the service's own ticks."""
     stopping: list[int] = []
     previous = {sig: signal.signal(sig, lambda *_: stopping.append(sig)) for sig in (signal.SIGINT, signal.SIGTERM)} \
         if _main_thread() else {}
-    loop = _Loop(service, sock, connections)
+    loop = _Loop(service, inlets, on_tick)
     try:
         loop.start()
         if on_bound is not None:
@@ -178,10 +193,10 @@ class _Loop:
     #: After a stop signal, how long agents that were not waiting may still fetch their episode's end.
     SHUTDOWN_GRACE_S = 1.0
 
-    def __init__(self, service: EnvService, sock: zmq.Socket, connections: _Connections | None) -> None:
-        self.service, self.sock = service, sock
-        self.envelopes: dict[bytes, bool] = {}  # peer -> replies need the empty delimiter frame
-        self.connections = connections
+    def __init__(self, service: EnvService, inlets: list[Inlet], on_tick: Callable[[], None] | None) -> None:
+        self.service, self.inlets, self.on_tick = service, inlets, on_tick
+        self.envelopes: dict[bytes, bool] = {}  # tagged peer -> replies need the empty delimiter frame
+        self.by_tag = {inlet.tag: inlet for inlet in inlets}
         self.wake_in, self.wake_out = os.pipe()
         os.set_blocking(self.wake_in, False)
         os.set_blocking(self.wake_out, False)
@@ -209,8 +224,9 @@ class _Loop:
 
     def close(self) -> None:
         self.done.set()
-        if self.connections is not None:
-            self.connections.close()
+        for inlet in self.inlets:
+            if inlet.connections is not None:
+                inlet.connections.close()
         with self.roles:
             self.closed = True
             os.close(self.wake_in)
@@ -243,17 +259,18 @@ class _Loop:
     def _run(self) -> None:
         """The loop, while this thread holds it."""
         poller = zmq.Poller()
-        poller.register(self.sock, zmq.POLLIN)
         poller.register(self.wake_in, zmq.POLLIN)
-        if self.connections is not None:
-            poller.register(self.connections.monitor, zmq.POLLIN)
+        for inlet in self.inlets:
+            poller.register(inlet.sock, zmq.POLLIN)
+            if inlet.connections is not None:
+                poller.register(inlet.connections.monitor, zmq.POLLIN)
         grace_ends = None  # once stopping: when the last agents' chance to fetch their episode's end is over
         while not self.done.is_set():
             with self.roles:
                 reason, out, self.outgoing = self.stopping, self.outgoing, []
-            _send_all(self.sock, self.envelopes, out)
+            self._send(out)
             if reason is not None and grace_ends is None:
-                _send_all(self.sock, self.envelopes, self.service.shutdown(reason))
+                self._send(self.service.shutdown(reason))
                 grace_ends = time.monotonic() + self.SHUTDOWN_GRACE_S
             if grace_ends is not None and (time.monotonic() >= grace_ends or not self.service.owes_replies()):
                 self.done.set()
@@ -262,31 +279,51 @@ class _Loop:
             if self.wake_in in events:  # a session thread has replies: the tick collects them
                 _drain(self.wake_in)
                 self.next_tick = 0.0
-            if self.connections is not None:
-                self.connections.update(self.envelopes)
-            if self.sock in events:
-                while self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                    first = self.sock.recv(copy=False)
-                    rest = self.sock.recv_multipart() if first.more else []
-                    peer = first.bytes
-                    if self.connections is None and rest[:1] == [DISCONNECTED]:  # the front saw it close
-                        self.service.disconnected(peer)
-                        continue
-                    delimited = len(rest) >= 2 and rest[0] == b""
-                    self.envelopes[peer] = delimited
-                    body = rest[1] if delimited and len(rest) == 2 else (rest[0] if len(rest) == 1 else b"\xc1")
-                    refusal = None if self.connections is None else \
-                        self.connections.admit(peer, first.get(zmq.SRCFD), self.envelopes)
-                    if refusal is not None:
-                        _send_all(self.sock, self.envelopes, [(peer, refusal)])
-                    elif not self._serve(lambda: self.service.handle(peer, body)):
-                        return
+            for inlet in self.inlets:
+                if inlet.connections is not None:
+                    inlet.connections.update(self.envelopes)
+                if inlet.sock in events and not self._read(inlet):
+                    return
             if time.monotonic() >= self.next_tick:  # heartbeats and time-outs, a few times a heartbeat
                 self.next_tick = time.monotonic() + self.tick_every
-                if self.connections is not None:
-                    self.connections.close_refused()
+                for inlet in self.inlets:
+                    if inlet.connections is not None:
+                        inlet.connections.close_refused()
+                if self.on_tick is not None:
+                    self.on_tick()
                 if not self._serve(self.service.tick):
                     return
+
+    def _read(self, inlet: Inlet) -> bool:
+        """Serve the requests waiting on an inlet; False if the loop was taken over meanwhile."""
+        sock = inlet.sock
+        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            first = sock.recv(copy=False)
+            rest = sock.recv_multipart() if first.more else []
+            peer = inlet.tag + first.bytes
+            screened = inlet.screen(peer, rest) if inlet.screen is not None else None
+            if screened is True:
+                continue
+            delimited = len(rest) >= 2 and rest[0] == b""
+            self.envelopes[peer] = delimited
+            body = rest[1] if delimited and len(rest) == 2 else (rest[0] if len(rest) == 1 else b"\xc1")
+            refusal = screened or (None if inlet.connections is None else
+                                   inlet.connections.admit(peer, first.get(zmq.SRCFD), self.envelopes))
+            if refusal is not None:
+                self._send([(peer, refusal)])
+            elif not self._serve(lambda: self.service.handle(peer, body)):
+                return False
+        return True
+
+    def _send(self, replies: list[tuple[bytes, bytes]]) -> None:
+        """Each reply on the socket its peer came from, without the inlet's tag."""
+        if len(self.inlets) == 1 and not self.inlets[0].tag:
+            _send_all(self.inlets[0].sock, self.envelopes, replies)
+            return
+        for peer, data in replies:
+            inlet = self.by_tag.get(peer[:1])
+            if inlet is not None:
+                _send_all(inlet.sock, {peer[1:]: self.envelopes.get(peer, True)}, [(peer[1:], data)])
 
     def _serve(self, call) -> bool:
         """Make the call as the loop's holder and send its replies; False if the loop was taken
@@ -306,7 +343,7 @@ class _Loop:
             if not mine:
                 self.outgoing.extend(replies)
         if mine:
-            _send_all(self.sock, self.envelopes, replies)
+            self._send(replies)
         else:
             self.poke()
         return mine

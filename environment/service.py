@@ -245,6 +245,11 @@ class EnvService:
         with self._lock:
             return any(p.undelivered for p in self.peers.values())
 
+    def occupied_sessions(self) -> set[str]:
+        """The names of the sessions that have agents."""
+        with self._lock:
+            return {name for name, session in self.sessions.items() if session.peers}
+
     def disconnected(self, peer_id: bytes) -> None:
         """The connection of this routing id closed (the socket server saw it). Outside an episode
         the agent is gone, as after `bye`; in one, it may come back on a new connection by a hello

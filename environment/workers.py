@@ -9,13 +9,25 @@ back the same way. The front reads only the first entries of a message (its `typ
 `episode`); everything else is the worker's, so the protocol, its tokens and bounds are those of
 a single env, and every episode is the one `hpcgym run` simulates.
 
+Redirects (protocol 1.6). Forwarding costs every message a hop through the front, about as much
+CPU as the env spends on a decision. So each worker also listens at an address of its own (the
+front's host with a free port, or the front's ipc path with a suffix, same CURVE keys and caps),
+and a hello from a 1.6 agent is not forwarded: the front asks the worker that will hold the
+session to claim it, and the worker answers `redirect` with its address; the agent says hello
+there and talks to the worker alone. A worker serves at its own address only the sessions it
+claimed (until their last agent has gone, then it tells the front), so a name is one session
+wherever its agents come from. Agents of older versions are forwarded as before; both kinds may
+share a session.
+
 A worker that dies ends only its own agents' episodes: each of them gets an `episode_end` whose
-reason says so (at once if it waits for a reply, else as the reply to its next request) and must
-say hello again; a new worker takes the dead one's place.
+reason says so (a forwarded agent at once if it waits for a reply, else as the reply to its next
+request; a redirected one at once, on its connection to the front, which it keeps open for
+this) and must say hello again; a new worker takes the dead one's place.
 """
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import signal
@@ -27,13 +39,27 @@ from typing import Any
 import msgpack
 import zmq
 
+from ..protocol import messages as m
 from ..protocol.codec import encode
 from .errors import HpcgymError
-from .server import DISCONNECTED, CurveKeys, _Connections, _send_all, listening, run_loop
-from .service import EnvService
+from .server import CurveKeys, Inlet, _Connections, _send_all, listening, run_loop
+from .service import MAX_NAME, EnvService
 
-#: What a worker sends the front first, as its routing id's only frame: it is ready for requests.
+# Messages between the front and its workers, in the place of a routing id (a client's routing
+# id never starts with a zero byte unless ZeroMQ made it, and then it has 5 bytes).
+#: Worker to front, first: it is ready for requests.
 READY = b"\x00ready"
+#: Front to worker, after an agent's routing id: that agent's connection closed.
+DISCONNECTED = b"\x00disconnected"
+#: Front to worker, after an agent's routing id, then a session name and a serial: hold this
+#: session and answer the agent (its hello) with a redirect to your own address.
+CLAIM = b"\x00claim"
+#: Worker to front, then a session name and the serial of its claim: its last agent has gone.
+RELEASED = b"\x00released"
+#: The tags of a worker's two inlets (environment/server.py): the front's link and its own address.
+FROM_FRONT, DIRECT = b"f", b"d"
+#: How long a claimed session waits for its first agent at the worker's address.
+CLAIM_WITHIN_S = 30.0
 #: How often the front looks for workers that died.
 CHECK_EVERY_S = 0.2
 #: After a stop signal: how long the front keeps forwarding while its workers end their episodes.
@@ -46,21 +72,44 @@ class _Worker:
     process: Any
     identity: bytes
     ready: bool = False
-    agents: set[bytes] = field(default_factory=set)
+    agents: set[bytes] = field(default_factory=set)  # forwarded and redirected
+    address: str | None = None  # where it serves redirected agents
 
 
 def serve_workers(service_options: dict[str, Any], workers: int, bind: str, *, curve: CurveKeys | None = None,
-                  max_connections: int, on_bound: Any = None) -> None:
+                  max_connections: int, on_bound: Any = None, redirect: bool = True) -> None:
     """Serve `bind` with `workers` processes, each an `EnvService(**service_options)`, until
-    SIGINT/SIGTERM."""
+    SIGINT/SIGTERM. `redirect`: 1.6 agents are sent to their worker's own address."""
     with tempfile.TemporaryDirectory(prefix="hpcgym-env-") as folder, listening(bind, curve) as public:
-        _Front(service_options, workers, public, f"ipc://{folder}/workers.ipc", max_connections).run(on_bound)
+        own = _worker_address(bind) if redirect else None
+        worker = _WorkerSetup(service_options, f"ipc://{folder}/workers.ipc", own, curve, max_connections)
+        _Front(worker, workers, public, max_connections).run(on_bound)
+
+
+def _worker_address(bind: str) -> str | None:
+    """Where worker K listens for redirected agents (its `{}` filled in with a name of its own):
+    a free port on the front's host, or beside the front's ipc file; None for inproc://."""
+    if bind.startswith("tcp://"):
+        return bind[:bind.rindex(":")] + ":*"
+    if bind.startswith("ipc://"):
+        return bind + ".{}"
+    return None
+
+
+@dataclass
+class _WorkerSetup:
+    """What a worker process is started with."""
+
+    service_options: dict[str, Any]
+    inner_address: str
+    own_address: str | None
+    curve: CurveKeys | None
+    max_connections: int
 
 
 class _Front:
-    def __init__(self, service_options: dict[str, Any], n: int, public: zmq.Socket, inner_address: str,
-                 max_connections: int) -> None:
-        self.options, self.public, self.inner_address = service_options, public, inner_address
+    def __init__(self, setup: _WorkerSetup, n: int, public: zmq.Socket, max_connections: int) -> None:
+        self.setup, self.public, inner_address = setup, public, setup.inner_address
         self.inner = public.context.socket(zmq.ROUTER)
         self.inner.setsockopt(zmq.LINGER, 500)
         self.inner.bind(inner_address)
@@ -74,6 +123,9 @@ class _Front:
         self.waiting: set[bytes] = set()           # agents with a request forwarded and not yet answered
         self.owed: dict[bytes, bytes] = {}         # agent -> the episode end of a dead worker, not yet sent
         self.greeting: dict[bytes, tuple[_Worker | None, str | None]] = {}  # hello sent: where the agent was
+        self.redirected: dict[bytes, tuple[_Worker, str]] = {}  # agent sent to a worker's address -> where
+        self.claims: dict[str, int] = {}           # session name -> the serial of its latest claim
+        self.serials = itertools.count(1)
         self.generation = 0
         self.workers = [self._start(k) for k in range(n)]
 
@@ -82,8 +134,7 @@ class _Front:
         self.generation += 1
         identity = f"w{index}.{self.generation}".encode()
         process = multiprocessing.get_context("spawn").Process(
-            target=_worker_main, args=(self.options, self.inner_address, identity), name=f"hpcgym-env-worker-{index}",
-            daemon=True)
+            target=_worker_main, args=(self.setup, identity), name=f"hpcgym-env-worker-{index}", daemon=True)
         process.start()
         return _Worker(index, process, identity)
 
@@ -96,33 +147,44 @@ class _Front:
             for agent in list(worker.agents):
                 end = encode({"type": "episode_end", "episode": self.episode.get(agent, 0), "reason": why,
                               "metrics": {}, "reward": 0.0})
+                told_now = agent in self.waiting or agent in self.redirected
                 self._leave(agent)
-                if agent in self.waiting:
+                if told_now:
                     self._reply(agent, end)
                 else:
                     self.owed[agent] = end
             for name in [name for name, holder in self.sessions.items() if holder is worker]:
                 del self.sessions[name]
                 self.members.pop(name, None)
+                self.claims.pop(name, None)
             self.workers[k] = self._start(worker.index)
 
     # ---------------------------------------------------------------- routing
-    def _worker_for(self, agent: bytes, body: bytes) -> _Worker | None:
-        """The worker a request goes to; a hello is routed by the session it names."""
-        if _is_hello(body):
-            name = msgpack.unpackb(body).get("session", "default")
-            if isinstance(name, str):
-                worker = self.sessions.get(name)
-                if worker is None:
-                    ready = [w for w in self.workers if w.ready]
-                    if not ready:
-                        return None
-                    worker = min(ready, key=lambda w: len(w.agents))
-                self.greeting[agent] = (self.route.get(agent), self.session_of.get(agent))
-                self._join(agent, worker, name)
-                return worker
+    def _worker_for(self, agent: bytes, body: bytes) -> tuple[_Worker | None, list[bytes]]:
+        """The worker a request goes to, and the frames to send it; a hello is routed by the
+        session it names, and a 1.6 agent's hello becomes a claim (the worker redirects it)."""
+        hello = _hello(body)
+        name = hello.get("session", "default") if hello is not None else None
+        if isinstance(name, str):
+            worker = self.sessions.get(name)
+            if worker is None:
+                ready = [w for w in self.workers if w.ready]
+                if not ready:
+                    return None, []
+                worker = min(ready, key=lambda w: len(w.agents))
+            if worker.address is not None and _redirects(hello):
+                self._leave(agent)
+                serial = next(self.serials)
+                self.sessions[name], self.claims[name] = worker, serial
+                self.redirected[agent] = (worker, name)
+                worker.agents.add(agent)
+                return worker, [worker.identity, agent, CLAIM, name.encode(), str(serial).encode()]
+            self.greeting[agent] = (self.route.get(agent), self.session_of.get(agent))
+            self._join(agent, worker, name)
+            return worker, [worker.identity, agent, body]
         worker = self.route.get(agent)
-        return worker if worker is not None else next((w for w in self.workers if w.ready), None)
+        worker = worker if worker is not None else next((w for w in self.workers if w.ready), None)
+        return worker, [worker.identity, agent, body] if worker is not None else []
 
     def _join(self, agent: bytes, worker: _Worker, name: str) -> None:
         self._leave(agent)
@@ -133,18 +195,36 @@ class _Front:
         worker.agents.add(agent)
 
     def _leave(self, agent: bytes) -> None:
-        """Forget where an agent was (it said bye, was refused, its connection closed, its worker died)."""
+        """Forget where an agent was (it said bye, was refused, its connection closed, its worker
+        died, it said hello again)."""
         worker = self.route.pop(agent, None)
         if worker is not None:
             worker.agents.discard(agent)
+        redirected = self.redirected.pop(agent, None)
+        if redirected is not None:
+            redirected[0].agents.discard(agent)
         name = self.session_of.pop(agent, None)
         if name is not None:
             members = self.members.get(name, set())
             members.discard(agent)
             if not members:
                 self.members.pop(name, None)
-                self.sessions.pop(name, None)
+                if name not in self.claims:  # a claimed session stays with its worker until it is released
+                    self.sessions.pop(name, None)
         self.episode.pop(agent, None)
+
+    def _released(self, worker: _Worker, name: str, serial: int) -> None:
+        """A worker's claimed session has lost its last agent: unless claimed again since, the
+        name is free, and its redirected agents count no more."""
+        if self.claims.get(name) != serial or self.sessions.get(name) is not worker:
+            return
+        del self.claims[name]
+        if not self.members.get(name):
+            self.sessions.pop(name, None)
+        for agent, (holder, held) in list(self.redirected.items()):
+            if holder is worker and held == name:
+                del self.redirected[agent]
+                worker.agents.discard(agent)
 
     def disconnected(self, agent: bytes) -> None:
         """Called by `_Connections` when an agent's connection closed: its worker is told."""
@@ -217,19 +297,25 @@ class _Front:
             if agent in self.owed:
                 self._reply(agent, self.owed.pop(agent))
                 continue
-            worker = self._worker_for(agent, body)
-            if worker is None:  # no worker is ready: the agent's time-out or a later try will tell
+            worker, frames = self._worker_for(agent, body)
+            if worker is None:
+                _send_all(self.public, self.envelopes, [(agent, NONE_READY)])
                 continue
             self.waiting.add(agent)
-            self.inner.send_multipart([worker.identity, agent, body])
+            self.inner.send_multipart(frames)
 
     def _from_workers(self) -> None:
         while self.inner.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             frames = self.inner.recv_multipart()
             identity, agent, body = frames[0], frames[1], frames[-1]
+            sender = next((w for w in self.workers if w.identity == identity), None)
+            if sender is None:
+                continue  # a replaced worker's last words
             if agent == READY:
-                for worker in self.workers:
-                    worker.ready = worker.ready or worker.identity == identity
+                sender.ready, sender.address = True, (frames[2].decode() if len(frames) > 2 else None)
+                continue
+            if agent == RELEASED and len(frames) == 4 and frames[3].isdigit():
+                self._released(sender, frames[2].decode(), int(frames[3]))
                 continue
             worker = self.route.get(agent)
             if worker is not None and worker.identity != identity:
@@ -247,17 +333,30 @@ class _Front:
             self._reply(agent, body)
 
 
-def _is_hello(body: bytes) -> bool:
-    """Whether a request is a hello: looked for in its first bytes (where `type` and its value
-    are, whatever the order of a hello's five short entries), then read to be sure."""
+def _hello(body: bytes) -> dict[str, Any] | None:
+    """A request that is a hello, decoded; None for any other. Looked for in its first bytes
+    (where `type` and its value are, whatever the order of a hello's few short entries), then
+    read to be sure."""
     if b"\xa5hello" not in body[:96]:
-        return False
+        return None
     try:
         message = msgpack.unpackb(body)
     except (ValueError, msgpack.UnpackException):
-        return False
-    return isinstance(message, dict) and message.get("type") == "hello"
+        return None
+    return message if isinstance(message, dict) and message.get("type") == "hello" else None
 
+
+def _redirects(hello: dict[str, Any]) -> bool:
+    """Whether an agent's hello says it follows a redirect (protocol 1.6 or later) and names a
+    session a worker may claim (any other hello goes to the worker, which refuses it)."""
+    major, _, minor = str(hello.get("protocol", "")).partition(".")
+    return major == m.MAJOR and minor.isdigit() and int(minor) >= 6 \
+        and len(hello.get("session", "default")) <= MAX_NAME
+
+
+NONE_READY = encode(m.error(m.ProtocolError(
+    m.NOT_ALLOWED, "no worker process of this env is ready (one is starting in the place of one that failed): "
+                   "try again in a few seconds")))
 
 #: How a reply the env wrote starts: a map of up to 15 entries whose first key is `type`.
 _TYPE_FIRST = b"\xa4type"
@@ -282,20 +381,78 @@ def _type_and_episode(body: bytes) -> tuple[str | None, int | None]:
     return kind, int.from_bytes(body[at:at + width], "big") if width else None
 
 
-def _worker_main(service_options: dict[str, Any], inner_address: str, identity: bytes) -> None:
-    """A worker process: an EnvService behind a DEALER linked to the front."""
+def _worker_main(setup: _WorkerSetup, identity: bytes) -> None:
+    """A worker process: an EnvService behind a DEALER linked to the front, and at an address of
+    its own for redirected agents."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the front, which stops the workers
     ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 500)
-    sock.setsockopt(zmq.IDENTITY, identity)
-    sock.connect(inner_address)
+    link = ctx.socket(zmq.DEALER)
+    link.setsockopt(zmq.LINGER, 500)
+    link.setsockopt(zmq.IDENTITY, identity)
+    link.connect(setup.inner_address)
+    service = EnvService(**setup.service_options)
     try:
-        sock.send_multipart([READY])
-        run_loop(EnvService(**service_options), sock, None)
+        if setup.own_address is None:
+            link.send_multipart([READY])
+            run_loop(service, [Inlet(link, tag=FROM_FRONT, screen=_FrontMessages(service, link, None).screen)])
+            return
+        with listening(setup.own_address.format(identity.decode()), setup.curve) as own:
+            address = own.getsockopt(zmq.LAST_ENDPOINT).decode()
+            claims = _FrontMessages(service, link, address)
+            link.send_multipart([READY, address.encode()])
+            run_loop(service, [Inlet(link, tag=FROM_FRONT, screen=claims.screen),
+                               Inlet(own, _Connections(own, service, setup.max_connections), DIRECT, claims.admit)],
+                     on_tick=claims.release)
     finally:
-        sock.close()
+        link.close()
         ctx.term()
+
+
+class _FrontMessages:
+    """A worker's side of the front's messages: closed connections, and the sessions it claimed
+    for redirected agents (the only ones it serves at its own address, until their last agent
+    has gone)."""
+
+    def __init__(self, service: EnvService, link: zmq.Socket, address: str | None) -> None:
+        self.service, self.link, self.address = service, link, address
+        self.claimed: dict[str, list] = {}  # name -> [serial, deadline for a first agent, None once it came]
+
+    def screen(self, peer: bytes, rest: list[bytes]) -> bool | None:
+        """Take the front's own messages (True); let an agent's request through (None)."""
+        agent = peer[len(FROM_FRONT):]
+        if rest[:1] == [DISCONNECTED]:
+            self.service.disconnected(peer)
+            return True
+        if rest[:1] == [CLAIM] and len(rest) == 3 and self.address is not None:
+            name = rest[1].decode()
+            self.claimed[name] = [int(rest[2]), time.monotonic() + CLAIM_WITHIN_S]
+            address = self.address if not self.address.startswith("tcp://") else \
+                "tcp://*" + self.address[self.address.rindex(":"):]
+            self.link.send_multipart([agent, encode({"type": "redirect", "address": address, "session": name})])
+            return True
+        return None
+
+    def admit(self, peer: bytes, rest: list[bytes]) -> bytes | None:
+        """At the worker's own address: a hello only into a session the front sent here."""
+        hello = _hello(rest[-1]) if rest else None
+        if hello is None or hello.get("session", "default") in self.claimed:
+            return None
+        return encode(m.error(m.ProtocolError(
+            m.NOT_ALLOWED, "this address serves only the sessions the env's front sent here: say hello at the "
+                           "env's own address, which sends each session to its worker")))
+
+    def release(self) -> None:
+        """Tell the front which claimed sessions have lost their last agent (or never got one)."""
+        if not self.claimed:
+            return
+        occupied = self.service.occupied_sessions()
+        now = time.monotonic()
+        for name, claim in list(self.claimed.items()):
+            if name in occupied:
+                claim[1] = None
+            elif claim[1] is None or now > claim[1]:
+                del self.claimed[name]
+                self.link.send_multipart([RELEASED, name.encode(), str(claim[0]).encode()])
 
 
 def worker_limits(limits: Any, workers: int) -> Any:

@@ -260,6 +260,10 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes the sessions are spread over (a session lives in one; docs/server.md says "
                    "how many to start).")
+@click.option("--redirect/--no-redirect", default=True, show_default=True,
+              help="With --workers: send agents of protocol 1.6 and later to their worker's own address (a free port "
+                   "on the same host, or an ipc path beside --bind), so their messages skip the front's hop; "
+                   "--no-redirect forwards every message, where only the env's own port is reachable.")
 @click.option("--open-sessions", is_flag=True,
               help="Let any agent join any session by name (agents that do not know session tokens, protocol "
                    "< 1.3); by default joining a session that has agents takes its token.")
@@ -272,8 +276,8 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 @click.pass_context
 def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, recipe, reward,
                 decision_timeout, on_agent_lost, trace_dirs, max_trace_bytes, prediction, model_dirs, max_jobs,
-                idle_timeout, max_sessions, max_agents, max_connections, workers, open_sessions, allow_remote, insecure,
-                curve_secret, curve_allow) -> None:
+                idle_timeout, max_sessions, max_agents, max_connections, workers, redirect, open_sessions, allow_remote,
+                insecure, curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md and docs/server.md)."""
     from ..environment.server import DEFAULT_MAX_CONNECTIONS, check_listening, room_for_connections, serve
     from ..environment.limits import Limits
@@ -325,7 +329,7 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
     from ..environment.workers import serve_workers, worker_limits
 
     serve_workers({**settings, "limits": worker_limits(limits, workers)}, workers, bind, curve=curve,
-                  max_connections=connections, on_bound=say_listening)
+                  max_connections=connections, on_bound=say_listening, redirect=redirect)
 
 
 class _AgentCommand(click.Command):

@@ -117,11 +117,24 @@ class _Client:
     """One socket to the env (DEALER with the empty delimiter, by default)."""
 
     def __init__(self, ctx: zmq.Context, address: str, timeout: float, socket_type: int = zmq.DEALER) -> None:
-        self.timeout, self.socket_type = timeout, socket_type
-        self.sock = ctx.socket(socket_type)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES + 1024)
-        self.sock.connect(address)
+        self.ctx, self.address, self.timeout, self.socket_type = ctx, address, timeout, socket_type
+        self.sock = self._connect(address)
+        self.front: zmq.Socket | None = None
+
+    def _connect(self, address: str) -> zmq.Socket:
+        sock = self.ctx.socket(self.socket_type)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES + 1024)
+        sock.connect(address)
+        return sock
+
+    def follow(self, given: str) -> None:
+        """Go on at the address a `redirect` named (1.6; tcp://*:PORT: the host this client reached),
+        the first socket kept open as the protocol asks."""
+        address = given
+        if given.startswith("tcp://*:") and self.address.startswith("tcp://"):
+            address = self.address[:self.address.rindex(":")] + given[len("tcp://*"):]
+        self.front, self.sock = self.sock, self._connect(address)
 
     def send(self, body: bytes | dict[str, Any], *, delimiter: bool = True) -> None:
         data = body if isinstance(body, bytes) else encode(body)
@@ -137,6 +150,8 @@ class _Client:
 
     def close(self) -> None:
         self.sock.close(0)
+        if self.front is not None:
+            self.front.close(0)
 
 
 class _EnvChecker:
@@ -174,7 +189,11 @@ class _EnvChecker:
         if frames is None:
             self.check(f"answers:{what}", False, f"no reply within {self.timeout:g} s; stopping")
             raise _Abort
-        return self.parse(frames[-1], what)
+        reply = self.parse(frames[-1], what)
+        if reply.get("type") == "redirect" and c.front is None and isinstance(body, dict) and body["type"] == "hello":
+            c.follow(str(reply.get("address")))  # an env of several workers (1.6): the hello again there
+            return self.ask(c, body, what, delimiter=delimiter)
+        return reply
 
     def parse(self, data: bytes, what: str) -> dict[str, Any]:
         self.replies += 1
@@ -580,6 +599,10 @@ class _EnvChecker:
         c = self.client()
         c.send(self.hello("conformance-bare", ()), delimiter=False)
         frames = c.recv()
+        if frames is not None and self.parse(frames[-1], "single-frame hello").get("type") == "redirect":
+            c.follow(str(decode(frames[-1]).get("address")))  # 1.6: at the worker's address, the same
+            c.send(self.hello("conformance-bare", ()), delimiter=False)
+            frames = c.recv()
         if frames is None:
             self.check("single_frame_envelope", False, f"no reply within {self.timeout:g} s")
         else:

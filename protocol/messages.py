@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-PROTOCOL_VERSION = "1.5"
+PROTOCOL_VERSION = "1.6"
 MAJOR = PROTOCOL_VERSION.split(".")[0]
 
 # Error codes (PROTOCOL.md section 6). Only version_mismatch and shutdown are not recoverable.
@@ -77,6 +77,7 @@ REQUESTS: dict[str, tuple[Field, ...]] = {
 #: Replies the env sends (documented and checked by the conformance vectors and the checkers).
 REPLIES: dict[str, tuple[Field, ...]] = {
     "welcome": (_str("protocol"), _str("session"), Field("env", (dict,)), _str("token", False)),
+    "redirect": (_str("address"), _str("session")),
     "decision": (_int("episode"), _int("decision"), _int("step"), _int("time"), _str("kind"),
                  Field("observation", (dict,)), Field("candidates", (list,)), Field("can_wait", (bool,)),
                  Field("reward", (float, int)), _int("ordered", False)),

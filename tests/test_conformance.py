@@ -197,9 +197,9 @@ def test_check_env_passes_the_reference_env(env_address):
     names = {r.name for r in results}
     assert names >= {"version_mismatch", "welcome", "stale_decision", "invalid_action_not_candidate",
                      "bad_field_action_type", "unknown_type", "bad_message_garbage", "episode_end",
-                     "metrics_keys", "replies_valid", "bye", "prediction_columns_1.5", "prediction_columns_1.3",
+                     "metrics_keys", "replies_valid", "bye", f"prediction_columns_{m.PROTOCOL_VERSION}", "prediction_columns_1.3",
                      "prediction_bad_request_unknown", "prediction_bad_request_model_path", "select_kill_decisions",
-                     "select_kill_list_refused", "job_columns_1.5", "job_columns_1.4"}
+                     "select_kill_list_refused", f"job_columns_{m.PROTOCOL_VERSION}", "job_columns_1.4"}
 
 
 def test_check_agent_judges_select_kill_actions():

@@ -33,7 +33,7 @@ from typing import Any
 import msgpack
 
 HERE = Path(__file__).resolve().parent
-PROTOCOL = "1.5"
+PROTOCOL = "1.6"
 HEX_UP_TO = 512
 ABOUT = ("Each vector is one message body (file) and its expected outcome. valid: decoded is the message as "
          "JSON (a number with a decimal point is a msgpack float, one without an integer). invalid: error is "
@@ -299,6 +299,10 @@ valid("welcome_token", "reply",
       {"type": "welcome", "protocol": "1.3", "session": "exp-7", "env": {**WELCOME_ENV, "sessions": "private"},
        "token": "3f9c2a7d41e0b8a6"},
       "1.3: the session's token, which other agents present to join it; env.sessions says private or open")
+valid("redirect_tcp", "reply", {"type": "redirect", "address": "tcp://*:40123", "session": "exp-7"},
+      "1.6: say the hello again at a worker's address; tcp://*:PORT means the host the agent connected to")
+valid("redirect_ipc", "reply", {"type": "redirect", "address": "ipc:///tmp/hpcgym.ipc.w0.1", "session": "default"},
+      "1.6: say the hello again at a worker's ipc address")
 valid("decision_select", "reply", decision("select"), "a select decision with its observation")
 valid("decision_select_no_wait", "reply",
       decision("select", decision=13, step=41, time=500, observation=OBSERVATION_EMPTY, candidates=[9],
@@ -395,6 +399,8 @@ invalid("decision_reward_str", "reply", decision("select", reward="0"), "bad_fie
         "reward as a string")
 invalid("decision_observation_nil", "reply", decision("select", observation=None), "bad_field", "validate",
         "observation as nil")
+invalid("redirect_missing_address", "reply", {"type": "redirect", "session": "default"},
+        "bad_field", "validate", "redirect without address")
 invalid("welcome_missing_env", "reply", {"type": "welcome", "protocol": "1.0", "session": "default"},
         "bad_field", "validate", "welcome without env")
 invalid("pending_episode_nil", "reply", {"type": "pending", "episode": None}, "bad_field", "validate",
