@@ -200,6 +200,7 @@ class EnvService:
         self._wake: Callable[[], None] | None = None  # set: sessions run concurrently
         self._deferred: list[tuple[Session, Callable[[], None]]] = []  # session tasks for after the lock
         self.closing: str | None = None  # the reason of a `shutdown`
+        self.stop = False  # set: the socket server ends its loop (as on SIGTERM)
 
     def check_defaults(self) -> None:
         """Read the env's own trace within its limits and check its options and reward, as a reset

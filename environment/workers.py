@@ -393,16 +393,17 @@ def _worker_main(setup: _WorkerSetup, identity: bytes) -> None:
     service = EnvService(**setup.service_options)
     try:
         if setup.own_address is None:
+            front = _FrontMessages(service, link, None)
             link.send_multipart([READY])
-            run_loop(service, [Inlet(link, tag=FROM_FRONT, screen=_FrontMessages(service, link, None).screen)])
+            run_loop(service, [Inlet(link, tag=FROM_FRONT, screen=front.screen)], on_tick=front.tick)
             return
         with listening(setup.own_address.format(identity.decode()), setup.curve) as own:
             address = own.getsockopt(zmq.LAST_ENDPOINT).decode()
-            claims = _FrontMessages(service, link, address)
+            front = _FrontMessages(service, link, address)
             link.send_multipart([READY, address.encode()])
-            run_loop(service, [Inlet(link, tag=FROM_FRONT, screen=claims.screen),
-                               Inlet(own, _Connections(own, service, setup.max_connections), DIRECT, claims.admit)],
-                     on_tick=claims.release)
+            run_loop(service, [Inlet(link, tag=FROM_FRONT, screen=front.screen),
+                               Inlet(own, _Connections(own, service, setup.max_connections), DIRECT, front.admit)],
+                     on_tick=front.tick)
     finally:
         link.close()
         ctx.term()
@@ -416,6 +417,15 @@ class _FrontMessages:
     def __init__(self, service: EnvService, link: zmq.Socket, address: str | None) -> None:
         self.service, self.link, self.address = service, link, address
         self.claimed: dict[str, list] = {}  # name -> [serial, deadline for a first agent, None once it came]
+        self.front_pid = os.getppid()
+
+    def tick(self) -> None:
+        """A worker whose front is gone (killed, so it could not stop its workers) stops too;
+        else the claims it can release are released."""
+        if os.getppid() != self.front_pid:
+            self.service.stop = True
+        else:
+            self.release()
 
     def screen(self, peer: bytes, rest: list[bytes]) -> bool | None:
         """Take the front's own messages (True); let an agent's request through (None)."""

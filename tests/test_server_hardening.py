@@ -401,3 +401,25 @@ def test_a_worker_that_dies_ends_only_its_own_sessions_and_is_replaced(children,
     finally:
         for sock in agents.values():
             sock.close()
+
+
+def test_workers_stop_when_their_front_is_killed(children, ipc_dir, trace):  # noqa: F811
+    """A front killed with SIGKILL cannot stop its workers: they notice and exit (they were left
+    running, one per worker per killed env)."""
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    env = start_env(children, bind, "--trace", str(trace), "--workers", "2")
+    workers = worker_pids(env.pid)
+    assert len(workers) == 2
+    env.kill()
+    env.wait(10)
+    deadline = time.monotonic() + 20
+    while any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in workers):
+        assert time.monotonic() < deadline, f"env workers {workers} outlived their front"
+        time.sleep(0.2)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"
