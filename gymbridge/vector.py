@@ -23,9 +23,13 @@ info in `info["final_info"]`; what Stable-Baselines3 expects, see `gymbridge/sb3
 Processes (`asynchronous=True`, the default): the envs are cut into `workers` shares of
 consecutive envs (default: one per env, at most one per usable core); this process steps the
 first share itself while worker processes step the others (`caller_share=False`: every share in
-a worker). A step costs one byte down and, usually, an empty message up per worker:
-observations, masks, actions, rewards and terminated/truncated flags live in one shared-memory
-block that every share writes in place. Only what is rare is pickled: the infos of episode ends
+a worker). A step costs each worker two semaphore hand-offs and nothing else: observations,
+masks, actions, rewards and terminated/truncated flags live in one shared-memory block that
+every share writes in place, and the command in a small control block. A waiting side spins on
+its semaphore for `spin_s` (by default 0.5 ms where the workers and this process have a core
+each, else 0) before it sleeps on it, so on free cores a
+hand-off takes microseconds, not the tens that a pipe's system calls and wake-ups cost (more
+under a virtualised kernel). Only what is rare goes through a pipe, pickled: the infos of episode ends
 and starts (`metrics`, `episode_seed`, `initial_reward`, `final_obs`), `call`/`get_attr`/
 `set_attr`, errors, and `info["decision"]` when asked for (`decision_info=True`, every step).
 The env factories are cloudpickled into the workers (`context`: "spawn", "fork" or
@@ -41,6 +45,7 @@ import functools
 import os
 import pickle
 import select
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
@@ -58,6 +63,14 @@ from . import make
 _STEP, _RESET, _CALL, _SET, _CLOSE = b"s", b"r", b"c", b"a", b"x"
 _INFOS, _VALUES, _ERROR = b"i", b"v", b"e"
 _CLOSE_WAIT_S = 5.0
+#: A worker's three control bytes in the shared control block: the command, whether its
+#: arguments wait in the pipe, whether its reply does.
+_COMMAND, _HAS_ARGS, _HAS_REPLY = range(3)
+#: How long a waiting side spins on its semaphore before it sleeps on it (sleeping and waking
+#: are system calls, which cost tens of microseconds where the kernel is virtualised).
+DEFAULT_SPIN_S = 0.0005
+#: While asleep on a semaphore: how often to look whether the other side is still alive.
+_ALIVE_EVERY_S = 0.25
 
 
 class VectorEnvError(RuntimeError):
@@ -74,18 +87,20 @@ def env_fns(n: int, kind: str = "select", seed: int = 0, **kwargs: Any) -> list:
 
 def make_vector(n: int, kind: str = "select", seed: int = 0, asynchronous: bool = True, *,
                 workers: int | None = None, caller_share: bool = True, context: str | None = None,
-                autoreset_mode: AutoresetMode | str | None = None,
+                autoreset_mode: AutoresetMode | str | None = None, spin_s: float | None = None,
                 **kwargs: Any) -> gym.vector.VectorEnv:
     """`n` HpcEnvs of decision kind `kind` as one vector env; `kwargs` go to each `HpcEnv`
     (workload, options, reward, encoder, remote, others, decision_info, ...). `workers`: how many
     processes step them (default min(n, usable cores)), this one among them unless
-    `caller_share=False`; `asynchronous=False`: Gymnasium's SyncVectorEnv in this process."""
+    `caller_share=False`; `spin_s`: how long a waiting process spins before it sleeps (default
+    0.5 ms where every process has a core, else 0); `asynchronous=False`: Gymnasium's SyncVectorEnv in this process."""
     mode = autoreset(autoreset_mode or AutoresetMode.NEXT_STEP)
     fns = env_fns(n, kind, seed, **kwargs)
     if asynchronous:
-        return WorkerVectorEnv(fns, workers=workers, caller_share=caller_share, context=context, autoreset_mode=mode)
-    if context is not None or workers is not None or not caller_share:
-        raise ValueError("context, workers and caller_share apply to asynchronous vector envs only")
+        return WorkerVectorEnv(fns, workers=workers, caller_share=caller_share, context=context, autoreset_mode=mode,
+                               spin_s=spin_s)
+    if context is not None or workers is not None or not caller_share or spin_s is not None:
+        raise ValueError("context, workers, caller_share and spin_s apply to asynchronous vector envs only")
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
 
 
@@ -212,9 +227,11 @@ _OPERATIONS = {_STEP: _Share.step, _RESET: _Share.reset, _CALL: _Share.call, _SE
 
 
 def _work(first: int, fns_pickled: bytes, block: Any, layout: list, kinds: tuple[str, ...], mode: AutoresetMode,
-          conn: Connection, parent_end: Connection) -> None:
+          conn: Connection, parent_end: Connection, handoff: tuple) -> None:
     """A worker process: makes envs first, first + 1, ... and serves the parent's commands."""
     parent_end.close()
+    go, done, control, spin_s = handoff
+    parent = os.getppid()
     envs: list = []
     try:
         try:
@@ -225,24 +242,38 @@ def _work(first: int, fns_pickled: bytes, block: Any, layout: list, kinds: tuple
             return
         share = _Share(first, envs, _views(block, layout), kinds, mode)
         conn.send_bytes(_VALUES + pickle.dumps([(env.observation_space, env.action_space) for env in envs]))
-        while True:
-            try:
-                message = conn.recv_bytes()
-            except EOFError:  # the parent is gone
-                return
-            command = message[:1]
+        while _acquire(go, spin_s, lambda: os.getppid() == parent):
+            command = bytes([control[_COMMAND]])
             if command == _CLOSE:
                 return
+            arguments = pickle.loads(conn.recv_bytes()) if control[_HAS_ARGS] else ()
             try:
-                result = _OPERATIONS[command](share, *(pickle.loads(message[1:]) if len(message) > 1 else ()))
+                result = _OPERATIONS[command](share, *arguments)
+                reply = b"" if not result else (_VALUES if isinstance(result, list) else _INFOS) + pickle.dumps(result)
             except _EnvFailed as failed:
-                conn.send_bytes(_error_reply(failed.index, failed.__cause__))
-                continue
-            conn.send_bytes(b"" if not result else (_VALUES if isinstance(result, list) else _INFOS)
-                            + pickle.dumps(result))
+                reply = _error_reply(failed.index, failed.__cause__)
+            control[_HAS_REPLY] = bool(reply)
+            if reply:
+                conn.send_bytes(reply)
+            done.release()
     finally:
         for env in envs:
             env.close()
+
+
+def _acquire(semaphore: Any, spin_s: float, alive: Callable[[], bool]) -> bool:
+    """Take the semaphore: spinning for `spin_s`, then asleep; False once `alive()` says the
+    other side is gone."""
+    if semaphore.acquire(False):
+        return True
+    end = time.perf_counter() + spin_s
+    while time.perf_counter() < end:
+        if semaphore.acquire(False):
+            return True
+    while not semaphore.acquire(timeout=_ALIVE_EVERY_S):
+        if not alive():
+            return False
+    return True
 
 
 class _EnvFailed(Exception):
@@ -273,13 +304,16 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, workers: int | None = None,
                  caller_share: bool = True, context: str | None = None,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP) -> None:
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, spin_s: float | None = None) -> None:
         import multiprocessing as mp
 
         self._procs: list = []
         self._conns: list[Connection] = []
+        self._handoffs: list[tuple] = []  # per worker: (go, done, control bytes)
         self._local: _Share | None = None
         self.closed = True  # until the workers run
+        if spin_s is not None and not 0 <= spin_s <= 1:
+            raise ValueError(f"spin_s is the seconds a waiting side spins before it sleeps, from 0 to 1; got {spin_s!r}")
         n = len(env_fns)
         workers = min(n, usable_cores()) if workers is None else workers
         if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= n:
@@ -312,11 +346,18 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         else:
             first_env.close()
         self._remote = self._shares[1:] if caller_share else self._shares
+        # Spinning pays only with a core per spinner: with more processes than cores it takes
+        # the core of the process it waits for.
+        if spin_s is None:
+            spin_s = DEFAULT_SPIN_S if len(self._remote) + 1 <= usable_cores() else 0.0
+        self._spin_s = spin_s
         for w, share in enumerate(self._remote):
             parent_end, child_end = ctx.Pipe()
+            handoff = (ctx.Semaphore(0), ctx.Semaphore(0), ctx.RawArray("b", 3))
+            self._handoffs.append(handoff)
             proc = ctx.Process(target=_work, name=f"hpcgym-vector-{w}", daemon=True,
                                args=(share.start, cloudpickle.dumps(list(env_fns[share.start:share.stop])), block,
-                                     layout, kinds, self.autoreset_mode, child_end, parent_end))
+                                     layout, kinds, self.autoreset_mode, child_end, parent_end, (*handoff, spin_s)))
             proc.start()
             child_end.close()
             self._procs.append(proc)
@@ -324,7 +365,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             for fd, is_conn in ((parent_end.fileno(), True), (proc.sentinel, False)):
                 self._poller.register(fd, select.POLLIN)
                 self._fd_worker[fd] = (w, is_conn)
-        spaces = [space for reply in self._wait() for space in reply]
+        spaces = [space for reply in self._started() for space in reply]
         for i, (obs_space, action_space) in enumerate(spaces, start=self._remote[0].start if self._remote else n):
             if obs_space != self.single_observation_space or action_space != self.single_action_space:
                 self.close()
@@ -377,11 +418,9 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         that do not within 5 s."""
         if self._local is not None:
             self._local.close()
-        for conn in self._conns:
-            try:
-                conn.send_bytes(_CLOSE)
-            except OSError:
-                pass  # that worker is gone
+        for go, _, control in self._handoffs:
+            control[_COMMAND] = _CLOSE[0]
+            go.release()
         for proc in self._procs:
             proc.join(_CLOSE_WAIT_S)
             if proc.is_alive():
@@ -404,11 +443,14 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             raise VectorEnvError("the vector env is closed")
         arguments = arguments or [()] * len(self._shares)
         local_arguments, remote_arguments = (arguments[0], arguments[1:]) if self._local else ((), arguments)
-        for w, (conn, args) in enumerate(zip(self._conns, remote_arguments)):
-            try:
-                conn.send_bytes(command + cloudpickle.dumps(args) if args else command)
-            except OSError:
-                self._died(w)
+        for w, (conn, (go, _, control), args) in enumerate(zip(self._conns, self._handoffs, remote_arguments)):
+            if args:
+                try:
+                    conn.send_bytes(cloudpickle.dumps(args))
+                except OSError:
+                    self._died(w)
+            control[_COMMAND], control[_HAS_ARGS] = command[0], bool(args)
+            go.release()
         results = []
         if self._local is not None:
             try:
@@ -416,10 +458,22 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             except _EnvFailed as failed:
                 exc = failed.__cause__
                 self._failed(failed.index, exc, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-        return results + self._wait()
+        return results + self._collect()
 
-    def _wait(self) -> list:
-        """Every worker's reply, decoded."""
+    def _collect(self) -> list:
+        """Every worker's reply to the command just handed out, decoded."""
+        replies = []
+        for w, (conn, (_, done, control), proc) in enumerate(zip(self._conns, self._handoffs, self._procs)):
+            if not _acquire(done, self._spin_s, proc.is_alive):
+                self._died(w)
+            try:
+                replies.append(conn.recv_bytes() if control[_HAS_REPLY] else b"")
+            except (EOFError, OSError):
+                self._died(w)
+        return self._decoded(replies)
+
+    def _started(self) -> list:
+        """Every worker's first message (its envs' spaces), as it comes."""
         replies: list[bytes | None] = [None] * len(self._conns)
         waiting = len(self._conns)
         while waiting:
@@ -433,6 +487,9 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
                     except (EOFError, OSError):
                         self._died(w)
                     waiting -= 1
+        return self._decoded(replies)
+
+    def _decoded(self, replies: list) -> list:
         decoded = []
         for reply in replies:
             if reply[:1] == _ERROR:

@@ -83,6 +83,9 @@ def test_same_run_as_sync_vector_env_for_any_worker_count(mode):
         for caller_share in (True, False):
             _same(_run(make_vector(3, "select", seed=3, workers=workers, caller_share=caller_share,
                                    autoreset_mode=mode, **KWARGS)), sync, f"workers={workers}, {caller_share}")
+    for spin_s in (0.0, 0.01):  # hand-offs asleep on the semaphores, and spinning, whatever the cores
+        _same(_run(make_vector(3, "select", seed=3, workers=3, caller_share=False, spin_s=spin_s,
+                               autoreset_mode=mode, **KWARGS)), sync, f"spin_s={spin_s}")
     assert not _workers()
 
 
@@ -219,7 +222,9 @@ def test_bad_arguments_are_refused_in_one_line():
     for workers in (0, 4, 1.5):
         with pytest.raises(ValueError, match="workers must be an integer from 1 to the number of envs"):
             make_vector(3, "select", workers=workers, **KWARGS)
-    for extra in ({"workers": 1}, {"caller_share": False}, {"context": "spawn"}):
+    with pytest.raises(ValueError, match="spin_s is the seconds a waiting side spins"):
+        make_vector(2, "select", spin_s=-1, **KWARGS)
+    for extra in ({"workers": 1}, {"caller_share": False}, {"context": "spawn"}, {"spin_s": 0.0}):
         with pytest.raises(ValueError, match="apply to asynchronous vector envs only"):
             make_vector(2, "select", asynchronous=False, **extra, **KWARGS)
     with pytest.raises(ValueError, match="unknown autoreset_mode 'later'"):
