@@ -153,7 +153,7 @@ class Inlet:
     connections: _Connections | None = None
     #: One byte, or empty for the only inlet.
     tag: bytes = b""
-    #: Sees each request (tagged peer, body) first: returns True when it took the request itself
+    #: Sees each request (tagged peer, frames after the routing id) first: returns True when it took it
     #: (a message of the front's to its worker), or the encoded refusal to send instead.
     screen: Callable[[bytes, list[bytes]], bool | bytes | None] | None = None
 
