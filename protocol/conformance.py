@@ -120,6 +120,7 @@ class _Client:
         self.ctx, self.address, self.timeout, self.socket_type = ctx, address, timeout, socket_type
         self.sock = self._connect(address)
         self.front: zmq.Socket | None = None
+        self.redirected_to: str | None = None  # the address a redirect named (1.6)
 
     def _connect(self, address: str) -> zmq.Socket:
         sock = self.ctx.socket(self.socket_type)
@@ -134,7 +135,7 @@ class _Client:
         address = given
         if given.startswith("tcp://*:") and self.address.startswith("tcp://"):
             address = self.address[:self.address.rindex(":")] + given[len("tcp://*"):]
-        self.front, self.sock = self.sock, self._connect(address)
+        self.front, self.sock, self.redirected_to = self.sock, self._connect(address), address
 
     def send(self, body: bytes | dict[str, Any], *, delimiter: bool = True) -> None:
         data = body if isinstance(body, bytes) else encode(body)
@@ -386,6 +387,7 @@ class _EnvChecker:
         self.expect_error("bad_message_no_pending", r, "bad_message", None)
         # -------- other envelopes
         self.envelopes()
+        self.redirect_address(a)
         # -------- 1.4: predictions, the joint select+kill decision
         if self.strict:
             self.predictions()
@@ -618,6 +620,17 @@ class _EnvChecker:
         r = self.ask(q, {"type": "bye"}, "REQ bye")
         self.check("req_socket", ok and r.get("type") == "bye", f"REQ hello/bye answered welcome/{r.get('type')}")
 
+
+    def redirect_address(self, a: _Client) -> None:
+        """1.6: where the env redirected, the worker's address serves only the sessions the env
+        sent there (nothing to check on an env that did not redirect)."""
+        if a.redirected_to is None:
+            return
+        c = _Client(self.ctx, a.redirected_to, self.timeout)
+        self.clients.append(c)
+        r = self.ask(c, {**self.hello("conformance-elsewhere", ()), "session": f"{self.session}-elsewhere"},
+                     "hello at a redirect's address for another session")
+        self.expect_error("redirect_serves_only_its_sessions", r, "not_allowed", None)
 
     def select_client(self, protocol: str, what: str) -> Any:
         """A select agent speaking `protocol`, welcomed in a session of its own for check `what`;

@@ -122,8 +122,11 @@ def test_check_env_passes_an_env_of_workers(children, ipc_dir, trace, flags):  #
     from hpcgym.protocol.conformance import check_env
 
     bind, _ = workers_env(children, ipc_dir, trace, *flags)
-    failed = [(c.name, c.detail) for c in check_env(bind, timeout=20) if not c.passed]
+    checks = check_env(bind, timeout=20)
+    failed = [(c.name, c.detail) for c in checks if not c.passed]
     assert not failed, failed
+    # redirected, the checker also tries the worker's address with a session not sent there
+    assert ("redirect_serves_only_its_sessions" in {c.name for c in checks}) == (not flags)
 
 
 def test_no_redirect_forwards_a_16_agent(children, ipc_dir, trace, connect):  # noqa: F811
