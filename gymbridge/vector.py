@@ -27,11 +27,11 @@ a worker). A step costs each worker two semaphore hand-offs and nothing else: ob
 masks, actions, rewards and terminated/truncated flags live in one shared-memory block that
 every share writes in place, and the command in a small control block. A waiting side spins on
 its semaphore for `spin_s` (by default 0.5 ms where the workers and this process have a core
-each, else 0) before it sleeps on it, so on free cores a
-hand-off takes microseconds, not the tens that a pipe's system calls and wake-ups cost (more
-under a virtualised kernel). Only what is rare goes through a pipe, pickled: the infos of episode ends
-and starts (`metrics`, `episode_seed`, `initial_reward`, `final_obs`), `call`/`get_attr`/
-`set_attr`, errors, and `info["decision"]` when asked for (`decision_info=True`, every step).
+each, else 0) before it sleeps on it, so on free cores a hand-off takes microseconds, not the
+tens that a pipe's system calls and wake-ups cost (more under a virtualised kernel). Only what
+is rare goes through a pipe, pickled: the infos of episode ends and starts (`metrics`,
+`episode_seed`, `initial_reward`, `final_obs`), `call`/`get_attr`/`set_attr`, errors, and
+`info["decision"]` when asked for (`decision_info=True`, every step).
 The env factories are cloudpickled into the workers (`context`: "spawn", "fork" or
 "forkserver"; default: the platform's), so `others` agents must pickle too; each env opens its
 own connection when `remote` is given. An error in a sub-env, or a worker process that dies,
@@ -93,7 +93,8 @@ def make_vector(n: int, kind: str = "select", seed: int = 0, asynchronous: bool 
     (workload, options, reward, encoder, remote, others, decision_info, ...). `workers`: how many
     processes step them (default min(n, usable cores)), this one among them unless
     `caller_share=False`; `spin_s`: how long a waiting process spins before it sleeps (default
-    0.5 ms where every process has a core, else 0); `asynchronous=False`: Gymnasium's SyncVectorEnv in this process."""
+    0.5 ms where every process has a core, else 0); `asynchronous=False`: Gymnasium's
+    SyncVectorEnv in this process."""
     mode = autoreset(autoreset_mode or AutoresetMode.NEXT_STEP)
     fns = env_fns(n, kind, seed, **kwargs)
     if asynchronous:
@@ -304,7 +305,8 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, workers: int | None = None,
                  caller_share: bool = True, context: str | None = None,
-                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP, spin_s: float | None = None) -> None:
+                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+                 spin_s: float | None = None) -> None:
         import multiprocessing as mp
 
         self._procs: list = []
