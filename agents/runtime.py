@@ -21,7 +21,7 @@ import zmq
 from ..environment.decisions import SELECT, Decision
 from ..environment.errors import HpcgymError
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
-from ..protocol.messages import PROTOCOL_VERSION, REPLIES, ProtocolError, validate
+from ..protocol.messages import PROTOCOL_VERSION, REPLIES, ProtocolError, redirect_target, validate
 from .base import Agent, PriorityAgent
 from ..environment.priorities import POLICIES
 from .inspectors import AcceptAllInspector, RejectLargeInspector
@@ -129,11 +129,8 @@ class Connection:
             raise EnvRefused(f"the env at {self.address} sent a malformed reply: {exc.message}") from None
 
     def _redirect(self, given: str) -> None:
-        """Go on at a worker's address (tcp://*:PORT: the host this connection reached)."""
-        address = given
-        if given.startswith("tcp://*:") and self.address.startswith("tcp://"):
-            address = self.address[:self.address.rindex(":")] + given[len("tcp://*"):]
-        self._front, self._sock = self._sock, self._connect(address)
+        """Go on at a worker's address."""
+        self._front, self._sock = self._sock, self._connect(redirect_target(self.address, given))
         self._poller.register(self._sock, zmq.POLLIN)
 
     def leave(self, wait_s: float = 1.0) -> None:

@@ -38,7 +38,7 @@ import zmq
 
 from .codec import MAX_MESSAGE_BYTES, decode, encode
 from .messages import (KIND_TAKEN, MAJOR, MAX_ERROR_CHARS, PROTOCOL_VERSION, REPLIES, REQUESTS, ProtocolError,
-                       validate)
+                       redirect_target, validate)
 from .tables import (ALWAYS, JOB_RECORDS, JOB_TABLES, METRICS, OBSERVATION, OPTIONAL, QUEUE, START_KIND_CODES,
                      WITH_PREDICTOR, names)
 
@@ -130,11 +130,9 @@ class _Client:
         return sock
 
     def follow(self, given: str) -> None:
-        """Go on at the address a `redirect` named (1.6; tcp://*:PORT: the host this client reached),
-        the first socket kept open as the protocol asks."""
-        address = given
-        if given.startswith("tcp://*:") and self.address.startswith("tcp://"):
-            address = self.address[:self.address.rindex(":")] + given[len("tcp://*"):]
+        """Go on at the address a `redirect` named (1.6), the first socket kept open as the
+        protocol asks."""
+        address = redirect_target(self.address, given)
         self.front, self.sock, self.redirected_to = self.sock, self._connect(address), address
 
     def send(self, body: bytes | dict[str, Any], *, delimiter: bool = True) -> None:

@@ -154,3 +154,11 @@ def shorten(text: str, limit: int = MAX_ERROR_CHARS) -> str:
 def error(err: ProtocolError, pending: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"type": "error", "code": err.code, "message": shorten(err.message), "recoverable": err.recoverable,
             "pending": pending}
+
+
+def redirect_target(connected: str, given: str) -> str:
+    """Where a `redirect` (1.6) sends an agent that connected to `connected`: its `address`, in
+    which `tcp://*:PORT` means the host the agent connected to (PROTOCOL.md section 2)."""
+    if given.startswith("tcp://*:") and connected.startswith("tcp://"):
+        return connected[:connected.rindex(":")] + given[len("tcp://*"):]
+    return given

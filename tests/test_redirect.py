@@ -12,10 +12,10 @@ import time
 import msgpack
 import pytest
 
-from hpcgym.protocol.messages import PROTOCOL_VERSION
+from hpcgym.protocol.messages import PROTOCOL_VERSION, redirect_target
 
 from .test_server_hardening import worker_pids
-from .test_sockets import ask, children, dealer, start_env, trace  # noqa: F401 - fixtures
+from .test_sockets import ask, children, dealer, free_tcp, start_env, trace  # noqa: F401 - fixtures
 
 OLD = "1.4"  # a version before redirects: forwarded through the front
 
@@ -152,3 +152,15 @@ def test_the_agent_runtime_ends_its_episode_when_its_workers_process_fails(child
                     progress=kill_the_workers, orders=False)
     (end,) = run.episodes
     assert "worker process" in end["reason"] and not end["metrics"], end
+
+
+def test_a_tcp_redirect_names_a_port_on_the_host_the_agent_reached(children, trace, connect):  # noqa: F811
+    assert redirect_target("tcp://10.0.0.5:5555", "tcp://*:40123") == "tcp://10.0.0.5:40123"
+    assert redirect_target("tcp://[::1]:5555", "tcp://*:40123") == "tcp://[::1]:40123"
+    assert redirect_target("ipc:///tmp/env.ipc", "ipc:///tmp/env.ipc.w0.1") == "ipc:///tmp/env.ipc.w0.1"
+    bind = free_tcp()
+    start_env(children, bind, "--trace", str(trace), "--workers", "2")
+    reply = ask(connect(bind), hello("over-tcp", []))
+    assert reply["type"] == "redirect" and reply["address"].startswith("tcp://*:"), reply
+    assert reply["address"].rsplit(":", 1)[1] != bind.rsplit(":", 1)[1], reply
+    assert ask(connect(redirect_target(bind, reply["address"])), hello("over-tcp", []))["type"] == "welcome"
