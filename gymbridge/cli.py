@@ -319,8 +319,9 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
         click.echo(f"hpcgym env: serving at most {connections:,} connections, not {max_connections:,}: the system "
                    "allows this process no more open files (ulimit -n)", err=True)
     def say_listening() -> None:
-        click.echo(f"hpcgym env listening on {bind}{' with CURVE' if curve else ''}"
-                   f"{f' with {workers} workers' if workers > 1 else ''}", err=True)
+        spread = f" with {workers} workers{', redirecting agents of protocol 1.6' if redirect else ''}"
+        click.echo(f"hpcgym env listening on {bind}{' with CURVE' if curve else ''}{spread if workers > 1 else ''}",
+                   err=True)
 
     if workers == 1:
         serve(service, bind, curve=curve, allow_remote=allow_remote, insecure=insecure, max_connections=connections,
