@@ -134,7 +134,8 @@ class _Front:
         self.generation += 1
         identity = f"w{index}.{self.generation}".encode()
         process = multiprocessing.get_context("spawn").Process(
-            target=_worker_main, args=(self.setup, identity), name=f"hpcgym-env-worker-{index}", daemon=True)
+            target=_worker_main, args=(self.setup, identity, os.getpid()), name=f"hpcgym-env-worker-{index}",
+            daemon=True)
         process.start()
         return _Worker(index, process, identity)
 
@@ -381,9 +382,10 @@ def _type_and_episode(body: bytes) -> tuple[str | None, int | None]:
     return kind, int.from_bytes(body[at:at + width], "big") if width else None
 
 
-def _worker_main(setup: _WorkerSetup, identity: bytes) -> None:
+def _worker_main(setup: _WorkerSetup, identity: bytes, front_pid: int) -> None:
     """A worker process: an EnvService behind a DEALER linked to the front, and at an address of
-    its own for redirected agents."""
+    its own for redirected agents. It stops once its parent is no longer `front_pid` (the front
+    was killed, so it could not stop its workers; it may die before this process gets going)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the front, which stops the workers
     ctx = zmq.Context()
     link = ctx.socket(zmq.DEALER)
@@ -393,20 +395,31 @@ def _worker_main(setup: _WorkerSetup, identity: bytes) -> None:
     service = EnvService(**setup.service_options)
     try:
         if setup.own_address is None:
-            front = _FrontMessages(service, link, None)
-            link.send_multipart([READY])
-            run_loop(service, [Inlet(link, tag=FROM_FRONT, screen=front.screen)], on_tick=front.tick)
+            if _say_ready(link, [READY], front_pid):
+                front = _FrontMessages(service, link, None, front_pid)
+                run_loop(service, [Inlet(link, tag=FROM_FRONT, screen=front.screen)], on_tick=front.tick)
             return
         with listening(setup.own_address.format(identity.decode()), setup.curve) as own:
             address = own.getsockopt(zmq.LAST_ENDPOINT).decode()
-            front = _FrontMessages(service, link, address)
-            link.send_multipart([READY, address.encode()])
-            run_loop(service, [Inlet(link, tag=FROM_FRONT, screen=front.screen),
-                               Inlet(own, _Connections(own, service, setup.max_connections), DIRECT, front.admit)],
-                     on_tick=front.tick)
+            if _say_ready(link, [READY, address.encode()], front_pid):
+                front = _FrontMessages(service, link, address, front_pid)
+                run_loop(service, [Inlet(link, tag=FROM_FRONT, screen=front.screen),
+                                   Inlet(own, _Connections(own, service, setup.max_connections), DIRECT,
+                                         front.admit)],
+                         on_tick=front.tick)
     finally:
         link.close()
         ctx.term()
+
+
+def _say_ready(link: zmq.Socket, frames: list[bytes], front_pid: int) -> bool:
+    """Tell the front this worker is ready; False if the front is gone first (a send to a front
+    that never linked up would wait for ever: a worker started just before its front was killed)."""
+    while not link.poll(250, zmq.POLLOUT):
+        if os.getppid() != front_pid:
+            return False
+    link.send_multipart(frames)
+    return True
 
 
 class _FrontMessages:
@@ -414,10 +427,10 @@ class _FrontMessages:
     for redirected agents (the only ones it serves at its own address, until their last agent
     has gone)."""
 
-    def __init__(self, service: EnvService, link: zmq.Socket, address: str | None) -> None:
+    def __init__(self, service: EnvService, link: zmq.Socket, address: str | None, front_pid: int) -> None:
         self.service, self.link, self.address = service, link, address
         self.claimed: dict[str, list] = {}  # name -> [serial, deadline for a first agent, None once it came]
-        self.front_pid = os.getppid()
+        self.front_pid = front_pid
 
     def tick(self) -> None:
         """A worker whose front is gone (killed, so it could not stop its workers) stops too;

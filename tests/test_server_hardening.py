@@ -423,3 +423,24 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+def test_a_replacement_worker_stops_when_its_front_is_killed_before_it_is_ready(children, ipc_dir,
+                                                                                trace):  # noqa: F811
+    """A worker still starting when its front dies never links up with it: its "ready" would wait
+    for ever (orphans of the tests that kill workers, then their env, did)."""
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    env = start_env(children, bind, "--trace", str(trace), "--workers", "2")
+    first = worker_pids(env.pid)
+    os.kill(first[0], signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while not (set(worker_pids(env.pid)) - set(first)):  # the replacement is spawned
+        assert time.monotonic() < deadline, "no replacement worker was started"
+        time.sleep(0.05)
+    started = worker_pids(env.pid)
+    env.kill()
+    env.wait(10)
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in started):
+        assert time.monotonic() < deadline, f"env workers {started} outlived their front"
+        time.sleep(0.2)
