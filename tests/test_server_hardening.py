@@ -410,15 +410,21 @@ def test_workers_stop_when_their_front_is_killed(children, ipc_dir, trace):  # n
     env = start_env(children, bind, "--trace", str(trace), "--workers", "2")
     workers = worker_pids(env.pid)
     assert len(workers) == 2
+    kill_and_see_workers_exit(env, workers)
+
+
+def kill_and_see_workers_exit(env, workers: list[int]) -> None:
+    """SIGKILL the env's front, then wait until every one of `workers` has exited (or is a zombie)."""
     env.kill()
     env.wait(10)
-    deadline = time.monotonic() + 20
-    while any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in workers):
+    deadline = time.monotonic() + 30
+    while any(_state(pid) != "Z" for pid in workers):
         assert time.monotonic() < deadline, f"env workers {workers} outlived their front"
         time.sleep(0.2)
 
 
 def _state(pid: int) -> str:
+    """A process's state letter; "Z" once it is gone too."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
@@ -437,10 +443,4 @@ def test_a_replacement_worker_stops_when_its_front_is_killed_before_it_is_ready(
     while not (set(worker_pids(env.pid)) - set(first)):  # the replacement is spawned
         assert time.monotonic() < deadline, "no replacement worker was started"
         time.sleep(0.05)
-    started = worker_pids(env.pid)
-    env.kill()
-    env.wait(10)
-    deadline = time.monotonic() + 30
-    while any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in started):
-        assert time.monotonic() < deadline, f"env workers {started} outlived their front"
-        time.sleep(0.2)
+    kill_and_see_workers_exit(env, worker_pids(env.pid))
