@@ -323,7 +323,7 @@ class _Loop:
         for peer, data in replies:
             inlet = self.by_tag.get(peer[:1])
             if inlet is not None:
-                _send_all(inlet.sock, {peer[1:]: self.envelopes.get(peer, True)}, [(peer[1:], data)])
+                _send_one(inlet.sock, peer[1:], self.envelopes.get(peer, True), data)
 
     def _serve(self, call) -> bool:
         """Make the call as the loop's holder and send its replies; False if the loop was taken
@@ -432,11 +432,14 @@ def _close_fd(fd: int) -> None:
 
 def _send_all(sock: zmq.Socket, envelopes: dict[bytes, bool], replies: list[tuple[bytes, bytes]]) -> None:
     for peer, data in replies:
-        frames = [peer, b"", data] if envelopes.get(peer, True) else [peer, data]
-        try:
-            sock.send_multipart(frames, zmq.NOBLOCK)
-        except zmq.ZMQError:
-            pass  # the peer is gone or its queue is full: its timeout will tell it
+        _send_one(sock, peer, envelopes.get(peer, True), data)
+
+
+def _send_one(sock: zmq.Socket, peer: bytes, delimited: bool, data: bytes) -> None:
+    try:
+        sock.send_multipart([peer, b"", data] if delimited else [peer, data], zmq.NOBLOCK)
+    except zmq.ZMQError:
+        pass  # the peer is gone or its queue is full: its timeout will tell it
 
 
 def _poke(fd: int) -> None:

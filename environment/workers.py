@@ -33,6 +33,7 @@ import os
 import signal
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,9 +162,10 @@ class _Front:
             self.workers[k] = self._start(worker.index)
 
     # ---------------------------------------------------------------- routing
-    def _worker_for(self, agent: bytes, body: bytes) -> tuple[_Worker | None, list[bytes]]:
-        """The worker a request goes to, and the frames to send it; a hello is routed by the
-        session it names, and a 1.6 agent's hello becomes a claim (the worker redirects it)."""
+    def _frames_for(self, agent: bytes, body: bytes) -> list[bytes] | None:
+        """What to send which worker for a request (its identity first); None while no worker is
+        ready. A hello is routed by the session it names, and a 1.6 agent's hello becomes a claim
+        (the worker redirects it)."""
         hello = _hello(body)
         name = hello.get("session", "default") if hello is not None else None
         if isinstance(name, str):
@@ -171,7 +173,7 @@ class _Front:
             if worker is None:
                 ready = [w for w in self.workers if w.ready]
                 if not ready:
-                    return None, []
+                    return None
                 worker = min(ready, key=lambda w: len(w.agents))
             if worker.address is not None and _redirects(hello):
                 self._leave(agent)
@@ -179,13 +181,13 @@ class _Front:
                 self.sessions[name], self.claims[name] = worker, serial
                 self.redirected[agent] = (worker, name)
                 worker.agents.add(agent)
-                return worker, [worker.identity, agent, CLAIM, name.encode(), str(serial).encode()]
+                return [worker.identity, agent, CLAIM, name.encode(), str(serial).encode()]
             self.greeting[agent] = (self.route.get(agent), self.session_of.get(agent))
             self._join(agent, worker, name)
-            return worker, [worker.identity, agent, body]
+            return [worker.identity, agent, body]
         worker = self.route.get(agent)
         worker = worker if worker is not None else next((w for w in self.workers if w.ready), None)
-        return worker, [worker.identity, agent, body] if worker is not None else []
+        return None if worker is None else [worker.identity, agent, body]
 
     def _join(self, agent: bytes, worker: _Worker, name: str) -> None:
         self._leave(agent)
@@ -298,8 +300,8 @@ class _Front:
             if agent in self.owed:
                 self._reply(agent, self.owed.pop(agent))
                 continue
-            worker, frames = self._worker_for(agent, body)
-            if worker is None:
+            frames = self._frames_for(agent, body)
+            if frames is None:
                 _send_all(self.public, self.envelopes, [(agent, NONE_READY)])
                 continue
             self.waiting.add(agent)
@@ -309,14 +311,8 @@ class _Front:
         while self.inner.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             frames = self.inner.recv_multipart()
             identity, agent, body = frames[0], frames[1], frames[-1]
-            sender = next((w for w in self.workers if w.identity == identity), None)
-            if sender is None:
-                continue  # a replaced worker's last words
-            if agent == READY:
-                sender.ready, sender.address = True, (frames[2].decode() if len(frames) > 2 else None)
-                continue
-            if agent == RELEASED and len(frames) == 4 and frames[3].isdigit():
-                self._released(sender, frames[2].decode(), int(frames[3]))
+            if agent in (READY, RELEASED):
+                self._from_worker(identity, agent, frames[2:])
                 continue
             worker = self.route.get(agent)
             if worker is not None and worker.identity != identity:
@@ -332,6 +328,17 @@ class _Front:
             elif isinstance(episode, int):
                 self.episode[agent] = episode
             self._reply(agent, body)
+
+
+    def _from_worker(self, identity: bytes, kind: bytes, frames: list[bytes]) -> None:
+        """A worker's own message: READY (and its address), or RELEASED (a name and a serial)."""
+        sender = next((w for w in self.workers if w.identity == identity), None)
+        if sender is None:
+            return  # a replaced worker's last words
+        if kind == READY:
+            sender.ready, sender.address = True, (frames[0].decode() if frames else None)
+        elif len(frames) == 2 and frames[1].isdigit():
+            self._released(sender, frames[0].decode(), int(frames[1]))
 
 
 def _hello(body: bytes) -> dict[str, Any] | None:
@@ -393,20 +400,17 @@ def _worker_main(setup: _WorkerSetup, identity: bytes, front_pid: int) -> None:
     link.setsockopt(zmq.IDENTITY, identity)
     link.connect(setup.inner_address)
     service = EnvService(**setup.service_options)
+    own_address = setup.own_address.format(identity.decode()) if setup.own_address else None
     try:
-        if setup.own_address is None:
-            if _say_ready(link, [READY], front_pid):
-                front = _FrontMessages(service, link, None, front_pid)
-                run_loop(service, [Inlet(link, tag=FROM_FRONT, screen=front.screen)], on_tick=front.tick)
-            return
-        with listening(setup.own_address.format(identity.decode()), setup.curve) as own:
-            address = own.getsockopt(zmq.LAST_ENDPOINT).decode()
-            if _say_ready(link, [READY, address.encode()], front_pid):
-                front = _FrontMessages(service, link, address, front_pid)
-                run_loop(service, [Inlet(link, tag=FROM_FRONT, screen=front.screen),
-                                   Inlet(own, _Connections(own, service, setup.max_connections), DIRECT,
-                                         front.admit)],
-                         on_tick=front.tick)
+        with listening(own_address, setup.curve) if own_address else nullcontext() as own:
+            address = own.getsockopt(zmq.LAST_ENDPOINT).decode() if own is not None else None
+            if not _say_ready(link, [READY, *([address.encode()] if address else [])], front_pid):
+                return
+            front = _FrontMessages(service, link, address, front_pid)
+            inlets = [Inlet(link, tag=FROM_FRONT, screen=front.screen)]
+            if own is not None:
+                inlets.append(Inlet(own, _Connections(own, service, setup.max_connections), DIRECT, front.admit))
+            run_loop(service, inlets, on_tick=front.tick)
     finally:
         link.close()
         ctx.term()
