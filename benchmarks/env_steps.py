@@ -3,6 +3,7 @@
     python benchmarks/env_steps.py                    # all rows, 20,000 steps each
     taskset -c 0-7 python benchmarks/env_steps.py --envs 8   # 8 envs on 8 cores
     python benchmarks/env_steps.py --steps 50000 --window 64 --jobs 512
+    python benchmarks/env_steps.py --no-ipc --rounds 5 --steps 10000   # a noisy machine: medians
 
 Rows (one run, one table):
 
@@ -19,10 +20,14 @@ Rows (one run, one table):
   connection and session, served by that one `hpcgym env` process.
 
 Every row runs `--steps` env steps (a vector step of n envs counts n) after `--warmup`
-steps, episodes of `--jobs` jobs drawn from the generated Lublin workload
+steps, `--rounds` times with the rows taking turns (so that a shared machine's drift falls on
+every row alike; the table gives medians), episodes of `--jobs` jobs drawn from the generated Lublin workload
 (`{"jobs": N, "sample": True}`), resets included (single envs reset by hand, vector envs
-auto-reset). The policy draws uniformly among the allowed actions of `info["action_mask"]`
-(Python's `random`, a fraction of a microsecond); the encoder is jobs+nodes. Steps per
+auto-reset). The policy draws uniformly among the allowed actions of `info["action_mask"]`,
+for all of a vector's envs at once as a batched policy does (`masked_uniform`: one numpy call,
+about 5 us for one env or two; drawn env by env with `np.flatnonzero` it took 8-12 us an env,
+paid once per env by the one process that draws, which hid a vector's gain); the encoder is
+jobs+nodes. Steps per
 second count env steps: a vector's rate is the sum over its envs; "x 1 env" divides it by the
 rate of the first row of its transport.
 
@@ -34,7 +39,6 @@ cores; the ipc:// rows with several envs share one single-threaded env server.
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -54,16 +58,20 @@ from hpcgym.protocol.messages import PROTOCOL_VERSION
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def masked_uniform(rng: np.random.Generator, masks: np.ndarray) -> np.ndarray:
+    """One allowed action per row of `masks`, uniformly (the largest of uniform draws, masked)."""
+    return np.argmax(rng.random(masks.shape) * masks, axis=-1)
+
+
 def run_single(env, steps: int, warmup: int, seed: int) -> tuple[int, float]:
     """(measured steps, seconds)."""
-    rng = random.Random(seed)
+    rng = np.random.default_rng(seed)
     obs, info = env.reset(seed=seed)
     t0, done = time.perf_counter(), 0
     while done < warmup + steps:
         if done == warmup:
             t0 = time.perf_counter()
-        allowed = np.flatnonzero(info["action_mask"])
-        obs, reward, terminated, truncated, info = env.step(int(allowed[rng.randrange(len(allowed))]))
+        obs, reward, terminated, truncated, info = env.step(int(masked_uniform(rng, info["action_mask"])))
         done += 1
         if terminated:
             obs, info = env.reset()
@@ -72,18 +80,14 @@ def run_single(env, steps: int, warmup: int, seed: int) -> tuple[int, float]:
 
 def run_vector(envs, steps: int, warmup: int, seed: int) -> tuple[int, float]:
     """(measured env steps: n per vector step, seconds)."""
-    rng = random.Random(seed)
+    rng = np.random.default_rng(seed)
     n = envs.num_envs
     obs, info = envs.reset(seed=seed)
     t0, done, measured = None, 0, 0
     while measured < steps:
         if t0 is None and done >= warmup:
             t0 = time.perf_counter()
-        actions = []
-        for mask in info["action_mask"]:
-            allowed = np.flatnonzero(mask)
-            actions.append(int(allowed[rng.randrange(len(allowed))]))
-        obs, rewards, terminated, truncated, info = envs.step(np.array(actions))
+        obs, rewards, terminated, truncated, info = envs.step(masked_uniform(rng, info["action_mask"]))
         done += n
         if t0 is not None:
             measured += n
@@ -113,8 +117,11 @@ def start_env_server(folder: Path) -> tuple[subprocess.Popen, str]:
 
 @click.command()
 @click.option("--steps", type=click.IntRange(min=1), default=20_000, show_default=True,
-              help="Measured env steps per row.")
+              help="Measured env steps per row and round.")
 @click.option("--warmup", type=click.IntRange(min=0), default=1_000, show_default=True)
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Times every row runs, the rows taking turns; the table gives the medians, a row's "
+                   "ratio the median of its ratios to the same round's one env.")
 @click.option("--jobs", type=click.IntRange(min=2), default=256, show_default=True, help="Jobs per episode.")
 @click.option("--window", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--envs", type=click.IntRange(min=2), default=2, show_default=True,
@@ -123,34 +130,35 @@ def start_env_server(folder: Path) -> tuple[subprocess.Popen, str]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--context", type=click.Choice(["fork", "spawn", "forkserver"]), default=None,
               help="Start method of the vector envs' workers (default: the platform's).")
-def main(steps, warmup, jobs, window, envs, ipc, seed, context) -> None:
+def main(steps, warmup, rounds, jobs, window, envs, ipc, seed, context) -> None:
     """Env steps per second of HpcEnv(select), in process and over ipc://, with 1 and `--envs` envs."""
     n = envs
     kwargs = {"workload": {"jobs": jobs, "sample": True}, "options": {"window": window}, "encoder": "jobs+nodes"}
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    rows = []
     folder = Path(tempfile.mkdtemp(prefix="hpcgym-b-", dir="/tmp"))
     server = None
+    rows = [("in-process", "HpcEnv", 1, lambda: make("select", **kwargs))]
+    rows += [("in-process", label, n, lambda options=options: make_vector(n, "select", seed=seed, context=context,
+                                                                          **options, **kwargs))
+             for label, options in (("make_vector", {}), ("caller_share=False", {"caller_share": False}),
+                                    ("workers=1, no caller", {"workers": 1, "caller_share": False}))]
+    rows.append(("in-process", "AsyncVectorEnv", n,
+                 lambda: gym.vector.AsyncVectorEnv(env_fns(n, "select", seed, **kwargs), context=context)))
+    rates: list[list[float]] = [[] for _ in rows]
     try:
-        env = make("select", **kwargs)
-        rows.append(("in-process", "HpcEnv", 1, run_single(env, steps, warmup, seed)))
-        env.close()
-        for label, options in (("make_vector", {}), ("caller_share=False", {"caller_share": False}),
-                               ("workers=1, no caller", {"workers": 1, "caller_share": False})):
-            vector = make_vector(n, "select", seed=seed, context=context, **options, **kwargs)
-            rows.append(("in-process", label, n, run_vector(vector, steps, warmup, seed)))
-            vector.close()
-        vector = gym.vector.AsyncVectorEnv(env_fns(n, "select", seed, **kwargs), context=context)
-        rows.append(("in-process", "AsyncVectorEnv", n, run_vector(vector, steps, warmup, seed)))
-        vector.close()
         if ipc:
             server, address = start_env_server(folder)
-            env = make("select", remote=address, **kwargs)
-            rows.append(("ipc://", "HpcEnv", 1, run_single(env, steps, warmup, seed)))
-            env.close()
-            vector = make_vector(n, "select", seed=seed, context=context, remote=address, **kwargs)
-            rows.append(("ipc://", "make_vector", n, run_vector(vector, steps, warmup, seed)))
-            vector.close()
+            rows.append(("ipc://", "HpcEnv", 1, lambda: make("select", remote=address, **kwargs)))
+            rows.append(("ipc://", "make_vector", n,
+                         lambda: make_vector(n, "select", seed=seed, context=context, remote=address, **kwargs)))
+            rates += [[], []]
+        for _ in range(rounds):
+            for (_, _, envs_in_row, factory), measured in zip(rows, rates):
+                env = factory()
+                run = run_single if envs_in_row == 1 else run_vector
+                done, seconds = run(env, steps, warmup, seed)
+                env.close()
+                measured.append(done / seconds)
     finally:
         if server is not None:
             server.kill()
@@ -159,15 +167,18 @@ def main(steps, warmup, jobs, window, envs, ipc, seed, context) -> None:
 
     load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     click.echo(f"HpcEnv(select), random masked policy, {jobs}-job episodes, window {window}, encoder jobs+nodes; "
-               f"{os.cpu_count()} CPUs, load average {load_before:.2f} before, {load_after:.2f} after")
-    click.echo(f"{'transport':<12}{'vector':<23}{'envs':>5}{'steps':>9}{'seconds':>9}{'steps/s':>10}"
-               f"{'us/step':>9}{'x 1 env':>9}")
-    single: dict[str, float] = {}
-    for transport, label, n, (done, seconds) in rows:
-        rate = done / seconds
-        single.setdefault(transport, rate)
-        click.echo(f"{transport:<12}{label:<23}{n:>5}{done:>9}{seconds:>9.2f}{rate:>10,.0f}"
-                   f"{1e6 * seconds / done:>9.1f}{rate / single[transport]:>8.2f}x")
+               f"{os.cpu_count()} CPUs, load average {load_before:.2f} before, {load_after:.2f} after; "
+               f"{rounds} round(s) of {steps} steps a row" + (", medians" if rounds > 1 else ""))
+    click.echo(f"{'transport':<12}{'vector':<23}{'envs':>5}{'steps/s':>10}{'us/step':>9}{'x 1 env':>9}"
+               + (f"{'x 1 env, each round':>26}" if rounds > 1 else ""))
+    single: dict[str, list[float]] = {}
+    for (transport, label, envs_in_row, _), measured in zip(rows, rates):
+        base = single.setdefault(transport, measured)
+        ratios = [rate / one for rate, one in zip(measured, base)]
+        rate = float(np.median(measured))
+        click.echo(f"{transport:<12}{label:<23}{envs_in_row:>5}{rate:>10,.0f}{1e6 / rate:>9.1f}"
+                   f"{np.median(ratios):>8.2f}x" + ("   " + " ".join(f"{r:.2f}" for r in ratios) if rounds > 1 else ""))
+
 
 if __name__ == "__main__":
     main()

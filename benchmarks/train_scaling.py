@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/train_scaling.py                           # lublin_256, all three agents
     .venv/bin/python benchmarks/train_scaling.py --agents ppo-select --workers 1,2 --epochs 3
+    .venv/bin/python benchmarks/train_scaling.py --agents ppo-select --workers 1,2 --rounds 5   # medians
     .venv/bin/python benchmarks/train_scaling.py --agents ppo-select --workers 1,16 --threads 1,4,16
 
 Agents (each with `hpcgym train`'s own settings for it, read back from a one-episode run of the
@@ -19,7 +20,9 @@ efficiency (speed-up / workers), and the peak RSS of the learner and of the larg
 worker is the in-process runner. `--threads` repeats each row with the learner's torch threads
 (`hpcgym train --threads`): with workers they run the update alone, each worker acting on one.
 The machine's core count and load average are printed: other work beside the benchmark slows
-every row, so compare rows of one run.
+every row, so compare rows of one run; on a shared machine, `--rounds R` runs the rows R times in
+turn and gives medians (the same single-threaded work was measured to vary 2x between minutes on
+the 2-core development machine).
 """
 
 from __future__ import annotations
@@ -34,9 +37,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from hpcgym.agents.rl.checkpoint import load_checkpoint
+from hpcgym.gymbridge.training.settings import train_recipe
 from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
 from ppo_epoch import time_collection   # benchmarks/ is the script's folder
 
@@ -50,7 +55,9 @@ def preset(agent: str, trace: str, folder: Path) -> TrainSettings:
     subprocess.run([str(hpcgym), "train", *AGENTS[agent], "--trace", trace, "--epochs", "1", "--trajectories", "1",
                     "--eval-episodes", "0", "--device", "cpu", "--no-progress", "--out", str(out)],
                    check=True, capture_output=True)
-    return TrainSettings.from_json(load_checkpoint(out / "epoch_000001.pt").trainer["settings"])
+    settings = TrainSettings.from_json(load_checkpoint(out / "epoch_000001.pt").trainer["settings"])
+    settings.trajectories = train_recipe(AGENTS[agent][0], None, None, None).trajectories  # not the run's 1
+    return settings
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -91,6 +98,9 @@ def main() -> None:
     parser.add_argument("--trajectories", type=int, help="episodes per epoch (default: the agent's)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", default="1", help="comma-separated learner thread counts (default 1)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="times every row runs, the rows taking turns; the table gives medians, and the "
+                             "speed-up the median of each round's ratio (each listed)")
     args = parser.parse_args()
     thread_counts = [int(t) for t in args.threads.split(",")]
     cores = os.cpu_count() or 1
@@ -98,7 +108,7 @@ def main() -> None:
         sorted({*(2 ** k for k in range(cores.bit_length()) if 2 ** k <= cores), cores})
     print(f"{cores} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the start; "
           f"{platform.processor() or platform.machine()}, torch {torch.__version__}; trace {args.trace}; "
-          f"the last of {args.epochs} epochs per row")
+          f"the last of {args.epochs} epochs per row" + (f", medians of {args.rounds} rounds" if args.rounds > 1 else ""))
     print(f"| agent | workers | threads | epoch s | collect s | update s | decisions/s | collect speed-up | efficiency "
           f"| learner RSS MiB | worker RSS MiB |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -108,16 +118,24 @@ def main() -> None:
             if args.trajectories:
                 settings.trajectories = args.trajectories
             settings.epochs, settings.eval_episodes = args.epochs, 0
-            base = None
-            for w in counts:
-                for t in thread_counts:
-                    m = measure(settings, w, t, args.epochs, Path(tmp) / f"{agent}-{w}-{t}")
-                    rate = m["decisions"] / m["collect"]
-                    base = base or rate
-                    worker_rss = "-" if w == 1 else f"{m['worker_rss']:.0f}"
-                    print(f"| {agent} | {w} | {t} | {m['epoch']:.2f} | {m['collect']:.2f} | {m['update']:.2f} "
-                          f"| {rate:,.0f} | {rate / base:.2f}x | {rate / base / w:.0%} | {m['learner_rss']:.0f} "
-                          f"| {worker_rss} |", flush=True)
+            rows = [(w, t) for w in counts for t in thread_counts]
+            runs: dict[tuple[int, int], list[dict[str, float]]] = {row: [] for row in rows}
+            for r in range(args.rounds):  # the rows take turns, so a shared machine's drift falls on each
+                for w, t in rows:
+                    m = measure(settings, w, t, args.epochs, Path(tmp) / f"{agent}-{w}-{t}-{r}")
+                    m["rate"] = m["decisions"] / m["collect"]
+                    runs[(w, t)].append(m)
+            base = runs[rows[0]]
+            for w, t in rows:
+                ms = runs[(w, t)]
+                median = {key: float(np.median([m[key] for m in ms])) for key in ("epoch", "collect", "update", "rate")}
+                speedups = [m["rate"] / b["rate"] for m, b in zip(ms, base)]
+                speedup = float(np.median(speedups))
+                worker_rss = "-" if w == 1 else f"{max(m['worker_rss'] for m in ms):.0f}"
+                each = f" ({', '.join(f'{x:.2f}' for x in speedups)})" if args.rounds > 1 else ""
+                print(f"| {agent} | {w} | {t} | {median['epoch']:.2f} | {median['collect']:.2f} | {median['update']:.2f} "
+                      f"| {median['rate']:,.0f} | {speedup:.2f}x{each} | {speedup / w:.0%} "
+                      f"| {max(m['learner_rss'] for m in ms):.0f} | {worker_rss} |", flush=True)
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

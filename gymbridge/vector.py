@@ -334,6 +334,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, n)
         self.action_space = batch_space(self.single_action_space, n)
         self._kind_names = np.array([*kinds, None], dtype=object)  # kind code -1: None
+        self._everyone = np.ones(n, np.bool_)
         layout = _layout(n, self.single_observation_space, int(self.single_action_space.n))
         ctx = mp.get_context(context)
         block = ctx.RawArray("b", sum(_field_bytes(shape, dtype) for _, shape, dtype in layout))
@@ -508,10 +509,10 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         the envs that have an info (None: all)."""
         shared = self._shared
         if present is None:
-            masks, kinds, present = shared["mask"].copy(), shared["kind"], np.ones(self.num_envs, np.bool_)
+            masks, kinds, present = shared["mask"].copy(), shared["kind"], self._everyone.copy()
         else:
             masks, kinds = shared["mask"] * present[:, None], np.where(present, shared["kind"], -1)
-        infos: dict[str, Any] = {"action_mask": masks, "_action_mask": present, "kind": self._kind_names[kinds],
+        infos: dict[str, Any] = {"action_mask": masks, "_action_mask": present, "kind": self._kind_names.take(kinds),
                                  "_kind": present.copy()}
         for i in sorted(extras):
             infos = self._add_info(infos, extras[i], i)
