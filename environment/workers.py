@@ -460,9 +460,15 @@ class _FrontMessages:
         return None
 
     def admit(self, peer: bytes, rest: list[bytes]) -> bytes | None:
-        """At the worker's own address: a hello only into a session the front sent here."""
+        """At the worker's own address: a hello only into a session the front sent here. Its
+        claim is held from then on until a tick finds the session without agents (an agent that
+        came and went between two ticks must not leave it held until the claim's deadline)."""
         hello = _hello(rest[-1]) if rest else None
-        if hello is None or hello.get("session", "default") in self.claimed:
+        if hello is None:
+            return None
+        claim = self.claimed.get(hello.get("session", "default"))
+        if claim is not None:
+            claim[1] = None
             return None
         return encode(m.error(m.ProtocolError(
             m.NOT_ALLOWED, "this address serves only the sessions the env's front sent here: say hello at the "
