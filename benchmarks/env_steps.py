@@ -21,14 +21,13 @@ Rows (one run, one table):
 
 Every row runs `--steps` env steps (a vector step of n envs counts n) after `--warmup`
 steps, `--rounds` times with the rows taking turns (so that a shared machine's drift falls on
-every row alike; the table gives medians), episodes of `--jobs` jobs drawn from the generated Lublin workload
-(`{"jobs": N, "sample": True}`), resets included (single envs reset by hand, vector envs
-auto-reset). The policy draws uniformly among the allowed actions of `info["action_mask"]`,
-for all of a vector's envs at once as a batched policy does (`masked_uniform`: one numpy call,
-about 5 us for one env or two; drawn env by env with `np.flatnonzero` it took 8-12 us an env,
-paid once per env by the one process that draws, which hid a vector's gain); the encoder is
-jobs+nodes. Steps per
-second count env steps: a vector's rate is the sum over its envs; "x 1 env" divides it by the
+every row alike; the table gives medians), episodes of `--jobs` jobs drawn from the generated
+Lublin workload (`{"jobs": N, "sample": True}`), resets included (single envs reset by hand,
+vector envs auto-reset). The policy draws uniformly among the allowed actions of
+`info["action_mask"]`, for all of a vector's envs at once as a batched policy does
+(`masked_uniform`: one numpy call, about 5 us for one env or two; drawn env by env with
+`np.flatnonzero` it took 8-12 us an env, paid once per env by the one process that draws,
+which hid a vector's gain); the encoder is jobs+nodes. Steps per second count env steps: a vector's rate is the sum over its envs; "x 1 env" divides it by the
 rate of the first row of its transport.
 
 Timings depend on the machine and what else runs there (CPU count and the load average before
