@@ -143,14 +143,13 @@ def main(steps, warmup, rounds, jobs, window, envs, ipc, seed, context) -> None:
                                     ("workers=1, no caller", {"workers": 1, "caller_share": False}))]
     rows.append(("in-process", "AsyncVectorEnv", n,
                  lambda: gym.vector.AsyncVectorEnv(env_fns(n, "select", seed, **kwargs), context=context)))
-    rates: list[list[float]] = [[] for _ in rows]
     try:
         if ipc:
             server, address = start_env_server(folder)
             rows.append(("ipc://", "HpcEnv", 1, lambda: make("select", remote=address, **kwargs)))
             rows.append(("ipc://", "make_vector", n,
                          lambda: make_vector(n, "select", seed=seed, context=context, remote=address, **kwargs)))
-            rates += [[], []]
+        rates: list[list[float]] = [[] for _ in rows]
         for _ in range(rounds):
             for (_, _, envs_in_row, factory), measured in zip(rows, rates):
                 env = factory()

@@ -329,7 +329,6 @@ class _Front:
                 self.episode[agent] = episode
             self._reply(agent, body)
 
-
     def _from_worker(self, identity: bytes, kind: bytes, frames: list[bytes]) -> None:
         """A worker's own message: READY (and its address), or RELEASED (a name and a serial)."""
         sender = next((w for w in self.workers if w.identity == identity), None)
