@@ -87,6 +87,7 @@ and ``user`` to -1.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import asdict, dataclass, fields, replace
@@ -235,16 +236,24 @@ def _gamma_cdf(x: float, shape: float, scale: float) -> float:
 
 
 def daily_arrival_weights(params: LublinParams | None = None) -> np.ndarray:
-    """Relative arrival intensity of each half-hour of the day (index 0 = 00:00-00:30), mean 1."""
+    """Relative arrival intensity of each half-hour of the day (index 0 = 00:00-00:30), mean 1
+    (read-only: the same array is handed out for the same parameters)."""
     p = params or LublinParams()
+    return _daily_weights(p.anum, p.bnum)
+
+
+@functools.lru_cache(maxsize=16)
+def _daily_weights(anum: float, bnum: float) -> np.ndarray:
+    """Cached: 96 series evaluations cost 2 ms, a third of drawing an episode's 10,000 jobs."""
     weights = np.empty(BUCKETS)
     for i in range(CYCLIC_DAY_START, CYCLIC_DAY_START + BUCKETS):
-        weights[(i - 1) % BUCKETS] = (_gamma_cdf(i + 0.5, p.anum, p.bnum)
-                                      - _gamma_cdf(i - 0.5, p.anum, p.bnum))
+        weights[(i - 1) % BUCKETS] = _gamma_cdf(i + 0.5, anum, bnum) - _gamma_cdf(i - 0.5, anum, bnum)
     if not np.all(weights > 0):
-        raise ConfigError(f"Lublin daily-cycle parameters anum={p.anum}, bnum={p.bnum} leave some "
+        raise ConfigError(f"Lublin daily-cycle parameters anum={anum}, bnum={bnum} leave some "
                           "half-hour without arrivals; choose a gamma that covers the whole day")
-    return weights / weights.mean()
+    weights /= weights.mean()
+    weights.flags.writeable = False
+    return weights
 
 
 def _truncated_log_gamma(rng: np.random.Generator, shape: float, scale: float, n: int,

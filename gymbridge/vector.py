@@ -59,8 +59,9 @@ from gymnasium.vector.utils import batch_space
 
 from . import make
 
-#: One-byte commands from the parent to a worker; a reply starts with one of the _REPLY bytes.
-_STEP, _RESET, _CALL, _SET, _CLOSE = b"s", b"r", b"c", b"a", b"x"
+#: The parent's commands to a worker (a byte in the control block); a reply through the pipe
+#: starts with one of the reply bytes.
+_STEP, _RESET, _CALL, _SET, _CLOSE = range(5)
 _INFOS, _VALUES, _ERROR = b"i", b"v", b"e"
 _CLOSE_WAIT_S = 5.0
 #: A worker's three control bytes in the shared control block: the command, whether its
@@ -155,26 +156,33 @@ class _Share:
         self.first, self.envs, self.shared, self.mode = first, envs, shared, mode
         self.codes = {kind: code for code, kind in enumerate(kinds)}
         self.ended = [False] * len(envs)  # next_step: reset at the next step
+        # A step runs in the caller's critical path: fields looked up once, not per env and step.
+        self._obs, self._mask, self._kind = shared["obs"], shared["mask"], shared["kind"]
+        self._action, self._reward = shared["action"], shared["reward"]
+        self._terminated, self._truncated = shared["terminated"], shared["truncated"]
 
     def step(self) -> dict[int, dict]:
-        shared, extras = self.shared, {}
+        extras: dict[int, dict] = {}
         for j, env in enumerate(self.envs):
             i = self.first + j
-            final: dict[str, Any] = {}
             try:
                 if self.ended[j]:
                     obs, info = env.reset()
                     reward, terminated, truncated = 0.0, False, False
+                    self.ended[j] = False
                 else:
-                    obs, reward, terminated, truncated, info = env.step(shared["action"][i])
-                    if self.mode is AutoresetMode.SAME_STEP and (terminated or truncated):
-                        final = {"final_obs": obs, "final_info": info}
-                        obs, info = env.reset()
+                    obs, reward, terminated, truncated, info = env.step(self._action[i])
+                    if terminated or truncated:
+                        if self.mode is AutoresetMode.SAME_STEP:
+                            final = {"final_obs": obs, "final_info": info}
+                            obs, info = env.reset()
+                            info = {**final, **info}
+                        elif self.mode is AutoresetMode.NEXT_STEP:
+                            self.ended[j] = True
             except Exception as exc:
                 raise _EnvFailed(i) from exc
-            self.ended[j] = self.mode is AutoresetMode.NEXT_STEP and (terminated or truncated)
-            shared["reward"][i], shared["terminated"][i], shared["truncated"][i] = reward, terminated, truncated
-            self._publish(i, obs, {**final, **info}, extras)
+            self._reward[i], self._terminated[i], self._truncated[i] = reward, terminated, truncated
+            self._publish(i, obs, info, extras)
         return extras
 
     def reset(self, seeds: list, chosen: list[bool], options: dict | None) -> dict[int, dict]:
@@ -187,7 +195,7 @@ class _Share:
                 except Exception as exc:
                     raise _EnvFailed(i) from exc
                 self.ended[j] = False
-                self.shared["terminated"][i] = self.shared["truncated"][i] = False
+                self._terminated[i] = self._truncated[i] = False
                 self._publish(i, obs, info, extras)
         return extras
 
@@ -215,14 +223,16 @@ class _Share:
 
     def _publish(self, i: int, obs: np.ndarray, info: dict[str, Any], extras: dict[int, dict]) -> None:
         """obs, mask and kind into the shared block; the rest of the info (if any) into extras."""
-        self.shared["obs"][i] = obs
-        self.shared["mask"][i] = info.pop("action_mask")
-        kind = info.pop("kind")
-        self.shared["kind"][i] = -1 if kind is None else self.codes[kind]
-        if info:
-            extras[i] = info
+        self._obs[i] = obs
+        self._mask[i] = info["action_mask"]
+        kind = info["kind"]
+        self._kind[i] = -1 if kind is None else self.codes[kind]
+        if len(info) > 2:  # the env's dict is left as it is: it may be the env's own
+            extras[i] = {key: value for key, value in info.items() if key not in _SHARED_INFO}
 
 
+#: The info keys every step has, which travel in the shared block.
+_SHARED_INFO = ("action_mask", "kind")
 #: What each command runs on a share.
 _OPERATIONS = {_STEP: _Share.step, _RESET: _Share.reset, _CALL: _Share.call, _SET: _Share.set_attr}
 
@@ -244,7 +254,7 @@ def _work(first: int, fns_pickled: bytes, block: Any, layout: list, kinds: tuple
         share = _Share(first, envs, _views(block, layout), kinds, mode)
         conn.send_bytes(_VALUES + pickle.dumps([(env.observation_space, env.action_space) for env in envs]))
         while _acquire(go, spin_s, lambda: os.getppid() == parent):
-            command = bytes([control[_COMMAND]])
+            command = control[_COMMAND]
             if command == _CLOSE:
                 return
             arguments = pickle.loads(conn.recv_bytes()) if control[_HAS_ARGS] else ()
@@ -396,9 +406,9 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         actions = np.asarray(actions)
         if actions.shape != (self.num_envs,):
             raise ValueError(f"step takes one action per env, shape ({self.num_envs},), got shape {actions.shape}")
-        self._shared["action"][:] = actions
-        extras = self._merged(self._exchange(_STEP))
         shared = self._shared
+        shared["action"][:] = actions
+        extras = self._merged(self._exchange(_STEP))
         return (shared["obs"].copy(), shared["reward"].copy(), shared["terminated"].copy(),
                 shared["truncated"].copy(), self._infos(None, extras))
 
@@ -422,7 +432,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         if self._local is not None:
             self._local.close()
         for go, _, control in self._handoffs:
-            control[_COMMAND] = _CLOSE[0]
+            control[_COMMAND] = _CLOSE
             go.release()
         for proc in self._procs:
             proc.join(_CLOSE_WAIT_S)
@@ -437,22 +447,24 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             self.close()
 
     # ------------------------------------------------------------------ the exchange
-    def _exchange(self, command: bytes, arguments: list[tuple] | None = None) -> list:
+    def _exchange(self, command: int, arguments: list[tuple] | None = None) -> list:
         """Runs `command` on every share (arguments: one tuple per share), the workers' while
         this process runs its own; the results in share order: {env: extra info} for a step or
         reset, a list of values for a call. An env that raises, or a worker that dies, closes
         the vector env and raises `VectorEnvError`."""
         if self.closed:
             raise VectorEnvError("the vector env is closed")
-        arguments = arguments or [()] * len(self._shares)
-        local_arguments, remote_arguments = (arguments[0], arguments[1:]) if self._local else ((), arguments)
-        for w, (conn, (go, _, control), args) in enumerate(zip(self._conns, self._handoffs, remote_arguments)):
+        local_arguments, remote_arguments = (), None  # a step's and a close's: none
+        if arguments is not None:
+            local_arguments, remote_arguments = (arguments[0], arguments[1:]) if self._local else ((), arguments)
+        for w, (go, _, control) in enumerate(self._handoffs):
+            args = remote_arguments[w] if remote_arguments else ()
             if args:
                 try:
-                    conn.send_bytes(cloudpickle.dumps(args))
+                    self._conns[w].send_bytes(cloudpickle.dumps(args))
                 except OSError:
                     self._died(w)
-            control[_COMMAND], control[_HAS_ARGS] = command[0], bool(args)
+            control[_COMMAND], control[_HAS_ARGS] = command, bool(args)
             go.release()
         results = []
         if self._local is not None:
