@@ -3,7 +3,7 @@
     python benchmarks/env_steps.py                    # all rows, 20,000 steps each
     taskset -c 0-7 python benchmarks/env_steps.py --envs 8   # 8 envs on 8 cores
     python benchmarks/env_steps.py --steps 50000 --window 64 --jobs 512
-    python benchmarks/env_steps.py --no-ipc --rounds 5 --steps 10000   # a noisy machine: medians
+    python benchmarks/env_steps.py --no-ipc --rounds 25 --steps 2000   # a noisy machine: medians
 
 Rows (one run, one table):
 
@@ -19,16 +19,18 @@ Rows (one run, one table):
 - ipc://, n envs: `make_vector(n, remote=...)`: worker processes, each env with its own
   connection and session, served by that one `hpcgym env` process.
 
-Every row runs `--steps` env steps (a vector step of n envs counts n) after `--warmup`
-steps, `--rounds` times with the rows taking turns (so that a shared machine's drift falls on
-every row alike; the table gives medians), episodes of `--jobs` jobs drawn from the generated
+Every row's envs are opened once and play `--warmup` steps; then every row runs `--steps` env
+steps (a vector step of n envs counts n), `--rounds` times with the rows taking turns, each
+going on with its open envs' episodes (so that a shared machine's drift falls on every row
+alike: many short rounds follow it closest; the table gives medians), episodes of `--jobs` jobs drawn from the generated
 Lublin workload (`{"jobs": N, "sample": True}`), resets included (single envs reset by hand,
 vector envs auto-reset). The policy draws uniformly among the allowed actions of
 `info["action_mask"]`, for all of a vector's envs at once as a batched policy does
 (`masked_uniform`: one numpy call, about 5 us for one env or two; drawn env by env with
 `np.flatnonzero` it took 8-12 us an env, paid once per env by the one process that draws,
-which hid a vector's gain); the encoder is jobs+nodes. Steps per second count env steps: a vector's rate is the sum over its envs; "x 1 env" divides it by the
-rate of the first row of its transport.
+which hid a vector's gain); the encoder is jobs+nodes. Steps per second count env steps: a
+vector's rate is the sum over its envs; "x 1 env" divides it by the rate of the first row of its
+transport in the same round.
 
 Timings depend on the machine and what else runs there (CPU count and the load average before
 and after are printed): compare rows of one run. Two env processes only help with two idle
@@ -62,35 +64,31 @@ def masked_uniform(rng: np.random.Generator, masks: np.ndarray) -> np.ndarray:
     return np.argmax(rng.random(masks.shape) * masks, axis=-1)
 
 
-def run_single(env, steps: int, warmup: int, seed: int) -> tuple[int, float]:
-    """(measured steps, seconds)."""
-    rng = np.random.default_rng(seed)
-    obs, info = env.reset(seed=seed)
-    t0, done = time.perf_counter(), 0
-    while done < warmup + steps:
-        if done == warmup:
-            t0 = time.perf_counter()
-        obs, reward, terminated, truncated, info = env.step(int(masked_uniform(rng, info["action_mask"])))
-        done += 1
-        if terminated:
-            obs, info = env.reset()
-    return steps, time.perf_counter() - t0
+class Stepper:
+    """A row's env (one env, or a vector env) kept open across the rounds, so that each round
+    goes on with its episodes: `run(steps)` plays at least `steps` env steps with the masked
+    random policy and says how many it played and in how many seconds."""
 
+    def __init__(self, env: gym.Env | gym.vector.VectorEnv, seed: int) -> None:
+        self.env, self.rng = env, np.random.default_rng(seed)
+        self.n = getattr(env, "num_envs", 1)
+        _, self.info = env.reset(seed=seed)
 
-def run_vector(envs, steps: int, warmup: int, seed: int) -> tuple[int, float]:
-    """(measured env steps: n per vector step, seconds)."""
-    rng = np.random.default_rng(seed)
-    n = envs.num_envs
-    obs, info = envs.reset(seed=seed)
-    t0, done, measured = None, 0, 0
-    while measured < steps:
-        if t0 is None and done >= warmup:
-            t0 = time.perf_counter()
-        obs, rewards, terminated, truncated, info = envs.step(masked_uniform(rng, info["action_mask"]))
-        done += n
-        if t0 is not None:
-            measured += n
-    return measured, time.perf_counter() - t0
+    def run(self, steps: int) -> tuple[int, float]:
+        env, rng, info = self.env, self.rng, self.info
+        vector_steps = -(-steps // self.n)
+        t0 = time.perf_counter()
+        if self.n == 1:
+            for _ in range(vector_steps):
+                _, _, terminated, _, info = env.step(int(masked_uniform(rng, info["action_mask"])))
+                if terminated:
+                    _, info = env.reset()
+        else:  # vector envs reset their ended envs themselves
+            for _ in range(vector_steps):
+                _, _, _, _, info = env.step(masked_uniform(rng, info["action_mask"]))
+        seconds = time.perf_counter() - t0
+        self.info = info
+        return vector_steps * self.n, seconds
 
 
 def start_env_server(folder: Path) -> tuple[subprocess.Popen, str]:
@@ -119,8 +117,9 @@ def start_env_server(folder: Path) -> tuple[subprocess.Popen, str]:
               help="Measured env steps per row and round.")
 @click.option("--warmup", type=click.IntRange(min=0), default=1_000, show_default=True)
 @click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Times every row runs, the rows taking turns; the table gives the medians, a row's "
-                   "ratio the median of its ratios to the same round's one env.")
+              help="Times every row runs --steps, the rows taking turns, each going on with its open "
+                   "envs; the table gives the medians, a row's ratio the median of its ratios to the "
+                   "same round's one env.")
 @click.option("--jobs", type=click.IntRange(min=2), default=256, show_default=True, help="Jobs per episode.")
 @click.option("--window", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--envs", type=click.IntRange(min=2), default=2, show_default=True,
@@ -136,6 +135,7 @@ def main(steps, warmup, rounds, jobs, window, envs, ipc, seed, context) -> None:
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     folder = Path(tempfile.mkdtemp(prefix="hpcgym-b-", dir="/tmp"))
     server = None
+    steppers: list[Stepper] = []
     rows = [("in-process", "HpcEnv", 1, lambda: make("select", **kwargs))]
     rows += [("in-process", label, n, lambda options=options: make_vector(n, "select", seed=seed, context=context,
                                                                           **options, **kwargs))
@@ -149,15 +149,18 @@ def main(steps, warmup, rounds, jobs, window, envs, ipc, seed, context) -> None:
             rows.append(("ipc://", "HpcEnv", 1, lambda: make("select", remote=address, **kwargs)))
             rows.append(("ipc://", "make_vector", n,
                          lambda: make_vector(n, "select", seed=seed, context=context, remote=address, **kwargs)))
+        for _, _, _, factory in rows:
+            steppers.append(Stepper(factory(), seed))
+            if warmup:
+                steppers[-1].run(warmup)
         rates: list[list[float]] = [[] for _ in rows]
         for _ in range(rounds):
-            for (_, _, envs_in_row, factory), measured in zip(rows, rates):
-                env = factory()
-                run = run_single if envs_in_row == 1 else run_vector
-                done, seconds = run(env, steps, warmup, seed)
-                env.close()
+            for stepper, measured in zip(steppers, rates):
+                done, seconds = stepper.run(steps)
                 measured.append(done / seconds)
     finally:
+        for stepper in steppers:
+            stepper.env.close()
         if server is not None:
             server.kill()
             server.wait(timeout=10)

@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/train_scaling.py --agents ppo-select --workers 1,2 --epochs 3
     .venv/bin/python benchmarks/train_scaling.py --agents ppo-select --workers 1,2 --rounds 5   # medians
     .venv/bin/python benchmarks/train_scaling.py --agents ppo-select --workers 1,16 --threads 1,4,16
+    python benchmarks/train_scaling.py --agents ppo-select,rlbf --workers 1,16 --devices cpu,cuda   # GPU learner
 
 Agents (each with `hpcgym train`'s own settings for it, read back from a one-episode run of the
 command, so the presets are the command's and nothing is copied here):
@@ -19,6 +20,9 @@ apart, decisions/s while collecting, the speed-up of collecting over 1 worker an
 efficiency (speed-up / workers), and the peak RSS of the learner and of the largest worker. 1
 worker is the in-process runner. `--threads` repeats each row with the learner's torch threads
 (`hpcgym train --threads`): with workers they run the update alone, each worker acting on one.
+`--devices cpu,cuda` repeats each row with the learner on each device (`hpcgym train --device`:
+with workers the update runs there while the workers act on CPU copies; in process the forward
+passes of collection run there too).
 The machine's core count and load average are printed: other work beside the benchmark slows
 every row, so compare rows of one run; on a shared machine, `--rounds R` runs the rows R times in
 turn and gives medians (the same single-threaded work was measured to vary 2x between minutes on
@@ -68,10 +72,12 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def measure(settings: TrainSettings, workers: int, threads: int, epochs: int, folder: Path) -> dict[str, float]:
-    """The last of `epochs` epochs with `workers` rollout workers and `threads` learner threads."""
+def measure(settings: TrainSettings, workers: int, threads: int, device: str, epochs: int,
+            folder: Path) -> dict[str, float]:
+    """The last of `epochs` epochs with `workers` rollout workers, `threads` learner threads and
+    the learner on `device`."""
     torch.set_num_threads(threads)
-    trainer = Trainer(settings, folder, device="cpu", progress=False, log=lambda m: None, workers=workers)
+    trainer = Trainer(settings, folder, device=device, progress=False, log=lambda m: None, workers=workers)
     trainer.setup()
     runner, algo = trainer.runner, trainer.algo
     collect = time_collection(runner)
@@ -98,42 +104,51 @@ def main() -> None:
     parser.add_argument("--trajectories", type=int, help="episodes per epoch (default: the agent's)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", default="1", help="comma-separated learner thread counts (default 1)")
+    parser.add_argument("--devices", default="cpu", help="comma-separated learner devices, e.g. cpu,cuda (default cpu)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="times every row runs, the rows taking turns; the table gives medians, and the "
                              "speed-up the median of each round's ratio (each listed)")
     args = parser.parse_args()
     thread_counts = [int(t) for t in args.threads.split(",")]
+    devices = args.devices.split(",")
+    unknown = [d for d in devices if d != "cpu" and not d.startswith("cuda")]
+    if unknown:
+        parser.error(f"--devices: unknown {', '.join(unknown)}; use cpu, cuda or cuda:N")
+    if any(d.startswith("cuda") for d in devices) and not torch.cuda.is_available():
+        parser.error("--devices cuda: torch sees no CUDA device here")
     cores = os.cpu_count() or 1
     counts = [int(w) for w in args.workers.split(",")] if args.workers else \
         sorted({*(2 ** k for k in range(cores.bit_length()) if 2 ** k <= cores), cores})
     print(f"{cores} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the start; "
-          f"{platform.processor() or platform.machine()}, torch {torch.__version__}; trace {args.trace}; "
+          f"{platform.processor() or platform.machine()}, torch {torch.__version__}"
+          + (f" ({torch.cuda.get_device_name()})" if any(d.startswith("cuda") for d in devices) else "")
+          + f"; trace {args.trace}; "
           f"the last of {args.epochs} epochs per row" + (f", medians of {args.rounds} rounds" if args.rounds > 1 else ""))
-    print(f"| agent | workers | threads | epoch s | collect s | update s | decisions/s | collect speed-up | efficiency "
-          f"| learner RSS MiB | worker RSS MiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| agent | workers | threads | learner | epoch s | collect s | update s | decisions/s | collect speed-up "
+          f"| efficiency | learner RSS MiB | worker RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for agent in args.agents.split(","):
             settings = preset(agent, args.trace, Path(tmp))
             if args.trajectories:
                 settings.trajectories = args.trajectories
             settings.epochs, settings.eval_episodes = args.epochs, 0
-            rows = [(w, t) for w in counts for t in thread_counts]
-            runs: dict[tuple[int, int], list[dict[str, float]]] = {row: [] for row in rows}
+            rows = [(w, t, d) for w in counts for t in thread_counts for d in devices]
+            runs: dict[tuple[int, int, str], list[dict[str, float]]] = {row: [] for row in rows}
             for r in range(args.rounds):  # the rows take turns, so a shared machine's drift falls on each
-                for w, t in rows:
-                    m = measure(settings, w, t, args.epochs, Path(tmp) / f"{agent}-{w}-{t}-{r}")
+                for w, t, d in rows:
+                    m = measure(settings, w, t, d, args.epochs, Path(tmp) / f"{agent}-{w}-{t}-{d}-{r}")
                     m["rate"] = m["decisions"] / m["collect"]
-                    runs[(w, t)].append(m)
+                    runs[(w, t, d)].append(m)
             base = runs[rows[0]]
-            for w, t in rows:
-                ms = runs[(w, t)]
+            for w, t, d in rows:
+                ms = runs[(w, t, d)]
                 median = {key: float(np.median([m[key] for m in ms])) for key in ("epoch", "collect", "update", "rate")}
                 speedups = [m["rate"] / b["rate"] for m, b in zip(ms, base)]
                 speedup = float(np.median(speedups))
                 worker_rss = "-" if w == 1 else f"{max(m['worker_rss'] for m in ms):.0f}"
                 each = f" ({', '.join(f'{x:.2f}' for x in speedups)})" if args.rounds > 1 else ""
-                print(f"| {agent} | {w} | {t} | {median['epoch']:.2f} | {median['collect']:.2f} | {median['update']:.2f} "
+                print(f"| {agent} | {w} | {t} | {d} | {median['epoch']:.2f} | {median['collect']:.2f} | {median['update']:.2f} "
                       f"| {median['rate']:,.0f} | {speedup:.2f}x{each} | {speedup / w:.0%} "
                       f"| {max(m['learner_rss'] for m in ms):.0f} | {worker_rss} |", flush=True)
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")

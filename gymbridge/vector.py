@@ -476,16 +476,20 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         return results + self._collect()
 
     def _collect(self) -> list:
-        """Every worker's reply to the command just handed out, decoded."""
+        """Every worker's reply to the command just handed out, decoded ({} for none: a
+        step's usual answer)."""
         replies = []
-        for w, (conn, (_, done, control), proc) in enumerate(zip(self._conns, self._handoffs, self._procs)):
-            if not _acquire(done, self._spin_s, proc.is_alive):
+        for w, (_, done, control) in enumerate(self._handoffs):
+            if not done.acquire(False) and not _acquire(done, self._spin_s, self._procs[w].is_alive):
                 self._died(w)
-            try:
-                replies.append(conn.recv_bytes() if control[_HAS_REPLY] else b"")
-            except (EOFError, OSError):
-                self._died(w)
-        return self._decoded(replies)
+            if control[_HAS_REPLY]:
+                try:
+                    replies.append(self._decoded(self._conns[w].recv_bytes()))
+                except (EOFError, OSError):
+                    self._died(w)
+            else:
+                replies.append({})
+        return replies
 
     def _started(self) -> list:
         """Every worker's first message (its envs' spaces), as it comes."""
@@ -502,19 +506,16 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
                     except (EOFError, OSError):
                         self._died(w)
                     waiting -= 1
-        return self._decoded(replies)
+        return [self._decoded(reply) for reply in replies]
 
-    def _decoded(self, replies: list) -> list:
-        decoded = []
-        for reply in replies:
-            if reply[:1] == _ERROR:
-                self._failed(*pickle.loads(reply[1:]))
-            decoded.append(pickle.loads(reply[1:]) if reply else {})
-        return decoded
+    def _decoded(self, reply: bytes) -> Any:
+        if reply[:1] == _ERROR:
+            self._failed(*pickle.loads(reply[1:]))
+        return pickle.loads(reply[1:])
 
     @staticmethod
     def _merged(replies: list[dict[int, dict]]) -> dict[int, dict]:
-        return {i: extra for reply in replies for i, extra in reply.items()}
+        return {i: extra for reply in replies if reply for i, extra in reply.items()}
 
     def _infos(self, present: np.ndarray | None, extras: dict[int, dict]) -> dict[str, Any]:
         """The vector info as SyncVectorEnv builds it: every key with its `_key` mask; `present`:

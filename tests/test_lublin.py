@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hpcgym.environment.errors import ConfigError
-from hpcgym.environment.lublin import LublinParams, generate_lublin
+from hpcgym.environment.lublin import LublinParams, daily_arrival_weights, generate_lublin
 from hpcgym.environment.workload import Workload
 
 N_BIG = 40_000
@@ -219,6 +219,19 @@ def test_daily_cycle_matches_model_weights(big):
     assert np.allclose(obs_blocks, exp_blocks, atol=0.03), (obs_blocks, exp_blocks)
 
 
+def test_the_cached_daily_weights_are_the_models_and_cannot_be_changed_by_a_caller():
+    """The weights are computed once per (anum, bnum) and handed out to every draw: a caller that
+    writes into them must fail, not change every later workload."""
+    params = LublinParams()
+    weights = daily_arrival_weights(params)
+    model = _model_hour_shares(params)  # integrated here, independently of the series
+    assert np.allclose(weights.reshape(24, 2).sum(axis=1) / weights.sum(), model, atol=1e-6)
+    before = generate_lublin(500, 256, seed=3)
+    with pytest.raises(ValueError):
+        weights[0] = 100.0
+    assert np.array_equal(generate_lublin(500, 256, seed=3).submit, before.submit)
+
+
 def test_mean_gap_matches_truncated_log_gamma():
     # over whole days the clock is not sped up or slowed down on average, so the mean gap is
     # E[exp(G) | G <= 13] with G ~ Gamma(aarr * arar, barr); the typeless gaps have a light
@@ -302,7 +315,7 @@ def test_the_lublin2_standin_matches_table_2_of_the_rl_backfilling_paper():
     """Table 2 (Kolker-Hicks et al., SC-W 2023) gives Lublin-2 as 256 processors, mean
     inter-arrival 460 s, mean requested time 1,695 s, mean size 39; the stand-in's seed 0 comes
     within 3% of each."""
-    from hpcgym.environment.lublin import LublinParams, generate_lublin
+    from hpcgym.environment.lublin import LublinParams, daily_arrival_weights, generate_lublin
 
     w = generate_lublin(10_000, 256, seed=0, params=LublinParams.lublin2_standin())
     assert abs(np.diff(w.submit).mean() / 460 - 1) < 0.03
