@@ -22,9 +22,9 @@ Rows (one run, one table):
 Every row's envs are opened once and play `--warmup` steps; then every row runs `--steps` env
 steps (a vector step of n envs counts n), `--rounds` times with the rows taking turns, each
 going on with its open envs' episodes (so that a shared machine's drift falls on every row
-alike: many short rounds follow it closest; the table gives medians), episodes of `--jobs` jobs drawn from the generated
-Lublin workload (`{"jobs": N, "sample": True}`), resets included (single envs reset by hand,
-vector envs auto-reset). The policy draws uniformly among the allowed actions of
+alike: many short rounds follow it closest; the table gives medians). Episodes of `--jobs`
+jobs drawn from the generated Lublin workload (`{"jobs": N, "sample": True}`), resets included
+(single envs reset by hand, vector envs auto-reset). The policy draws uniformly among the allowed actions of
 `info["action_mask"]`, for all of a vector's envs at once as a batched policy does
 (`masked_uniform`: one numpy call, about 5 us for one env or two; drawn env by env with
 `np.flatnonzero` it took 8-12 us an env, paid once per env by the one process that draws,

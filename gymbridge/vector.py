@@ -454,7 +454,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         the vector env and raises `VectorEnvError`."""
         if self.closed:
             raise VectorEnvError("the vector env is closed")
-        local_arguments, remote_arguments = (), None  # a step's and a close's: none
+        local_arguments, remote_arguments = (), None  # a step takes none
         if arguments is not None:
             local_arguments, remote_arguments = (arguments[0], arguments[1:]) if self._local else ((), arguments)
         for w, (go, _, control) in enumerate(self._handoffs):
