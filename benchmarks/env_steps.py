@@ -3,6 +3,7 @@
     python benchmarks/env_steps.py                    # all rows, 20,000 steps each
     taskset -c 0-7 python benchmarks/env_steps.py --envs 8   # 8 envs on 8 cores
     python benchmarks/env_steps.py --steps 50000 --window 64 --jobs 512
+    python benchmarks/env_steps.py --trace lublin_256.swf.gz    # windows of a trace: cheap resets
     python benchmarks/env_steps.py --no-ipc --rounds 25 --steps 2000   # a noisy machine: medians
 
 Rows (one run, one table):
@@ -23,8 +24,10 @@ Every row's envs are opened once and play `--warmup` steps; then every row runs 
 steps (a vector step of n envs counts n), `--rounds` times with the rows taking turns, each
 going on with its open envs' episodes (so that a shared machine's drift falls on every row
 alike: many short rounds follow it closest; the table gives medians). Episodes of `--jobs`
-jobs drawn from the generated Lublin workload (`{"jobs": N, "sample": True}`), resets included
-(single envs reset by hand, vector envs auto-reset). The policy draws uniformly among the allowed actions of
+jobs drawn from the generated Lublin workload (`{"jobs": N, "sample": True}`: each episode
+draws its 10,000 jobs anew, about 4 ms a reset), or with `--trace` random windows of that trace
+(read once: resets cost well under a millisecond), resets included (single envs reset by hand,
+vector envs auto-reset). The policy draws uniformly among the allowed actions of
 `info["action_mask"]`, for all of a vector's envs at once as a batched policy does
 (`masked_uniform`: one numpy call, about 5 us for one env or two; drawn env by env with
 `np.flatnonzero` it took 8-12 us an env, paid once per env by the one process that draws,
@@ -52,6 +55,7 @@ import gymnasium as gym
 import numpy as np
 
 from hpcgym.agents.runtime import Connection, EnvUnreachable
+from hpcgym.environment.spec import TraceNotFound, resolve_trace
 from hpcgym.gymbridge import make
 from hpcgym.gymbridge.vector import env_fns, make_vector
 from hpcgym.protocol.messages import PROTOCOL_VERSION
@@ -121,6 +125,9 @@ def start_env_server(folder: Path) -> tuple[subprocess.Popen, str]:
                    "envs; the table gives the medians, a row's ratio the median of its ratios to the "
                    "same round's one env.")
 @click.option("--jobs", type=click.IntRange(min=2), default=256, show_default=True, help="Jobs per episode.")
+@click.option("--trace", default=None,
+              help="Random windows of this SWF trace (a path or a name in $HPCGYM_TRACES) instead of "
+                   "generated Lublin episodes.")
 @click.option("--window", type=click.IntRange(min=1), default=128, show_default=True)
 @click.option("--envs", type=click.IntRange(min=2), default=2, show_default=True,
               help="Envs of the vector rows (their worker count: make_vector's default).")
@@ -128,10 +135,16 @@ def start_env_server(folder: Path) -> tuple[subprocess.Popen, str]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--context", type=click.Choice(["fork", "spawn", "forkserver"]), default=None,
               help="Start method of the vector envs' workers (default: the platform's).")
-def main(steps, warmup, rounds, jobs, window, envs, ipc, seed, context) -> None:
+def main(steps, warmup, rounds, jobs, trace, window, envs, ipc, seed, context) -> None:
     """Env steps per second of HpcEnv(select), in process and over ipc://, with 1 and `--envs` envs."""
     n = envs
-    kwargs = {"workload": {"jobs": jobs, "sample": True}, "options": {"window": window}, "encoder": "jobs+nodes"}
+    if trace is not None:
+        try:
+            resolve_trace(trace)
+        except TraceNotFound as exc:
+            raise click.BadParameter(str(exc), param_hint="--trace") from None
+    workload = {"jobs": jobs, "sample": True} if trace is None else {"trace": trace, "jobs": jobs, "sample": True}
+    kwargs = {"workload": workload, "options": {"window": window}, "encoder": "jobs+nodes"}
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     folder = Path(tempfile.mkdtemp(prefix="hpcgym-b-", dir="/tmp"))
     server = None
@@ -167,7 +180,8 @@ def main(steps, warmup, rounds, jobs, window, envs, ipc, seed, context) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
     load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    click.echo(f"HpcEnv(select), random masked policy, {jobs}-job episodes, window {window}, encoder jobs+nodes; "
+    click.echo(f"HpcEnv(select), random masked policy, {jobs}-job episodes of {trace or 'generated Lublin jobs'}, "
+               f"window {window}, encoder jobs+nodes; "
                f"{os.cpu_count()} CPUs, load average {load_before:.2f} before, {load_after:.2f} after; "
                f"{rounds} round(s) of {steps} steps a row" + (", medians" if rounds > 1 else ""))
     click.echo(f"{'transport':<12}{'vector':<23}{'envs':>5}{'steps/s':>10}{'us/step':>9}{'x 1 env':>9}"
