@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The measurements that need 16 idle cores and a GPU, in one run of about 9 minutes: the 16-core
-# rows of issue 25 (vector envs, rollout workers with learner threads), the GPU learner (issue 25,
-# part 5) and the 16-agent env server row (issue 26). Each writes its table to $OUT (default
-# /tmp/device-round). Where hpcgym[rl] is installed: `bash benchmarks/device_round.sh`.
+# rows of issue 25 (vector envs on generated episodes and on trace windows, rollout workers with
+# learner threads), the GPU learner (issue 25, part 5) and the 16-agent env server row (issue
+# 26). Each writes its table to $OUT (default /tmp/device-round). Where hpcgym[rl] is installed:
+# `bash benchmarks/device_round.sh`.
 #
 # For a lent machine without network, whose image has torch, numpy, msgpack, click, cloudpickle
 # and tqdm but not these, prepare wheels and the trace here, once per development machine:
@@ -32,10 +33,12 @@ step() {  # step NAME SECONDS COMMAND...: the command's output to the screen and
     timeout "$limit" "$@" 2>&1 | tee "$out/$name.txt"
 }
 
-step vector2 45 taskset -c 0,1 python3 benchmarks/env_steps.py --no-ipc --rounds 15 --steps 2000
-step vector8 60 python3 benchmarks/env_steps.py --no-ipc --envs 8 --rounds 5 --steps 8000
-step workers16 180 python3 benchmarks/train_scaling.py --agents ppo-select --workers 1,16 --threads 1,16 \
+step vector2 40 taskset -c 0,1 python3 benchmarks/env_steps.py --no-ipc --rounds 15 --steps 2000
+step vector8 50 python3 benchmarks/env_steps.py --no-ipc --envs 8 --rounds 5 --steps 8000
+step vector8-trace 45 python3 benchmarks/env_steps.py --no-ipc --envs 8 --rounds 5 --steps 8000 \
+    --trace lublin_256.swf.gz
+step workers16 165 python3 benchmarks/train_scaling.py --agents ppo-select --workers 1,16 --threads 1,16 \
     --trajectories 64 --epochs 2
-step gpu 165 python3 benchmarks/train_scaling.py --agents ppo-select,rlbf --workers 1,16 --devices cpu,cuda \
+step gpu 155 python3 benchmarks/train_scaling.py --agents ppo-select,rlbf --workers 1,16 --devices cpu,cuda \
     --trajectories 32 --epochs 2
-step server16 90 python3 benchmarks/service_latency.py --parts 3 --jobs 4000 --agents 16
+step server16 85 python3 benchmarks/service_latency.py --parts 3 --jobs 4000 --agents 16
