@@ -6,20 +6,22 @@
 # `bash benchmarks/device_round.sh`.
 #
 # For a lent machine without network, whose image has torch, numpy, msgpack, click, cloudpickle
-# and tqdm but not these, prepare wheels and the trace here, once per development machine:
-#   .venv/bin/pip wheel -q --no-deps --no-build-isolation -w .whl .
+# and tqdm but not these, prepare wheels and the trace here (the hpcgym wheel anew each time: the
+# machine runs the code of the wheel, not of the checkout it is sent):
+#   rm -f .whl/hpcgym-*.whl && .venv/bin/pip wheel -q --no-deps --no-build-isolation -w .whl .
 #   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl \
 #       pyzmq gymnasium farama-notifications
-#   mkdir -p .traces && cp ../shared/traces/lublin_256.swf.gz .traces/
-# Then, with the device tool: run(command="bash benchmarks/device_round.sh", carry=[".whl", ".traces"],
+#   mkdir -p .whl/traces && cp ../shared/traces/lublin_256.swf.gz .whl/traces/
+# Then, with the device tool: run(command="bash benchmarks/device_round.sh", carry=[".whl"],
 # timeout_s=600). The steps' limits add up to 540 s; a step cut at its limit keeps what it printed.
 set -u -o pipefail
 if [ -d .whl ]; then
+    ls -l .whl/hpcgym-*.whl
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl || exit 1
 fi
-if [ -d .traces ]; then
-    export HPCGYM_TRACES=$PWD/.traces
+if [ -d .whl/traces ]; then
+    export HPCGYM_TRACES=$PWD/.whl/traces
 fi
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/device-round}
