@@ -114,14 +114,15 @@ def main() -> None:
     unknown = [d for d in devices if d != "cpu" and not d.startswith("cuda")]
     if unknown:
         parser.error(f"--devices: unknown {', '.join(unknown)}; use cpu, cuda or cuda:N")
-    if any(d.startswith("cuda") for d in devices) and not torch.cuda.is_available():
+    on_gpu = any(d.startswith("cuda") for d in devices)
+    if on_gpu and not torch.cuda.is_available():
         parser.error("--devices cuda: torch sees no CUDA device here")
     cores = os.cpu_count() or 1
     counts = [int(w) for w in args.workers.split(",")] if args.workers else \
         sorted({*(2 ** k for k in range(cores.bit_length()) if 2 ** k <= cores), cores})
     print(f"{cores} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} at the start; "
           f"{platform.processor() or platform.machine()}, torch {torch.__version__}"
-          + (f" ({torch.cuda.get_device_name()})" if any(d.startswith("cuda") for d in devices) else "")
+          + (f" ({torch.cuda.get_device_name()})" if on_gpu else "")
           + f"; trace {args.trace}; "
           f"the last of {args.epochs} epochs per row" + (f", medians of {args.rounds} rounds" if args.rounds > 1 else ""))
     print(f"| agent | workers | threads | learner | epoch s | collect s | update s | decisions/s | collect speed-up "

@@ -153,7 +153,7 @@ class _Share:
 
     def __init__(self, first: int, envs: list, shared: dict[str, np.ndarray], kinds: tuple[str, ...],
                  mode: AutoresetMode) -> None:
-        self.first, self.envs, self.shared, self.mode = first, envs, shared, mode
+        self.first, self.envs, self.mode = first, envs, mode
         self.codes = {kind: code for code, kind in enumerate(kinds)}
         self.ended = [False] * len(envs)  # next_step: reset at the next step
         # A step runs in the caller's critical path: fields looked up once, not per env and step.
@@ -480,7 +480,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         step's usual answer)."""
         replies = []
         for w, (_, done, control) in enumerate(self._handoffs):
-            if not done.acquire(False) and not _acquire(done, self._spin_s, self._procs[w].is_alive):
+            if not _acquire(done, self._spin_s, self._procs[w].is_alive):
                 self._died(w)
             if control[_HAS_REPLY]:
                 try:

@@ -315,7 +315,7 @@ def test_the_lublin2_standin_matches_table_2_of_the_rl_backfilling_paper():
     """Table 2 (Kolker-Hicks et al., SC-W 2023) gives Lublin-2 as 256 processors, mean
     inter-arrival 460 s, mean requested time 1,695 s, mean size 39; the stand-in's seed 0 comes
     within 3% of each."""
-    from hpcgym.environment.lublin import LublinParams, daily_arrival_weights, generate_lublin
+    from hpcgym.environment.lublin import LublinParams, generate_lublin
 
     w = generate_lublin(10_000, 256, seed=0, params=LublinParams.lublin2_standin())
     assert abs(np.diff(w.submit).mean() / 460 - 1) < 0.03
