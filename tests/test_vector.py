@@ -16,7 +16,8 @@ gym = pytest.importorskip("gymnasium")
 
 from hpcgym.environment.errors import ConfigError  # noqa: E402
 from hpcgym.gymbridge import make  # noqa: E402
-from hpcgym.gymbridge.vector import VectorEnvError, make_vector  # noqa: E402
+from hpcgym.gymbridge import vector  # noqa: E402
+from hpcgym.gymbridge.vector import DEFAULT_SPIN_S, VectorEnvError, make_vector  # noqa: E402
 
 WINDOW = 8
 KWARGS = {"workload": {"jobs": 40, "sample": True, "generate_jobs": 600}, "options": {"window": WINDOW}}
@@ -201,6 +202,23 @@ def test_close_leaves_no_process():
     envs.close()
     assert all(p.exitcode == 0 for p in started) and not _workers()
     envs.close()  # a second close is harmless
+
+
+def test_waiting_spins_only_for_in_process_envs_with_a_core_each(monkeypatch, tmp_path):
+    """A remote env waits on its server, which may share this machine's cores: no spinning there
+    (made, not reset, so no server is needed)."""
+    monkeypatch.setattr(vector, "usable_cores", lambda: 4)
+    on_server = make_vector(2, "select", remote=f"ipc://{tmp_path}/env.ipc", **KWARGS)
+    in_process = make_vector(2, "select", **KWARGS)
+    apart = make_vector(2, "select", workers=2, caller_share=False, **KWARGS)
+    monkeypatch.setattr(vector, "usable_cores", lambda: 2)
+    crowded = make_vector(2, "select", workers=2, caller_share=False, **KWARGS)  # 3 processes, 2 cores
+    try:
+        assert (in_process._spin_s, apart._spin_s) == (DEFAULT_SPIN_S, DEFAULT_SPIN_S)
+        assert (on_server._spin_s, crowded._spin_s) == (0.0, 0.0)
+    finally:
+        for envs in (on_server, in_process, apart, crowded):
+            envs.close()
 
 
 def test_attributes_and_calls_reach_every_env():
