@@ -27,7 +27,8 @@ fi
 export PYTHONUNBUFFERED=1
 out=${OUT:-/tmp/device-round}
 mkdir -p "$out"
-nproc; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
+nproc; lscpu | grep -E '^(Model name|Thread\(s\) per core|Core\(s\) per socket|Socket\(s\))' || true  # SMT halves a core
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 
 step() {  # step NAME SECONDS COMMAND...: the command's output to the screen and to $out/NAME.txt
     local name=$1 limit=$2
