@@ -27,8 +27,11 @@ a worker). A step costs each worker two semaphore hand-offs and nothing else: ob
 masks, actions, rewards and terminated/truncated flags live in one shared-memory block that
 every share writes in place, and the command in a small control block. A waiting side spins on
 its semaphore for `spin_s` (by default 0.5 ms where the workers and this process have a core
-each and the envs run in process, else 0: a remote env waits on its server) before it sleeps on it, so on free cores a hand-off takes microseconds, not the
-tens that a pipe's system calls and wake-ups cost (more under a virtualised kernel). Only what
+each and the envs run in process, else 0: a remote env waits on its server) before it sleeps on
+it, so on free cores a hand-off takes microseconds, not the tens that a pipe's system calls and
+wake-ups cost (more under a virtualised kernel). With `prefetch` (by default where a core is
+left over) a helper process draws the envs' next generated workloads (`gymbridge/prefetch.py`),
+so that a reset does not hold up the lockstep. Only what
 is rare goes through a pipe, pickled: the infos of episode ends and starts (`metrics`,
 `episode_seed`, `initial_reward`, `final_obs`), `call`/`get_attr`/`set_attr`, errors, and
 `info["decision"]` when asked for (`decision_info=True`, every step).
@@ -369,13 +372,13 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         else:
             first_env.close()
         self._remote = self._shares[1:] if caller_share else self._shares
-        processes = len(self._remote) + bool(caller_share)
         draws = getattr(first_env.unwrapped, "draws_workloads", False)
         if prefetch and not draws:
             self.close()
             raise ValueError("prefetch draws generated workloads ahead: it needs in-process HpcEnvs without a trace")
-        #: Whether a helper process draws the envs' next generated workloads.
-        self.prefetch = draws and (usable_cores() > processes if prefetch is None else bool(prefetch))
+        #: Whether a helper process draws the envs' next generated workloads (by default where
+        #: a core is left beside one per share).
+        self.prefetch = draws and (usable_cores() > workers if prefetch is None else bool(prefetch))
         ends: list = [None] * workers
         if self.prefetch:
             self._helper, ends = start_helper(workers, context)
