@@ -80,6 +80,7 @@ training update).
 
 from __future__ import annotations
 
+import multiprocessing
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -251,6 +252,9 @@ class HpcEnv(gym.Env):
             if not self.draws_workloads:
                 raise ConfigError("prefetch draws generated workloads ahead; this env "
                                   f"{'runs on a server' if remote else 'reads a trace'}: leave prefetch out")
+            if multiprocessing.current_process().daemon:
+                raise ConfigError("prefetch starts a helper process, which a daemonic process (such as a vector "
+                                  "env's worker) cannot: use make_vector(..., prefetch=True) instead")
             self.use_prefetch(PrefetchClient.alone())
 
     # ------------------------------------------------------------------ gymnasium API

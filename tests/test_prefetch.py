@@ -143,3 +143,22 @@ def test_prefetch_where_nothing_is_drawn_is_refused(tmp_path):
     with pytest.raises(ValueError, match="apply to asynchronous vector envs only"):
         make_vector(2, "select", asynchronous=False, prefetch=True, **KWARGS)
     assert not _helpers()
+
+
+def test_a_lone_env_in_a_daemonic_worker_is_told_to_use_the_vector():
+    """A daemonic process (Gymnasium's AsyncVectorEnv workers are) may not start the helper."""
+    ctx = multiprocessing.get_context("fork")
+    here, there = ctx.Pipe()
+
+    def build() -> None:
+        try:
+            make("select", prefetch=True, **KWARGS)
+            there.send("made")
+        except Exception as exc:
+            there.send(f"{type(exc).__name__}: {exc}")
+
+    worker = ctx.Process(target=build, daemon=True)
+    worker.start()
+    said = here.recv() if here.poll(60) else "no answer"
+    worker.join(10)
+    assert said.startswith("ConfigError: prefetch starts a helper process") and "make_vector" in said
