@@ -29,7 +29,7 @@ steps (a vector step of n envs counts n), `--rounds` times with the rows taking 
 going on with its open envs' episodes (so that a shared machine's drift falls on every row
 alike: many short rounds follow it closest; the table gives medians). Episodes of `--jobs`
 jobs drawn from the generated Lublin workload (`{"jobs": N, "sample": True}`: each episode
-draws its 10,000 jobs anew, about 4 ms a reset), or with `--trace` random windows of that trace
+draws its 10,000 jobs anew, 1-5 ms a reset by machine), or with `--trace` random windows of that trace
 (read once: resets cost well under a millisecond), resets included (single envs reset by hand,
 vector envs auto-reset). The policy draws uniformly among the allowed actions of
 `info["action_mask"]`, for all of a vector's envs at once as a batched policy does
