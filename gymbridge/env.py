@@ -311,7 +311,7 @@ class HpcEnv(gym.Env):
         client, self._client = self._client, None
         if client is not None:
             client.close()
-        prefetch, self._prefetch = getattr(self, "_prefetch", None), None
+        prefetch, self._prefetch = self._prefetch, None
         if prefetch is not None:
             prefetch.close()
         self._episode = None
@@ -386,9 +386,10 @@ class HpcEnv(gym.Env):
         seedless episode's asked for."""
         if self._prefetch is None:
             return self._load_workload(ep_seed)
-        workload = self._prefetch.take(self._episode_spec(ep_seed), ep_seed)
+        spec = self._episode_spec(ep_seed)
+        workload = self._prefetch.take(spec, ep_seed)
         if workload is None:
-            workload = self._load_workload(ep_seed)
+            workload = self._workloads.load(spec, ep_seed)
         else:
             self.prefetched += 1
         following = ep_seed + self._seed_stride

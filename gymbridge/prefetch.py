@@ -121,7 +121,7 @@ class PrefetchClient:
         if conn is not None:
             conn.close()
         if self._helper is not None:
-            stop_helper(self._helper)
+            join_or_kill(self._helper)
             self._helper = None
         self._ready.clear()
 
@@ -145,9 +145,10 @@ class PrefetchClient:
         self._asked.clear()
 
 
-def stop_helper(helper: BaseProcess, timeout_s: float = 5.0) -> None:
-    """Wait for a helper whose clients have all closed; kill it if it does not end."""
-    helper.join(timeout=timeout_s)
-    if helper.is_alive():
-        helper.kill()
-        helper.join()
+def join_or_kill(process: BaseProcess, timeout_s: float = 5.0) -> None:
+    """Wait for a process that was told to end (a helper whose clients have all closed, a vector
+    env's worker); kill it if it does not end within `timeout_s`."""
+    process.join(timeout=timeout_s)
+    if process.is_alive():
+        process.kill()
+        process.join()

@@ -61,7 +61,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from . import make
-from .prefetch import PrefetchClient, start_helper, stop_helper
+from .prefetch import PrefetchClient, join_or_kill, start_helper
 
 #: The parent's commands to a worker (a byte in the control block); a reply through the pipe
 #: starts with one of the reply bytes.
@@ -379,12 +379,12 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         #: Whether a helper process draws the envs' next generated workloads (by default where
         #: a core is left beside one per share).
         self.prefetch = draws and (usable_cores() > workers if prefetch is None else bool(prefetch))
-        ends: list = [None] * workers
+        ends: list = [None] * workers  # a helper connection per share
         if self.prefetch:
             self._helper, ends = start_helper(workers, context)
             if self._local is not None:
                 _use_prefetch(self._local.envs, PrefetchClient(ends[0]))
-        ends = ends[len(self._shares) - len(self._remote):]  # the workers'
+        ends = ends[1:] if caller_share else ends  # the workers', as self._remote
         # Spinning pays only with a core per spinner: with more processes than cores it takes
         # the core of the process it waits for. Envs on an env server wait on it, and a spinner
         # takes the core of a server on this machine (two remote envs on 2 cores: 0.72x one env
@@ -467,14 +467,11 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             control[_COMMAND] = _CLOSE
             go.release()
         for proc in self._procs:
-            proc.join(_CLOSE_WAIT_S)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+            join_or_kill(proc, _CLOSE_WAIT_S)
         for conn in self._conns:
             conn.close()
         if self._helper is not None:  # every client has closed: it ends
-            stop_helper(self._helper)
+            join_or_kill(self._helper)
             self._helper = None
 
     def __del__(self) -> None:
