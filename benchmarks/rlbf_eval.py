@@ -45,6 +45,8 @@ BASES = ("fcfs", "sjf")
 #: Traces read once for every in-process measurement.
 WORKLOADS = WorkloadCache(size=4)
 FIG1_ERRORS = (0.05, 0.1, 0.2, 0.4, 1.0)
+#: The paper script's 10 window starts in the first 10,000 jobs (docs/fidelity.md, ladder L1).
+PAPER_STARTS = (1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085)
 
 
 def trace_path(out: Path, trace: str) -> Path:
@@ -113,54 +115,69 @@ def fig1(args, seed: int) -> dict:
     return result
 
 
-def reservation_delays(args, trace: str, base: str, agent_file: Path | None = None,
-                       first_seed: int = 0) -> dict | None:
-    """An unguarded agent (the public semantics' by default) in process on the Table 4 windows
-    from `first_seed`, in the simulation options it was trained in: its mean bsld, how many of
-    its backfills delayed the reservation, by how much, and the max wait of jobs larger than a
-    quarter of the cluster, beside the base + EASY alone."""
+def study_windows(checkpoint, jobs: int, seeds: str | list[int]) -> list:
+    """The windows a delay study plays, all cut from the job source the agent was trained on (its
+    trace, cleaning and first jobs, from the checkpoint): random windows `seeds`, the training
+    distribution, or with `seeds="paper"` the paper script's 10 fixed windows."""
+    trained = checkpoint.trained_workload()
+    if seeds == "paper":
+        return [trained.with_window(jobs=jobs, start=start) for start in PAPER_STARTS]
+    return [trained.with_window(jobs=jobs, sample=seed) for seed in seeds]
+
+
+def reservation_delays(args, base: str, agent_file: Path, seeds: str | list[int]) -> dict | None:
+    """An unguarded agent in process on `study_windows`, in the simulation options it was trained
+    in: its bsld per window, how many of its backfills delayed the reservation, by how much, and
+    the max wait of jobs larger than a quarter of the cluster, beside the base + EASY alone."""
     from hpcgym.agents.rl.checkpoint import load_checkpoint
     from hpcgym.agents.rl.serve import RLAgent
     from hpcgym.environment.simulator import Simulation
     from hpcgym.environment.spec import sim_config
 
-    agent_file = agent_file or agent_path(args.runs, trace, base, "public")
     if not agent_file.is_file():
         return None
-    trained = load_checkpoint(loaded(agent_file)).trainer["settings"]["options"]
-    options = {k: v for k, v in trained.items() if k not in ("window", "policy")}
+    checkpoint = load_checkpoint(loaded(agent_file))
+    options = {k: v for k, v in checkpoint.trained_options().items() if k not in ("window", "policy")}
+    windows = study_windows(checkpoint, args.jobs, seeds)
+    print(f"{agent_file}: its training workload with {windows[0].changes_from(checkpoint.trained_workload())}",
+          flush=True)
     agent = RLAgent(agent_file)
-    totals = {"episodes": 0, "mean_bsld_rl": 0.0, "mean_bsld_easy": 0.0, "backfills": 0, "delays": 0, "delay_s": 0,
+    totals = {"episodes": 0, "bsld_rl": [], "bsld_easy": [], "backfills": 0, "delays": 0, "delay_s": 0,
               "max_wait_large_rl": 0, "max_wait_large_easy": 0}
-    for seed in range(first_seed, first_seed + args.samples):
-        workload = WORKLOADS.load({"trace": str(trace_path(args.out, trace)), "jobs": args.jobs, "sample": seed})
+    for index, spec in enumerate(windows):
+        workload = WORKLOADS.load(spec.for_episode(index))
         large = workload.size > workload.procs // 4
-        sim = Simulation(workload, sim_config(options, seed), policy=base, external={"backfill"})
+        sim = Simulation(workload, sim_config(options, index), policy=base, external={"backfill"})
         with_agent = sim.run({"backfill": agent})
-        alone = Simulation(workload, sim_config(options, seed), policy=base).run()
+        alone = Simulation(workload, sim_config(options, index), policy=base).run()
         totals["episodes"] += 1
         totals["backfills"] += int((with_agent.jobs["start_kind"] == 2).sum())
         totals["delays"] += sim.reservation_delays
         totals["delay_s"] += sim.reservation_delay_s
         for key, result in (("rl", with_agent), ("easy", alone)):
-            totals[f"mean_bsld_{key}"] += result.summary["mean_bsld"] / args.samples
+            totals[f"bsld_{key}"].append(result.summary["mean_bsld"])
             waits = (result.jobs["start"] - result.jobs["submit"])[large]
             totals[f"max_wait_large_{key}"] = max(totals[f"max_wait_large_{key}"], int(waits.max()) if len(waits) else 0)
+    for key in ("rl", "easy"):
+        totals[f"mean_bsld_{key}"] = sum(totals[f"bsld_{key}"]) / len(windows)
     return totals
 
 
 def delay_study(args, folders: list[Path]) -> dict:
-    """`reservation_delays` of the given agent folders (each trained by `hpcgym train rlbf` on
-    SDSC-SP2 with an FCFS base: a delay penalty, the stop action) on both seed sets."""
-    seeds = [int(s) for s in args.seeds.split(",")]
-    return {folder.name: {seed: reservation_delays(args, "SDSC-SP2", "fcfs", folder / "model.pt", seed)
-                          for seed in seeds} for folder in folders}
+    """`reservation_delays` of the given agent folders (each trained by `hpcgym train rlbf` with an
+    FCFS base: a delay penalty, the stop action) on the paper's windows and on both seed sets of
+    the training distribution."""
+    seed_sets = {str(s): list(range(int(s), int(s) + args.samples)) for s in args.seeds.split(",")}
+    return {folder.name: {name: reservation_delays(args, "fcfs", folder / "model.pt", seeds)
+                          for name, seeds in {"paper": "paper", **seed_sets}.items()} for folder in folders}
 
 
 def decision_rate(args, trace: str, base: str, semantics: str, windows: int = 5) -> dict | None:
-    """Backfill decisions per second of the served kernel actor, in process."""
+    """Backfill decisions per second of the served kernel actor, in process, on windows of its
+    own training workload."""
     import torch
 
+    from hpcgym.agents.rl.checkpoint import load_checkpoint
     from hpcgym.agents.rl.serve import RLAgent
     from hpcgym.environment.simulator import simulate
     from hpcgym.environment.spec import sim_config
@@ -169,6 +186,7 @@ def decision_rate(args, trace: str, base: str, semantics: str, windows: int = 5)
     if not agent_file.is_file():
         return None
     torch.set_num_threads(1)
+    checkpoint = load_checkpoint(loaded(agent_file))
     agent, count = RLAgent(loaded(agent_file)), [0]
 
     class Counting:
@@ -178,12 +196,11 @@ def decision_rate(args, trace: str, base: str, semantics: str, windows: int = 5)
             count[0] += 1
             return agent.act(decision)
 
-    workloads = [WORKLOADS.load({"trace": str(trace_path(args.out, trace)), "jobs": 256, "sample": seed})
-                 for seed in range(windows)]
+    workloads = [WORKLOADS.load(spec.to_dict()) for spec in study_windows(checkpoint, 256, list(range(windows)))]
+    options = {k: v for k, v in checkpoint.trained_options().items() if k not in ("window", "policy")}
     t0 = time.perf_counter()
     for workload in workloads:
-        simulate(workload, sim_config({"preset": SEMANTICS[semantics][0]}), policy=base,
-                 agents={"backfill": Counting()})
+        simulate(workload, sim_config(options), policy=base, agents={"backfill": Counting()})
     seconds = time.perf_counter() - t0
     return {"decisions": count[0], "seconds": seconds, "per_second": count[0] / seconds}
 
@@ -260,8 +277,9 @@ def main() -> None:
     parser = argument_parser(__doc__, "rlbf-eval", 50, 10, 1024, "0,100", list(TRACES))
     parser.add_argument("--semantics", default=",".join(SEMANTICS), help="Comma-separated: scw, public.")
     parser.add_argument("--delay-study", nargs="+", type=Path, metavar="AGENT_DIR",
-                        help="Only this: the given SDSC-SP2 FCFS agents' bsld and reservation delays on both seed "
-                             "sets, in the options each was trained in (OUT/delay-study.json).")
+                        help="Only this: the given FCFS agents' bsld and reservation delays on the paper's 10 windows "
+                             "and both seed sets, on the workload and in the options each was trained in "
+                             "(OUT/delay-study.json).")
     parser.add_argument("--no-fig1", action="store_true", help="Leave Fig. 1 (noisy estimates) out.")
     args = parser.parse_args()
     if args.delay_study:
@@ -294,7 +312,8 @@ def main() -> None:
                     results["cost"][f"{semantics}/{trace}/{base}: backfill decisions per second"] = decision_rate(
                         args, trace, base, semantics)
                 if semantics == "public":
-                    results["delays"][f"{trace}/{base}"] = reservation_delays(args, trace, base)
+                    results["delays"][f"{trace}/{base}"] = reservation_delays(
+                        args, base, agent_path(args.runs, trace, base, "public"), list(range(args.samples)))
     for seed in seeds if not args.no_fig1 else []:
         results["fig1"][str(seed)] = fig1(args, seed)
     plot_curves(args.runs, args.out / "rlbf-curves.png")

@@ -1,4 +1,4 @@
-"""Workload and simulation specifications as plain maps, shared by the CLI and the protocol.
+"""Workload and simulation specifications, shared by the CLI, the protocol and checkpoints.
 
 `hpcgym run --jobs 1024 --sample 7` and a protocol `reset` with
 `{"workload": {"jobs": 1024, "sample": 7}}` go through the same function, so both accept the
@@ -11,7 +11,8 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -32,36 +33,92 @@ LUBLIN_MODELS = {"typeless": LublinParams.typeless, "batch": LublinParams.batch,
                  "interactive": LublinParams.interactive, "lublin2-standin": LublinParams.lublin2_standin}
 DEFAULT_MODEL = "typeless"
 
-WORKLOAD_KEYS = {
-    "trace": "SWF file (absent: generated Lublin workload)",
-    "procs": "cluster size (default: the trace header)",
-    "strict": "fail on jobs larger than the cluster",
-    "skip_malformed": "skip malformed SWF lines",
-    "cleaning": "SWF cleaning rule: hpcgym (default) or rlbf-scw (cancelled jobs kept as 10 s jobs, RL backfilling's code)",
-    "model": "Lublin parameter set of the generated workload",
-    "generate_jobs": "jobs in the generated workload",
-    "train_fraction": "split the trace: first fraction train, rest test",
-    "part": "train or test",
-    "jobs": "window length",
-    "start": "window start",
-    "sample": "seed of a random window",
-    "first_jobs": "with sample: draw random windows from the first N jobs only (SchedInspector's code)",
-    "prefill": "with a window: start with the jobs before it running, as RLScheduler's pre-filled cluster",
-    "sjf_range": "with sample: [LOW, HIGH], redraw random windows until SJF's mean bsld on it (preset rlscheduler) "
-                 "lies strictly between (RLScheduler's trajectory filtering: [10, 150])",
-    "sampled_jobset": "with sample: random jobs with Poisson arrivals (DRAS)",
-    "synthetic": "with sample: jobs generated from a model fitted to the trace (part) (DRAS)",
-}
+def _key(help_text: str, types: type | tuple[type, ...]) -> Any:
+    """A workload key: its help (for the CLI and PROTOCOL.md) and the value types it accepts."""
+    return field(default=None, metadata={"help": help_text, "types": types})
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """Where an episode's jobs come from, as one typed value: the job source (trace or generator,
+    cleaning, split) and the window cut from it. Every key is declared here once; the protocol's
+    reset, the CLI and a checkpoint's record carry it as the map `to_dict` gives. None means
+    "the default" for every key."""
+
+    trace: str | Path | None = _key("SWF file (absent: generated Lublin workload)", (str, Path))
+    procs: int | None = _key("cluster size (default: the trace header)", int)
+    strict: bool | None = _key("fail on jobs larger than the cluster", bool)
+    skip_malformed: bool | None = _key("skip malformed SWF lines", bool)
+    cleaning: str | None = _key("SWF cleaning rule: hpcgym (default) or rlbf-scw (cancelled jobs kept as 10 s jobs, "
+                                "RL backfilling's code)", str)
+    model: str | None = _key("Lublin parameter set of the generated workload", str)
+    generate_jobs: int | None = _key("jobs in the generated workload", int)
+    train_fraction: float | None = _key("split the trace: first fraction train, rest test", (float, int))
+    part: str | None = _key("train or test", str)
+    jobs: int | None = _key("window length", int)
+    start: int | None = _key("window start", int)
+    sample: int | bool | None = _key("seed of a random window (in a Gymnasium env or a training run, true: each "
+                                     "episode's own seed)", int)
+    first_jobs: int | None = _key("with sample: draw random windows from the first N jobs only (SchedInspector's "
+                                  "code)", int)
+    prefill: bool | None = _key("with a window: start with the jobs before it running, as RLScheduler's pre-filled "
+                                "cluster", bool)
+    sjf_range: list[float] | None = _key(
+        "with sample: [LOW, HIGH], redraw random windows until SJF's mean bsld on it (preset rlscheduler) lies "
+        "strictly between (RLScheduler's trajectory filtering: [10, 150])", (list, tuple))
+    sampled_jobset: bool | None = _key("with sample: random jobs with Poisson arrivals (DRAS)", bool)
+    synthetic: bool | None = _key("with sample: jobs generated from a model fitted to the trace (part) (DRAS)", bool)
+
+    def __post_init__(self) -> None:
+        self.for_episode(0)  # checks every key as a reset's would be checked
+
+    def for_episode(self, seed: int) -> dict[str, Any]:
+        """The checked map of one episode: a per-episode sample (`true`) becomes `seed`."""
+        spec = self.to_dict()
+        if spec.get("sample") is True:
+            spec["sample"] = seed
+        check_workload_spec(spec)
+        return spec
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> WorkloadSpec:
+        """The spec of a workload map (a reset's, a checkpoint's), refused with the map's messages."""
+        _check_keys(spec, WORKLOAD_KEYS, "workload")
+        return cls(**spec)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The keys set, as a reset's `workload` map holds them."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def with_window(self, **window: Any) -> WorkloadSpec:
+        """The same job source cut another way: every window key replaced by `window`'s. `first_jobs`
+        stays only under random windows, the one cut it limits."""
+        _check_keys(window, WINDOW_KEYS, "window")
+        kept = {k: v for k, v in self.to_dict().items() if k not in WINDOW_KEYS}
+        if window.get("sample") is None:
+            kept.pop("first_jobs", None)
+        return WorkloadSpec.from_dict({**kept, **{k: v for k, v in window.items() if v is not None}})
+
+    def changes_from(self, other: WorkloadSpec) -> str:
+        """`key: old -> new` for each key that differs from `other`'s (none: the empty string), for
+        the one line in which an evaluation says what it overrode."""
+        old, new = other.to_dict(), self.to_dict()
+        return ", ".join(f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}"
+                         for k in WORKLOAD_KEYS if old.get(k) != new.get(k))
+
+    def load(self, seed: int = 0) -> Workload:
+        """The job sequence of episode `seed` (the trace is read on this machine)."""
+        return load_workload(self.for_episode(seed), seed)
+
+
+WORKLOAD_KEYS = {f.name: f.metadata["help"] for f in fields(WorkloadSpec)}
+#: Value types of the workload keys (None is always allowed: it means "the default").
+WORKLOAD_TYPES = {f.name: f.metadata["types"] for f in fields(WorkloadSpec)}
+WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset", "synthetic", "sjf_range", "prefill")
 CONFIG_KEYS = ("preset", "backfill", "estimate", "overrun", "window", "max_interval", "max_rejections",
                "exact_requests", "raise_requests", "commit_pick", "backfill_order", "backfill_candidates",
                "backfill_stop", "easy_extra", "strict_shadow", "keep_shadow", "one_event", "release_order", "backfill_skip_next",
                "backfill_relax", "prediction")
-#: Value types of the workload keys (None is always allowed: it means "the default").
-WORKLOAD_TYPES = {"trace": (str, Path), "procs": int, "strict": bool, "skip_malformed": bool, "cleaning": str,
-                  "model": str,
-                  "generate_jobs": int, "train_fraction": (float, int), "part": str, "jobs": int, "start": int,
-                  "sample": int, "first_jobs": int, "sampled_jobset": bool, "synthetic": bool,
-                  "sjf_range": (list, tuple), "prefill": bool}
 #: How many windows `sjf_range` draws at most per episode (each is simulated once with SJF).
 SJF_RANGE_DRAWS = 200
 #: The largest generated workload; larger ones would stall an env serving others.
@@ -221,7 +278,6 @@ def _fitted(workload: Workload) -> WorkloadModel:
     return model
 
 
-WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset", "synthetic", "sjf_range", "prefill")
 #: Workload keys that name a job source: a reset's workload with one of them does not take the
 #: env's default workload keys (PROTOCOL.md section 4), or it would get another trace's `procs`.
 SOURCE_KEYS = ("trace", "generate_jobs", "model")

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ...environment.errors import HpcgymError
+from ...environment.spec import WorkloadSpec
 from .algorithm import Algorithm, config_to_dict
 from .algorithms import get_algorithm
 
@@ -56,6 +57,20 @@ class Checkpoint:
         if self.state:
             algo.load_state_dict(self.state)
         return algo
+
+    def trained_workload(self) -> WorkloadSpec:
+        """The workload the policy was trained on: evaluating it on another (other cleaning, other
+        jobs) must be a choice said aloud, never an accident of rebuilding the spec by hand. A
+        trace recorded by a path this machine lacks is looked up by its file name ($HPCGYM_TRACES)."""
+        workload = dict(self.env.get("workload") or {})
+        trace = workload.get("trace")
+        if trace is not None and not Path(trace).exists():
+            workload["trace"] = Path(trace).name
+        return WorkloadSpec.from_dict(workload)
+
+    def trained_options(self) -> dict[str, Any]:
+        """The simulation options (rules, window, base policy) it was trained under."""
+        return dict(self.env.get("options") or {})
 
 
 def checkpoint_kinds(kind: str) -> tuple[str, ...]:
