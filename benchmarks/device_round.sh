@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # The measurements that need 16 idle cores and a GPU, in one run of about 9 minutes: the 16-core
-# rows of issue 25 (vector envs on generated episodes, with and without workloads drawn ahead,
-# and on trace windows, rollout workers with
+# rows of issue 25 (vector envs on generated episodes and on trace windows, rollout workers with
 # learner threads), the GPU learner (issue 25, part 5) and the 16-agent env server row (issue
 # 26). Each writes its table to $OUT (default /tmp/device-round). Where hpcgym[rl] is installed:
 # `bash benchmarks/device_round.sh`.
@@ -15,7 +14,7 @@
 #       pyzmq gymnasium farama-notifications
 #   mkdir -p .whl/traces && cp ../shared/traces/lublin_256.swf.gz .whl/traces/
 # Then, with the device tool: run(command="bash benchmarks/device_round.sh", carry=[".whl"],
-# timeout_s=600). The steps' limits add up to 550 s; a step cut at its limit keeps what it printed.
+# timeout_s=600). The steps' limits add up to 540 s; a step cut at its limit keeps what it printed.
 set -u -o pipefail
 if [ -d .whl ]; then
     ls -l .whl/hpcgym-*.whl
@@ -38,7 +37,7 @@ step() {  # step NAME SECONDS COMMAND...: the command's output to the screen and
 }
 
 step vector2 40 taskset -c 0,1 python3 benchmarks/env_steps.py --no-ipc --rounds 15 --steps 2000
-step vector8 60 python3 benchmarks/env_steps.py --no-ipc --envs 8 --rounds 5 --steps 8000 --prefetch
+step vector8 50 python3 benchmarks/env_steps.py --no-ipc --envs 8 --rounds 5 --steps 8000
 step vector8-trace 45 python3 benchmarks/env_steps.py --no-ipc --envs 8 --rounds 5 --steps 8000 \
     --trace lublin_256.swf.gz
 step workers16 165 python3 benchmarks/train_scaling.py --agents ppo-select --workers 1,16 --threads 1,16 \

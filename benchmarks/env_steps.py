@@ -5,7 +5,6 @@
     python benchmarks/env_steps.py --steps 50000 --window 64 --jobs 512
     python benchmarks/env_steps.py --trace lublin_256.swf.gz    # windows of a trace: cheap resets
     python benchmarks/env_steps.py --no-ipc --rounds 25 --steps 2000   # a noisy machine: medians
-    python benchmarks/env_steps.py --no-ipc --prefetch   # also with workloads drawn ahead
 
 Rows (one run, one table):
 
@@ -17,9 +16,6 @@ Rows (one run, one table):
 - in-process, n envs, `make_vector(n, workers=1, caller_share=False)`: all n envs in one worker;
 - in-process, n envs, Gymnasium's `AsyncVectorEnv` over the same env factories (what
   `make_vector` was before: one process per env, infos pickled through pipes every step);
-- with `--prefetch` (generated episodes): one `HpcEnv(prefetch=True)` and `make_vector(n,
-  prefetch=True)` and `prefetch=False`: the next episodes' workloads drawn ahead in a helper
-  process (`gymbridge/prefetch.py`), or not (make_vector's default: where a core is left);
 - ipc://, 1 env: `HpcEnv(remote=...)` against `hpcgym env` started here as a subprocess;
 - ipc://, n envs: `make_vector(n, remote=...)`: worker processes, each env with its own
   connection and session, served by that one `hpcgym env` process.
@@ -136,18 +132,12 @@ def start_env_server(folder: Path) -> tuple[subprocess.Popen, str]:
 @click.option("--envs", type=click.IntRange(min=2), default=2, show_default=True,
               help="Envs of the vector rows (their worker count: make_vector's default).")
 @click.option("--ipc/--no-ipc", default=True, show_default=True, help="Also the rows over ipc://.")
-@click.option("--prefetch", is_flag=True,
-              help="Also rows with the next episodes' workloads drawn ahead in a helper process, and the "
-                   "vector without (generated episodes only).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--context", type=click.Choice(["fork", "spawn", "forkserver"]), default=None,
               help="Start method of the vector envs' workers (default: the platform's).")
-def main(steps, warmup, rounds, jobs, trace, window, envs, ipc, prefetch, seed, context) -> None:
+def main(steps, warmup, rounds, jobs, trace, window, envs, ipc, seed, context) -> None:
     """Env steps per second of HpcEnv(select), in process and over ipc://, with 1 and `--envs` envs."""
     n = envs
-    if trace is not None and prefetch:
-        raise click.BadParameter("workloads are drawn ahead for generated episodes only; leave out --trace",
-                                 param_hint="--prefetch")
     if trace is not None:
         try:
             resolve_trace(trace)
@@ -166,10 +156,6 @@ def main(steps, warmup, rounds, jobs, trace, window, envs, ipc, prefetch, seed, 
                                     ("workers=1, no caller", {"workers": 1, "caller_share": False}))]
     rows.append(("in-process", "AsyncVectorEnv", n,
                  lambda: gym.vector.AsyncVectorEnv(env_fns(n, "select", seed, **kwargs), context=context)))
-    if prefetch:
-        rows.append(("in-process", "HpcEnv, prefetch=True", 1, lambda: make("select", prefetch=True, **kwargs)))
-        rows += [("in-process", f"prefetch={ahead}", n, lambda ahead=ahead: make_vector(
-            n, "select", seed=seed, context=context, prefetch=ahead, **kwargs)) for ahead in (True, False)]
     try:
         if ipc:
             server, address = start_env_server(folder)

@@ -26,6 +26,8 @@ def make(kind: str | tuple[str, ...] | None = None, *, recipe: str | None = None
     from ..agents.recipes import recipe_episode
     from .env import HpcEnv
 
+    if "prefetch" in kwargs:
+        raise TypeError("prefetch was removed in issue 41 (it measured under 1.2x); the env draws its workloads in process")
     episode = {"kind": "select", **recipe_episode(recipe, kind=kind, workload=kwargs.pop("workload", None),
                                                   options=kwargs.pop("options", None),
                                                   reward=kwargs.pop("reward", None), encoder=kwargs.pop("encoder", None))}

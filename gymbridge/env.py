@@ -80,7 +80,6 @@ training update).
 
 from __future__ import annotations
 
-import multiprocessing
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -97,7 +96,6 @@ from ..environment.episode import Episode
 from ..environment.errors import ConfigError, InvalidAction
 from ..environment.rewards import get_reward
 from ..environment.spec import WorkloadCache, sim_config
-from .prefetch import PrefetchClient
 from .remote import RemoteEpisodeEnded, RemoteEpisodes
 
 
@@ -155,7 +153,7 @@ class HpcEnv(gym.Env):
                  options: Mapping[str, Any] | None = None, reward: str = "bsld", encoder: str | Encoder | None = None,
                  seed: int = 0, remote: str | None = None, *, others: Mapping[str, Any] | None = None,
                  seed_stride: int = 1, remote_timeout: float = 10.0, decision_info: bool = True,
-                 encoder_options: Mapping[str, Any] | None = None, prefetch: bool = False) -> None:
+                 encoder_options: Mapping[str, Any] | None = None) -> None:
         """
         kind: the decision kind this env takes, or ("select", "backfill") for both. workload: a workload spec (`load_workload` keys;
         default `{}`, the generated Lublin workload). options: `SimConfig` keys (`backfill`,
@@ -166,9 +164,7 @@ class HpcEnv(gym.Env):
         an `hpcgym env` to run the episodes on. others: {kind: Agent} deciding other kinds here.
         decision_info: put `info["decision"]` in infos (a vector env pickles it every step).
         encoder_options: options of a named encoder (`agents.encoders.ENCODER_OPTIONS`, e.g.
-        `{"priority_size": 26}` for dras). prefetch: draw the next seedless episode's generated
-        workload in a helper process while this one runs (`gymbridge/prefetch.py`; worth a free
-        core; in process and without a trace only, since a trace's windows are cheap).
+        `{"priority_size": 26}` for dras).
         """
         super().__init__()
         kinds = (kind,) if isinstance(kind, str) else tuple(kind)
@@ -212,9 +208,6 @@ class HpcEnv(gym.Env):
         self._seed_stride = int(seed_stride)
         self._episode_seed: int | None = None
         self._workloads = WorkloadCache()
-        self._prefetch: PrefetchClient | None = None
-        #: Episodes whose workload a prefetch helper had drawn ahead.
-        self.prefetched = 0
 
         procs = None
         if remote is None:
@@ -248,14 +241,6 @@ class HpcEnv(gym.Env):
         self._mask: np.ndarray | None = None
         self._done = True
         self._empty_episode = False
-        if prefetch:
-            if not self.draws_workloads:
-                raise ConfigError("prefetch draws generated workloads ahead; this env "
-                                  f"{'runs on a server' if remote else 'reads a trace'}: leave prefetch out")
-            if multiprocessing.current_process().daemon:
-                raise ConfigError("prefetch starts a helper process, which a daemonic process (such as a vector "
-                                  "env's worker) cannot: use make_vector(..., prefetch=True) instead")
-            self.use_prefetch(PrefetchClient.alone())
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -311,9 +296,6 @@ class HpcEnv(gym.Env):
         client, self._client = self._client, None
         if client is not None:
             client.close()
-        prefetch, self._prefetch = self._prefetch, None
-        if prefetch is not None:
-            prefetch.close()
         self._episode = None
         super().close()
 
@@ -332,7 +314,7 @@ class HpcEnv(gym.Env):
                 self._client = RemoteEpisodes(self.remote, self.remote_timeout, self.kinds, self.others)
             options = {**self.config.to_options(), "policy": self.policy}
             return self._remote(self._client.reset, self._episode_spec(ep_seed), ep_seed, options, self.reward_name)
-        self._episode = Episode(self._episode_workload(ep_seed), replace(self.config, seed=ep_seed), self.reward_spec,
+        self._episode = Episode(self._load_workload(ep_seed), replace(self.config, seed=ep_seed), self.reward_spec,
                                 policy=self.policy, outside=self.kinds,
                                 deciders={kind: agent.act for kind, agent in self.others.items()})
         self._episode.start()
@@ -366,35 +348,9 @@ class HpcEnv(gym.Env):
         self._metrics = self._client.metrics
         return decision, earned
 
-    @property
-    def draws_workloads(self) -> bool:
-        """Whether this env draws a generated workload at each reset (in process, no trace)."""
-        return self.remote is None and self.workload_spec.get("trace") is None
-
-    def use_prefetch(self, client: PrefetchClient) -> None:
-        """Take generated workloads from a prefetch helper's `client` (which this env closes);
-        no-op where the env draws none."""
-        if self.draws_workloads:
-            self._prefetch = client
-
     def _load_workload(self, ep_seed: int):
         """`load_workload(this episode's spec, ep_seed)`; the trace is read once, not every episode."""
         return self._workloads.load(self._episode_spec(ep_seed), ep_seed)
-
-    def _episode_workload(self, ep_seed: int):
-        """This episode's workload, drawn ahead where a prefetch helper has it; the next
-        seedless episode's asked for."""
-        if self._prefetch is None:
-            return self._load_workload(ep_seed)
-        spec = self._episode_spec(ep_seed)
-        workload = self._prefetch.take(spec, ep_seed)
-        if workload is None:
-            workload = self._workloads.load(spec, ep_seed)
-        else:
-            self.prefetched += 1
-        following = ep_seed + self._seed_stride
-        self._prefetch.ask(self._episode_spec(following), following)
-        return workload
 
     def _episode_spec(self, ep_seed: int) -> dict[str, Any]:
         spec = dict(self.workload_spec)

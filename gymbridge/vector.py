@@ -29,12 +29,10 @@ every share writes in place, and the command in a small control block. A waiting
 its semaphore for `spin_s` (by default 0.5 ms where the workers and this process have a core
 each and the envs run in process, else 0: a remote env waits on its server) before it sleeps on
 it, so on free cores a hand-off takes microseconds, not the tens that a pipe's system calls and
-wake-ups cost (more under a virtualised kernel). With `prefetch` (by default where a core is
-left over) a helper process draws the envs' next generated workloads (`gymbridge/prefetch.py`),
-so that a reset does not hold up the lockstep. Only what
-is rare goes through a pipe, pickled: the infos of episode ends and starts (`metrics`,
-`episode_seed`, `initial_reward`, `final_obs`), `call`/`get_attr`/`set_attr`, errors, and
-`info["decision"]` when asked for (`decision_info=True`, every step).
+wake-ups cost (more under a virtualised kernel). Only what is rare goes through a pipe,
+pickled: the infos of episode ends and starts (`metrics`, `episode_seed`, `initial_reward`,
+`final_obs`), `call`/`get_attr`/`set_attr`, errors, and `info["decision"]` when asked for
+(`decision_info=True`, every step).
 The env factories are cloudpickled into the workers (`context`: "spawn", "fork" or
 "forkserver"; default: the platform's), so `others` agents must pickle too; each env opens its
 own connection when `remote` is given. An error in a sub-env, or a worker process that dies,
@@ -61,7 +59,6 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from . import make
-from .prefetch import PrefetchClient, join_or_kill, start_helper
 
 #: The parent's commands to a worker (a byte in the control block); a reply through the pipe
 #: starts with one of the reply bytes.
@@ -93,21 +90,20 @@ def env_fns(n: int, kind: str = "select", seed: int = 0, **kwargs: Any) -> list:
 def make_vector(n: int, kind: str = "select", seed: int = 0, asynchronous: bool = True, *,
                 workers: int | None = None, caller_share: bool = True, context: str | None = None,
                 autoreset_mode: AutoresetMode | str | None = None, spin_s: float | None = None,
-                prefetch: bool | None = None, **kwargs: Any) -> gym.vector.VectorEnv:
+                **kwargs: Any) -> gym.vector.VectorEnv:
     """`n` HpcEnvs of decision kind `kind` as one vector env; `kwargs` go to each `HpcEnv`
     (workload, options, reward, encoder, remote, others, decision_info, ...). `workers`: how many
     processes step them (default min(n, usable cores)), this one among them unless
     `caller_share=False`; `spin_s`: how long a waiting process spins before it sleeps (default
-    0.5 ms where every process has a core, else 0); `prefetch`: draw the envs' next generated
-    workloads in a helper process (`gymbridge/prefetch.py`; default: where a core is left for it);
-    `asynchronous=False`: Gymnasium's SyncVectorEnv in this process."""
+    0.5 ms where every process has a core, else 0); `asynchronous=False`: Gymnasium's
+    SyncVectorEnv in this process."""
     mode = autoreset(autoreset_mode or AutoresetMode.NEXT_STEP)
     fns = env_fns(n, kind, seed, **kwargs)
     if asynchronous:
         return WorkerVectorEnv(fns, workers=workers, caller_share=caller_share, context=context, autoreset_mode=mode,
-                               spin_s=spin_s, prefetch=prefetch)
-    if context is not None or workers is not None or not caller_share or spin_s is not None or prefetch is not None:
-        raise ValueError("context, workers, caller_share, spin_s and prefetch apply to asynchronous vector envs only")
+                               spin_s=spin_s)
+    if context is not None or workers is not None or not caller_share or spin_s is not None:
+        raise ValueError("context, workers, caller_share and spin_s apply to asynchronous vector envs only")
     return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
 
 
@@ -243,7 +239,7 @@ _OPERATIONS = {_STEP: _Share.step, _RESET: _Share.reset, _CALL: _Share.call, _SE
 
 
 def _work(first: int, fns_pickled: bytes, block: Any, layout: list, kinds: tuple[str, ...], mode: AutoresetMode,
-          conn: Connection, parent_end: Connection, handoff: tuple, prefetch: Connection | None) -> None:
+          conn: Connection, parent_end: Connection, handoff: tuple) -> None:
     """A worker process: makes envs first, first + 1, ... and serves the parent's commands."""
     parent_end.close()
     go, done, control, spin_s = handoff
@@ -256,8 +252,6 @@ def _work(first: int, fns_pickled: bytes, block: Any, layout: list, kinds: tuple
         except Exception as exc:
             conn.send_bytes(_error_reply(first + len(envs), exc))
             return
-        if prefetch is not None:
-            _use_prefetch(envs, PrefetchClient(prefetch))
         share = _Share(first, envs, _views(block, layout), kinds, mode)
         conn.send_bytes(_VALUES + pickle.dumps([(env.observation_space, env.action_space) for env in envs]))
         while _acquire(go, spin_s, lambda: os.getppid() == parent):
@@ -277,11 +271,6 @@ def _work(first: int, fns_pickled: bytes, block: Any, layout: list, kinds: tuple
     finally:
         for env in envs:
             env.close()
-
-
-def _use_prefetch(envs: list, client: PrefetchClient) -> None:
-    for env in envs:
-        env.unwrapped.use_prefetch(client)
 
 
 def _acquire(semaphore: Any, spin_s: float, alive: Callable[[], bool]) -> bool:
@@ -328,11 +317,10 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, workers: int | None = None,
                  caller_share: bool = True, context: str | None = None,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
-                 spin_s: float | None = None, prefetch: bool | None = None) -> None:
+                 spin_s: float | None = None) -> None:
         import multiprocessing as mp
 
         self._procs: list = []
-        self._helper = None  # the prefetch helper process, if any
         self._conns: list[Connection] = []
         self._handoffs: list[tuple] = []  # per worker: (go, done, control bytes)
         self._local: _Share | None = None
@@ -372,19 +360,6 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         else:
             first_env.close()
         self._remote = self._shares[1:] if caller_share else self._shares
-        draws = getattr(first_env.unwrapped, "draws_workloads", False)
-        if prefetch and not draws:
-            self.close()
-            raise ValueError("prefetch draws generated workloads ahead: it needs in-process HpcEnvs without a trace")
-        #: Whether a helper process draws the envs' next generated workloads (by default where
-        #: a core is left beside one per share).
-        self.prefetch = draws and (usable_cores() > workers if prefetch is None else bool(prefetch))
-        ends: list = [None] * workers  # a helper connection per share
-        if self.prefetch:
-            self._helper, ends = start_helper(workers, context)
-            if self._local is not None:
-                _use_prefetch(self._local.envs, PrefetchClient(ends[0]))
-        ends = ends[1:] if caller_share else ends  # the workers', as self._remote
         # Spinning pays only with a core per spinner: with more processes than cores it takes
         # the core of the process it waits for. Envs on an env server wait on it, and a spinner
         # takes the core of a server on this machine (two remote envs on 2 cores: 0.72x one env
@@ -399,12 +374,9 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             self._handoffs.append(handoff)
             proc = ctx.Process(target=_work, name=f"hpcgym-vector-{w}", daemon=True,
                                args=(share.start, cloudpickle.dumps(list(env_fns[share.start:share.stop])), block,
-                                     layout, kinds, self.autoreset_mode, child_end, parent_end, (*handoff, spin_s),
-                                     ends[w]))
+                                     layout, kinds, self.autoreset_mode, child_end, parent_end, (*handoff, spin_s)))
             proc.start()
             child_end.close()
-            if ends[w] is not None:
-                ends[w].close()  # the worker holds its own
             self._procs.append(proc)
             self._conns.append(parent_end)
             for fd, is_conn in ((parent_end.fileno(), True), (proc.sentinel, False)):
@@ -467,12 +439,12 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             control[_COMMAND] = _CLOSE
             go.release()
         for proc in self._procs:
-            join_or_kill(proc, _CLOSE_WAIT_S)
+            proc.join(timeout=_CLOSE_WAIT_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
         for conn in self._conns:
             conn.close()
-        if self._helper is not None:  # every client has closed: it ends
-            join_or_kill(self._helper)
-            self._helper = None
 
     def __del__(self) -> None:
         if not getattr(self, "closed", True):

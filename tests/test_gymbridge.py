@@ -113,6 +113,15 @@ def test_bad_arguments_are_refused_clearly():
         make("select", workload=SMALL, encoder="dras", encoder_options={"priority_size": 0})
 
 
+def test_prefetch_says_it_was_removed():
+    from hpcgym.gymbridge.vector import make_vector
+
+    for make_it in (lambda: make("select", workload=SMALL, prefetch=True),
+                    lambda: make_vector(2, "select", workload=SMALL, prefetch=False)):
+        with pytest.raises(TypeError, match="prefetch was removed in issue 41.*draws its workloads in process"):
+            make_it()
+
+
 # ------------------------------------------------------------------------------------------ masks
 def test_select_mask_and_invalid_actions():
     env = small_env("select", options={"window": WINDOW, "policy": "sjf"})
