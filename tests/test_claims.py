@@ -1,0 +1,97 @@
+"""The claims ledger (docs/claims.md) is what benchmarks/claims.py makes of the committed results
+files: a number edited by hand, a number that no longer follows from the file a row names, or a
+paper page quoting a row differently from the ledger fails here."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import claims  # noqa: E402
+
+DOCS = ROOT / "docs"
+PAGES = ("dras.md", "schedinspector.md", "rlbackfilling.md", "rlschert.md", "irl.md")
+NUMBER = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")
+ROW = re.compile(r'^\| <a id="([\w-]+)"></a>')
+
+
+def derivable(text: str, values: list[float]) -> bool:
+    """Whether the printed number `text` is one of `values` to its printed precision."""
+    x = float(text.replace(",", ""))
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return any(abs(x - v) <= 0.5 * 10 ** -decimals + 1e-9 for v in values)
+
+
+def mismatches(ledger: str) -> list[str]:
+    """Every number of a row's hpcgym cell that does not follow from the file(s) the row links,
+    each read afresh from docs/results."""
+    by_key = {c.key: c for c in claims.CLAIMS}
+    found = []
+    for line in ledger.splitlines():
+        match = ROW.match(line)
+        if not match:
+            continue
+        claim = by_key[match[1]]
+        cells = line.split(" | ")
+        linked = tuple(re.findall(r"\]\(results/([^)]+)\)", cells[-1]))
+        if linked != claim.files:
+            found.append(f"{claim.key}: links {linked}, declared {claim.files}")
+            continue
+        ours = claim.ours([json.loads((DOCS / "results" / name).read_text()) for name in linked])
+        found += [f"{claim.key}: {number}" for number in NUMBER.findall(cells[2].replace(claims.PENDING, ""))
+                  if not derivable(number, ours.numbers)]
+    return found
+
+
+def test_the_ledger_is_what_the_files_give():
+    assert (DOCS / "claims.md").read_text() == claims.ledger(), "rerun python benchmarks/claims.py"
+
+
+def test_every_number_follows_from_the_file_it_names():
+    ledger = (DOCS / "claims.md").read_text()
+    assert sum(bool(ROW.match(line)) for line in ledger.splitlines()) >= 25
+    assert mismatches(ledger) == []
+
+
+def test_a_number_edited_by_hand_is_caught():
+    ledger = (DOCS / "claims.md").read_text()
+    quote = next(c.ours([claims.load(f) for f in c.files]).quote for c in claims.CLAIMS if c.key == "si-t4-sdsc")
+    edited = ledger.replace(quote, quote.replace("113.24", "103.24"), 1)
+    assert edited != ledger
+    assert edited != claims.ledger()
+    assert mismatches(edited) == ["si-t4-sdsc: 103.24"]
+
+
+def test_paper_pages_quote_the_ledger():
+    """A paper page that links a ledger row quotes the row's headline number in the same paragraph."""
+    quotes = {c.key: c.ours([claims.load(f) for f in c.files]).quote for c in claims.CLAIMS}
+    linked = 0
+    for page in PAGES:
+        text = (DOCS / page).read_text()
+        assert "(claims.md)" in "\n".join(text.splitlines()[:12]), f"{page}: no link to the ledger at its top"
+        for paragraph in text.split("\n\n"):
+            for key in re.findall(r"\(claims\.md#([\w-]+)\)", paragraph):
+                linked += 1
+                assert quotes[key] in paragraph, f"{page}: {key} should quote {quotes[key]!r}"
+    assert linked >= 5
+
+
+def test_rlbf_rows_read_the_paper_windows():
+    """The RL backfilling scw rows read the delay study's "paper" seed set once it is there: the
+    spread over the three agents, EASY, and each agent's paired CI over the windows."""
+    windows = np.arange(10.0)
+    totals = {f"s{s}": {"paper": {"mean_bsld_rl": 100.0 + s, "mean_bsld_easy": 150.0,
+                                  "bsld_rl": list(windows + 95 + s), "bsld_easy": list(windows + 145)}}
+              for s in claims.SEEDS}
+    ours = claims.rlbf_paper_windows([totals])
+    assert ours.quote == "101.00 ± 1.00 (100.00..102.00)"
+    assert ours.held == 3 and "EASY 150.00" in ours.text
+    assert claims.by_seeds("below EASY")(ours)[0] == "reproduced"
+    waiting = claims.rlbf_paper_windows([{s: {"0": {}, "100": {}} for s in totals}])
+    assert waiting.text == claims.PENDING and claims.by_seeds("below EASY")(waiting)[0] == "pending"
