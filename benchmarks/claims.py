@@ -16,19 +16,17 @@ import re
 import statistics
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
-from typing import Callable
 
 import numpy as np
+from hpcgym.gymbridge.compare.stats import bootstrap_ci
 from paper_runs import ROOT, spread
 from rlbf_eval import PAPER_TABLE4 as RLBF_TABLE4
 from rlschert_eval import PAPER_TABLE9
 from schedinspector_eval import PAPER_TABLE4 as SI_TABLE4
 from schedinspector_eval import PAPER_TABLE5_SJF
-
-from hpcgym.gymbridge.compare.stats import bootstrap_ci
 
 RESULTS = ROOT / "docs" / "results"
 LEDGER = ROOT / "docs" / "claims.md"
