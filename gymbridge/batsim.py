@@ -23,15 +23,15 @@ from ..environment.workload import Workload
 from .cli import SUMMARY_LABELS, _reading_options, _workload_spec
 from .compare.unit import ipc_folder
 from .scheduler_program import run_scheduler
+from .usage import jobs_option, trace_option
 
 
 def _window_options(f):
     f = click.option("--sample", type=int, help="Seed of a random window start (with --jobs).")(f)
     f = click.option("--start", type=click.IntRange(min=0), help="First job of the window (with --jobs).")(f)
-    f = click.option("--jobs", "n_jobs", type=click.IntRange(min=1), help="Only this many jobs (a window).")(f)
+    f = jobs_option("Only this many jobs (a window).")(f)
     f = _reading_options(f)
-    return click.option("--trace", type=click.Path(path_type=Path, dir_okay=False), required=True,
-                        help="SWF or SWF.gz trace: a path, or a file name found in $HPCGYM_TRACES.")(f)
+    return trace_option(required=True)(f)
 
 
 def _load(trace: Path, procs: int | None, strict: bool, skip_malformed: bool, n_jobs: int | None,

@@ -26,7 +26,7 @@ from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBL
                                  resolve_trace)
 from ..environment.swf import CLEANINGS, trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
-from .usage import check_part, given, recipe_option
+from .usage import check_part, given, jobs_option, procs_option, recipe_option, seed_option, trace_option
 
 SUMMARY_LABELS = [
     ("jobs", "jobs", "{:d}"),
@@ -89,7 +89,7 @@ def _workload_spec(trace: Path | None, procs: int | None, strict: bool, skip_mal
 def _reading_options(f):
     f = click.option("--skip-malformed", is_flag=True, help="Skip and count malformed SWF lines instead of failing.")(f)
     f = click.option("--strict", is_flag=True, help="Fail on a job larger than the cluster instead of dropping it.")(f)
-    f = click.option("--procs", type=click.IntRange(min=1), help="Cluster size (default: the SWF header's MaxProcs/MaxNodes).")(f)
+    f = procs_option(when_unset="the SWF header's MaxProcs/MaxNodes")(f)
     return f
 
 
@@ -117,9 +117,7 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
 
 
 @main.command()
-@click.option("--trace", type=click.Path(path_type=Path, dir_okay=False),
-              help=f"SWF or SWF.gz trace: a path, or a file name found in $HPCGYM_TRACES (default: a generated "
-                   f"Lublin workload of {DEFAULT_JOBS} jobs).")
+@trace_option(f"a generated Lublin workload of {DEFAULT_JOBS} jobs")
 @_reading_options
 @click.option("--cleaning", type=click.Choice(CLEANINGS), default="hpcgym", show_default=True,
               help="SWF cleaning: hpcgym's, or rlbf-scw (cancelled jobs kept as 10 s jobs, RL backfilling's code; "
@@ -136,7 +134,7 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default="run", show_default=True,
               help="A job past its requested time: run to its recorded end, or kill it at its walltime.")
 @_rule_options
-@click.option("--jobs", "n_jobs", type=click.IntRange(min=1), help="Simulate only this many jobs (a window).")
+@jobs_option("Simulate only this many jobs (a window).")
 @click.option("--start", type=click.IntRange(min=0), help="First job of the window (with --jobs).")
 @click.option("--sample", type=int, help="Seed of a random window start (with --jobs).")
 @click.option("--sampled-jobset", is_flag=True,
@@ -145,7 +143,7 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
               help="Split the trace: the first fraction is train, the rest test.")
 @click.option("--part", type=click.Choice(["train", "test"]), default="test", show_default=True,
               help="Which part of the split to draw from (with --train-fraction).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated workload, noisy estimates and the random policy.")
+@seed_option("Seed of the generated workload, noisy estimates and the random policy.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--jobs-out", type=click.Path(path_type=Path, dir_okay=False), help="Write per-job records as CSV.")
 @click.pass_context
@@ -208,9 +206,9 @@ def info(file, procs, strict, skip_malformed, as_json) -> None:
 
 @trace.command()
 @click.argument("out", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=DEFAULT_JOBS, show_default=True)
-@click.option("--procs", type=click.IntRange(min=1), default=DEFAULT_PROCS, show_default=True)
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@jobs_option("Jobs in the generated trace.", default=DEFAULT_JOBS, show_default=True)
+@procs_option(DEFAULT_PROCS)
+@seed_option()
 @click.option("--model", type=click.Choice(list(LUBLIN_MODELS)), default=DEFAULT_MODEL, show_default=True,
               help="Parameter set of the model (see docs/lublin.md).")
 def generate(out, n_jobs, procs, seed, model) -> None:
@@ -223,9 +221,8 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 @main.command("env")
 @click.option("--bind", default="tcp://127.0.0.1:5555", show_default=True,
               help="ZeroMQ address to listen on (tcp://HOST:PORT or ipc://PATH).")
-@click.option("--trace", type=click.Path(path_type=Path, dir_okay=False),
-              help="Default trace for episodes (a path, or a file name found in $HPCGYM_TRACES).")
-@click.option("--procs", type=click.IntRange(min=1), help="Cluster size (default: the trace header).")
+@trace_option(what="Default trace for episodes: ")
+@procs_option()
 @click.option("--policy", type=click.Choice(list(POLICIES), case_sensitive=False), default="fcfs", show_default=True)
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
 @_rule_options
@@ -393,7 +390,7 @@ class _AgentCommand(click.Command):
 @click.option("--token", envvar="HPCGYM_SESSION_TOKEN",
               help="The session's token: the first agent creates the session with it, the others join with it "
                    "(an env's sessions are private unless it runs with --open-sessions) [env: HPCGYM_SESSION_TOKEN].")
-@click.option("--seed", type=int, help="Episode seed sent with reset (and the random policy's seed).")
+@seed_option("Episode seed sent with reset (and the random policy's seed).", default=None)
 @click.option("--policy", "env_policy", type=click.Choice(list(POLICIES), case_sensitive=False),
               help="The env's priority policy for the episodes this agent resets: it orders the queue window and "
                    "the built-in backfill scan [default: AGENT when it is a priority policy, else the env's].")
@@ -401,7 +398,7 @@ class _AgentCommand(click.Command):
                                    "agent such as rlschert-rule reads predictions) [default: the env's].")
 @click.option("--estimate", help="Run-time estimate of reservations in the episodes this agent resets (e.g. "
                                  "predicted) [default: the env's].")
-@click.option("--jobs", "n_jobs", type=click.IntRange(min=1), help="Window length sent with reset.")
+@jobs_option("Window length sent with reset.")
 @click.option("--sample", type=int, help="Random window seed sent with reset.")
 @recipe_option
 @click.option("--require", multiple=True, help="Kinds the episode must wait for (with --reset).")

@@ -15,9 +15,9 @@ from ..environment.config import SimConfig
 from ..environment.predictions import CATEGORIES, fit_prerun_model, mape
 from ..environment.simulator import Simulation
 from ..environment.spec import load_workload
+from .usage import seed_option, trace_option
 
-TRACE = click.option("--trace", type=click.Path(path_type=Path, dir_okay=False), required=True,
-                     help="SWF trace (a path, or a file name found in $HPCGYM_TRACES).")
+TRACE = trace_option(required=True)
 FRACTION = click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
                         default=0.8, show_default=True, help="The first fraction is the training part.")
 
@@ -49,7 +49,7 @@ def fit(trace, train_fraction, out, fields) -> None:
 @TRACE
 @FRACTION
 @click.option("--prediction", required=True, help="user_history, learned:MODEL or running[:PRE,RUN,END[,PERIOD]][,share=S].")
-@click.option("--seed", type=int, default=0, show_default=True)
+@seed_option()
 def score(trace, train_fraction, prediction, seed) -> None:
     """The MAPE of the pre-run predictions on the test part (replayed by FCFS + EASY: user
     history depends on which jobs have completed)."""

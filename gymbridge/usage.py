@@ -1,8 +1,49 @@
-"""Command-line checks several commands share: options that only mean something together."""
+"""What several commands share: options declared once, and checks of options that only mean
+something together.
+
+`--trace`, `--jobs`, `--seed` and `--procs` mean the same everywhere (a trace found as
+`environment.spec.resolve_trace` finds it, a window length, a non-negative seed, a cluster size),
+so their names, types and common help live here; a command adds only what truly differs for it
+(its default, or what its jobs or seed are for).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import click
+
+TRACE_HELP = "SWF or SWF.gz trace: a path, or a file name found in $HPCGYM_TRACES"
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def trace_option(default: str | None = "a generated Lublin workload", *, required: bool = False,
+                 what: str = "") -> Decorator:
+    """--trace; `default` says what a command uses without one, `what` what the trace is for."""
+    suffix = f" (default: {default})" if default and not required else ""
+    return click.option("--trace", type=click.Path(path_type=Path, dir_okay=False), required=required,
+                        help=f"{what}{TRACE_HELP}{suffix}.")
+
+
+def jobs_option(help: str, **kwargs: Any) -> Decorator:
+    """--jobs (the parameter `n_jobs`): how many jobs a window, sequence or episode holds."""
+    return click.option("--jobs", "n_jobs", type=click.IntRange(min=1), help=help, **kwargs)
+
+
+def seed_option(help: str | None = None, default: int | None = 0) -> Decorator:
+    """--seed, never negative (numpy's generators refuse negative seeds)."""
+    return click.option("--seed", type=click.IntRange(min=0), default=default, show_default=default is not None,
+                        help=help)
+
+
+def procs_option(default: int | None = None, *, when_unset: str = "the trace header") -> Decorator:
+    """--procs, the cluster size: `default`, or `when_unset` says where it comes from."""
+    return click.option("--procs", type=click.IntRange(min=1), default=default, show_default=default is not None,
+                        help=None if default is not None else f"Cluster size (default: {when_unset}).")
+
 
 
 def check_part(ctx: click.Context, train_fraction: float | None) -> None:

@@ -298,3 +298,13 @@ def test_tree_picture_draws_as_many_levels_as_depth_asks(monkeypatch, tmp_path):
         assert r.exit_code == 0, r.output
     assert drawn == [3, 4, 2]
     assert "Levels of splits the picture draws" in invoke("tree", "--help").output
+
+
+def test_the_shared_options_are_declared_once_in_the_package():
+    """--trace, --jobs, --seed and --procs mean the same on every command: one declaration each
+    (gymbridge/usage.py), so their names, types and help cannot drift apart (issue 41)."""
+    root = Path(__file__).resolve().parents[1]
+    sources = [p for folder in ("protocol", "environment", "agents", "gymbridge") for p in (root / folder).rglob("*.py")]
+    for name in ("--trace", "--jobs", "--seed", "--procs"):
+        places = [(p.name, text.count(f'"{name}"')) for p in sources if f'"{name}"' in (text := p.read_text())]
+        assert places == [("usage.py", 1)], name

@@ -15,7 +15,7 @@ from ...environment.config import OVERRUN_MODES, EstimateSpec
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
 from ...environment.swf import CLEANINGS
-from ..usage import check_part, given, recipe_option
+from ..usage import check_part, given, jobs_option, procs_option, recipe_option, seed_option, trace_option
 from .executors import EXECUTORS
 from .policy import PolicySpec, parse_policy
 from .stats import METRICS
@@ -38,21 +38,17 @@ C_AGENT = "examples/c-sjf"
 @click.command("compare")
 @click.option("--policy", "policies", multiple=True, metavar="NAME=SPEC", help=POLICY_HELP)
 @click.option("--baseline", metavar="NAME", help="Policy the others are compared with (default: the first).")
-@click.option("--trace", type=click.Path(path_type=Path, dir_okay=False),
-              help="SWF or SWF.gz trace: a path, or a file name found in $HPCGYM_TRACES (default: a generated "
-                   "Lublin workload).")
-@click.option("--procs", type=click.IntRange(min=1), help="Cluster size (default: the SWF header).")
+@trace_option()
+@procs_option()
 @click.option("--strict", is_flag=True, help="Fail on a job larger than the cluster instead of dropping it.")
 @click.option("--skip-malformed", is_flag=True, help="Skip malformed SWF lines.")
 @click.option("--samples", type=click.IntRange(min=1), help="Number of job sequences (default 10 with --jobs, else 1).")
-@click.option("--jobs", "n_jobs", type=click.IntRange(min=1),
-              help="Jobs per sequence: random windows of this length (absent: the whole trace is one sequence).")
+@jobs_option("Jobs per sequence: random windows of this length (absent: the whole trace is one sequence).")
 @click.option("--sampled-jobset", is_flag=True, help="Draw random jobs with Poisson arrivals instead of windows (DRAS).")
 @click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="Split the trace chronologically; draw from one part (--part).")
 @click.option("--part", type=click.Choice(["train", "test"]), default="test", show_default=True)
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Sample i uses seed SEED+i (its window and its episode); also seeds the bootstrap.")
+@seed_option("Sample i uses seed SEED+i (its window and its episode); also seeds the bootstrap.")
 @click.option("--first-jobs", type=click.IntRange(min=1),
               help="Random windows start within the trace's first N jobs (the RL papers' code draws from 10,000).")
 @click.option("--start", type=click.IntRange(min=0),

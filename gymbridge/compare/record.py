@@ -20,7 +20,7 @@ import click
 
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
-from ..usage import recipe_option
+from ..usage import jobs_option, recipe_option, seed_option, trace_option
 from .command import record_settings
 from .plan import unit_id
 from .policy import parse_policy
@@ -32,16 +32,13 @@ from .policy import parse_policy
                              "recipe's).")
 @click.option("--encoder", help="Features of each decision (default: the recipe's, else the kind's usual encoder).")
 @recipe_option
-@click.option("--trace", type=click.Path(path_type=Path, dir_okay=False),
-              help="SWF or SWF.gz trace: a path, or a file name found in $HPCGYM_TRACES (default: a generated "
-                   "Lublin workload).")
-@click.option("--jobs", "n_jobs", type=click.IntRange(min=1),
-              help="Jobs per sequence (absent: the whole trace is one sequence).")
+@trace_option()
+@jobs_option("Jobs per sequence (absent: the whole trace is one sequence).")
 @click.option("--samples", type=click.IntRange(min=1), help="Sequences (default 10 with --jobs, else 1).")
 @click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               help="Split the trace chronologically; draw from one part (--part).")
 @click.option("--part", type=click.Choice(["train", "test"]), default="test", show_default=True)
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Sample i uses seed SEED+i.")
+@seed_option("Sample i uses seed SEED+i.")
 @click.option("--window", type=click.IntRange(min=1),
               help="Window slots of the mask and the features (the policy's window) [default: the recipe's, else 128].")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Parallel sequences.")

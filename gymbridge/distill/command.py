@@ -29,7 +29,7 @@ from ...environment.config import BACKFILL_MODES, SimConfig
 from ...environment.errors import ConfigError, HpcgymError
 from ..progress import progress as progress_bar
 from ..provenance import provenance
-from ..usage import recipe_option
+from ..usage import recipe_option, seed_option, trace_option
 
 if TYPE_CHECKING:
     from ...agents.runtime import AgentRef
@@ -100,8 +100,7 @@ def _teacher_setup(ref: AgentRef, kinds: tuple[str, ...] | None, encoder: str | 
 @click.option("--records", "records_path", type=click.Path(path_type=Path, dir_okay=False),
               help="Fit on a decision records file (`hpcgym record`, any agent, any language) instead of a "
                    "TEACHER's decisions: behaviour cloning, one tree per depth, no DAgger iterations.")
-@click.option("--trace", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              help="SWF trace (path, or a file name found in $HPCGYM_TRACES).")
+@trace_option(required=True)
 @click.option("--first", type=click.IntRange(min=0), default=0, show_default=True, help="First job used.")
 @click.option("--train-jobs", type=click.IntRange(min=1), default=10_000, show_default=True)
 @click.option("--test-jobs", type=click.IntRange(min=1), default=2_500, show_default=True)
@@ -126,7 +125,7 @@ def _teacher_setup(ref: AgentRef, kinds: tuple[str, ...] | None, encoder: str | 
 @click.option("--relative/--no-relative", default=True, show_default=True,
               help="Add each job column's rank among the candidates (from the smallest and from the largest) to "
                    "the tree's features.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@seed_option()
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="CPU threads for a checkpoint teacher's torch (it scores one decision at a time while it drives: "
                    "more threads only contend).")

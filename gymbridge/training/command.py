@@ -30,6 +30,7 @@ from ...environment.decisions import KINDS
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.rewards import DELAY_SYNTAX, RELATIVE_SYNTAX, REWARDS, SCALE_SYNTAX, SUM_SYNTAX
 from ...environment.swf import CLEANINGS
+from ..usage import jobs_option, procs_option, seed_option, trace_option
 from .settings import ALGORITHMS
 
 KIND_CHOICES = (*KINDS, "select+backfill")
@@ -47,12 +48,9 @@ RESUME_MAY_CHANGE = {"out", "resume", "epochs", "checkpoint_every", "eval_episod
 @click.option("--kind", type=click.Choice(KIND_CHOICES), default="select", show_default=True,
               help="The decision kind the agent takes (the others use the built-in defaults); "
                    "select+backfill: both, as DRAS's two levels (the default of dras-ALGO).")
-@click.option("--trace", type=click.Path(path_type=Path, dir_okay=False),
-              help="SWF trace (path, or a file name found in $HPCGYM_TRACES) to draw job sequences from "
-                   "(default: a generated Lublin workload).")
-@click.option("--procs", type=click.IntRange(min=1), help="Cluster size (default: the trace header, or 256).")
-@click.option("--jobs", "n_jobs", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Jobs per episode (a window of the workload).")
+@trace_option(what="Job sequences are drawn from this ")
+@procs_option(when_unset="the trace header, or 256")
+@jobs_option("Jobs per episode (a window of the workload).", default=256, show_default=True)
 @click.option("--start", type=click.IntRange(min=0),
               help="Train on the one window starting here instead of a random window per episode.")
 @click.option("--sampled-jobset", is_flag=True, help="Episodes are DRAS-style sampled jobsets, not windows.")
@@ -127,7 +125,7 @@ RESUME_MAY_CHANGE = {"out", "resume", "epochs", "checkpoint_every", "eval_episod
 @click.option("--address", help="Ray cluster address (with --executor ray; default: a local Ray instance).")
 @click.option("--worker-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="Seconds a rollout worker may go without finishing an episode before the run stops (its start-up may take 300 s at least).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@seed_option()
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="Folder for the learning curve, checkpoints and evaluation.")
 @click.option("--checkpoint-every", type=click.IntRange(min=1), default=1, show_default=True)
