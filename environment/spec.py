@@ -102,7 +102,7 @@ class WorkloadSpec:
     def changes_from(self, other: WorkloadSpec) -> str:
         """`key: old -> new` for each key that differs from `other`'s (none: the empty string), for
         the one line in which an evaluation says what it overrode."""
-        old, new = other.to_dict(), self.to_dict()
+        old, new = ({**IMPLIED, **spec.to_dict()} for spec in (other, self))
         return ", ".join(f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}"
                          for k in WORKLOAD_KEYS if old.get(k) != new.get(k))
 
@@ -114,6 +114,8 @@ class WorkloadSpec:
 WORKLOAD_KEYS = {f.name: f.metadata["help"] for f in fields(WorkloadSpec)}
 #: Value types of the workload keys (None is always allowed: it means "the default").
 WORKLOAD_TYPES = {f.name: f.metadata["types"] for f in fields(WorkloadSpec)}
+#: What an unset key means where saying it or not makes no difference.
+IMPLIED = {"cleaning": "hpcgym"}
 WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset", "synthetic", "sjf_range", "prefill")
 CONFIG_KEYS = ("preset", "backfill", "estimate", "overrun", "window", "max_interval", "max_rejections",
                "exact_requests", "raise_requests", "commit_pick", "backfill_order", "backfill_candidates",

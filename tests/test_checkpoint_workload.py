@@ -93,3 +93,20 @@ def test_the_delay_studys_paper_windows_give_the_papers_easy(traces_dir, monkeyp
     assert totals["episodes"] == 10 and len(totals["bsld_rl"]) == 10
     assert abs(totals["mean_bsld_easy"] - 1595.11) < 0.01
     assert totals["mean_bsld_rl"] == pytest.approx(float(np.mean(totals["bsld_rl"])))
+
+
+def test_compare_names_what_differs_from_a_models_training_workload(traces_dir, monkeypatch):
+    """Every policy of a comparison plays the comparison's sequences; a checkpoint trained on other
+    jobs gets one line naming the difference, and none when the jobs are the same kind."""
+    pytest.importorskip("torch")
+    from hpcgym.gymbridge.compare.command import _trained_elsewhere
+    from hpcgym.gymbridge.compare.plan import SequenceSpec
+    from hpcgym.gymbridge.compare.policy import parse_policy
+
+    monkeypatch.setenv("HPCGYM_TRACES", str(traces_dir))
+    policies = [parse_policy(f"rl=fcfs,preset:rlbf-scw,backfill:model:{E120 / 's0' / 'model.pt'}")]
+    whole = SequenceSpec(trace=str(traces_dir / SP2), jobs=256, samples=3)
+    [line] = _trained_elsewhere(policies, whole)
+    assert "'rl'" in line and "cleaning: rlbf-scw -> hpcgym" in line and "first_jobs: 10000 -> (unset)" in line
+    own = SequenceSpec(trace=SP2, jobs=256, samples=3, cleaning="rlbf-scw", first_jobs=10_000)
+    assert _trained_elsewhere(policies, own) == []

@@ -6,7 +6,9 @@ import os
 import shlex
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,6 +22,9 @@ from .executors import EXECUTORS
 from .policy import PolicySpec, parse_policy
 from .stats import METRICS
 from .unit import DEFAULT_START_TIMEOUT
+
+if TYPE_CHECKING:  # plan reads numpy: only the commands that compare import it
+    from .plan import SequenceSpec
 
 POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or +: a priority (fcfs, sjf, ...), "
                "a backfill mode (easy, conservative, none), KIND:AGENT (KIND: select, inspect, backfill, kill, "
@@ -137,6 +142,8 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
                             first_jobs=first_jobs, cleaning=cleaning, start=start)
         parsed = [parse_policy(p) for p in policies]
         _check_files(parsed, executor)
+        for line in _trained_elsewhere(parsed, spec):
+            click.echo(line, err=True)
         if mode == "protocol" and any(a.source in NETWORK_SOURCES for p in parsed for a in p.agents):
             click.echo("note: over the protocol every unit starts its own agent process, which imports PyTorch; "
                        "--inproc gives the same schedules several times faster (docs/compare.md)", err=True)
@@ -201,6 +208,29 @@ def _check_files(policies: list[PolicySpec], executor: str) -> None:
                     hint = f" (make -C {C_AGENT})" if Path(program).parts[:2] == Path(C_AGENT).parts else ""
                     raise ConfigError(f"policy {policy.name!r}: program {program} not found or not executable; "
                                       f"build or install it first{hint}")
+
+
+def _trained_elsewhere(policies: list[PolicySpec], spec: SequenceSpec) -> list[str]:
+    """One line per checkpoint trained on other jobs than the comparison's (another trace, cleaning,
+    split or window), naming what differs: every policy must see the same sequences, so the
+    comparison's win, but an agent met on other jobs than it learned on should be a choice seen."""
+    from ...agents.rl.checkpoint import load_checkpoint
+
+    compared, lines = spec.workload(), []
+    for policy in policies:
+        for agent in policy.agents:
+            if agent.source in NETWORK_SOURCES:
+                trained = load_checkpoint(agent.target).trained_workload()
+                if trained.trace is not None and compared.trace is not None \
+                        and Path(trained.trace).name == Path(compared.trace).name:
+                    trained = replace(trained, trace=compared.trace)  # the same file, by another path
+                if trained.sample is not None and compared.sample is not None:
+                    trained = replace(trained, sample=compared.sample)  # both draw per sequence
+                changes = compared.changes_from(trained)
+                if changes:
+                    lines.append(f"note: policy {policy.name!r}: {agent.target} was trained on other jobs; "
+                                 f"compared on this comparison's ({changes})")
+    return lines
 
 
 def command_line(ctx: click.Context) -> list[str]:

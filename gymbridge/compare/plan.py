@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...environment.errors import ConfigError, WorkloadError
-from ...environment.spec import cut_sequence, load_workload, resolve_trace
+from ...environment.spec import WorkloadSpec, cut_sequence, load_workload, resolve_trace
 from ...environment.swf import read_swf, write_swf
 from ...environment.workload import COLUMNS, Workload
 from ..provenance import sha256_file
@@ -50,6 +50,13 @@ class SequenceSpec:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SequenceSpec:
         return cls(**data)
+
+    def workload(self) -> WorkloadSpec:
+        """The sequences as one workload spec (a sample per sequence), to set beside a checkpoint's."""
+        return WorkloadSpec(trace=self.trace, procs=self.procs, cleaning=self.cleaning, jobs=self.jobs,
+                            start=self.start, sample=None if self.jobs is None or self.start is not None else True,
+                            sampled_jobset=self.sampled_jobset or None, train_fraction=self.train_fraction,
+                            part=self.part if self.train_fraction is not None else None, first_jobs=self.first_jobs)
 
     def check(self) -> None:
         if self.samples < 1:
