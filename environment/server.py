@@ -10,7 +10,9 @@ session is idle). A watchdog thread checks every few milliseconds; when the loop
 inside one request longer than `TAKEOVER_S`, the watchdog becomes the loop thread (one thread at
 a time uses the socket) and a new watchdog starts; the old one finishes its long task (its
 session's later requests queue behind it) and ends. The main thread only waits for a stop. SIGINT and SIGTERM end the current episodes
-with reason "shutdown", answer every waiting agent, close the socket and remove an ipc file.
+with reason "shutdown", answer every waiting agent, close the socket and remove an ipc file. A
+loop that raises ends the process with its traceback: alive without a loop, it would answer no
+one, and a front replaces only a worker that died.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,7 +36,7 @@ import zmq
 
 from ..protocol import messages as m
 from ..protocol.codec import MAX_MESSAGE_BYTES, encode
-from .errors import ConfigError
+from .errors import ConfigError, HpcgymError
 from .service import EnvService
 
 LOOPBACK_PREFIXES = ("tcp://127.", "tcp://localhost:", "tcp://[::1]:", "ipc://", "inproc://")
@@ -161,7 +164,9 @@ class Inlet:
 def run_loop(service: EnvService, inlets: list[Inlet], *, on_bound: Any = None, ready: Any = None,
              on_tick: Callable[[], None] | None = None) -> None:
     """Serve the inlets (see the module docstring) until SIGINT/SIGTERM or `service.stop`; then
-    end the episodes with reason "shutdown". `on_tick` is called with the service's own ticks."""
+    end the episodes with reason "shutdown". `on_tick` is called with the service's own ticks.
+    Raises HpcgymError, with the traceback, if the loop raised: its process must end, not live
+    on answering no one (a front replaces only a worker that is dead)."""
     stopping: list[int] = []
     previous = {sig: signal.signal(sig, lambda *_: stopping.append(sig)) for sig in (signal.SIGINT, signal.SIGTERM)} \
         if _main_thread() else {}
@@ -179,6 +184,8 @@ def run_loop(service: EnvService, inlets: list[Inlet], *, on_bound: Any = None, 
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         loop.close()
+    if loop.failure is not None:
+        raise HpcgymError(f"the env's socket loop failed, so this process ends:\n{loop.failure}")
 
 
 class _Loop:
@@ -208,6 +215,7 @@ class _Loop:
         self.stopping: str | None = None
         self.closed = False  # the pipe is closed: its descriptors may name other files by now
         self.done = threading.Event()
+        self.failure: str | None = None  # the traceback of a loop that raised (then `done` is set)
         self.tick_every = max(0.01, service.heartbeat / 4)
         self.next_tick = 0.0
 
@@ -257,7 +265,15 @@ class _Loop:
             return
 
     def _run(self) -> None:
-        """The loop, while this thread holds it."""
+        """The loop, while this thread holds it. If it raises (a bug), it ends for good with the
+        traceback in `failure`, and `run_loop` raises."""
+        try:
+            self._hold()
+        except Exception:
+            self.failure = traceback.format_exc()
+            self.done.set()
+
+    def _hold(self) -> None:
         poller = zmq.Poller()
         poller.register(self.wake_in, zmq.POLLIN)
         for inlet in self.inlets:

@@ -201,6 +201,11 @@ class EnvService:
         self._deferred: list[tuple[Session, Callable[[], None]]] = []  # session tasks for after the lock
         self.closing: str | None = None  # the reason of a `shutdown`
         self.stop = False  # set: the socket server ends its loop (as on SIGTERM)
+        # The handler of each request type (those of protocol/messages.py's REQUESTS), in one
+        # table a reader can follow from the type's name.
+        self._handlers: dict[str, Callable[[bytes, Peer | None, dict[str, Any]], None]] = {
+            "hello": self._on_hello, "reset": self._on_reset, "join": self._on_join, "poll": self._on_join,
+            "act": self._on_act, "records": self._on_records, "bye": self._on_bye}
 
     def check_defaults(self) -> None:
         """Read the env's own trace within its limits and check its options and reward, as a reset
@@ -224,7 +229,7 @@ class EnvService:
         return [(p, encode(msg)) for p, msg in self.handle_message(peer_id, body)]
 
     def handle_message(self, peer_id: bytes, body: bytes | dict[str, Any]) -> list[Reply]:
-        request = _parsed(body)  # before the lock: however large or odd, it holds up no other session
+        request = parse_request(body)  # before the lock: however large or odd, it holds up no other session
         with self._lock:
             if self.closing is not None:
                 self._answer_closing(peer_id)
@@ -291,7 +296,7 @@ class EnvService:
                 raise refusal
             if msg["type"] in ("join", "poll") and peer is not None and peer.answered >= seq:
                 return
-            getattr(self, f"_on_{msg['type']}")(peer_id, peer, msg)
+            self._handlers[msg["type"]](peer_id, peer, msg)
         except m.ProtocolError as err:
             if peer is not None and msg.get("type") == "reset":
                 peer.refused = True
@@ -416,21 +421,8 @@ class EnvService:
     def _on_hello(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
         if peer is not None:
             raise m.ProtocolError(m.NOT_ALLOWED, "this connection already said hello; send bye first")
-        if not VERSION.match(msg["protocol"]):
-            raise m.ProtocolError(m.BAD_FIELD, f"hello: protocol must be MAJOR.MINOR, e.g. {m.PROTOCOL_VERSION}; "
-                                               f"got {m._describe(msg['protocol'])}")
-        major = msg["protocol"].split(".")[0]
-        if major != m.MAJOR:
-            raise m.ProtocolError(m.VERSION_MISMATCH, f"this env speaks protocol {m.PROTOCOL_VERSION}, "
-                                                      f"the agent {msg['protocol']}; use a {m.MAJOR}.x agent")
-        for key in ("agent", "session", "token"):
-            if len(msg.get(key, "")) > MAX_NAME:
-                raise m.ProtocolError(m.BAD_FIELD, f"hello: {key} names are at most {MAX_NAME} characters; "
-                                                   f"got {len(msg[key]):,}")
+        check_hello(msg)
         kinds = msg["kinds"]
-        if not all(isinstance(k, str) and k in KINDS for k in kinds) or len(set(kinds)) != len(kinds):
-            raise m.ProtocolError(m.BAD_FIELD, f"hello: kinds must be distinct names among {', '.join(KINDS)}; "
-                                               f"got {m._describe(kinds)}")
         name = msg.get("session", "default")
         self._check_room(name)
         session = self.sessions.get(name) or Session(name)
@@ -529,8 +521,6 @@ class EnvService:
     def _on_join(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
         peer = self._registered(peer)
         self._deliver_or_dispatch(peer)
-
-    _on_poll = _on_join
 
     def _on_act(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
         if peer is None and peer_id in self.lost:
@@ -859,10 +849,11 @@ class EnvService:
                 "on_agent_lost": self.on_agent_lost, "sessions": "private" if self.private else "open"}
 
 
-def _parsed(body: bytes | dict[str, Any]) -> Request:
+def parse_request(body: bytes | dict[str, Any]) -> Request:
     """A request decoded, validated and held to the bounds that need no state (the sizes of a
     reset's maps and paths), so that the work a request may cost is bounded before the service
-    lock is taken."""
+    lock is taken. The one validation of a request: the front and the workers of `hpcgym env
+    --workers` read a hello's fields only once it has passed this and `check_hello`."""
     msg: dict[str, Any] = {}
     try:
         msg = m.validate(decode(body) if isinstance(body, (bytes, bytearray)) else body)
@@ -871,6 +862,26 @@ def _parsed(body: bytes | dict[str, Any]) -> Request:
     except m.ProtocolError as err:
         return msg, err
     return msg, None
+
+
+def check_hello(msg: dict[str, Any]) -> None:
+    """Refuse a hello (its fields of the right types: `parse_request`) whose version, names or
+    kinds no env takes; after the check of who sent it, which needs the service's state."""
+    if not VERSION.match(msg["protocol"]):
+        raise m.ProtocolError(m.BAD_FIELD, f"hello: protocol must be MAJOR.MINOR, e.g. {m.PROTOCOL_VERSION}; "
+                                           f"got {m._describe(msg['protocol'])}")
+    major = msg["protocol"].split(".")[0]
+    if major != m.MAJOR:
+        raise m.ProtocolError(m.VERSION_MISMATCH, f"this env speaks protocol {m.PROTOCOL_VERSION}, "
+                                                  f"the agent {msg['protocol']}; use a {m.MAJOR}.x agent")
+    for key in ("agent", "session", "token"):
+        if len(msg.get(key, "")) > MAX_NAME:
+            raise m.ProtocolError(m.BAD_FIELD, f"hello: {key} names are at most {MAX_NAME} characters; "
+                                               f"got {len(msg[key]):,}")
+    kinds = msg["kinds"]
+    if not all(isinstance(k, str) and k in KINDS for k in kinds) or len(set(kinds)) != len(kinds):
+        raise m.ProtocolError(m.BAD_FIELD, f"hello: kinds must be distinct names among {', '.join(KINDS)}; "
+                                           f"got {m._describe(kinds)}")
 
 
 def _without_contents(message: str) -> str:

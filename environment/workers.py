@@ -22,7 +22,8 @@ share a session.
 A worker that dies ends only its own agents' episodes: each of them gets an `episode_end` whose
 reason says so (a forwarded agent at once if it waits for a reply, else as the reply to its next
 request; a redirected one at once, on its connection to the front, which it keeps open for
-this) and must say hello again; a new worker takes the dead one's place.
+this) and must say hello again; a new worker takes the dead one's place. A worker whose loop
+raises ends its process (environment/server.py), so that it is replaced as one that died.
 """
 
 from __future__ import annotations
@@ -37,14 +38,13 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
 import zmq
 
 from ..protocol import messages as m
 from ..protocol.codec import encode
 from .errors import HpcgymError
 from .server import CurveKeys, Inlet, _Connections, _send_all, listening, run_loop
-from .service import MAX_NAME, EnvService
+from .service import EnvService, check_hello, parse_request
 
 # Messages between the front and its workers, in the place of a routing id (a client's routing
 # id never starts with a zero byte unless ZeroMQ made it, and then it has 5 bytes).
@@ -167,8 +167,8 @@ class _Front:
         ready. A hello is routed by the session it names, and a 1.6 agent's hello becomes a claim
         (the worker redirects it)."""
         hello = _hello(body)
-        name = hello.get("session", "default") if hello is not None else None
-        if isinstance(name, str):
+        if hello is not None:
+            name = hello.get("session", "default")
             worker = self.sessions.get(name)
             if worker is None:
                 ready = [w for w in self.workers if w.ready]
@@ -341,24 +341,26 @@ class _Front:
 
 
 def _hello(body: bytes) -> dict[str, Any] | None:
-    """A request that is a hello, decoded; None for any other. Looked for in its first bytes
-    (where `type` and its value are, whatever the order of a hello's few short entries), then
-    read to be sure."""
+    """A request that is a hello the service would take, decoded and checked by the service's own
+    validation (a hello whose session was a list killed the loop of a worker that looked the name
+    up); None for any other, which goes on to the service, and it says what is wrong. Looked for
+    in its first bytes (where `type` and its value are, whatever the order of a hello's few short
+    entries), then read to be sure."""
     if b"\xa5hello" not in body[:96]:
         return None
-    try:
-        message = msgpack.unpackb(body)
-    except (ValueError, msgpack.UnpackException):
+    message, refusal = parse_request(body)
+    if refusal is not None or message["type"] != "hello":
         return None
-    return message if isinstance(message, dict) and message.get("type") == "hello" else None
+    try:
+        check_hello(message)
+    except m.ProtocolError:
+        return None
+    return message
 
 
 def _redirects(hello: dict[str, Any]) -> bool:
-    """Whether an agent's hello says it follows a redirect (protocol 1.6 or later) and names a
-    session a worker may claim (any other hello goes to the worker, which refuses it)."""
-    major, _, minor = str(hello.get("protocol", "")).partition(".")
-    return major == m.MAJOR and minor.isdigit() and int(minor) >= 6 \
-        and len(hello.get("session", "default")) <= MAX_NAME
+    """Whether an agent's (valid) hello says it follows a redirect: protocol 1.6 or later."""
+    return int(hello["protocol"].split(".")[1]) >= 6
 
 
 NONE_READY = encode(m.error(m.ProtocolError(

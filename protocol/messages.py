@@ -147,8 +147,13 @@ MAX_ERROR_CHARS = 600
 
 
 def shorten(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    """`text`, or its first `limit` characters marked as cut."""
-    return text if len(text) <= limit else f"{text[:limit - 30]}... ({len(text):,} characters in all)"
+    """`text`, or its beginning marked as cut: `limit` characters in all, whatever the length of
+    the count in the mark (a fixed room for it let a cut text of 100,000 characters and more
+    come to 601 and more)."""
+    if len(text) <= limit:
+        return text
+    mark = f"... ({len(text):,} characters in all)"
+    return text[:limit - len(mark)] + mark
 
 
 def error(err: ProtocolError, pending: dict[str, Any] | None = None) -> dict[str, Any]:
