@@ -9,20 +9,23 @@ section 3.2 and Table 4): a code into START_KINDS; docs/semantics.md section 11 
 
 from __future__ import annotations
 
+import bisect
 import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
-from ..protocol.tables import JOB_RECORDS, names
+from ..protocol.tables import IN_FILES, JOB_RECORDS, names
 
 BSLD_THRESHOLD = 10
 
 #: Per-job columns, in the order written to CSV: the protocol's per-job records (PROTOCOL.md section 5).
-JOB_COLUMNS = names(JOB_RECORDS)
+FILE_COLUMNS = names(JOB_RECORDS)
+#: Those a run's result holds (and an episode's end sends); the others are computed from them.
+JOB_COLUMNS = tuple(c.name for c in JOB_RECORDS if c.sent != IN_FILES)
 
 #: Names of the `start_kind` codes 0, 1, 2: started at once because it fit when selected; selected
 #: when it did not fit, held the reservation and started later; started ahead of a waiting job.
@@ -63,6 +66,76 @@ def _start_shares(jobs: dict[str, np.ndarray]) -> dict[str, float]:
     return {f"started_{name}": int(counts[k]) / len(kinds) for k, name in enumerate(START_KINDS)}
 
 
+def allocate_processors(start: np.ndarray, end: np.ndarray, size: np.ndarray, procs: int) -> list[str]:
+    """Each job's processor ids as a Batsim interval set ("0-3 7 9-10"), so that a schedule,
+    which counts processors only, draws as a Gantt chart (docs/semantics.md section 10).
+
+    The rule is fixed so the same schedule always draws the same: at each instant the jobs that
+    end free their ids first; then each job starting there (zero-length runs first, then in job
+    order) takes the lowest free ids. A job with `start` < 0 never ran and gets "". Computed
+    from the records alone, it cannot change the schedule; a schedule that needs more than
+    `procs` processors at once is refused (ValueError).
+    """
+    start, end, size = (np.asarray(a, dtype=np.int64) for a in (start, end, size))
+    ran = np.flatnonzero(start >= 0)
+    instant = end[ran] == start[ran]
+    # events: (time, rank, job); rank 0 an end, 1 a zero-length run, 2 a start
+    times = np.concatenate([end[ran][~instant], start[ran]])
+    ranks = np.concatenate([np.zeros((~instant).sum(), np.int64), np.where(instant, 1, 2)])
+    jobs = np.concatenate([ran[~instant], ran])
+    order = np.lexsort((jobs, ranks, times))
+    free = [(0, procs - 1)] if procs > 0 else []   # disjoint, sorted, inclusive, never adjacent
+    held: dict[int, list[tuple[int, int]]] = {}
+    sizes, out = size.tolist(), [""] * len(start)
+    for t, rank, j in zip(times[order].tolist(), ranks[order].tolist(), jobs[order].tolist()):
+        if rank == 0:
+            _release(free, held.pop(j))
+            continue
+        got = _take(free, sizes[j])
+        if got is None:
+            raise ValueError(f"the job of record {j} starts at {t} on {sizes[j]} processors, more than "
+                             f"are free of {procs}: the schedule overfills the machine")
+        out[j] = " ".join(f"{lo}-{hi}" if hi > lo else str(lo) for lo, hi in got)
+        if rank == 1:
+            _release(free, got)
+        else:
+            held[j] = got
+    return out
+
+
+def _take(free: list[tuple[int, int]], n: int) -> list[tuple[int, int]] | None:
+    """The lowest `n` ids of `free`, taken out of it; None (and `free` unchanged) if too few."""
+    got, k = [], 0
+    while n > 0:
+        if k == len(free):
+            return None
+        lo, hi = free[k]
+        if hi - lo + 1 > n:
+            got.append((lo, lo + n - 1))
+            break
+        got.append((lo, hi))
+        n -= hi - lo + 1
+        k += 1
+    if n > 0:
+        free[k] = (lo + n, hi)
+    del free[:k]
+    return got
+
+
+def _release(free: list[tuple[int, int]], intervals: list[tuple[int, int]]) -> None:
+    """Put `intervals` back into `free`, merging neighbours."""
+    for lo, hi in intervals:
+        k = bisect.bisect_left(free, (lo, hi))
+        if k > 0 and free[k - 1][1] == lo - 1:
+            k -= 1
+            lo = free[k][0]
+            del free[k]
+        if k < len(free) and free[k][0] == hi + 1:
+            hi = free[k][1]
+            del free[k]
+        free.insert(k, (lo, hi))
+
+
 @dataclass(frozen=True, eq=False)
 class RunResult:
     """The outcome of one run: per-job columns and their summary."""
@@ -91,25 +164,34 @@ class RunResult:
         return cls(procs, jobs, summarize(jobs, procs))
 
     def write_jobs_csv(self, path: str | Path) -> None:
-        """Write one row per job; floats in Python's round-trip repr, so they read back exactly."""
+        """Write one row per job (`write_jobs`)."""
         with open(path, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(JOB_COLUMNS)
-            cols = [self.jobs[name].tolist() for name in JOB_COLUMNS]
-            writer.writerows(zip(*cols))
+            write_jobs(f, {name: column.tolist() for name, column in self.jobs.items()}, self.procs)
 
     def write_summary_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.summary, indent=2) + "\n")
 
 
+def write_jobs(f: IO[str], jobs: dict[str, list], procs: int) -> None:
+    """The per-job CSV of `hpcgym run --jobs-out` and `compare`, one row per job in FILE_COLUMNS,
+    with each job's processors (`allocate_processors`); floats in Python's round-trip repr, so
+    they read back exactly."""
+    allocation = allocate_processors(np.asarray(jobs["start"]), np.asarray(jobs["end"]), np.asarray(jobs["size"]),
+                                     procs)
+    writer = csv.writer(f)
+    writer.writerow(FILE_COLUMNS)
+    columns = {**jobs, "allocated_resources": allocation}
+    writer.writerows(zip(*[columns[name] for name in FILE_COLUMNS]))
+
+
 def read_jobs_csv(path: str | Path) -> dict[str, np.ndarray]:
-    """Read a per-job CSV written by `RunResult.write_jobs_csv` back into columns."""
+    """Read a per-job CSV written by `write_jobs` back into columns."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
     header, body = rows[0], rows[1:]
     columns = {}
     for k, name in enumerate(header):
         values = [row[k] for row in body]
-        kind = float if name in ("slowdown", "bsld") else int
-        columns[name] = np.array([kind(v) for v in values])
+        kind = {"slowdown": float, "bsld": float, "allocated_resources": str}.get(name, int)
+        columns[name] = np.array([kind(v) for v in values], dtype=object if kind is str else None)
     return columns

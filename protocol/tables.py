@@ -14,8 +14,9 @@ from functools import cache
 
 #: `Column.sent` values: in every message of its kind; only in episodes with a run-time predictor
 #: (reset option `prediction`); added to the text of 1.0 later, so an env written to the earlier
-#: text may leave it out (a checker does not require it).
-ALWAYS, WITH_PREDICTOR, OPTIONAL = "always", "with a predictor", "optional"
+#: text may leave it out (a checker does not require it); never in a message, only in per-job
+#: files (it follows from other columns).
+ALWAYS, WITH_PREDICTOR, OPTIONAL, IN_FILES = "always", "with a predictor", "optional", "in files"
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class Column:
     """One field of a map or one column of a columnar table, as PROTOCOL.md's tables give it."""
 
     name: str
-    type: str          # int, float, table (a columnar map), map
+    type: str          # int, float, str, table (a columnar map), map
     since: str         # the protocol version that added it
     sent: str          # ALWAYS, WITH_PREDICTOR or OPTIONAL
     meaning: str       # the text of PROTOCOL.md's table (markdown)
@@ -124,6 +125,8 @@ JOB_RECORDS = _table(
     ("lost_work", "int", "1.0", ALWAYS, "processor-seconds of its runs lost to kills"),
     ("walltime_killed", "int", "1.0", ALWAYS, "1 if it was ended at its requested time (`overrun: kill`), else 0"),
     ("start_kind", "int", "1.0", OPTIONAL, "how its last start came about: 0 ready, 1 reserved, 2 backfilled (below)"),
+    ("allocated_resources", "str", "1.6", IN_FILES,
+     "the processor ids of its last run as a Batsim interval set, e.g. `0-3 7 9-10` (below)"),
 )
 
 #: The `start_kind` codes.

@@ -25,6 +25,8 @@ from hpcgym.gymbridge.cli import main
 from hpcgym.gymbridge.compare.policy import parse_policy
 from hpcgym.gymbridge.compare.stats import METRICS
 
+from .test_allocation import processor_clashes
+
 ROOT = Path(__file__).resolve().parents[1]
 C_AGENT_DIR = ROOT / "examples" / "c-sjf"
 MISSING_MARKERS = ("zmq.h", "msgpack.h", "cannot find -lzmq", "cannot find -lmsgpack", "not found",
@@ -33,7 +35,6 @@ SAMPLES, JOBS, SEED = 3, 60, 11
 AGENTS_MODULE = "compare_test_agents"
 AGENTS_SOURCE = '''
 from hpcgym.agents.base import PriorityAgent
-
 
 class Broken(PriorityAgent):
     """SJF for five decisions, then an exception."""
@@ -135,9 +136,12 @@ def procs_of(swf: Path) -> int:
 
 
 def recompute(jobs_csv: Path, procs: int) -> dict[str, float]:
-    """Run metrics from the per-job CSV text alone."""
+    """Run metrics from the per-job CSV text alone; its processor sets never clash."""
     rows = read_csv(jobs_csv)
-    col = {name: [float(r[name]) for r in rows] for name in rows[0]}
+    col = {name: [float(r[name]) for r in rows] for name in rows[0] if name != "allocated_resources"}
+    as_int = {name: [int(v) for v in col[name]] for name in ("start", "end", "size")}
+    assert processor_clashes(as_int["start"], as_int["end"], as_int["size"],
+                             [r["allocated_resources"] for r in rows], procs) == []
     span = max(col["end"]) - min(col["submit"])
     used = sum(r * s for r, s in zip(col["run"], col["size"])) + sum(col["lost_work"])
     for r in rows:  # the derived columns are what their definitions say

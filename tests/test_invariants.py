@@ -7,7 +7,8 @@ then runs it under a drawn (or every) backfill mode, policy, estimate and overru
 one family of properties on the per-job records:
 
 1. capacity      -- the processors in use, rebuilt from the records (plus the killed runs a kill
-                    agent made, which the records cannot show), never exceed the cluster;
+                    agent made, which the records cannot show), never exceed the cluster, and
+                    the processor sets allocated from the records never clash;
 2. records       -- one row per job, in workload order; start >= submit; end - start is the
                     effective run (min(run, requested) under overrun=kill);
 3. reservations  -- with exact estimates, EASY never starts the reserved job later than its
@@ -47,9 +48,11 @@ from hpcgym.environment.priorities import POLICIES, get_policy
 from hpcgym.environment.config import SimConfig
 from hpcgym.environment.decisions import BACKFILL, INSPECT, KILL
 from hpcgym.environment.lublin import generate_lublin
-from hpcgym.environment.metrics import JOB_COLUMNS, read_jobs_csv
+from hpcgym.environment.metrics import FILE_COLUMNS, JOB_COLUMNS, allocate_processors, read_jobs_csv
 from hpcgym.environment.simulator import Simulation, simulate
 from hpcgym.environment.workload import Workload
+
+from .test_allocation import processor_clashes
 
 BACKFILLS = ("easy", "conservative", "none")
 TEST_POLICIES = ("fcfs", "sjf", "lcfs", "wfp3", "f1", "random")
@@ -137,6 +140,8 @@ def check_records(w: Workload, result, overrun: str, killed_runs=()) -> None:
     intervals = [(s, e, z) for s, e, z in zip(start, end, w.size.tolist())] + list(killed_runs)
     peak = peak_usage(intervals)
     assert peak <= w.procs, f"{peak} processors in use on a cluster of {w.procs}"
+    allocation = allocate_processors(result.jobs["start"], result.jobs["end"], result.jobs["size"], w.procs)
+    assert processor_clashes(start, end, w.size.tolist(), allocation, w.procs) == []
 
 
 # ----------------------------------------------------------------------------- agents
@@ -330,7 +335,7 @@ def test_summary_matches_metrics_recomputed_from_the_csv(w, backfill, policy, es
     agents = {KILL: RandomKiller(seed, 0.3, kill_budget)} if kill_budget else {}
     result = simulate(w, config, policy=policy, agents=agents)
     text = csv_bytes(result).decode()
-    assert text.splitlines()[0] == ",".join(JOB_COLUMNS)
+    assert text.splitlines()[0] == ",".join(FILE_COLUMNS)
     mine = metrics_from_csv(text, w.procs)
     s = result.summary
     assert s["jobs"] == mine["jobs"] == len(w)

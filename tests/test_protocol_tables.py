@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hpcgym.environment.config import SimConfig
-from hpcgym.environment.metrics import JOB_COLUMNS
+from hpcgym.environment.metrics import FILE_COLUMNS, JOB_COLUMNS, read_jobs_csv, write_jobs
 from hpcgym.environment.predictions import PredictionSpec
 from hpcgym.environment.simulator import Simulation
 from hpcgym.environment.lublin import generate_lublin
@@ -94,16 +94,22 @@ def test_the_env_sends_the_observation_the_tables_list(prediction):
             assert all(type(v) is int for o in obs for v in o[name][c.name]), f"{name}.{c.name}"
 
 
-def test_the_env_sends_the_metrics_and_records_the_tables_list():
+def test_the_env_sends_the_metrics_and_records_the_tables_list(tmp_path):
     sim = Simulation(generate_lublin(60, 32, seed=3), SimConfig())
     assert sim.reset() is None  # no external kind: the episode runs through
     result = sim.result()
     assert list(result.summary) == list(tables.names(tables.METRICS))
     for c in tables.METRICS:
         assert isinstance(result.summary[c.name], float if c.type == "float" else int), c.name
-    assert JOB_COLUMNS == tables.names(tables.JOB_RECORDS) == tuple(result.jobs)
-    for c in tables.JOB_RECORDS:
+    sent = [c for c in tables.JOB_RECORDS if c.sent != tables.IN_FILES]
+    assert JOB_COLUMNS == tables.names(tables.JOB_RECORDS)[:len(sent)] == tuple(c.name for c in sent) == tuple(result.jobs)
+    for c in sent:
         assert result.jobs[c.name].dtype.kind == ("f" if c.type == "float" else "i"), c.name
+    # the columns only files hold follow from the others, and a file writes them all
+    assert FILE_COLUMNS == tables.names(tables.JOB_RECORDS)
+    with open(tmp_path / "jobs.csv", "w", newline="") as f:
+        write_jobs(f, {k: v.tolist() for k, v in result.jobs.items()}, result.procs)
+    assert tuple(read_jobs_csv(tmp_path / "jobs.csv")) == FILE_COLUMNS
 
 
 def test_an_older_agent_is_not_sent_the_columns_added_after_its_version():

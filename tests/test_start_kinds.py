@@ -222,7 +222,7 @@ def test_the_column_round_trips_through_the_csv(tmp_path):
     r = simulate(make(12, EASY_JOBS), SimConfig(backfill="easy"))
     path = tmp_path / "jobs.csv"
     r.write_jobs_csv(path)
-    assert path.read_text().splitlines()[0].split(",")[-1] == "start_kind"
+    assert "start_kind" in path.read_text().splitlines()[0].split(",")
     back = read_jobs_csv(path)
     assert back["start_kind"].tolist() == [READY, RESERVED, BACKFILLED, BACKFILLED, RESERVED]
     assert back["start_kind"].dtype.kind == "i"

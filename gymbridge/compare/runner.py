@@ -30,7 +30,7 @@ from typing import Any
 
 from ...agents.runtime import CHECKPOINT_SOURCES
 from ...environment.errors import ConfigError
-from ...environment.metrics import JOB_COLUMNS
+from ...environment.metrics import write_jobs
 from . import report
 from .executors import run_local, run_ray
 from ..progress import progress
@@ -322,22 +322,19 @@ def _save_unit(out: Path, uid: str, result: dict[str, Any]) -> None:
         return
     csv_path = out / "jobs" / f"{uid}.csv"
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    _write_text(csv_path, jobs_csv(result["jobs"]))
+    _write_text(csv_path, jobs_csv(result["jobs"], result["procs"]))
     record = {"unit": uid, **{k: v for k, v in result.items() if k != "jobs"},
               "jobs_csv": str(csv_path.relative_to(out)), "jobs_csv_sha256": sha256_file(csv_path)}
     _write_json(done, record)
     failed.unlink(missing_ok=True)
 
 
-def jobs_csv(jobs: dict[str, list]) -> str:
-    """Per-job CSV as `RunResult.write_jobs_csv` writes it (floats in round-trip repr)."""
-    import csv
+def jobs_csv(jobs: dict[str, list], procs: int) -> str:
+    """Per-job CSV as `RunResult.write_jobs_csv` writes it (`write_jobs`)."""
     import io
 
     buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(JOB_COLUMNS)
-    writer.writerows(zip(*[jobs[name] for name in JOB_COLUMNS]))
+    write_jobs(buf, jobs, procs)
     return buf.getvalue()
 
 
