@@ -37,9 +37,9 @@ from .decisions import KINDS, SELECT, Decision
 from .episode import Episode
 from .errors import HpcgymError, InvalidAction
 from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS,
-                      SCALE_DESCRIPTION, SCALE_SYNTAX, SUM_DESCRIPTION, SUM_SYNTAX, get_reward)
+                      SCALE_DESCRIPTION, SCALE_SYNTAX, SUM_DESCRIPTION, SUM_SYNTAX)
 from .limits import Limits, check_reset_size
-from .spec import WorkloadCache, reset_workload, sim_config
+from .spec import EpisodeSpec, WorkloadCache, reset_workload
 
 Reply = tuple[bytes, dict[str, Any]]
 #: A request as the lock holder gets it: the message as far as it was read, and why it is refused
@@ -214,7 +214,7 @@ class EnvService:
         d = self.defaults
         if d["workload"].get("trace") is not None:
             self._workloads.load(self.limits.workload(d["workload"]), d["seed"], self.limits.max_trace_bytes)
-        get_reward(d["reward"]).check(sim_config(d["options"], d["seed"]))
+        EpisodeSpec.from_reset(d["workload"], {**d["options"], "policy": d["policy"]}, d["reward"], d["seed"])
 
     def run_sessions_concurrently(self, wake: Callable[[], None]) -> None:
         """From now on a session's tasks run outside the service lock (but its simulation work),
@@ -610,16 +610,12 @@ class EnvService:
         participants = [p for p in session.peers.values() if p.kinds or p is controller]
         owners = {kind: p for p in participants for kind in p.kinds}
         try:
-            if not isinstance(policy, str) or policy not in POLICIES:  # a list here was an `internal` TypeError
-                raise HpcgymError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
             with self._unlocked():  # the paths are resolved on the file system: no lock held meanwhile
-                spec = self.limits.workload(reset_workload(d["workload"], msg.get("workload", {})))
-                options = self.limits.options(options)
-                workload = self._workloads.load(spec, seed, self.limits.max_trace_bytes)
-                config = sim_config(options, seed)
-                reward = get_reward(msg.get("reward", d["reward"]))
-                reward.check(config)
-                core = Episode(workload, config, reward, policy=policy, outside=owners,
+                spec = EpisodeSpec.from_reset(self.limits.workload(reset_workload(d["workload"], msg.get("workload", {}))),
+                                              self.limits.options({**options, "policy": policy}),
+                                              msg.get("reward", d["reward"]), seed)
+                workload = self._workloads.load(spec.workload.to_dict(), seed, self.limits.max_trace_bytes)
+                core = Episode(workload, spec.config, spec.reward_spec(), policy=spec.policy, outside=owners,
                                accounts=[p.id for p in participants])
         except HpcgymError as exc:
             raise m.ProtocolError(m.BAD_REQUEST, _without_contents(str(exc))) from None

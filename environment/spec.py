@@ -13,6 +13,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from numbers import Integral
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from .config import PRESETS, SimConfig, expand_preset
 from .errors import ConfigError, WorkloadError
 from .fitted import WorkloadModel, fit_workload_model, generate_from_model
 from .lublin import LublinParams, generate_lublin
+from .priorities import POLICIES
+from .rewards import RewardSpec, get_reward
 from .simulator import simulate
 from .swf import read_swf
 from .workload import Workload
@@ -328,3 +331,46 @@ def sim_config(options: dict[str, Any], seed: int = 0) -> SimConfig:
         return SimConfig(seed=seed, **expand_preset({k: v for k, v in options.items() if k != "policy"}))
     except TypeError as exc:
         raise ConfigError(f"bad simulation option: {exc}") from None
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """An episode as one checked value: its jobs, its rules (seed included), the queue's priority
+    policy and the reward spec, which is what a protocol reset carries. The service's reset and
+    the Gymnasium env both build one, so both refuse the same bad input with the same message."""
+
+    workload: WorkloadSpec
+    config: SimConfig
+    policy: str = "fcfs"
+    reward: str = "bsld"
+
+    @classmethod
+    def from_reset(cls, workload: Mapping[str, Any] | WorkloadSpec, options: Mapping[str, Any], reward: str,
+                   seed: Any) -> EpisodeSpec:
+        """From a reset's parts: `options` are `sim_config`'s names plus `policy`."""
+        if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
+            raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+        seed, options = int(seed), dict(options)
+        policy = options.pop("policy", "fcfs")
+        if not isinstance(policy, str) or policy not in POLICIES:
+            raise ConfigError(f"unknown policy {policy!r}; use one of {', '.join(POLICIES)}")
+        config = sim_config(options, seed)
+        get_reward(reward).check(config)
+        spec = workload if isinstance(workload, WorkloadSpec) else WorkloadSpec.from_dict(workload)
+        return cls(spec, config, policy, reward)
+
+    @property
+    def seed(self) -> int:
+        return self.config.seed
+
+    def reward_spec(self) -> RewardSpec:
+        return get_reward(self.reward)
+
+    def reset_message(self) -> dict[str, Any]:
+        """The protocol reset's fields for this episode (the seed is the config's)."""
+        return {"workload": self.workload.for_episode(self.seed), "options": self.options(), "reward": self.reward,
+                "seed": self.seed}
+
+    def options(self) -> dict[str, Any]:
+        """Every rule as a reset's `options` map, with the policy."""
+        return {**self.config.to_options(), "policy": self.policy}

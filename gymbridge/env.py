@@ -90,12 +90,10 @@ import numpy as np
 
 from ..agents.encoders import DEFAULT_ENCODERS, Encoder, get_encoder
 from ..agents.slots import slot_action, slot_mask, slot_observation
-from ..environment.priorities import POLICIES
 from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, SELECT_KILL, Decision
 from ..environment.episode import Episode
 from ..environment.errors import ConfigError, InvalidAction
-from ..environment.rewards import get_reward
-from ..environment.spec import WorkloadCache, sim_config
+from ..environment.spec import EpisodeSpec, WorkloadCache
 from .remote import RemoteEpisodeEnded, RemoteEpisodes
 
 
@@ -167,80 +165,38 @@ class HpcEnv(gym.Env):
         `{"priority_size": 26}` for dras).
         """
         super().__init__()
-        kinds = (kind,) if isinstance(kind, str) else tuple(kind)
-        for k in kinds:
-            if not isinstance(k, str) or k not in KINDS:
-                raise ConfigError(f"unknown decision kind {k!r}; use one of {', '.join(KINDS)}")
-        if len(kinds) > 1:
-            if len(set(kinds)) != len(kinds) or set(kinds) != {SELECT, BACKFILL}:
-                raise ConfigError(f"an env takes one decision kind or both select and backfill, not {list(kinds)}")
-            kinds = (SELECT, BACKFILL)
-        if not kinds:
-            raise ConfigError("an env needs a decision kind")
         #: The kinds this env decides; `kind` is the one kind, or this tuple for a two-kind env.
-        self.kinds = kinds
+        self.kinds = kinds = _env_kinds(kind, others or {})
         self.kind = kinds[0] if len(kinds) == 1 else kinds
-        self._multi = len(kinds) > 1
-        self._current = kinds[0]  # the pending decision's kind
+        self._multi, self._current = len(kinds) > 1, kinds[0]  # two kinds?; the pending decision's kind
         self.others = dict(others or {})
-        bad = [k for k in self.others if k not in KINDS or k in kinds]
-        if bad:
-            raise ConfigError(f"others: kinds {bad} are unknown or the env's own kind {kind!r}")
-        self.workload_spec = dict(workload or {})
-        options = dict(options or {})
-        self.policy = options.pop("policy", "fcfs")
-        if not isinstance(self.policy, str) or self.policy not in POLICIES:
-            raise ConfigError(f"unknown policy {self.policy!r}; use one of {', '.join(POLICIES)}")
-        self.options = options
-        self.config = sim_config(options, _check_seed(seed))  # validates the option names and values
+        spec = self.episode_spec = EpisodeSpec.from_reset(workload or {}, options or {}, reward, seed)
+        self.workload_spec, self.config, self.policy = spec.workload.to_dict(), spec.config, spec.policy
+        self.options = {k: v for k, v in (options or {}).items() if k != "policy"}
         placed = {SELECT, INSPECT, BACKFILL, SELECT_KILL}  # what conservative backfilling decides itself
         if self.config.backfill == "conservative" and ({*kinds, *self.others} & placed):
             raise ConfigError("conservative backfilling places every queued job by the built-in priority policy; "
                               f"a {'+'.join(kinds)} env needs backfill easy or none")
-        self.reward_spec = get_reward(reward)
-        self.reward_spec.check(self.config)
-        self.reward_name = reward
+        self.reward_spec, self.reward_name = spec.reward_spec(), reward
         self.window = self.config.window
-        self.remote = remote
-        self.remote_timeout = remote_timeout
-        self.decision_info = decision_info
-        self._base_seed = int(seed)
-        self._seed_stride = int(seed_stride)
+        self.remote, self.remote_timeout, self.decision_info = remote, remote_timeout, decision_info
+        self._base_seed, self._seed_stride = int(seed), int(seed_stride)
         self._episode_seed: int | None = None
         self._workloads = WorkloadCache()
-
-        procs = None
-        if remote is None:
-            procs = self._load_workload(self._base_seed).procs  # also checks the whole spec now
-        if isinstance(encoder, Encoder):
-            self.encoder = encoder
-        else:
-            try:
-                self.encoder = get_encoder(encoder or DEFAULT_ENCODERS[kinds[0]], self.window, procs,
-                                           max_rejections=self.config.max_rejections, **dict(encoder_options or {}))
-            except ValueError as e:
-                raise ConfigError(str(e)) from None
-        if self.encoder.kinds is not None and not set(kinds) <= set(self.encoder.kinds):
-            raise ConfigError(f"encoder {self.encoder.name or type(self.encoder).__name__!r} reads "
-                              f"{'/'.join(self.encoder.kinds)} decisions only, not {'+'.join(kinds)}")
+        procs = None if remote is not None else self._load_workload(self._base_seed).procs  # reads the trace now
+        self.encoder = _env_encoder(encoder, kinds, self.window, procs, self.config.max_rejections, encoder_options)
         self.observation_space = self.encoder.observation_space()
         if self._multi:
             self.observation_space = gym.spaces.Box(0.0, 1.0, (self.encoder.size + len(kinds),), np.float32)
-        w = self.window
-        safe = {INSPECT: (0, 1), SELECT: (0,), BACKFILL: (w,), KILL: (0,), SELECT_KILL: (2 * w,)}
-        n = {INSPECT: 2, SELECT_KILL: 2 * w + 1}.get(kinds[0], w + 1)
-        self.action_space = MaskableDiscrete(n, tuple(sorted({a for k in kinds for a in safe[k]})))
+        self.action_space, self._kind_safe = _action_space(kinds, self.window)
         self._safe_mask = self.action_space._safe_mask  # every kind's safe actions (terminal mask)
-        self._kind_safe = {k: MaskableDiscrete(self.action_space.n, safe[k])._safe_mask for k in kinds}
-
         self._episode: Episode | None = None    # in process
         self._client: RemoteEpisodes | None = None  # remote
         self._metrics: dict[str, Any] | None = None  # the ended episode's
         self._decision: Decision | None = None
         self._ids: list[int] = []
         self._mask: np.ndarray | None = None
-        self._done = True
-        self._empty_episode = False
+        self._done, self._empty_episode = True, False
 
     # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -432,6 +388,49 @@ class HpcEnv(gym.Env):
         if self.decision_info:
             info["decision"] = None
         return self._zeros(), earned, True, False, info
+
+
+def _env_kinds(kind: str | tuple[str, ...], others: Mapping[str, Any]) -> tuple[str, ...]:
+    """The kinds an env takes: one kind, or select and backfill together (DRAS's two levels); the
+    kinds `others` decide in process must be other kinds."""
+    kinds = (kind,) if isinstance(kind, str) else tuple(kind)
+    for k in kinds:
+        if not isinstance(k, str) or k not in KINDS:
+            raise ConfigError(f"unknown decision kind {k!r}; use one of {', '.join(KINDS)}")
+    if not kinds:
+        raise ConfigError("an env needs a decision kind")
+    if len(kinds) > 1:
+        if len(set(kinds)) != len(kinds) or set(kinds) != {SELECT, BACKFILL}:
+            raise ConfigError(f"an env takes one decision kind or both select and backfill, not {list(kinds)}")
+        kinds = (SELECT, BACKFILL)
+    bad = [k for k in others if k not in KINDS or k in kinds]
+    if bad:
+        raise ConfigError(f"others: kinds {bad} are unknown or the env's own kind {kind!r}")
+    return kinds
+
+
+def _env_encoder(encoder: str | Encoder | None, kinds: tuple[str, ...], window: int, procs: int | None,
+                 max_rejections: int, options: Mapping[str, Any] | None) -> Encoder:
+    """The encoder given, or the one named (default: the first kind's), if it reads these kinds."""
+    if not isinstance(encoder, Encoder):
+        try:
+            encoder = get_encoder(encoder or DEFAULT_ENCODERS[kinds[0]], window, procs, max_rejections=max_rejections,
+                                  **dict(options or {}))
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+    if encoder.kinds is not None and not set(kinds) <= set(encoder.kinds):
+        raise ConfigError(f"encoder {encoder.name or type(encoder).__name__!r} reads "
+                          f"{'/'.join(encoder.kinds)} decisions only, not {'+'.join(kinds)}")
+    return encoder
+
+
+def _action_space(kinds: tuple[str, ...], w: int) -> tuple[MaskableDiscrete, dict[str, np.ndarray]]:
+    """One discrete space over the window's slots for every kind taken, and each kind's safe
+    actions (those always valid: accept, wait, stop), which a mask-free sample draws from."""
+    safe = {INSPECT: (0, 1), SELECT: (0,), BACKFILL: (w,), KILL: (0,), SELECT_KILL: (2 * w,)}
+    n = {INSPECT: 2, SELECT_KILL: 2 * w + 1}.get(kinds[0], w + 1)
+    space = MaskableDiscrete(n, tuple(sorted({a for k in kinds for a in safe[k]})))
+    return space, {k: MaskableDiscrete(n, safe[k])._safe_mask for k in kinds}
 
 
 def _check_seed(seed: Any) -> int:
