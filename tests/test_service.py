@@ -762,3 +762,20 @@ def test_a_negative_seed_is_a_bad_field_for_traces_and_generated_workloads_alike
     for workload in ({"trace": str(trace), "jobs": 10}, {"generate_jobs": 50}):
         err = net.request(b"a", {"type": "reset", "seed": -1, "workload": workload})
         assert err["code"] == m.BAD_FIELD and "non-negative" in err["message"]
+
+
+@pytest.mark.parametrize("bad", [{"options": {"policy": "nope"}}, {"reward": "nope"}, {"options": {"bogus": 1}},
+                                 {"workload": {"jobs": 0}}, {"options": {"window": 0}}])
+def test_the_service_and_the_gymnasium_env_refuse_a_bad_episode_in_the_same_words(bad):
+    """Both faces build the episode as one `EpisodeSpec`, so a bad reset gets one message."""
+    pytest.importorskip("gymnasium")
+    from hpcgym.environment.errors import ConfigError
+    from hpcgym.gymbridge.env import HpcEnv
+
+    net = Net()
+    net.request(b"a", hello("a", ["select"]))
+    err = net.request(b"a", {"type": "reset", "workload": {"jobs": 64, "sample": 1}, **bad})
+    with pytest.raises(ConfigError) as refused:
+        HpcEnv("select", workload={"jobs": 64, "sample": 1, **bad.get("workload", {})},
+               options=bad.get("options"), reward=bad.get("reward", "bsld"))
+    assert err["type"] == "error" and err["message"].endswith(str(refused.value)), (err, refused.value)
