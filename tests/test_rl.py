@@ -653,7 +653,8 @@ def test_train_outside_a_terminal_logs_one_line_per_epoch_and_notes_the_overlapp
     """stderr is no terminal under CliRunner (as in a batch job): no bar, one line per epoch,
     each with the running episode count, and progress lines within epochs (rate-limited; here
     every episode, as the limit is 0 s); and a note that without --train-fraction the held-out
-    windows come from the same trace (once, at the start). The CSV agrees with the lines."""
+    windows come from the same trace (once, at the start). The CSV agrees with the lines, and
+    curve.png draws it."""
     from hpcgym.gymbridge import progress
     from hpcgym.gymbridge.cli import main
 
@@ -671,6 +672,7 @@ def test_train_outside_a_terminal_logs_one_line_per_epoch_and_notes_the_overlapp
         assert f": {row['episodes_total']} episodes, mean return {float(row['return']):.4g}, " \
                f"mean bsld {float(row['mean_bsld']):.4g}, " in line and line.endswith(" s")
     assert [row["episodes_total"] for row in curve] == ["2", "4", "6"]
+    assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # its picture beside it
     within = [line.split(" (")[0] for line in result.output.splitlines() if line.startswith("train: ")]
     assert within == [f"train: {n}/6 episodes" for n in range(1, 7)]
     assert result.output.count("--train-fraction 0.8") == 1
@@ -695,6 +697,21 @@ def test_train_names_the_algorithm_as_asked_and_keeps_quiet_with_a_chronological
     assert not [line for line in result.output.splitlines() if line.startswith(("epoch ", "train: "))]
     table = result.output.split("held-out evaluation")[1].splitlines()
     assert table[2].split()[0] == "dras-ppo"   # the model's row says what was trained, not `ppo`
+
+
+def test_the_curve_picture_is_a_note_without_matplotlib(tmp_path, monkeypatch, capsys):
+    """`hpcgym train` draws curve.png with matplotlib, an optional extra: without it, one line
+    says so and the run still succeeds."""
+    from hpcgym.gymbridge.training.command import _draw_curve
+
+    (tmp_path / "curve.csv").write_text("epoch,return,seconds\n1,-3.5,0.2\n2,-2.0,0.2\n")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    _draw_curve(tmp_path, "ppo on select")
+    assert capsys.readouterr().err == "note: curve.png skipped: matplotlib is not installed (pip install matplotlib)\n"
+    assert not (tmp_path / "curve.png").exists()
+    monkeypatch.undo()  # matplotlib back
+    _draw_curve(tmp_path, "ppo on select")
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_evaluation_table_widens_for_long_names():

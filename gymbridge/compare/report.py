@@ -1,4 +1,5 @@
-"""The comparison's tables (Markdown and CSV) and plots (matplotlib, Agg backend).
+"""The comparison's tables (Markdown and CSV) and plots (matplotlib, Agg backend), and the
+picture of a training run's learning curve (its held-out evaluation is a comparison).
 
 summary.csv and summary.md hold only numbers that the job sequences determine, so two runs of
 the same comparison (any executor, any number of workers) write identical files. Timings
@@ -119,14 +120,20 @@ def latency_rows(latency: list[dict[str, Any]]) -> tuple[str, str]:
 
 
 # --------------------------------------------------------------------------- plots
-def write_plots(folder: Path, names: list[str], per_sample: dict[str, dict[str, list[float]]], primary: str) -> list[str]:
-    """Box plots of per-sample bounded slowdown and wait per policy (as in SchedInspector's
-    figures) and a radar chart of normalized metrics (as in DRAS's). Returns the files written."""
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend: files only, so it runs without a display."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def write_plots(folder: Path, names: list[str], per_sample: dict[str, dict[str, list[float]]], primary: str) -> list[str]:
+    """Box plots of per-sample bounded slowdown and wait per policy (as in SchedInspector's
+    figures) and a radar chart of normalized metrics (as in DRAS's). Returns the files written."""
+    plt = _pyplot()
     folder.mkdir(parents=True, exist_ok=True)
     names = [n for n in names if n in per_sample]
     if not names:
@@ -179,3 +186,42 @@ def radar_scores(names: list[str], per_sample: dict[str, dict[str, list[float]]]
             else:
                 out[n][k] = (best / v if v > 0 else 1.0) if best >= 0 else 0.0
     return out
+
+
+#: curve.csv columns that count the run's progress rather than measure the policy: not drawn.
+CURVE_COUNTERS = ("epoch", "episodes_total", "steps_total", "episodes", "updates", "seconds")
+
+
+def write_curve_plot(curve_csv: Path, path: Path, title: str) -> None:
+    """A training run's curve.csv (`hpcgym train`) as one picture, a panel per column against the
+    epoch: return and episode length first, then the scheduling metrics and the algorithm's
+    diagnostics (losses, entropy, KL, ...) in the file's order, whatever the algorithm writes.
+    A column some epochs leave empty (added on a resume) has gaps there."""
+    with open(curve_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    columns: dict[str, list[float]] = {}
+    for name in rows[0] if rows else ():
+        try:
+            columns[name] = [float(r[name]) if r[name] not in ("", None) else math.nan for r in rows]
+        except ValueError:  # not a number: nothing to draw
+            continue
+    epochs = columns.get("epoch", [])
+    drawn = sorted((k for k in columns if k not in CURVE_COUNTERS), key=lambda k: (k != "return", k != "length"))
+    plt = _pyplot()
+    width = min(4, max(1, len(drawn)))
+    height = max(1, -(-len(drawn) // width))
+    fig, axes = plt.subplots(height, width, figsize=(3.4 * width, 2.5 * height + 0.5), squeeze=False)
+    for ax, name in zip(axes.flat, drawn):
+        ax.plot(epochs, columns[name], marker="." if len(epochs) < 30 else None, linewidth=1)
+        ax.set_title(name, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    for ax in axes.flat[len(drawn):]:
+        ax.axis("off")
+    for ax in axes[-1]:
+        ax.set_xlabel("epoch", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

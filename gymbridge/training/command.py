@@ -8,7 +8,8 @@
 
 Each epoch collects `--trajectories` episodes, each a window of `--jobs` jobs drawn at random
 from the trace (or from a generated Lublin workload) with the episode's seed, then updates the
-policy. The output folder gets the learning curve (curve.csv), checkpoints and, at the end, an
+policy. The output folder gets the learning curve (curve.csv, and its picture curve.png where
+matplotlib is installed), checkpoints and, at the end, an
 evaluation on held-out sequences (seeds never trained on) through the same path as `hpcgym
 compare`: the model (`model:OUT/model.pt`, greedy) next to the baselines (FCFS and SJF, or the
 recipe's) with the training's simulation options, the comparison's folder in OUT/eval/ and its
@@ -149,7 +150,7 @@ RESUME_MAY_CHANGE = {"out", "resume", "epochs", "checkpoint_every", "eval_episod
 def train(ctx, algorithm, recipe, **flags) -> None:
     """Train ALGORITHM (pg, a2c, ppo or dql), or a paper's recipe (dras, schedinspector, rlbf, rlschert,
     irl; also spelled dras-ALGO and irl-dqn; or --recipe NAME[:VARIANT]), and write curve.csv,
-    checkpoints and eval.json to OUT."""
+    curve.png, checkpoints and eval.json to OUT."""
     try:
         import gymnasium  # noqa: F401
         import torch
@@ -213,11 +214,24 @@ def train(ctx, algorithm, recipe, **flags) -> None:
     click.echo(f"{label} on {settings.kind}: {trainer.epoch} epochs, {trainer.runner.next_episode} episodes"
                + (f", last epoch mean return {last['return']:.3f}" if "return" in last else "")
                + f" ({dev}); checkpoints in {out}")
+    _draw_curve(out, f"{label} on {settings.kind}")
     if settings.eval_episodes:
         result = trainer.evaluate()
         click.echo(f"held-out evaluation, {result['episodes']} sequences (greedy):")
         click.echo(evaluation_table(result))
         click.echo(f"  (paired differences with 95% CIs in {out / result['compare'] / 'summary.md'})")
+
+
+def _draw_curve(out: Path, title: str) -> None:
+    """curve.png beside curve.csv; without matplotlib (an optional extra) a note, not a failure."""
+    from ..compare.report import write_curve_plot
+
+    try:
+        write_curve_plot(out / "curve.csv", out / "curve.png", title)
+    except ModuleNotFoundError as exc:
+        if exc.name != "matplotlib":
+            raise
+        click.echo("note: curve.png skipped: matplotlib is not installed (pip install matplotlib)", err=True)
 
 
 def evaluation_table(result: dict) -> str:
