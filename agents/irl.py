@@ -10,16 +10,17 @@ trains it with the defaults below; `hpcgym distill model:OUT/model.pt` turns it 
 
 from __future__ import annotations
 
-from typing import Any
+from .recipe import Recipe
 
 #: What `hpcgym train irl-dqn` sets unless a flag says otherwise. From the paper: the inputs, the
 #: 32-16-8 ReLU layers with one output per job, window 20, epsilon 1.0 decayed by 0.995, training
 #: on the trace's first 10,000 jobs. Ours (the paper leaves them open): epsilon decayed per
 #: gradient update, one update every ten decisions (as DRAS-DQL), discount 0.99, and the kind
 #: flag of a two-kind policy reaching every row (the conv network's globals).
-TRAINING_DEFAULTS: dict[str, Any] = {
-    "kind": "select+backfill", "encoder": "irl", "window": 20, "no_wait": True, "reward": "system_slowdown",
-    "first_jobs": 10_000,
-    "config": {"net": "conv", "hidden": [32, 16, 8], "activation": "relu", "gamma": 0.99},
-    "dql_config": {"eps_decay": 0.995, "train_freq": 10, "n_step": 1},
-}
+RECIPE = Recipe(
+    name="irl", summary="IRL's teacher (interpretable RL scheduling): a DQN on select and backfill over 20 slots, "
+                        "reward A (system slowdown), trained on the first 10,000 jobs; `hpcgym distill` turns it "
+                        "into trees (docs/irl.md)",
+    algorithm="dql", kind="select+backfill", encoder="irl", window=20, no_wait=True, reward="system_slowdown",
+    first_jobs=10_000, config={"net": "conv", "hidden": [32, 16, 8], "activation": "relu", "gamma": 0.99,
+                               "eps_decay": 0.995, "train_freq": 10, "n_step": 1})

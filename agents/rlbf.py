@@ -9,7 +9,7 @@ softmax over the slots (`net: conv`); the critic is an MLP over the flattened 12
 768 -> 32 -> 16 -> 8 -> 1 (`value_net: mlp`). Training: PPO with the public code's settings.
 docs/rlbackfilling.md has the facts behind each choice.
 
-Three semantics (`SEMANTICS`), since the paper's tables come from an earlier code than the public one:
+Three semantics (`RECIPE`'s variants), since the paper's tables come from an earlier code than the public one:
 
 - `public` (the default): the public code (rlbackfill.py). Its scheduling loop, every waiting job
   that fits now is a candidate even if it delays the reservation, no stop action while two or
@@ -27,36 +27,26 @@ agents trained on FCFS; here the stated base orders the queue in training and te
 
 from __future__ import annotations
 
-from typing import Any
-
-#: Simulation options of each semantics (the env's `options`).
-SEMANTICS: dict[str, dict[str, Any]] = {
-    "public": {"preset": "rlbf-public"},
-    "scw": {"preset": "rlbf-scw"},
-    "textbook": {"backfill": "easy"},
-}
-#: Workload keys of each semantics (training episodes and the held-out evaluation alike, except
-#: `first_jobs`, which only limits where training windows start).
-SEMANTICS_WORKLOAD: dict[str, dict[str, Any]] = {
-    "public": {},
-    "scw": {"cleaning": "rlbf-scw", "first_jobs": 10_000},
-    "textbook": {},
-}
-#: The reward of each semantics.
-SEMANTICS_REWARD: dict[str, str] = {
-    "public": "relative:bsld:pct:fcfs:sjf",
-    "scw": "bsld",
-    "textbook": "relative:bsld",
-}
+from .recipe import BASE, TEACHER, Recipe
 
 #: What `hpcgym train rlbf` sets unless a flag says otherwise: the public code's PPO (gamma 1,
 #: lambda 0.97, clip 0.2, policy lr 3e-4 (the paper says 1e-3), value lr 1e-3, 80 + 80 full-batch
-#: iterations, the policy's stopped at an approximate KL of 1.5 x 0.01), 100 trajectories of 256 jobs.
-TRAINING_DEFAULTS: dict[str, Any] = {
-    "kind": "backfill", "encoder": "rlbf", "policy": "fcfs", "jobs": 256, "trajectories": 100, "window": 128,
-    "semantics": "public",
-    "config": {"net": "conv", "value_net": "mlp", "hidden": [32, 16, 8], "activation": "relu", "lr": 3e-4,
-               "vf_lr": 1e-3, "gamma": 1.0, "gae_lambda": 0.97, "clip": 0.2, "update_epochs": 80,
-               "value_epochs": 80, "minibatch_size": 1_000_000, "target_kl": 0.015, "max_grad_norm": None,
-               "ent_coef": 0.0},
-}
+#: iterations, the policy's stopped at an approximate KL of 1.5 x 0.01), 100 trajectories of 256 jobs;
+#: per semantics, the simulation options, the reward and the workload keys (`first_jobs` only
+#: limits where training windows start).
+RECIPE = Recipe(
+    name="rlbf", summary="RL backfilling (Kolker-Hicks et al.): the base policy picks the head job, the agent chooses "
+                         "the backfills; variants: public code, scw (the paper's tables), textbook EASY "
+                         "(docs/rlbackfilling.md)",
+    kind="backfill", encoder="rlbf", policy="fcfs", jobs=256, trajectories=100, window=128, options={},
+    config={"net": "conv", "value_net": "mlp", "hidden": [32, 16, 8], "activation": "relu", "lr": 3e-4,
+            "vf_lr": 1e-3, "gamma": 1.0, "gae_lambda": 0.97, "clip": 0.2, "update_epochs": 80, "value_epochs": 80,
+            "minibatch_size": 1_000_000, "target_kl": 0.015, "max_grad_norm": None, "ent_coef": 0.0},
+    baselines=(BASE, TEACHER), variant="public",
+    variants={
+        "public": {"options": {"preset": "rlbf-public"}, "reward": "relative:bsld:pct:fcfs:sjf", "first_jobs": None,
+                   "workload": {}},
+        "scw": {"options": {"preset": "rlbf-scw"}, "reward": "bsld", "first_jobs": 10_000,
+                "workload": {"cleaning": "rlbf-scw"}},
+        "textbook": {"options": {"backfill": "easy"}, "reward": "relative:bsld", "first_jobs": None, "workload": {}},
+    })

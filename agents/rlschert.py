@@ -14,11 +14,10 @@ change, size of each running job). Training: PPO guided at first by the rule-bas
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..environment.decisions import KILL, SELECT_KILL, Action, Decision
 from ..environment.errors import ConfigError
 from .base import Agent, PriorityAgent
+from .recipe import BASE, TEACHER, Recipe
 
 #: The rule's 50-minute line (the paper's 10 time steps of 5 minutes).
 SHORT = 50 * 60
@@ -68,16 +67,6 @@ class JointTeacher(Agent):
         return self.select.act(decision) if queued else None
 
 
-#: Simulation options of each semantics (the env's `options`): hpcgym's event simulator with EASY
-#: reservations on the running predictor's predictions (the paper's own simulator, DeepRM's
-#: discrete-time one, is not built).
-SEMANTICS: dict[str, dict[str, Any]] = {
-    "event": {"backfill": "easy", "prediction": "running", "estimate": "predicted"},
-}
-SEMANTICS_WORKLOAD: dict[str, dict[str, Any]] = {"event": {}}
-#: Eq. (9): minus the sum over the jobs in the system of 1 / predicted length, per second.
-SEMANTICS_REWARD: dict[str, str] = {"event": "system_slowdown_prediction"}
-
 #: What `hpcgym train rlschert` sets unless a flag says otherwise: the paper's Table 4 (PPO, clip
 #: 0.2, value coefficient 0.25, imitation 0.5 annealed to 0, entropy 0.02, lr 1e-4, minibatch
 #: 128, 5 epochs, lambda 0.95, gamma 0.99, KL target 0.01) and its MLP of 64-64; 16 sequences of
@@ -93,12 +82,19 @@ SEMANTICS_REWARD: dict[str, str] = {"event": "system_slowdown_prediction"}
 #: the queue window (the paper's waiting-job slots: wait, request, predicted length, size; `jobs`)
 #: before the running jobs, so select slot k and queue row k line up, and `select` and `select_kill`
 #: share one observation (a DeepRM select agent can start a joint one, `hpcgym train --init-from`).
-TRAINING_DEFAULTS: dict[str, Any] = {
-    "kind": "kill", "encoder": "rlschert+nodes", "policy": "fcfs", "jobs": 200, "trajectories": 16, "window": 8,
-    "encoders": {"select": "jobs+rlschert+nodes", "select_kill": "jobs+rlschert+nodes"},
-    "semantics": "event", "teacher": {"kill": "rlschert-rule", "select_kill": "rlschert-joint"},
-    "max_steps": 20_000, "kill_rate": 1e-3,
-    "config": {"net": "mlp", "hidden": [64, 64], "activation": "tanh", "lr": 1e-4, "gamma": 0.99,
-               "gae_lambda": 0.95, "clip": 0.2, "update_epochs": 5, "minibatch_size": 128, "target_kl": 0.01,
-               "vf_coef": 0.25, "ent_coef": 0.02, "imitation_coef": 0.5, "imitation_epochs": 20},
-}
+#: Its one semantics, `event`: hpcgym's event simulator with EASY
+#: reservations on the running predictor's predictions (the paper's own simulator, DeepRM's
+#: discrete-time one, is not built).
+#: Eq. (9): minus the sum over the jobs in the system of 1 / predicted length, per second.
+RECIPE = Recipe(
+    name="rlschert", summary="RLSchert (Wang et al.): a kill agent over running jobs with run-time predictions, "
+                             "imitating its rule-based kill at first (docs/rlschert.md)",
+    kind="kill", encoder="rlschert+nodes", policy="fcfs", jobs=200, trajectories=16, window=8, options={},
+    encoders={"select": "jobs+rlschert+nodes", "select_kill": "jobs+rlschert+nodes"},
+    teachers={"kill": "rlschert-rule", "select_kill": "rlschert-joint"}, max_steps=20_000, kill_rate=1e-3,
+    config={"net": "mlp", "hidden": [64, 64], "activation": "tanh", "lr": 1e-4, "gamma": 0.99, "gae_lambda": 0.95,
+            "clip": 0.2, "update_epochs": 5, "minibatch_size": 128, "target_kl": 0.01, "vf_coef": 0.25,
+            "ent_coef": 0.02, "imitation_coef": 0.5, "imitation_epochs": 20},
+    baselines=(BASE, TEACHER), variant="event",
+    variants={"event": {"options": {"backfill": "easy", "prediction": "running", "estimate": "predicted"},
+                        "reward": "system_slowdown_prediction", "first_jobs": None, "workload": {}}})

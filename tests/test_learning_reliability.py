@@ -26,7 +26,7 @@ from .accept_is_best import AcceptIsBest
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_schedinspector_ppo_does_not_learn_to_reject_when_accepting_is_best(seed, tmp_path):
-    settings = TrainSettings(algorithm="ppo", kind="inspect", config=dict(schedinspector.TRAINING_DEFAULTS["config"]),
+    settings = TrainSettings(algorithm="ppo", kind="inspect", config=dict(schedinspector.RECIPE.config),
                              epochs=5, trajectories=40, envs=4, seed=seed, eval_episodes=0)
     history = Trainer(settings, tmp_path, env_fn=lambda i: AcceptIsBest(), progress=False, log=lambda m: None).train()
     returns, lengths = [r["return"] for r in history], [r["length"] for r in history]

@@ -2,9 +2,9 @@
 point. The training settings a recipe gives must be the ones `hpcgym train` gave before recipes
 existed: tests/data/train_settings_before_recipes.json holds what the old command built (commit
 59ea029, captured without training), checked by hand against the papers' modules, e.g. rlbf:scw =
-agents/rlbf.py's TRAINING_DEFAULTS config (conv actor 32-16-8, MLP critic, lr 3e-4, vf_lr 1e-3,
+agents/rlbf.py's RECIPE config (conv actor 32-16-8, MLP critic, lr 3e-4, vf_lr 1e-3,
 80 + 80 iterations, target_kl 0.015), preset rlbf-scw, cleaning rlbf-scw and training windows from
-the first 10,000 jobs (its SEMANTICS tables), reward bsld; rlschert: Table 4's PPO (lr 1e-4, clip
+the first 10,000 jobs (its `scw` variant), reward bsld; rlschert: Table 4's PPO (lr 1e-4, clip
 0.2, vf_coef 0.25, ent_coef 0.02, imitation 0.5 over 20 epochs), window 8, 3,000 steps, teacher
 rlschert-rule, baselines fcfs and the teacher; irl-dqn: DQL, window 20, conv 32-16-8, gamma 0.99,
 eps_decay 0.995, train_freq 10, first_jobs 10,000. One deliberate change since: SchedInspector's

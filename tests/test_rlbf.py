@@ -54,9 +54,9 @@ def test_the_networks_have_the_codes_shapes():
     table, 768*32+32 + 528 + 136 + 9 = 25,281."""
     pytest.importorskip("torch")
     from hpcgym.agents.rl.algorithms import get_algorithm
-    from hpcgym.agents.rlbf import TRAINING_DEFAULTS
+    from hpcgym.agents.rlbf import RECIPE
 
-    algo = get_algorithm("ppo")((128, 6), 129, TRAINING_DEFAULTS["config"], seed=0)
+    algo = get_algorithm("ppo")((128, 6), 129, RECIPE.config, seed=0)
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     assert count(algo.model.actor) == 897 + 9 and count(algo.model.critic) == 25_281
     assert [g["lr"] for g in algo.optimizer.param_groups] == [3e-4, 1e-3]
@@ -65,13 +65,14 @@ def test_the_networks_have_the_codes_shapes():
 def textbook_settings(generate_jobs: int, **run):
     """RL backfilling's PPO with textbook EASY-safe candidates on a generated 64-processor workload
     (64-job episodes, window 32)."""
-    from hpcgym.agents.rlbf import SEMANTICS, SEMANTICS_REWARD, TRAINING_DEFAULTS as S
+    from hpcgym.agents.rlbf import RECIPE
     from hpcgym.gymbridge.training.trainer import TrainSettings
 
+    textbook = RECIPE.variants["textbook"]
     return TrainSettings(
-        algorithm="ppo", kind="backfill", encoder="rlbf", reward=SEMANTICS_REWARD["textbook"],
+        algorithm="ppo", kind="backfill", encoder="rlbf", reward=textbook["reward"],
         workload={"generate_jobs": generate_jobs, "procs": 64, "jobs": 64, "sample": True},
-        options={**SEMANTICS["textbook"], "policy": "fcfs", "window": 32}, config=S["config"], seed=0, **run)
+        options={**textbook["options"], "policy": "fcfs", "window": 32}, config=RECIPE.config, seed=0, **run)
 
 
 @pytest.mark.slow

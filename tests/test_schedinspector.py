@@ -62,9 +62,9 @@ def test_the_network_has_the_papers_parameter_counts_and_two_learning_rates():
     """Actor 7*32+32 + 32*16+16 + 16*8+8 + 8*2+2 = 938 (the paper's count); critic ends in 1: 929."""
     pytest.importorskip("torch")
     from hpcgym.agents.rl.algorithms import get_algorithm
-    from hpcgym.agents.schedinspector import TRAINING_DEFAULTS
+    from hpcgym.agents.schedinspector import RECIPE
 
-    algo = get_algorithm("ppo")((7,), 2, TRAINING_DEFAULTS["config"], seed=0)
+    algo = get_algorithm("ppo")((7,), 2, RECIPE.config, seed=0)
     count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
     assert count(algo.model.actor) == 938 and count(algo.model.critic) == 929
     assert [g["lr"] for g in algo.optimizer.param_groups] == [3e-4, 1e-3]
@@ -93,12 +93,13 @@ def test_value_passes_go_on_after_the_kl_stop():
 
 # ------------------------------------------------------------------------------------------ learning
 def _code_settings(**overrides):
-    from hpcgym.agents.schedinspector import SEMANTICS, TRAINING_DEFAULTS as S
+    from hpcgym.agents.schedinspector import RECIPE
     from hpcgym.gymbridge.training.trainer import TrainSettings
 
-    values = dict(algorithm="ppo", kind="inspect", encoder="schedinspector", reward=S["reward"],
+    code = RECIPE.variants["code"]
+    values = dict(algorithm="ppo", kind="inspect", encoder="schedinspector", reward=code["reward"],
                   workload={"generate_jobs": 3000, "procs": 64, "jobs": 64, "sample": True},
-                  options={**SEMANTICS["code"], "policy": "sjf"}, config=S["config"], epochs=6, trajectories=16,
+                  options={**code["options"], "policy": "sjf"}, config=RECIPE.config, epochs=6, trajectories=16,
                   envs=4, seed=0, eval_episodes=0)
     return TrainSettings(**{**values, **overrides})
 
