@@ -19,7 +19,7 @@ from .config import check_int
 from .errors import ConfigError, WorkloadError
 from .workload import COLUMNS, Workload
 
-__all__ = ["split", "window", "random_window", "sampled_jobset"]
+__all__ = ["random_window", "sampled_jobset", "split", "window"]
 
 
 
@@ -140,4 +140,4 @@ def sampled_jobset(workload: Workload, n_jobs: int, seed: int) -> Workload:
     cols["job_id"] = np.arange(1, n_jobs + 1, dtype=np.int64)
     return Workload(name=f"{workload.name}-sampled-n{n_jobs}-seed{seed}",
                     procs=workload.procs, dropped=dict(workload.dropped),
-                    header=dict(workload.header), source_max_run=workload.max_run, **cols)
+                    header=dict(workload.header), source_max_run=workload.max_run, machine=workload.machine, **cols)

@@ -1,6 +1,7 @@
 """The event-driven simulation: run until a decision, then apply it.
 
-The cluster is a count of processors. Events are job submits (read in order from the workload),
+The cluster is a count of processors or, when the workload carries a machine, nodes
+(environment/machine.py: the counter then counts free cores, and the nodes decide what fits). Events are job submits (read in order from the workload),
 job finishes (a heap), one optional wake-up (set when an inspector rejects a pick) and, with a
 running predictor, prediction revisions of running jobs (a heap). All events of one instant are
 applied first, finishes before submits before revisions; then one scheduling pass runs
@@ -31,6 +32,7 @@ from .conservative import ConservativePlan
 from .config import SimConfig
 from .decisions import BACKFILL, INSPECT, KILL, SELECT, SELECT_KILL, Action, Decision, check_kinds
 from .errors import ConfigError, InvalidAction
+from .machine import NodeState
 from .metrics import RunResult
 from .predictions import RunningModel, UserHistory, check_users, load_prerun_model, revised_jobs
 from .workload import Workload
@@ -81,6 +83,9 @@ class Simulation:
         if SELECT_KILL in self.external and config.commit_pick:
             raise ConfigError("select_kill asks at every pass, which commit_pick skips while its pick waits: "
                               "turn commit_pick off")
+        self._nodes = NodeState(workload) if workload.machine is not None else None
+        if self._nodes is not None:
+            self._check_machine_options()
         self.procs = workload.procs
         self._conservative = config.backfill == "conservative"
         self._release_by_start = config.release_order == "start"
@@ -97,6 +102,18 @@ class Simulation:
         self.done = False
 
     # ----------------------------------------------------------------- set-up
+    def _check_machine_options(self) -> None:
+        """Refuse what is not yet built on nodes, in one line (docs/semantics.md section 13)."""
+        cfg = self.config
+        variant = (cfg.backfill_order != "queue" or cfg.strict_shadow or not cfg.easy_extra
+                   or bool(cfg.backfill_relax) or cfg.backfill_skip_next or cfg.keep_shadow)
+        if cfg.backfill == "conservative" or variant or self._prefill is not None \
+                or self.external & {SELECT, BACKFILL, SELECT_KILL}:
+            raise ConfigError("on a machine of nodes (--machine) the built-in select with backfill easy (textbook "
+                              "rules) or none runs, with inspect and kill agents; conservative backfilling, the EASY "
+                              "variants, pre-filled clusters and select, backfill or select_kill agents are not built "
+                              "on nodes yet")
+
     def _prepare_jobs(self) -> None:
         w, cfg = self.workload, self.config
         run = w.run
@@ -191,6 +208,8 @@ class Simulation:
         self._queue_est = array("q")
         self._running: list[tuple[int, int]] = []   # (estimated end, index), sorted
         self._finishes: list[tuple[int, int]] = []  # heap of (end, index)
+        if self._nodes is not None:
+            self._nodes.reset()
         if self._conservative:
             self._plan = ConservativePlan(int(self.workload.submit[0]) if n else 0, self.procs, self._size, self._est)
         self.free = self.procs
@@ -286,6 +305,8 @@ class Simulation:
                 requested=self.workload.requested,
                 kills=self._kills[:n], rejections=self._rejections[:n], lost_work=self._lost[:n],
                 walltime_killed=self._walltime_killed, start_kind=self._start_kind[:n])
+            if self._nodes is not None:
+                self._result.summary.update(self._nodes.utilization(self._result.summary["makespan"]))
         return self._result
 
     # ----------------------------------------------------------------- the loop
@@ -392,18 +413,21 @@ class Simulation:
     def _schedule_builtin(self, now: int) -> None:
         """`_schedule` when every decision of the pass is built in (EASY or none, no committed
         pick): a plain call, not a generator, as most replays and baselines run."""
-        queue, size, held = self._queue, self._size, self._held
+        queue, size, held, nodes = self._queue, self._size, self._held, self._nodes
         if self.policy.dynamic and len(queue) > 1:
             self._resort(now)
         while queue:
             i = queue[0]
-            if size[i] <= self.free:
+            if size[i] <= self.free and (nodes is None or self._place(i)):
                 self._start_job(i, now, held[i], 0)
                 continue
             held[i] = RESERVED
             if self.free and self.config.backfill == "easy":
-                shadow, extra = self._shadow(i, now)
-                self._backfill_easy(i, now, shadow, extra)
+                if nodes is not None:
+                    self._backfill_nodes(i, now)
+                else:
+                    shadow, extra = self._shadow(i, now)
+                    self._backfill_easy(i, now, shadow, extra)
             return
 
     def _schedule(self, now: int):
@@ -458,7 +482,7 @@ class Simulation:
                         self._rejections[i] += 1
                     self._wakeup = now + self.config.max_interval
                     return
-            if len(picks) > 1 or size[picks[0]] <= self.free:
+            if len(picks) > 1 or size[picks[0]] <= self.free and (self._nodes is None or self._place(picks[0])):
                 held = self._held
                 for i in picks:
                     self._start_job(i, now, held[i])
@@ -471,6 +495,8 @@ class Simulation:
             if self.config.backfill == "easy":
                 if BACKFILL in self.external:
                     yield from self._backfill_by_agent(picks[0], now)
+                elif self._nodes is not None:
+                    self._backfill_nodes(picks[0], now)
                 else:
                     shadow, extra = self._shadow_for(picks[0], now)
                     extra = self._backfill_easy(picks[0], now, shadow, extra)
@@ -508,7 +534,7 @@ class Simulation:
         self._start[i] = now
         self._start_kind[i] = kind
         end = self._end[i] = now + self._run[i]
-        free = self.free = self.free - self._size[i]
+        free = self.free = self.free - (self._size[i] if self._nodes is None else self._nodes.cores_of(i))
         if self.policy.usage:
             self._charge(i, self._size[i], now)
         self._start_log += (i, now, self.procs - free)
@@ -545,7 +571,7 @@ class Simulation:
         running = self._running
         est_end = self._start[i] + self._est[i]
         del running[bisect_left(running, (est_end, i))]
-        self.free += self._size[i]
+        self.free += self._size[i] if self._nodes is None else self._nodes.give_back(i, self.now - self._start[i])
         if self.policy.usage and i < len(self._submit):  # a pre-filled job was never charged
             self._charge(i, -self._size[i], self.now)
         if self._conservative and est_end > self.now:  # ends before its estimate: the plan gets the processors back
@@ -723,6 +749,41 @@ class Simulation:
         for i in chosen:
             self._start_job(i, now, BACKFILLED)
         return extra
+
+    def _place(self, i: int) -> bool:
+        """On nodes: put job i where the placement rule finds room now, if it fits (it then starts)."""
+        allocation = self._nodes.find(i)
+        if allocation is None:
+            return False
+        self._nodes.take(i, allocation)
+        return True
+
+    def _backfill_nodes(self, head: int, now: int) -> None:
+        """EASY on nodes: start, in queue order, every job that fits now and ends by the shadow
+        time or, ending later, fits in what the head's reservation leaves over on each node of
+        its partition at the shadow time (`NodeState.reserve`), so no backfilled job delays the
+        reservation on any resource of any node."""
+        nodes, size, est, queue = self._nodes, self._size, self._est, self._queue
+        reservation = nodes.reserve(head, now, self._running)
+        shadow = reservation.shadow
+        # fitting the free cores is necessary (the view goes at once: starts resize the array)
+        positions = np.flatnonzero(np.frombuffer(self._queue_size, dtype=np.int64) <= self.free).tolist()
+        started = 0
+        for k in positions:
+            if self.free == 0:
+                break
+            i = queue[k - started]  # each start moves the later positions up by one
+            if i == head or size[i] > self.free:
+                continue
+            late = now + est[i] > shadow
+            allocation = nodes.find(i, reservation, late)
+            if allocation is None:
+                continue
+            if late and allocation.partition == reservation.partition:
+                reservation.extra[allocation.nodes] -= allocation.used
+            nodes.take(i, allocation)
+            self._start_job(i, now, BACKFILLED, k - started)
+            started += 1
 
     def _relaxed(self, head: int, shadow: int) -> float:
         """The latest end a backfilled job may have under `backfill_relax` R: the shadow time plus

@@ -39,9 +39,9 @@ SWF_FIELDS = (
 N_FIELDS = len(SWF_FIELDS)
 
 # Column indices of the fields a Workload keeps: job, submit, run, allocated and requested
-# processors, requested time, user, group, queue, executable, requested memory.
-_KEPT = (0, 1, 3, 4, 7, 8, 11, 12, 14, 13, 9)
-_JOB, _SUBMIT, _RUN, _ALLOC, _REQ_PROCS, _REQ_TIME, _USER, _GROUP, _QUEUE, _EXECUTABLE, _MEMORY = _KEPT
+# processors, requested time, user, group, queue, executable, requested memory, partition.
+_KEPT = (0, 1, 3, 4, 7, 8, 11, 12, 14, 13, 9, 15)
+_JOB, _SUBMIT, _RUN, _ALLOC, _REQ_PROCS, _REQ_TIME, _USER, _GROUP, _QUEUE, _EXECUTABLE, _MEMORY, _PARTITION = _KEPT
 
 #: Why a job line was left out, checked in this order (a job is counted under the first that
 #: applies, so the counts add up to the number of dropped lines).
@@ -338,7 +338,7 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
                                 "cluster size is unknown; give it (--procs N on the command line)")
     procs = int(procs)
 
-    job_id, submit, run, alloc, req_procs, req_time, user, group, queue, executable, memory = ints.T
+    job_id, submit, run, alloc, req_procs, req_time, user, group, queue, executable, memory, partition = ints.T
     size = np.where(alloc > 0, alloc, req_procs)
     requested = np.where(req_time > 0, req_time, run)
     if cleaning == "rlbf-scw":
@@ -374,7 +374,7 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
     return Workload(name=_workload_name(path), procs=procs, job_id=job_id[order],
                     submit=submit[order], run=run[order], size=size[order],
                     requested=requested[order], user=user[order], queue=queue[order], group=group[order],
-                    executable=executable[order], memory=memory[order],
+                    executable=executable[order], memory=memory[order], partition=partition[order],
                     dropped=dropped, header=header, source_max_run=_leading_int(header.get(SOURCE_MAX_RUN)))
 
 
@@ -412,6 +412,7 @@ def write_swf(path: str | os.PathLike[str], workload: Workload,
     table[:, _GROUP] = workload.group
     table[:, _EXECUTABLE] = workload.executable
     table[:, _MEMORY] = workload.memory
+    table[:, _PARTITION] = workload.partition
     fmt = " ".join(["%d"] * N_FIELDS)
     body = "\n".join(fmt % tuple(row) for row in table.tolist())
     text = "\n".join(head) + "\n" + (body + "\n" if n else "")

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 #: Bumped whenever what an entry holds changes, so old entries are never misread.
-FORMAT = 4
+FORMAT = 5
 
 
 def cache_dir() -> Path | None:

@@ -8,14 +8,17 @@ sample is cheap and the simulator never re-parses text.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 #: Columns every workload carries, all int64, all of the same length (`queue`, `group`,
-#: `executable`, `memory`: -1 where unknown).
-COLUMNS = ("job_id", "submit", "run", "size", "requested", "user", "queue", "group", "executable", "memory")
-#: The columns a workload may leave out (each then -1 for every job).
-OPTIONAL_COLUMNS = ("queue", "group", "executable", "memory")
+#: `executable`, `memory`, `partition`: -1 where unknown; `gpus`, `exclusive`: 0).
+COLUMNS = ("job_id", "submit", "run", "size", "requested", "user", "queue", "group", "executable", "memory",
+           "gpus", "exclusive", "partition")
+#: The columns a workload may leave out, and what each job then has.
+OPTIONAL_COLUMNS = {"queue": -1, "group": -1, "executable": -1, "memory": -1, "gpus": 0, "exclusive": 0,
+                    "partition": -1}
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,6 +44,9 @@ class Workload:
     group: np.ndarray | None = None   # SWF field 13, the user's group; None: -1 for every job
     executable: np.ndarray | None = None  # SWF field 14, the application number; None: -1
     memory: np.ndarray | None = None  # SWF field 10, requested memory (kB per processor); None: -1
+    gpus: np.ndarray | None = None    # GPUs requested in all (environment/machine.py); None: 0
+    exclusive: np.ndarray | None = None  # 1: the job gets whole nodes; None: 0 (shared nodes)
+    partition: np.ndarray | None = None  # SWF field 16, the partition the job ran in; None: -1
     dropped: dict[str, int] = field(default_factory=dict)
     header: dict[str, str] = field(default_factory=dict)
     source_max_run: int | None = None
@@ -48,12 +54,15 @@ class Workload:
     #: each: size, run time (its request: it ends by its estimate), seconds already run. They hold
     #: processors but are not the episode's jobs (no metrics); None or no rows: an empty cluster.
     prefill: np.ndarray | None = None
+    #: The nodes the jobs run on (an environment.machine.Machine, whose cores `procs` counts);
+    #: None: `procs` interchangeable processors, the papers' pool.
+    machine: Any = None
 
     def __post_init__(self) -> None:
         n = len(self.job_id)
-        for optional in OPTIONAL_COLUMNS:
+        for optional, missing in OPTIONAL_COLUMNS.items():
             if getattr(self, optional) is None:
-                object.__setattr__(self, optional, np.full(n, -1, dtype=np.int64))
+                object.__setattr__(self, optional, np.full(n, missing, dtype=np.int64))
         for col in COLUMNS:
             arr = np.ascontiguousarray(getattr(self, col), dtype=np.int64)
             if arr.shape != (n,):
@@ -85,7 +94,7 @@ class Workload:
         order = np.argsort(cols["submit"], kind="stable")
         cols = {col: arr[order] for col, arr in cols.items()}
         return Workload(name=name or self.name, procs=self.procs, dropped=dict(self.dropped),
-                        header=dict(self.header), source_max_run=self.max_run, **cols)
+                        header=dict(self.header), source_max_run=self.max_run, machine=self.machine, **cols)
 
     def with_columns(self, name: str | None = None, **columns: np.ndarray) -> Workload:
         """A copy with some columns replaced (e.g. re-drawn submit times)."""
@@ -93,7 +102,7 @@ class Workload:
         order = np.argsort(cols["submit"], kind="stable")
         cols = {col: np.asarray(arr)[order] for col, arr in cols.items()}
         return Workload(name=name or self.name, procs=self.procs, dropped=dict(self.dropped),
-                        header=dict(self.header), source_max_run=self.source_max_run, **cols)
+                        header=dict(self.header), source_max_run=self.source_max_run, machine=self.machine, **cols)
 
 
 def describe_dropped(dropped: dict[str, int]) -> str:
