@@ -20,6 +20,7 @@ from ..environment.priorities import POLICIES
 from ..environment.config import BACKFILL_MODES, OVERRUN_MODES, PRESETS, EstimateSpec, SimConfig
 from ..environment.errors import HpcgymError
 from ..environment.lublin import generate_lublin
+from ..environment.machine import RESOURCES, on_machine, parse_machine
 from ..environment.predictions import PredictionSpec
 from ..environment.simulator import simulate
 from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload,
@@ -133,6 +134,9 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
                    "running[:PRE,RUN,END[,PERIOD]][,share=S] (docs/semantics.md section 12).")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default="run", show_default=True,
               help="A job past its requested time: run to its recorded end, or kill it at its walltime.")
+@click.option("--machine", help="Run on nodes: `nodes` (the trace header's nodes, whole-node allocation), "
+                                "`nodes:shared`, or a machine spec file (.json/.toml: partitions of nodes with cores, "
+                                "memory, GPUs); `,best_fit` picks the placement (docs/semantics.md section 13).")
 @_rule_options
 @jobs_option("Simulate only this many jobs (a window).")
 @click.option("--start", type=click.IntRange(min=0), help="First job of the window (with --jobs).")
@@ -146,15 +150,21 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
 @seed_option("Seed of the generated workload, noisy estimates and the random policy.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--jobs-out", type=click.Path(path_type=Path, dir_okay=False), help="Write per-job records as CSV.")
+@click.option("--report", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write the schedule as an HTML page (Gantt chart, busy processors, queue, waits; opens "
+                   "offline; plotly: pip install -e '.[compare]').")
 @click.pass_context
-def run(ctx, trace, procs, strict, skip_malformed, cleaning, policy, backfill, estimate, prediction, overrun, exact_requests,
-        commit_pick, preset, n_jobs, start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out) -> None:
+def run(ctx, trace, procs, strict, skip_malformed, cleaning, policy, backfill, estimate, prediction, overrun, machine,
+        exact_requests, commit_pick, preset, n_jobs, start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out,
+        report) -> None:
     """Replay a trace (or the generated default workload) with a policy and print its metrics."""
     check_part(ctx, train_fraction)
     spec = _workload_spec(trace, procs, strict, skip_malformed)
     spec.update(cleaning=cleaning, jobs=n_jobs, start=start, sample=sample, sampled_jobset=sampled_jobset,
                 train_fraction=train_fraction, part=part)
     workload = load_workload(spec, seed)
+    if machine is not None:
+        workload = on_machine(workload, parse_machine(machine, workload.header))
     config = SimConfig(seed=seed, prediction=prediction,
                        **_rules(ctx, backfill=backfill, estimate=estimate, overrun=overrun,
                                 exact_requests=exact_requests, commit_pick=commit_pick, preset=preset))
@@ -162,18 +172,39 @@ def run(ctx, trace, procs, strict, skip_malformed, cleaning, policy, backfill, e
     result = _simulate_with_progress(workload, config, policy)
     if jobs_out is not None:
         result.write_jobs_csv(jobs_out)
+    if report is not None:
+        _write_report(report, workload, result, f"{policy.upper()} + {backfill} backfill")
     summary = dict(result.summary)
     if as_json:
         summary.update(workload=workload.name, procs=workload.procs, policy=policy, **config.to_options(),
                        dropped=dict(workload.dropped))
         click.echo(json.dumps(summary))
         return
-    click.echo(f"{workload.name}: {len(workload)} jobs on {workload.procs} processors, "
+    where = f"{workload.procs} processors" if workload.machine is None else workload.machine.describe()
+    click.echo(f"{workload.name}: {len(workload)} jobs on {where}, "
                f"{policy.upper()} + {backfill} backfill ({estimate} estimates)")
     if any(workload.dropped.values()):
-        click.echo(f"  left out when read: {describe_dropped(workload.dropped)}; docs/semantics.md section 1")
+        click.echo(f"  left out when read: {describe_dropped(workload.dropped)}; docs/semantics.md sections 1, 13")
     for key, label, fmt in SUMMARY_LABELS:
         click.echo(f"  {label:<24}{fmt.format(summary[key])}")
+    for resource in RESOURCES:
+        if f"utilization_{resource}" in summary:
+            click.echo(f"  {'utilization, ' + resource + ' held':<24}{summary[f'utilization_{resource}']:.3f}")
+
+
+def _write_report(path: Path, workload: Workload, result: Any, policy: str) -> None:
+    from .compare.schedule_report import Schedule, write_report
+
+    window = f"{workload.name}: {len(workload)} jobs on {workload.procs} processors"
+    try:
+        write_report(path, [Schedule(policy, window, result.jobs, result.procs)], f"hpcgym run: {window}")
+    except ModuleNotFoundError as exc:
+        if exc.name != "plotly":
+            raise
+        raise HpcgymError("--report draws with plotly, which is not installed: pip install -e '.[compare]' "
+                          "(in the clone)") from None
+    except OSError as exc:
+        raise HpcgymError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _simulate_with_progress(workload: Workload, config: SimConfig, policy: str):
@@ -237,6 +268,9 @@ def generate(out, n_jobs, procs, seed, model) -> None:
                                   "$HPCGYM_TRACES); no other file is opened.")
 @click.option("--max-trace-bytes", type=click.IntRange(min=1), default=1 << 30, show_default=True,
               help="Largest trace file a reset may name, on disk and unpacked.")
+@click.option("--max-trace-jobs", type=click.IntRange(min=1), default=2_000_000, show_default=True,
+              help="Most job lines in a trace a reset may name, counted while it is parsed (the largest archive "
+                   "traces hold about 500,000; a small .gz of short lines can hold tens of millions).")
 @click.option("--prediction", help="Default run-time predictor of episodes (none, user_history, learned:MODEL.json, "
                                    "running[:PRE,RUN,END[,PERIOD]][,share=S]; docs/semantics.md section 12).")
 @click.option("--model-dir", "model_dirs", type=click.Path(path_type=Path, file_okay=False, exists=True),
@@ -272,7 +306,8 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="Public key file, or folder of them, of agents allowed to connect.")
 @click.pass_context
 def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, recipe, reward,
-                decision_timeout, on_agent_lost, trace_dirs, max_trace_bytes, prediction, model_dirs, max_jobs,
+                decision_timeout, on_agent_lost, trace_dirs, max_trace_bytes, max_trace_jobs, prediction, model_dirs,
+                max_jobs,
                 idle_timeout, max_sessions, max_agents, max_connections, workers, redirect, open_sessions, allow_remote,
                 insecure, curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md and docs/server.md)."""
@@ -302,7 +337,8 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
         options["prediction"] = prediction
     folders = [*([Path(workload["trace"]).parent] if trace else []), *trace_dirs,
                *(Path(f) for f in os.environ.get(TRACES_ENV, "").split(os.pathsep) if f)]
-    limits = Limits(trace_dirs=tuple(folders), max_trace_bytes=max_trace_bytes, max_jobs=max_jobs,
+    limits = Limits(trace_dirs=tuple(folders), max_trace_bytes=max_trace_bytes, max_trace_jobs=max_trace_jobs,
+                    max_jobs=max_jobs,
                     idle_timeout=idle_timeout, model_dirs=tuple(models), max_sessions=max_sessions,
                     max_agents=max_agents)
     settings = {"defaults": {"workload": workload, "options": options, "policy": policy, "reward": reward},

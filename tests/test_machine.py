@@ -4,6 +4,7 @@ schedules exactly as the pool."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 import numpy as np
@@ -167,3 +168,25 @@ def test_machines_from_header_and_spec():
         Simulation(on_machine(_jobs([(0, 1, 1, 0, 0)]), thunder), SimConfig(backfill="conservative"))
     with pytest.raises(ConfigError, match="multiple of its GPUs"):
         on_machine(_jobs([(0, 1, 3, 0, 2)]), spec)
+
+
+def test_run_command_on_nodes(traces_dir, tmp_path):
+    """`hpcgym run --machine` replays on the header's whole nodes or a spec file's partitions and
+    prints the utilization of each resource held."""
+    from click.testing import CliRunner
+    from hpcgym.gymbridge.cli import main
+
+    trace = str(traces_dir / "LLNL-Thunder-2007-1.1-cln.swf.gz")
+    out = CliRunner().invoke(main, ["run", "--trace", trace, "--jobs", "2000", "--machine", "nodes"])
+    assert out.exit_code == 0, out.output
+    assert "1,002 nodes x 4 cores, whole nodes, first_fit" in out.output
+    assert "utilization, cores held" in out.output
+    spec = tmp_path / "hpc2n.toml"
+    spec.write_text('placement = "best_fit"\n[[partitions]]\nname = "tight"\nnodes = 120\ncores = 2\n'
+                    'memory_gb = 0.75\n')
+    hpc2n = str(traces_dir / "HPC2N-2002-2.2-cln.swf.gz")
+    out = CliRunner().invoke(main, ["run", "--trace", hpc2n, "--jobs", "1000", "--start", "54000", "--machine", str(spec),
+                                    "--json"])
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.output)
+    assert 0 < summary["utilization_memory"] < 1 and summary["utilization_cores"] >= summary["utilization"]
