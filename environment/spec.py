@@ -216,10 +216,11 @@ def check_workload_spec(spec: dict[str, Any]) -> None:
                               "(not a sampled jobset or a synthetic workload)")
 
 
-def load_source(spec: dict[str, Any], seed: int = 0, max_bytes: int | None = None) -> Workload:
+def load_source(spec: dict[str, Any], seed: int = 0, max_bytes: int | None = None,
+                max_jobs: int | None = None) -> Workload:
     """The whole (split) workload a checked spec draws its sequences from: the trace (refused if
-    it unpacks to more than `max_bytes`), or the generated workload for `seed`. Window keys are
-    ignored here (see `cut_sequence`)."""
+    it unpacks to more than `max_bytes` or holds more than `max_jobs` jobs), or the generated
+    workload for `seed`. Window keys are ignored here (see `cut_sequence`)."""
     if spec.get("trace") is None:
         model = spec.get("model", DEFAULT_MODEL)
         if model not in LUBLIN_MODELS:
@@ -230,7 +231,7 @@ def load_source(spec: dict[str, Any], seed: int = 0, max_bytes: int | None = Non
     else:
         workload = read_swf(resolve_trace(spec["trace"]), spec.get("procs"), strict=bool(spec.get("strict")),
                             on_malformed="skip" if spec.get("skip_malformed") else "error",
-                            cleaning=spec.get("cleaning") or "hpcgym", max_bytes=max_bytes)
+                            cleaning=spec.get("cleaning") or "hpcgym", max_bytes=max_bytes, max_jobs=max_jobs)
     if spec.get("train_fraction") is not None:
         part = spec.get("part", "test")
         if part not in ("train", "test"):
@@ -303,7 +304,8 @@ class WorkloadCache:
         self._sources: OrderedDict[Any, Workload] = OrderedDict()
         self._lock = threading.Lock()  # sessions load on threads of their own
 
-    def load(self, spec: dict[str, Any], seed: int = 0, max_bytes: int | None = None) -> Workload:
+    def load(self, spec: dict[str, Any], seed: int = 0, max_bytes: int | None = None,
+             max_jobs: int | None = None) -> Workload:
         check_workload_spec(spec)
         trace = spec.get("trace")
         if trace is not None:  # a bare name is keyed (and its stamp taken) by the file it resolves to
@@ -315,7 +317,7 @@ class WorkloadCache:
         with self._lock:
             source = self._sources.get(key)
         if source is None:
-            source = load_source(spec, seed, max_bytes)
+            source = load_source(spec, seed, max_bytes, max_jobs)
             with self._lock:
                 self._sources[key] = source
                 while len(self._sources) > self.size:

@@ -28,7 +28,7 @@ from hpcgym.environment.errors import WorkloadError
 from hpcgym.environment.swf_fast import parse_plain
 from hpcgym.environment.workload import Workload
 
-__all__ = ["SWF_FIELDS", "DROP_REASONS", "CLEANINGS", "read_swf", "write_swf", "trace_stats"]
+__all__ = ["SWF_FIELDS", "DROP_REASONS", "CLEANINGS", "TooManyJobs", "read_swf", "write_swf", "trace_stats"]
 
 #: The 18 SWF fields, in file order (1-based in the SWF definition, 0-based here).
 SWF_FIELDS = (
@@ -225,20 +225,24 @@ def _parse_rows(lines: list[str], numbers: list[int], path: Path, on_malformed: 
     return rows, line_no[keep], len(lines) - len(keep)
 
 
-def _parse(path: Path, on_malformed: str,
-           max_bytes: int | None) -> tuple[dict[str, str], np.ndarray, np.ndarray, int, bool]:
+def _parse(path: Path, on_malformed: str, max_bytes: int | None,
+           max_jobs: int | None = None) -> tuple[dict[str, str], np.ndarray, np.ndarray, int, bool]:
     """(header, kept columns, job line numbers, lines skipped as malformed, whether every piece
     was plain), piece by piece: at numpy speed where a piece is plain (swf_fast.py), else line by
-    line, so that an error names the exact line."""
+    line, so that an error names the exact line. Refused as soon as the job lines so far pass
+    `max_jobs` (a small file of short lines must not fill memory before its bytes are counted)."""
     comments: list[bytes] = []
     columns, numbers = [], []
-    n_malformed, lines, plain, sniffed = 0, 0, True, False
+    n_malformed, lines, plain, sniffed, jobs = 0, 0, True, False, 0
     for piece in _pieces(path, max_bytes):
         parsed = parse_plain(piece, _KEPT)
         if parsed is None:
             plain = False
             parsed = _parse_exact(piece, path, on_malformed, lines, sniff=not sniffed)
             n_malformed += parsed[3]
+        jobs += len(parsed[1])
+        if max_jobs is not None and jobs > max_jobs:
+            raise TooManyJobs(path, max_jobs)
         comments += parsed[0]
         columns.append(parsed[1])
         numbers.append(parsed[2] + lines)
@@ -249,6 +253,16 @@ def _parse(path: Path, on_malformed: str,
                             "SWF trace?")
     header = _header(_decode(b"\n".join(comments)).split("\n"))
     return header, np.concatenate(columns), np.concatenate(numbers), n_malformed, plain
+
+
+class TooManyJobs(WorkloadError):
+    """A trace with more job lines than its reader allows (`read_swf`'s `max_jobs`)."""
+
+    def __init__(self, path: Path, limit: int, setting: str = "") -> None:
+        self.path, self.limit = path, limit
+        super().__init__(f"{path}: holds more than {limit:,} jobs, over the limit of jobs per trace"
+                         + (f" ({setting})" if setting else "") + "; give a shorter trace (or one cut to the jobs "
+                         "you need)")
 
 
 def _parse_exact(piece: bytes, path: Path, on_malformed: str, before: int,
@@ -291,7 +305,8 @@ CLEANINGS = ("hpcgym", "rlbf-scw")
 
 
 def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: bool = False,
-             on_malformed: str = "error", cleaning: str = "hpcgym", max_bytes: int | None = None) -> Workload:
+             on_malformed: str = "error", cleaning: str = "hpcgym", max_bytes: int | None = None,
+             max_jobs: int | None = None) -> Workload:
     """Load and clean an SWF trace (plain or gzip) into a `Workload` sorted by submit time.
 
     Cleaning: size = allocated procs (field 5), else requested procs (field 8) when field 5 is
@@ -308,7 +323,8 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
     10 s (only run time 0 is dropped), size = max(allocated, requested procs), a missing request
     takes the recorded run time (then the run time), and jobs stay in job-id order.
 
-    `max_bytes` refuses a gzip trace that unpacks to more (an env serving others sets it).
+    `max_bytes` refuses a gzip trace that unpacks to more, and `max_jobs` one of more job lines
+    (`TooManyJobs`), both as soon as parsing passes them (an env serving others sets them).
     """
     if cleaning not in CLEANINGS:
         raise WorkloadError(f"unknown cleaning {cleaning!r}; use one of {', '.join(CLEANINGS)}")
@@ -321,13 +337,16 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
         raise WorkloadError(f"{path}: cluster size (--procs) must be a positive integer, got "
                             f"{procs!r}")
     key = _stored_key(path)
+    stored_jobs = trace_cache.jobs(key) if max_jobs is not None else None
+    if stored_jobs is not None and stored_jobs > max_jobs:
+        raise TooManyJobs(path, max_jobs)
     cached = trace_cache.load(key)
     if cached is not None:
         if max_bytes is not None:
             _check_unpacked_size(path, max_bytes)
         (header, ints, line_no), n_malformed = cached, 0
     else:
-        header, ints, line_no, n_malformed, plain = _parse(path, on_malformed, max_bytes)
+        header, ints, line_no, n_malformed, plain = _parse(path, on_malformed, max_bytes, max_jobs)
         if plain:
             trace_cache.store(key, header, ints, line_no)
 
