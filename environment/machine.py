@@ -210,11 +210,12 @@ def _units_per_node(free: np.ndarray, cores: int, memory: int, gpus: int) -> np.
 
 @dataclass(frozen=True)
 class Allocation:
-    """Where a job runs: its partition, nodes, and the resources it holds on each (k, 3)."""
+    """Where a job runs: its partition, nodes, the resources it holds on each (k, 3) and in all."""
 
     partition: int
     nodes: np.ndarray
     used: np.ndarray
+    total: tuple[int, int, int]
 
 
 @dataclass
@@ -245,11 +246,11 @@ class NodeState:
         self.totals = [(cap * p.nodes).tolist() for cap, p in zip(self.capacity, self.machine.partitions)]
         self.running: dict[int, Allocation] = {}
         self.placed: dict[int, Allocation] = {}  # every started job's latest place: the Gantt chart
-        self.busy = np.zeros(3, dtype=np.int64)  # resource-seconds held by runs that ended
+        self.busy = [0, 0, 0]  # resource-seconds held by runs that ended
 
     def cores_of(self, i: int) -> int:
         """The cores running job i holds (a whole node's, for a whole-node job)."""
-        return int(self.running[i].used[:, 0].sum())
+        return self.running[i].total[0]
 
     def find(self, i: int, reservation: Reservation | None = None, late: bool = False) -> Allocation | None:
         """Where job i fits now under the placement rule, or None. Beside a `reservation`, a job
@@ -299,15 +300,16 @@ class NodeState:
         nodes = order[:k + 1]
         taken = caps[nodes].copy()
         taken[-1] -= int(cum[k]) - units
-        return Allocation(p, nodes, taken[:, None] * np.array(shape, dtype=np.int64))
+        return Allocation(p, nodes, taken[:, None] * np.array(shape, dtype=np.int64),
+                          (units * shape[0], units * shape[1], units * shape[2]))
 
     def take(self, i: int, a: Allocation) -> int:
         """Job i starts on `a`; returns the cores it holds."""
         self.free[a.partition][a.nodes] -= a.used
-        total = a.used.sum(axis=0).tolist()
-        t = self.totals[a.partition]
-        for r in range(3):
-            t[r] -= total[r]
+        t, total = self.totals[a.partition], a.total
+        t[0] -= total[0]
+        t[1] -= total[1]
+        t[2] -= total[2]
         self.running[i] = self.placed[i] = a
         return total[0]
 
@@ -315,12 +317,11 @@ class NodeState:
         """Job i ends after running `seconds`; returns the cores it held."""
         a = self.running.pop(i)
         self.free[a.partition][a.nodes] += a.used
-        total = a.used.sum(axis=0)
-        self.busy += total * seconds
-        t = self.totals[a.partition]
-        for r, v in enumerate(total.tolist()):
-            t[r] += v
-        return int(total[0])
+        t, total, busy = self.totals[a.partition], a.total, self.busy
+        for r in range(3):
+            t[r] += total[r]
+            busy[r] += total[r] * seconds
+        return total[0]
 
     def reserve(self, head: int, now: int, running: list[tuple[int, int]]) -> Reservation:
         """EASY's reservation on nodes: the shadow time is when the head fits, releasing the
@@ -352,7 +353,8 @@ class NodeState:
             k += 1
         at_shadow = [future.get(p, f) for p, f in enumerate(self.free)]
         now_room = {p: _units_per_node(self.free[p], *options[p][1:]) for p in options}
-        placed = self._find(head, at_shadow, [f.sum(axis=0).tolist() for f in at_shadow], rank=now_room)
+        totals = [self.totals[p] if p not in future else future[p].sum(axis=0).tolist() for p in range(len(self.free))]
+        placed = self._find(head, at_shadow, totals, rank=now_room)
         extra = future[placed.partition]
         extra[placed.nodes] -= placed.used
         held = np.zeros(len(extra), dtype=bool)
