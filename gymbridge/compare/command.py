@@ -85,7 +85,7 @@ C_AGENT = "examples/c-sjf"
 @click.option("--start-timeout", type=click.FloatRange(min=0.1), default=DEFAULT_START_TIMEOUT, show_default=True,
               help="Seconds the agent processes of a unit may take to start and say hello (importing PyTorch on "
                    "a loaded machine can take a minute), apart from --decision-timeout.")
-@click.option("--no-plots", is_flag=True, help="Skip the plots.")
+@click.option("--no-plots", is_flag=True, help="Skip the plots and report.html (the first windows' schedules).")
 @click.option("--record", metavar="KIND[:ENCODER]",
               help="Write each unit's decisions of KIND (features by ENCODER, default the kind's usual one; mask; "
                    "action) to units/POLICY/seq-NNN.records.npz (agents/records.py; local executor).")
@@ -166,7 +166,8 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
     click.echo(outcome.latency)
     if outcome.reused:
         click.echo(f"resumed: {len(outcome.reused)} unit(s) were already done, {len(outcome.ran)} run now", err=True)
-    plots = " plots/," if comparison.plots and (out / "plots").is_dir() else ""
+    plots = "".join(f" {name}," for name in ("plots/", "report.html")
+                    if comparison.plots and (out / name.rstrip("/")).exists())
     click.echo(f"results in {out}/ (summary.md, summary.csv, latency.csv, jobs/,{plots} run.json)", err=True)
     if outcome.failed:
         sys.exit(1)

@@ -11,6 +11,7 @@ Output folder:
     summary.md, summary.csv      the table
     latency.md, latency.csv      decision latency per agent
     plots/bsld.png, plots/wait.png, plots/radar.png
+    report.html                  the first windows' schedules, policies side by side (plotly, offline)
 
 A unit's files are written atomically (a temporary file, then a rename) as soon as it finishes,
 its JSON last, so an interrupted comparison resumes from exactly the units that finished.
@@ -232,14 +233,16 @@ def _record_task(c: Comparison, out: Path, uid: str) -> dict[str, Any] | None:
 
 def write_outputs(c: Comparison, out: Path, sequences: list[dict[str, Any]], baseline: str) -> Outcome:
     """Read every unit's result back from the folder and write the tables and plots."""
-    rows, values, latency = [], {}, []
+    rows, values, latency, drawn = [], {}, [], {}
     for p in c.policies:
-        results, errors = [], []
+        results, errors, files = [], [], drawn.setdefault(p.name, [])
         for s in sequences:
             uid = unit_id(p, s["index"])
             done = out / "units" / f"{uid}.json"
+            files.append(None)
             if done.is_file():
                 results.append(json.loads(done.read_text()))
+                files[-1] = results[-1]["jobs_csv"]
             else:
                 err = out / "units" / f"{uid}.error.json"
                 errors.append(json.loads(err.read_text())["error"] if err.is_file() else "not run")
@@ -264,8 +267,28 @@ def write_outputs(c: Comparison, out: Path, sequences: list[dict[str, Any]], bas
         try:
             report.write_plots(out / "plots", [p.name for p in c.policies], values, c.metric)
         except ImportError:
-            print("warning: matplotlib is not installed, no plots (pip install 'hpcgym[compare]')", file=sys.stderr)
+            print("warning: matplotlib is not installed, no plots (pip install -e '.[compare]')", file=sys.stderr)
+        _write_schedule_report(out, title, drawn, sequences)
     return Outcome(out, table, latency_md, [r["name"] for r in rows if r["status"] != "ok"], [], [])
+
+
+def _write_schedule_report(out: Path, title: str, drawn: dict[str, list[str | None]],
+                           sequences: list[dict[str, Any]]) -> None:
+    """report.html: the first windows' schedules of every policy side by side (schedule_report)."""
+    from .schedule_report import COMPARE_WINDOWS, compare_schedules, report_html
+
+    notes = [f"The first {min(COMPARE_WINDOWS, len(sequences))} of {len(sequences)} sequences; every policy's "
+             "per-job records are in jobs/. Hover a job for its id, wait and kind of start; drag to zoom, "
+             "double-click to zoom out."]
+    schedules = compare_schedules(out, drawn, sequences)
+    if not schedules:
+        return
+    try:
+        _write_text(out / "report.html", report_html(schedules, title, notes))
+    except ModuleNotFoundError as exc:
+        if exc.name != "plotly":
+            raise
+        print("warning: plotly is not installed, no report.html (pip install -e '.[compare]')", file=sys.stderr)
 
 
 def _latency_rows(p: PolicySpec, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -357,7 +380,7 @@ def _clear(out: Path) -> None:
 
     for name in ("units", "jobs", "sequences", "plots"):
         shutil.rmtree(out / name, ignore_errors=True)
-    for name in ("run.json", "summary.md", "summary.csv", "latency.md", "latency.csv"):
+    for name in ("run.json", "summary.md", "summary.csv", "latency.md", "latency.csv", "report.html"):
         (out / name).unlink(missing_ok=True)
 
 
