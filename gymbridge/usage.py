@@ -55,9 +55,10 @@ def check_part(ctx: click.Context, train_fraction: float | None) -> None:
 
 def recipe_option(f):
     """`--recipe NAME[:VARIANT]`: a paper's episode (agents/recipes.py) as the command's defaults."""
-    return click.option("--recipe", metavar="NAME[:VARIANT]",
+    return click.option("--recipe", metavar="NAME[:VARIANT]|FILE",
                         help="A paper's episode (`hpcgym recipes`), e.g. rlbf:scw: its simulation rules, window, "
-                             "priority policy, reward and workload keys; the flags given here win.")(f)
+                             "priority policy, reward and workload keys; or those of the run a checkpoint (.pt) or "
+                             "eval.json records; the flags given here win.")(f)
 
 
 def given(ctx: click.Context, **values):

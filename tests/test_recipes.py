@@ -226,3 +226,40 @@ def test_make_takes_a_recipe():
     assert env.kind == "backfill" and obs.shape == (768,)
     assert gb.make(recipe="dras").kind == ("select", "backfill")
     assert gb.make("select", recipe="rlbf", encoder="jobs").kind == "select"
+
+
+E120 = Path(__file__).resolve().parents[1] / "docs" / "results" / "rlbf" / "scw-unguarded-relative" / "e120" / "s0"
+
+
+def test_a_recorded_run_is_a_recipe_of_its_own_rules():
+    """The e120 agents were trained with `--semantics scw --option backfill_candidates=unguarded
+    --reward 'relative:bsld:pct:fcfs+delay_penalty:1e-4'` (their folder's README): their checkpoint
+    as --recipe gives those rules, that reward and scw's cleaning, not a window or a trace."""
+    pytest.importorskip("torch")
+    from hpcgym.agents.recipes import recipe_episode
+
+    scw = get_recipe("rlbf:scw").episode()
+    episode = recipe_episode(str(E120 / "model.pt"))
+    assert episode["reward"] == "relative:bsld:pct:fcfs+delay_penalty:1e-4" and episode["kind"] == "backfill"
+    assert episode["options"]["backfill_candidates"] == "unguarded"
+    assert episode["options"]["preset"] == "rlbf-scw" and episode["workload"] == scw["workload"] == {"cleaning": "rlbf-scw"}
+    assert recipe_episode(str(E120 / "model.pt"), reward="bsld")["reward"] == "bsld"  # a flag given still wins
+
+
+def test_train_remakes_a_recorded_run_on_another_seed(settings_of):
+    pytest.importorskip("torch")
+    from hpcgym.agents.rl.checkpoint import load_checkpoint
+
+    recorded = load_checkpoint(E120 / "model.pt").trainer["settings"]
+    remade = settings_of(["--recipe", str(E120 / "model.pt"), "--seed", "3"], with_trace=False)
+    assert remade == {**recorded, "seed": 3, "epochs": 4, "eval_episodes": 10}
+
+
+@pytest.mark.parametrize("content, words", [(None, "no such file"), ("[1, 2]", "records no training run"),
+                                            ("{not json", "not a JSON results file")])
+def test_a_recipe_file_that_records_no_run_is_one_line(tmp_path, content, words):
+    path = tmp_path / "r.json"
+    if content is not None:
+        path.write_text(content)
+    result = CliRunner().invoke(main, ["compare", "--recipe", str(path), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and words in result.output, result.output

@@ -40,12 +40,15 @@ KIND_CHOICES = (*KINDS, "select+backfill")
 #: What a resumed run may change: how long, how often it writes, how it is evaluated and on what it runs.
 RESUME_MAY_CHANGE = {"out", "resume", "epochs", "checkpoint_every", "eval_episodes", "workers", "executor", "address",
                      "worker_timeout", "device", "threads", "progress"}
+#: What may change when `--recipe FILE` remakes a recorded run (the seed: the same run on another seed).
+REMAKE_MAY_CHANGE = RESUME_MAY_CHANGE - {"resume"} | {"seed"}
 
 
 @click.command("train")
 @click.argument("algorithm", required=False, type=click.Choice(ALGORITHMS, case_sensitive=False))
-@click.option("--recipe", metavar="NAME[:VARIANT]",
-              help="A paper's run (`hpcgym recipes` lists them), e.g. rlbf:scw; the flags given here win over it.")
+@click.option("--recipe", metavar="NAME[:VARIANT]|FILE",
+              help="A paper's run (`hpcgym recipes` lists them), e.g. rlbf:scw; the flags given here win over it. "
+                   "Or a checkpoint (.pt) or eval.json of a run: that run remade (--seed and --epochs may change).")
 @click.option("--kind", type=click.Choice(KIND_CHOICES), default="select", show_default=True,
               help="The decision kind the agent takes (the others use the built-in defaults); "
                    "select+backfill: both, as DRAS's two levels (the default of dras-ALGO).")
@@ -158,8 +161,9 @@ def train(ctx, algorithm, recipe, **flags) -> None:
         raise HpcgymError(f"training needs the rl extra (torch, gymnasium): {exc}") from None
     from ...agents.rl.algorithm import resolve_device
     from ...agents.rl.checkpoint import latest_checkpoint
+    from ...agents.recipes import is_record, recorded_settings
     from .settings import resumed_settings, train_recipe, train_settings
-    from .trainer import Trainer
+    from .trainer import Trainer, TrainSettings
     from .workers import WorkerError
 
     workers, executor, address = flags["workers"], flags["executor"], flags["address"]
@@ -170,8 +174,10 @@ def train(ctx, algorithm, recipe, **flags) -> None:
     if executor == "ray" and importlib.util.find_spec("ray") is None:
         raise ConfigError("--executor ray needs Ray: pip install 'hpcgym[ray]' (or pip install ray)")
     given = {name for name in flags if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT}
-    chosen = train_recipe(algorithm, recipe, flags["semantics"], flags["base"])
-    label = (algorithm or chosen.name).lower()
+    record = recorded_settings(recipe) if recipe is not None and is_record(recipe) else None
+    chosen = train_recipe(algorithm or record["algorithm"], None, None, None) if record else \
+        train_recipe(algorithm, recipe, flags["semantics"], flags["base"])
+    label = (algorithm or (record or {}).get("name") or chosen.name).lower()
     out, epochs, eval_episodes = flags["out"], flags["epochs"], flags["eval_episodes"]
     torch.set_num_threads(flags["threads"])
     try:
@@ -179,15 +185,24 @@ def train(ctx, algorithm, recipe, **flags) -> None:
         torch.empty(0, device=dev)
     except (RuntimeError, AssertionError) as exc:
         raise ConfigError(f"device {flags['device']!r} is not usable here: {exc}") from None
+    spelled = {param.name: param.opts[0] for param in ctx.command.params}
     if flags["resume"]:
         settings = resumed_settings(out, chosen.algorithm, epochs)
         if "checkpoint_every" in given:  # when to write, not what is learnt
             settings.checkpoint_every = flags["checkpoint_every"]
-        spelled = {param.name: param.opts[0] for param in ctx.command.params}
         kept = sorted(spelled[name] for name in given - RESUME_MAY_CHANGE)
         if kept:
             click.echo(f"note: --resume goes on with the settings saved in {out}, not with {', '.join(kept)} "
                        "given here (train into a new --out to change them)", err=True)
+    elif record is not None:  # a run remade from its own record: another seed, more or fewer epochs
+        settings = TrainSettings.from_json(record, **{k: flags[k] for k in REMAKE_MAY_CHANGE & given & {
+            "epochs", "seed", "checkpoint_every"}})
+        kept = sorted(spelled[name] for name in given - REMAKE_MAY_CHANGE)
+        if kept:
+            click.echo(f"note: --recipe {recipe} remakes the run it records, not with {', '.join(kept)} given here "
+                       "(only --seed, --epochs and how it runs may change)", err=True)
+        if latest_checkpoint(out) is not None:
+            raise HpcgymError(f"{out} already holds checkpoints: use --resume to go on, or another --out")
     else:
         settings = train_settings(chosen, flags, given, label)  # checks every option before anything is written
         if latest_checkpoint(out) is not None:
