@@ -281,7 +281,7 @@ def fit_tree(samples: Samples, depth: int, mode: str, critical: int | None, seed
     try:
         from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
     except ImportError as exc:
-        raise HpcgymError(f"fitting trees needs scikit-learn (pip install 'hpcgym[distill]'): {exc}") from None
+        raise HpcgymError(f"fitting trees needs scikit-learn (in the clone: pip install -e '.[distill]'): {exc}") from None
     x, y = samples.arrays(critical)
     if not len(y):
         where = f" with a queue longer than {critical} jobs" if critical is not None else ""

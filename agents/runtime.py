@@ -365,7 +365,7 @@ def load_model(path: str | os.PathLike, online: bool = False, **kwargs: Any) -> 
         from .rl.online import OnlineRLAgent
         from .rl.serve import RLAgent
     except ImportError as exc:
-        raise HpcgymError(f"serving the model {path} needs the rl extra (pip install 'hpcgym[rl]'): {exc}") from None
+        raise HpcgymError(f"serving the model {path} needs the rl extra (in the clone: pip install -e '.[rl]'): {exc}") from None
     return OnlineRLAgent(path, **kwargs) if online else RLAgent(path, **kwargs)
 
 

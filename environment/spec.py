@@ -151,7 +151,7 @@ def resolve_trace(path: str | os.PathLike[str]) -> Path:
     bare = len(given.parts) == 1 and not given.is_absolute()
     if bare:
         for folder in folders:
-            if (folder / given).is_file():
+            if (folder / given).exists():  # a folder too: reading it then says it is one, not "not found"
                 return folder / given
     if not bare:
         raise TraceNotFound(f"{given}: trace file not found; check the path")

@@ -55,11 +55,14 @@ def batsim() -> None:
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds the scheduler may take to answer one message (its start-up included).")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as one JSON object.")
-@click.option("--jobs-out", type=click.Path(path_type=Path, dir_okay=False), default=Path("batsim-jobs.csv"),
-              show_default=True, help="Per-job records (CSV; rejected jobs have none).")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("batsim-out"),
+              show_default=True, help="Output folder: the per-job records, and what the scheduler writes in its "
+                                      "working folder (it runs there; pybatsim's out_events.csv).")
+@click.option("--jobs-out", type=click.Path(path_type=Path, dir_okay=False),
+              help="Per-job records (CSV; rejected jobs have none) [default: OUT/jobs.csv].")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
 def run_command(trace, procs, strict, skip_malformed, n_jobs, start, sample, connect, reveal_run_times, timeout,
-                as_json, jobs_out, program) -> None:
+                as_json, out, jobs_out, program) -> None:
     """Run a Batsim scheduler over a trace window and print hpcgym's metrics:
     hpcgym batsim run --trace lublin_256.swf.gz --jobs 200 -- pybatsim easyBackfill -t 0"""
     if program and connect:
@@ -68,10 +71,15 @@ def run_command(trace, procs, strict, skip_malformed, n_jobs, start, sample, con
         raise click.UsageError("give the scheduler program after --, e.g. -- pybatsim easyBackfill -t 0, "
                                "or --connect ADDR")
     workload = _load(trace, procs, strict, skip_malformed, n_jobs, start, sample)
+    jobs_out = jobs_out or out / "jobs.csv"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HpcgymError(f"cannot write to {out}: {exc.strerror or exc}") from None
     folder = ipc_folder("hpcgym-batsim-")
     try:
         run, latency = run_scheduler(workload, list(program) or None, connect=connect, folder=folder,
-                                     reveal_run_times=reveal_run_times, timeout=timeout)
+                                     reveal_run_times=reveal_run_times, timeout=timeout, cwd=str(out.resolve()))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     run.result.write_jobs_csv(jobs_out)

@@ -51,7 +51,8 @@ LAZY_COMMANDS = {"protocol": ".protocol_commands:protocol", "train": ".training.
 
 
 class HpcgymGroup(click.Group):
-    """Turns HpcgymError anywhere below into one clear line and exit status 2."""
+    """Turns HpcgymError anywhere below into one clear line and exit status 2; a reader that closes
+    the output early (a pipe into head) ends the command quietly with status 0."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
@@ -68,6 +69,9 @@ class HpcgymGroup(click.Group):
         except HpcgymError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
+        except BrokenPipeError:  # the reader left early (`hpcgym run | head -1`): it had what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+            sys.exit(0)
 
 
 @click.group(cls=HpcgymGroup)
@@ -480,7 +484,7 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
             import torch
         except ImportError:
             raise HpcgymError("--model needs PyTorch, which is not installed: pip install torch==2.13.0 (the CPU "
-                              "build; see the README) and pip install 'hpcgym[rl]'") from None
+                              "build; see the README) and, in the clone, pip install -e '.[rl]'") from None
 
         serve_on_one_thread()
         if online:

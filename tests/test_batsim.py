@@ -212,6 +212,18 @@ def test_cli_runs_a_scheduler_and_writes_its_records(tmp_path):
     assert failed.exit_code == 2 and failed.output.count("\n") == 1 and "not JSON" in failed.output
 
 
+def test_cli_writes_under_its_output_folder_only(tmp_path, monkeypatch):
+    trace = tmp_path / "t.swf"
+    trace.write_text("; MaxProcs: 4\n1 0 0 100 2 -1 -1 2 200 -1 1 1 1 1 1 -1 -1 -1\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    result = CliRunner().invoke(main, ["batsim", "run", "--trace", str(trace), "--out", "o", "--",
+                                       *scheduler("wake-reject-kill", str(tmp_path / "log"))])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in work.iterdir()) == ["o"] and (work / "o" / "jobs.csv").is_file()
+
+
 def test_export_writes_a_batsim_workload_and_platform(tmp_path):
     trace = tmp_path / "t.swf"
     trace.write_text("; MaxProcs: 8\n1 0 0 100 2 -1 -1 2 200 -1 1 1 1 1 1 -1 -1 -1\n"

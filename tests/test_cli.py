@@ -309,3 +309,20 @@ def test_the_shared_options_are_declared_once_in_the_package():
     for name in ("--trace", "--jobs", "--seed", "--procs"):
         places = [(p.name, text.count(f'"{name}"')) for p in sources if f'"{name}"' in (text := p.read_text())]
         assert places == [("usage.py", 1)], name
+
+
+def test_a_folder_named_as_a_trace_is_called_a_folder(traces_env):
+    (traces_env / "sub").mkdir()
+    r = invoke("run", "--trace", "sub")
+    assert r.exit_code == 2 and "is a directory, not a trace file" in r.output, r.output
+
+
+def test_run_into_a_pipe_its_reader_closed_exits_0(swf):
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "from hpcgym.gymbridge.cli import main; main()", "run",
+                             "--trace", str(swf)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # as `| head -1` does once it has its line: every write fails
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err == b"", err

@@ -513,3 +513,20 @@ def test_ctrl_c_says_how_to_resume(workdir):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert f"hpcgym compare --resume --out {out}" in err and "Traceback" not in err
+
+
+def test_an_unknown_word_after_a_priority_is_named():
+    with pytest.raises(Exception, match=r"cannot read 'eazy' \(did you mean 'easy'\?\)"):
+        parse_policy("sjf+eazy")
+
+
+def test_a_batsim_policy_beside_others_that_let_jobs_overrun_is_warned_of(tmp_path):
+    trace = write_trace(tmp_path / "t.swf", n_jobs=20, procs=8)
+    args = ["compare", "--trace", str(trace), "--policy", "fcfs", "--policy", "b=batsim:no-such-program {addr}",
+            "--inproc", "--no-plots", "--workers", "1", "--bootstrap", "100"]
+    warned = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "a")])
+    lines = [line for line in warned.stderr.splitlines() if "Batsim's rules" in line]
+    assert lines == ["warning: b run(s) under Batsim's rules, which kill a job at its walltime, but fcfs let jobs "
+                     "run past it: give --overrun kill to compare under the same rules"]
+    same = CliRunner().invoke(main, [*args, "--overrun", "kill", "--out", str(tmp_path / "b")])
+    assert "Batsim's rules" not in same.stderr

@@ -78,7 +78,7 @@ C_AGENT = "examples/c-sjf"
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Parallel units (default: the number of CPUs).")
 @click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
-              help="local worker processes, or Ray tasks (pip install 'hpcgym[ray]').")
+              help="local worker processes, or Ray tasks (in the clone: pip install -e '.[ray]').")
 @click.option("--address", help="Ray cluster address (with --executor ray; default: a local Ray instance).")
 @click.option("--decision-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds an agent may take for one decision before its unit fails.")
@@ -142,6 +142,8 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
                             first_jobs=first_jobs, cleaning=cleaning, start=start)
         parsed = [parse_policy(p) for p in policies]
         _check_files(parsed, executor)
+        for line in _batsim_rules(parsed, options):
+            click.echo(line, err=True)
         for line in _trained_elsewhere(parsed, spec):
             click.echo(line, err=True)
         if mode == "protocol" and any(a.source in NETWORK_SOURCES for p in parsed for a in p.agents):
@@ -209,6 +211,17 @@ def _check_files(policies: list[PolicySpec], executor: str) -> None:
                     hint = f" (make -C {C_AGENT})" if Path(program).parts[:2] == Path(C_AGENT).parts else ""
                     raise ConfigError(f"policy {policy.name!r}: program {program} not found or not executable; "
                                       f"build or install it first{hint}")
+
+
+def _batsim_rules(policies: list[PolicySpec], options: dict) -> list[str]:
+    """One line when a batsim: scheduler, run under Batsim's rule (a job is killed at its walltime),
+    is compared with policies that let jobs run past it: its numbers would not be comparable."""
+    batsim = [p.name for p in policies if p.batsim]
+    others = [p.name for p in policies if not p.batsim and {**options, **p.options}.get("overrun", "run") != "kill"]
+    if not batsim or not others:
+        return []
+    return [f"warning: {', '.join(batsim)} run(s) under Batsim's rules, which kill a job at its walltime, but "
+            f"{', '.join(others)} let jobs run past it: give --overrun kill to compare under the same rules"]
 
 
 def _trained_elsewhere(policies: list[PolicySpec], spec: SequenceSpec) -> list[str]:

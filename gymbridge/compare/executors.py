@@ -77,7 +77,7 @@ def ray_session(workers: int, address: str | None) -> Iterator[Any]:
     try:
         import ray
     except ImportError:
-        raise ConfigError("--executor ray needs Ray: pip install 'hpcgym[ray]' (or pip install ray)") from None
+        raise ConfigError("--executor ray needs Ray: pip install ray (or, in the clone, pip install -e '.[ray]')") from None
     owned = False
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"address": address} if address else {"num_cpus": max(1, workers)}

@@ -41,6 +41,7 @@ Examples: `fcfs+easy`, `sjf,backfill:none`, `select:sjf,easy`, `select:sjf,inspe
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,7 +169,7 @@ def parse_policy(text: str) -> PolicySpec:
         elif MODULE_CLASS.match(item):
             agents.append(_agent((), item, text))
         else:
-            raise ConfigError(f"policy {text!r}: cannot read {item!r}; items are a priority ({', '.join(POLICIES)}), "
+            raise ConfigError(f"policy {text!r}: cannot read {_unread(item)}; items are a priority ({', '.join(POLICIES)}), "
                               f"a backfill mode ({', '.join(BACKFILL_MODES)}), KIND:AGENT (KIND among "
                               f"{', '.join(KINDS)}), agent:module:Class, model:PATH, sampled:PATH, online:PATH, tree:PATH, cmd:COMMAND, "
                               "batsim:COMMAND or OPTION:VALUE")
@@ -178,6 +179,18 @@ def parse_policy(text: str) -> PolicySpec:
     policy = PolicySpec(name, spec, priority or "fcfs", options, tuple(agents))
     _check(policy)
     return policy
+
+
+def _unread(item: str) -> str:
+    """What to name in an item that reads as nothing: in `sjf+eazy` the unknown `eazy` (a word
+    that starts no item does not split it off), with the closest known word when one is close."""
+    known = [*POLICIES, *BACKFILL_MODES]
+    words = [w.strip() for w in re.split(r"[,+]", item)]
+    unknown = [w for w in words if w.lower() not in known]
+    if len(words) == 1 or not unknown:
+        return repr(item)
+    close = difflib.get_close_matches(unknown[0].lower(), known, n=1)
+    return repr(unknown[0]) + (f" (did you mean {close[0]!r}?)" if close else "")
 
 
 def split_items(spec: str) -> list[str]:
