@@ -125,7 +125,7 @@ REMAKE_MAY_CHANGE = RESUME_MAY_CHANGE - {"resume"} | {"seed"}
               help="Rollout worker processes, each with --envs envs and a CPU copy of the policy, playing whole "
                    "episodes while this process updates (1: all in this process).")
 @click.option("--executor", type=click.Choice(("local", "ray")), default="local", show_default=True,
-              help="Where the rollout workers run: local processes, or Ray actors (pip install 'hpcgym[ray]').")
+              help="Where the rollout workers run: local processes, or Ray actors (in the clone: pip install -e '.[ray]').")
 @click.option("--address", help="Ray cluster address (with --executor ray; default: a local Ray instance).")
 @click.option("--worker-timeout", type=click.FloatRange(min=0, min_open=True), default=600.0, show_default=True,
               help="Seconds a rollout worker may go without finishing an episode before the run stops (its start-up may take 300 s at least).")
@@ -172,7 +172,7 @@ def train(ctx, algorithm, recipe, **flags) -> None:
     if address is not None and executor != "ray":
         raise ConfigError("--address is for --executor ray")
     if executor == "ray" and importlib.util.find_spec("ray") is None:
-        raise ConfigError("--executor ray needs Ray: pip install 'hpcgym[ray]' (or pip install ray)")
+        raise ConfigError("--executor ray needs Ray: pip install ray (or, in the clone, pip install -e '.[ray]')")
     given = {name for name in flags if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT}
     record = recorded_settings(recipe) if recipe is not None and is_record(recipe) else None
     chosen = train_recipe(algorithm or record["algorithm"], None, None, None) if record else \
