@@ -90,10 +90,10 @@ import numpy as np
 
 from ..agents.encoders import DEFAULT_ENCODERS, Encoder, get_encoder
 from ..agents.slots import slot_action, slot_mask, slot_observation
-from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, SELECT_KILL, Decision
+from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, SELECT_KILL, Action, Decision
 from ..environment.episode import Episode
 from ..environment.errors import ConfigError, InvalidAction
-from ..environment.spec import EpisodeSpec, WorkloadCache
+from ..environment.spec import EpisodeSpec, WorkloadCache, WorkloadSpec
 from .remote import RemoteEpisodeEnded, RemoteEpisodes
 
 
@@ -140,6 +140,40 @@ class MaskableDiscrete(gym.spaces.Discrete):
 
     def __repr__(self) -> str:
         return f"MaskableDiscrete({self.n})"
+
+
+class InProcessEpisodes:
+    """The env's episodes played here, with `RemoteEpisodes`' interface, so `HpcEnv` holds "its
+    episodes" whichever side runs them: the next decision of the env's kinds and the reward since
+    the last one; at the end, the end reward added and the metrics kept."""
+
+    def __init__(self, workloads: WorkloadCache, kinds: tuple[str, ...], others: Mapping[str, Any]) -> None:
+        self.workloads, self.kinds = workloads, kinds
+        self.deciders = {kind: agent.act for kind, agent in others.items()}
+        self.episode: Episode | None = None
+        self.metrics: dict[str, Any] | None = None  # the last episode's, once it ended
+
+    def reset(self, spec: EpisodeSpec) -> tuple[Decision | None, float]:
+        self.metrics = None
+        self.episode = Episode(self.workloads.load(spec.workload.for_episode(spec.seed), spec.seed), spec.config,
+                               spec.reward_spec(), policy=spec.policy, outside=self.kinds, deciders=self.deciders)
+        self.episode.start()
+        return self._advance()
+
+    def act(self, action: Action) -> tuple[Decision | None, float]:
+        self.episode.act(action)
+        return self._advance()
+
+    def close(self) -> None:
+        self.episode = None
+
+    def _advance(self) -> tuple[Decision | None, float]:
+        decision = self.episode.next_decision()
+        earned = self.episode.collect()
+        if decision is None:
+            self.metrics, final = self.episode.finish()
+            earned += final
+        return decision, earned
 
 
 class HpcEnv(gym.Env):
@@ -190,8 +224,7 @@ class HpcEnv(gym.Env):
             self.observation_space = gym.spaces.Box(0.0, 1.0, (self.encoder.size + len(kinds),), np.float32)
         self.action_space, self._kind_safe = _action_space(kinds, self.window)
         self._safe_mask = self.action_space._safe_mask  # every kind's safe actions (terminal mask)
-        self._episode: Episode | None = None    # in process
-        self._client: RemoteEpisodes | None = None  # remote
+        self._episodes: InProcessEpisodes | RemoteEpisodes | None = None  # made at the first reset
         self._metrics: dict[str, Any] | None = None  # the ended episode's
         self._decision: Decision | None = None
         self._ids: list[int] = []
@@ -249,10 +282,9 @@ class HpcEnv(gym.Env):
         return (self._mask if self._mask is not None else self._safe_mask).copy()
 
     def close(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            client.close()
-        self._episode = None
+        episodes, self._episodes = self._episodes, None
+        if episodes is not None:
+            episodes.close()
         super().close()
 
     def __del__(self) -> None:
@@ -265,43 +297,25 @@ class HpcEnv(gym.Env):
     def _start(self, ep_seed: int) -> tuple[Decision | None, float]:
         """Start an episode (in process, or on the remote env); its first decision of this env's
         kinds (None: none arises) and the reward earned before it."""
-        if self.remote is not None:
-            if self._client is None:
-                self._client = RemoteEpisodes(self.remote, self.remote_timeout, self.kinds, self.others)
-            options = {**self.config.to_options(), "policy": self.policy}
-            return self._remote(self._client.reset, self._episode_spec(ep_seed), ep_seed, options, self.reward_name)
-        self._episode = Episode(self._load_workload(ep_seed), replace(self.config, seed=ep_seed), self.reward_spec,
-                                policy=self.policy, outside=self.kinds,
-                                deciders={kind: agent.act for kind, agent in self.others.items()})
-        self._episode.start()
-        return self._advance()
+        if self._episodes is None:
+            self._episodes = InProcessEpisodes(self._workloads, self.kinds, self.others) if self.remote is None \
+                else RemoteEpisodes(self.remote, self.remote_timeout, self.kinds, self.others)
+        spec = replace(self.episode_spec, config=replace(self.config, seed=ep_seed),
+                       workload=WorkloadSpec.from_dict(self._episode_spec(ep_seed)))
+        return self._played(self._episodes.reset, spec)
 
     def _act(self, action: Any) -> tuple[Decision | None, float]:
         """Answer the pending decision; the next one (None: the end) and the reward since."""
-        if self.remote is not None:
-            return self._remote(self._client.act, action)
-        self._episode.act(action)
-        return self._advance()
+        return self._played(self._episodes.act, action)
 
-    def _advance(self) -> tuple[Decision | None, float]:
-        """In process: the next decision of this env's kinds and the reward since the last one;
-        at the end, the end reward added and the metrics kept."""
-        episode = self._episode
-        decision = episode.next_decision()
-        earned = episode.collect()
-        if decision is None:
-            self._metrics, final = episode.finish()
-            earned += final
-        return decision, earned
-
-    def _remote(self, call: Callable[..., tuple[Decision | None, float]], *args: Any) -> tuple[Decision | None, float]:
-        """`call` of the remote client; an episode the env ended early is over here too."""
+    def _played(self, call: Callable[..., tuple[Decision | None, float]], *args: Any) -> tuple[Decision | None, float]:
+        """`call` of the episodes; one the remote env ended early is over here too."""
         try:
             decision, earned = call(*args)
         except RemoteEpisodeEnded:
             self._done = True
             raise
-        self._metrics = self._client.metrics
+        self._metrics = self._episodes.metrics
         return decision, earned
 
     def _load_workload(self, ep_seed: int):

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..environment.decisions import Action, Decision
 from ..environment.errors import HpcgymError
+from ..environment.spec import EpisodeSpec
 from ..protocol.messages import PROTOCOL_VERSION
 
 _session_numbers = itertools.count(1)
@@ -49,12 +50,10 @@ class RemoteEpisodes:
             self._conn.close()
             raise
 
-    def reset(self, workload: dict[str, Any], seed: int, options: dict[str, Any],
-              reward: str) -> tuple[Decision | None, float]:
+    def reset(self, spec: EpisodeSpec) -> tuple[Decision | None, float]:
         """Start an episode; its first decision of our kinds (None: none arose) and the reward before it."""
         self.metrics = None
-        return self._advance(self._conn.request({"type": "reset", "workload": workload, "seed": seed,
-                                                 "options": options, "reward": reward}))
+        return self._advance(self._conn.request({"type": "reset", **spec.reset_message()}))
 
     def act(self, action: Action) -> tuple[Decision | None, float]:
         """Answer the pending decision; the next one (None: the end) and the reward since."""

@@ -119,7 +119,7 @@ def test_each_phase_draws_its_own_kind_of_episode(tmp_path):
     seed = 77
     for phase in ("sampled", "real", "synthetic"):
         env.reset(seed=seed, options={"phase": phase})
-        jobs = env.unwrapped._episode.sim.workload
+        jobs = env.unwrapped._episodes.episode.sim.workload
         expected = load_workload({**phase_workload(workload, phase), "sample": seed}, seed)
         assert np.array_equal(jobs.submit, expected.submit) and np.array_equal(jobs.size, expected.size)
         consecutive = any(np.array_equal(jobs.run, source.run[s:s + 40])

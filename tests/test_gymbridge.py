@@ -603,7 +603,7 @@ def test_two_kind_backfill_never_delays_the_reservation():
         if term:
             break
     assert info["metrics"]["jobs"] == 80 and backfills > 0 and deadlines
-    jobs = env._episode.sim.result().jobs
+    jobs = env._episodes.episode.sim.result().jobs
     start = dict(zip(jobs["job_id"].tolist(), jobs["start"].tolist()))
     for job, shadow in deadlines.items():
         assert start[job] <= shadow, (job, start[job], shadow)
