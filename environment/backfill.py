@@ -47,25 +47,22 @@ class Profile:
 
     def add(self, start: int, end: int, size: int) -> None:
         """`size` more processors free over [start, end) (negative: reserve them)."""
-        times = self.times
-        k = bisect_left(times, start)
-        self._boundary(k, start)
+        self._carve(bisect_left(self.times, start), start, end, size)
+
+    def _carve(self, k: int, start: int, end: int, size: int) -> None:
+        """`add` from `k`, the first boundary not before `start`: both ends made boundaries, the
+        segments between changed, equal neighbours merged (scans then pass over changes of the
+        step function only). Written out in one function: it is re-placement's hottest path."""
+        times, free = self.times, self.free
+        if k == len(times) or times[k] != start:
+            times.insert(k, start)
+            free.insert(k, free[k - 1])
         stop = bisect_left(times, end, k + 1)
-        self._boundary(stop, end)
-        self._change(k, stop, size)
-
-    def _boundary(self, j: int, t: int) -> None:
-        """Make `t` a segment boundary at index `j` (the first boundary not before `t`)."""
-        times, free = self.times, self.free
-        if j == len(times) or times[j] != t:
-            times.insert(j, t)
-            free.insert(j, free[j - 1])
-
-    def _change(self, k: int, stop: int, size: int) -> None:
-        """Add `size` to segments k..stop-1 (both ends already boundaries), then merge equal
-        neighbours, so that scans pass over changes of the step function only."""
-        times, free = self.times, self.free
-        free[k:stop] = [f + size for f in free[k:stop]]
+        if stop == len(times) or times[stop] != end:
+            times.insert(stop, end)
+            free.insert(stop, free[stop - 1])
+        for j in range(k, stop):
+            free[j] += size
         if stop < len(free) and free[stop] == free[stop - 1]:
             del times[stop], free[stop]
         if k > 0 and free[k] == free[k - 1]:
@@ -110,8 +107,10 @@ class Profile:
         """Move a reservation of `size` processors for `duration` from `start` to `new` (< start):
         only the parts the two runs do not share change."""
         if new + duration > start:
-            self.add(new, start, -size)
-            self.add(new + duration, start + duration, size)
+            times = self.times
+            k = bisect_left(times, new)
+            self._carve(k, new, start, -size)
+            self._carve(bisect_left(times, new + duration, k), new + duration, start + duration, size)
         else:
             self.add(start, start + duration, size)
             self.add(new, new + duration, -size)
@@ -135,21 +134,19 @@ class Profile:
         any segment from `held` on, within its run, has room for it. A caller that knows no start
         before `since` fits passes it to skip them.
         """
-        fit = self._fit(size, duration, held, before, since)
-        return None if fit is None else self.times[fit[0]]
+        k = self._fit(size, duration, held, before, since)
+        return None if k is None else self.times[k]
 
     def place(self, size: int, duration: int, since: int = 0) -> int:
         """Reserve `size` processors for `duration` at the earliest time they stay free (none
         fits before `since`, the caller knows), found and carved out in one pass; return it."""
-        k, j = self._fit(size, duration, FOREVER, FOREVER, since)
+        k = self._fit(size, duration, FOREVER, FOREVER, since)
         start = self.times[k]
-        self._boundary(j, start + duration)
-        self._change(k, j, -size)
+        self._carve(k, start, start + duration, -size)
         return start
 
-    def _fit(self, size: int, duration: int, held: int, before: int, since: int) -> tuple[int, int] | None:
-        """`earliest`'s search: the segment the fit starts at and the first one past its run (or
-        past `held`), or None."""
+    def _fit(self, size: int, duration: int, held: int, before: int, since: int) -> int | None:
+        """`earliest`'s search: the segment the fit starts at, or None."""
         times, free = self.times, self.free
         n = len(times)
         k = bisect_right(times, since) - 1 if since > times[0] else 0
@@ -167,7 +164,7 @@ class Profile:
             while j < n and times[j] < limit and free[j] >= size:
                 j += 1
             if j == n or times[j] >= limit:
-                return k, j
+                return k
             k = j + 1
         raise AssertionError("the last segment of a profile has every processor free")
 
