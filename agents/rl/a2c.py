@@ -17,17 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance
+from .algorithm import ActorCriticAlgorithm, PolicyNetworkConfig, episode_stats, explained_variance
 from .storage import RolloutStorage
 
 
 @dataclass
-class A2CConfig:
-    net: str = "mlp"                 # mlp, conv or dras (agents/rl/dras_networks.py)
-    hidden: tuple[int, ...] = (64, 64)
-    activation: str = "tanh"
-    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
-    initial_bias: tuple[float, ...] | None = None  # the actor's output biases at first (mlp; None: zeros)
+class A2CConfig(PolicyNetworkConfig):
     lr: float = 7e-4
     gamma: float = 1.0
     gae_lambda: float = 1.0

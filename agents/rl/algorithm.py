@@ -34,6 +34,24 @@ def config_from_dict(cls: type, values: dict[str, Any] | None) -> Any:
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
+@dataclasses.dataclass
+class NetworkConfig:
+    """The network every update rule builds (agents/rl/networks.py), declared once for all four
+    algorithms' configs, which add their own learning settings after these fields."""
+
+    net: str = "mlp"                 # mlp, conv or dras (agents/rl/dras_networks.py)
+    hidden: tuple[int, ...] = (64, 64)
+    activation: str = "tanh"
+    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
+
+
+@dataclasses.dataclass
+class PolicyNetworkConfig(NetworkConfig):
+    """An actor-critic's network: a policy whose first output biases may be set."""
+
+    initial_bias: tuple[float, ...] | None = None  # the actor's output biases at first (mlp; None: zeros)
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(config).items()}
 

@@ -27,17 +27,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from .algorithm import Algorithm, episode_stats
+from .algorithm import Algorithm, NetworkConfig, episode_stats
 from .policy import QNetwork, choose, masked_logits
 from .storage import NStepReturns, ReplayBuffer
 
 
 @dataclass
-class DQLConfig:
-    net: str = "mlp"                 # mlp, conv or dras (agents/rl/dras_networks.py)
-    hidden: tuple[int, ...] = (64, 64)
+class DQLConfig(NetworkConfig):
     activation: str = "relu"
-    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
     lr: float = 5e-4
     gamma: float = 1.0
     buffer_size: int = 20_000

@@ -15,17 +15,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance
+from .algorithm import ActorCriticAlgorithm, PolicyNetworkConfig, episode_stats, explained_variance
 from .storage import RolloutStorage
 
 
 @dataclass
-class PGConfig:
-    net: str = "mlp"                 # mlp, conv or dras (agents/rl/dras_networks.py)
-    hidden: tuple[int, ...] = (64, 64)
-    activation: str = "tanh"
-    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
-    initial_bias: tuple[float, ...] | None = None  # the actor's output biases at first (mlp; None: zeros)
+class PGConfig(PolicyNetworkConfig):
     lr: float = 1e-3
     gamma: float = 1.0               # episodes are finite; the papers use undiscounted returns
     vf_coef: float = 0.5

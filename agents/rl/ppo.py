@@ -35,18 +35,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .algorithm import ActorCriticAlgorithm, episode_stats, explained_variance
+from .algorithm import ActorCriticAlgorithm, PolicyNetworkConfig, episode_stats, explained_variance
 from .imitation import imitation_loss
 from .storage import RolloutStorage
 
 
 @dataclass
-class PPOConfig:
-    net: str = "mlp"                 # mlp, conv or dras (agents/rl/dras_networks.py)
-    hidden: tuple[int, ...] = (64, 64)
-    activation: str = "tanh"
-    table: tuple[int, ...] | None = None   # conv: (offset, slots, features) of the job table; dras: (W, N)
-    initial_bias: tuple[float, ...] | None = None  # the actor's output biases at first (mlp; None: zeros)
+class PPOConfig(PolicyNetworkConfig):
     lr: float = 3e-4
     vf_lr: float | None = None      # the critic's learning rate (None: lr)
     value_net: str | None = None    # the critic's network (None: net); RL backfilling: conv actor, mlp critic
