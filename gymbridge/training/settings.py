@@ -8,6 +8,7 @@ flag given on the command line wins over the recipe; `--set` options win over th
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -86,26 +87,51 @@ def train_recipe(algorithm: str | None, recipe: str | None, semantics: str | Non
 
 
 def train_settings(recipe: Recipe, flags: dict[str, Any], given: set[str], label: str) -> TrainSettings:
-    """The run of `recipe` with the command's `flags` (the names of those given explicitly in
-    `given` win over the recipe)."""
-    from .trainer import TrainSettings, parse_curriculum
+    """The run of `recipe` with the command's `flags`: the recipe with the fields the flags given
+    (their names in `given`) replace, then the run's own flags."""
+    from .trainer import TrainSettings
 
-    value = {name: flags[name] if name in given else getattr(recipe, field) for name, field in RECIPE_FLAGS.items()}
-    policy = flags["base"] or value["policy"]
-    kind, trace, start, sampled = value["kind"], flags["trace"], flags["start"], flags["sampled_jobset"]
-    teacher = flags["teacher"] or recipe.teacher(kind)
+    recipe = replace(recipe, **{field: flags[flag] for flag, field in RECIPE_FLAGS.items() if flag in given},
+                     **({"policy": flags["base"]} if flags["base"] else {}))
+    kind, teacher = recipe.kind, flags["teacher"] or recipe.teacher(recipe.kind)
+    workload, eval_workload = training_workloads(recipe, flags)
+    return TrainSettings(
+        algorithm=recipe.algorithm, kind=kind, workload=workload, eval_workload=eval_workload,
+        options=training_options(recipe, flags, given), reward=recipe.reward,
+        encoder=flags["encoder"] or recipe.encoder_for(kind), encoder_options=encoder_options(flags),
+        config=algorithm_config(recipe, flags, teacher, kind, recipe.window), epochs=flags["epochs"],
+        trajectories=recipe.trajectories, envs=flags["envs"], seed=flags["seed"],
+        checkpoint_every=flags["checkpoint_every"], eval_episodes=flags["eval_episodes"],
+        no_wait=not flags["allow_wait"] if "allow_wait" in given else recipe.no_wait,
+        max_steps=flags["max_steps"] or recipe.max_steps, discard_after=flags["discard_after"],
+        curriculum=training_curriculum(recipe, flags, given), teacher=teacher,
+        baselines=flags["baselines"] or recipe.baseline_policies(kind, recipe.policy, teacher), name=label,
+        recipe=recipe.full_name if recipe.name in RECIPES else None,
+        init_from=str(flags["init_from"].resolve()) if flags["init_from"] else None)
+
+
+def training_options(recipe: Recipe, flags: dict[str, Any], given: set[str]) -> dict[str, Any]:
+    """The simulation options: the recipe's, --backfill, --option KEY=VALUE, the window and policy."""
     options = dict(recipe.options)
     if "backfill" in given:
         options["backfill"] = flags["backfill"]
     options.update(key_values(flags["env_options"], "--option", "a simulation option, e.g. backfill_stop=true"))
-    options.update(window=value["window"], policy=policy)
+    options.update(window=recipe.window, policy=recipe.policy)
     sim_config(options, flags["seed"])  # a bad option fails here, not mid-training
+    return options
+
+
+def training_workloads(recipe: Recipe, flags: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The training workload and, where it differs, the held-out evaluation's: a chronological
+    split, the recipe's first jobs (training windows only), --sjf-range and --prefill (training
+    windows only), and --cleaning over the recipe's."""
+    trace, start, sampled = flags["trace"], flags["start"], flags["sampled_jobset"]
     if sampled and start is not None:
         raise ConfigError("--start (one fixed window) and --sampled-jobset exclude each other")
     if trace is not None:  # saved with the settings: the file itself, not a name to look up again
         trace = resolve_trace(trace).resolve()
     workload = {k: v for k, v in {"trace": str(trace) if trace else None, "procs": flags["procs"],
-                                  "jobs": value["n_jobs"], "start": start, "sample": None if start is not None else True,
+                                  "jobs": recipe.jobs, "start": start, "sample": None if start is not None else True,
                                   "sampled_jobset": sampled or None}.items() if v is not None}
     eval_workload = None
     if flags["train_fraction"] is not None:
@@ -121,39 +147,42 @@ def train_settings(recipe: Recipe, flags: dict[str, Any], given: set[str], label
             workload["sjf_range"] = sjf_range(flags["sjf_range"])
         if flags["prefill"]:
             workload["prefill"] = True
-    curriculum = flags["curriculum"] if "curriculum" in given else None
-    if curriculum is None and trace is not None and start is None and not sampled:
-        curriculum = recipe.curriculum
-    phases = None
-    if curriculum is not None and curriculum.strip().lower() != "none":
-        if trace is None:
-            raise ConfigError("--curriculum draws its phases from a trace: give --trace (and --train-fraction)")
-        if sampled or start is not None:
-            raise ConfigError("--curriculum sets each phase's episodes itself: drop --sampled-jobset / --start")
-        phases = parse_curriculum(curriculum, flags["epochs"] * value["trajectories"])
     if flags["cleaning"] is not None:  # after the recipe's workload keys: the flag wins
         if trace is None:
             raise ConfigError("--cleaning is a rule for cleaning an SWF trace: give --trace")
         for spec in (workload, eval_workload):
             if spec is not None:
                 spec["cleaning"] = flags["cleaning"]
-    baselines = flags["baselines"] or recipe.baseline_policies(kind, policy, teacher)
-    encoder_options = key_values(flags["encoder_options"], "--encoder-option", "e.g. priority_size=26")
+    return workload, eval_workload
+
+
+def training_curriculum(recipe: Recipe, flags: dict[str, Any], given: set[str]) -> list[list[Any]] | None:
+    """The phases of training episodes: --curriculum, else the recipe's on a trace's random windows."""
+    from .trainer import parse_curriculum
+
+    trace, start, sampled = flags["trace"], flags["start"], flags["sampled_jobset"]
+    curriculum = flags["curriculum"] if "curriculum" in given else None
+    if curriculum is None and trace is not None and start is None and not sampled:
+        curriculum = recipe.curriculum
+    if curriculum is None or curriculum.strip().lower() == "none":
+        return None
+    if trace is None:
+        raise ConfigError("--curriculum draws its phases from a trace: give --trace (and --train-fraction)")
+    if sampled or start is not None:
+        raise ConfigError("--curriculum sets each phase's episodes itself: drop --sampled-jobset / --start")
+    return parse_curriculum(curriculum, flags["epochs"] * recipe.trajectories)
+
+
+def encoder_options(flags: dict[str, Any]) -> dict[str, Any]:
+    """--encoder-option KEY=VALUE items, checked against the encoders' options."""
+    options = key_values(flags["encoder_options"], "--encoder-option", "e.g. priority_size=26")
     settable = set(ENCODER_OPTIONS) - {"max_rejections"}  # that one follows the env's option
-    unknown = sorted(set(encoder_options) - settable)
+    unknown = sorted(set(options) - settable)
     if unknown:
         known = "; ".join(f"{k} ({ENCODER_OPTIONS[k]})" for k in sorted(settable))
         raise ConfigError(f"unknown --encoder-option {', '.join(unknown)}; known: {known}; max_rejections "
                           "follows --option max_rejections")
-    return TrainSettings(
-        algorithm=recipe.algorithm, kind=kind, workload=workload, eval_workload=eval_workload, options=options,
-        reward=value["reward"], encoder=flags["encoder"] or recipe.encoder_for(kind), encoder_options=encoder_options,
-        config=algorithm_config(recipe, flags, teacher, kind, value["window"]), epochs=flags["epochs"], trajectories=value["trajectories"],
-        envs=flags["envs"], seed=flags["seed"], checkpoint_every=flags["checkpoint_every"],
-        eval_episodes=flags["eval_episodes"], no_wait=not flags["allow_wait"] if "allow_wait" in given else recipe.no_wait,
-        max_steps=flags["max_steps"] or recipe.max_steps, discard_after=flags["discard_after"], curriculum=phases,
-        teacher=teacher, baselines=baselines, name=label, recipe=recipe.full_name if recipe.name in RECIPES else None,
-        init_from=str(flags["init_from"].resolve()) if flags["init_from"] else None)
+    return options
 
 
 def algorithm_config(recipe: Recipe, flags: dict[str, Any], teacher: str | None, kind: str,
