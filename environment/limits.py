@@ -37,6 +37,7 @@ class Limits:
     trace_dirs: tuple[Path, ...] | None = None  # traces only from inside these folders
     max_trace_bytes: int | None = None           # and only regular files up to this size
     max_trace_jobs: int | None = None            # and of up to this many job lines (counted while parsing)
+    max_reset_cpu: float | None = None           # CPU seconds a reset's work may take (environment/work.py)
     max_jobs: int | None = None                  # `jobs` and `generate_jobs` of a workload
     idle_timeout: float | None = None            # agents silent this long (not in an episode) are forgotten
     max_sessions: int | None = None              # sessions at once

@@ -42,6 +42,7 @@ from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, REL
 from .limits import Limits, check_reset_size
 from .spec import EpisodeSpec, WorkloadCache, reset_workload
 from .swf import TooManyJobs
+from .work import Cancelled, Work, running
 from .workload import Workload
 
 Reply = tuple[bytes, dict[str, Any]]
@@ -111,6 +112,7 @@ class Session:
     held_reset: tuple[Peer, dict[str, Any], float] | None = None
     records: tuple[int, dict[str, list], frozenset[bytes]] | None = None  # the last paged records, who may fetch
     busy: bool = False  # a task of this session is running (its episode may be mid-computation)
+    work: tuple[Peer, Work] | None = None  # the reset being computed now, and the agent that asked for it
     worker: SessionWorker = field(default_factory=lambda: SessionWorker())
 
 
@@ -267,6 +269,7 @@ class EnvService:
             peer = self.peers.get(peer_id)
             if peer is None:
                 return
+            self._cancel_work(peer, "its agent's connection closed")
             ep = peer.session.episode
             if ep is not None and peer in ep.participants:
                 peer.detached = True
@@ -285,6 +288,8 @@ class EnvService:
             peer.arrived += 1
             peer.refused = False
             seq = peer.arrived
+            if request[1] is None and request[0]["type"] == "bye":
+                self._cancel_work(peer, "its agent said bye")
             self._in_session(peer.session, lambda: self._process(peer_id, request, seq))
         else:  # hello, or an error: quick, and no session's turn to wait for
             self._process(peer_id, request)
@@ -300,6 +305,9 @@ class EnvService:
             if msg["type"] in ("join", "poll") and peer is not None and peer.answered >= seq:
                 return
             self._handlers[msg["type"]](peer_id, peer, msg)
+        except Cancelled:  # its agent left while its reset was computed: nobody to answer
+            if peer is not None:
+                self._forget(peer)
         except m.ProtocolError as err:
             if peer is not None and msg.get("type") == "reset":
                 peer.refused = True
@@ -308,11 +316,24 @@ class EnvService:
             self._answer(peer_id, m.error(m.ProtocolError(m.INTERNAL, f"{type(exc).__name__}: {exc}"),
                                           self._pending_for(peer)))
 
+    def _cancel_work(self, peer: Peer, why: str) -> None:
+        """Stop the reset `peer` asked for, if its session is computing it (environment/work.py)."""
+        work = peer.session.work
+        if work is not None and work[0] is peer:
+            work[1].cancel(why)
+
     def _in_session(self, session: Session, task: Callable[[], None]) -> None:
         """Run `task` (under the lock) now, or, with concurrent sessions, as the session's next
         task once the entry point has released the lock (`_run_deferred`)."""
         if self._wake is None:
             task()
+            return
+        if session.busy:
+            # Made by the session's running task (a bye leaving the episode to the built-ins): its
+            # worker runs it next, on the session's thread. In `_deferred` it waited for the next
+            # entry point, whose thread ran it before that request's own task: another session's
+            # cheap request was held behind the rest of a long episode (one heartbeat, then `pending`).
+            session.worker.run(lambda: self._run_task(session, task, None))
             return
         self._deferred.append((session, task))
 
@@ -328,7 +349,7 @@ class EnvService:
         with self._lock:
             return self._flush()
 
-    def _run_task(self, session: Session, task: Callable[[], None], caller: threading.Thread) -> None:
+    def _run_task(self, session: Session, task: Callable[[], None], caller: threading.Thread | None) -> None:
         with self._lock:
             session.busy = True
             try:
@@ -411,6 +432,8 @@ class EnvService:
         with self._lock:
             self.closing = reason
             for session in self.sessions.values():
+                if session.work is not None:
+                    session.work[1].cancel("the env is shutting down")
                 if session.episode is not None:  # one mid-computation ends without its metrics
                     self._end_episode(session, reason, summarize=not session.busy)
             for peer in self.peers.values():
@@ -612,19 +635,26 @@ class EnvService:
         policy = options.get("policy", d["policy"])
         participants = [p for p in session.peers.values() if p.kinds or p is controller]
         owners = {kind: p for p in participants for kind in p.kinds}
+        # Everything but the bookkeeping runs without the lock (paths are resolved on the file system,
+        # windows drawn and simulated), bounded in CPU time and cancelled if the controller leaves.
+        work = Work(self.limits.max_reset_cpu, "reset", "--max-reset-cpu")
+        session.work = (controller, work)
         try:
-            with self._unlocked():  # the paths are resolved on the file system: no lock held meanwhile
+            with self._unlocked(), running(work):
                 spec = EpisodeSpec.from_reset(self.limits.workload(reset_workload(d["workload"], msg.get("workload", {}))),
                                               self.limits.options({**options, "policy": policy}),
                                               msg.get("reward", d["reward"]), seed)
                 workload = self._load(spec.workload.to_dict(), seed)
                 core = Episode(workload, spec.config, spec.reward_spec(), policy=spec.policy, outside=owners,
                                accounts=[p.id for p in participants])
+                core.start()
         except HpcgymError as exc:
             raise m.ProtocolError(m.BAD_REQUEST, _without_contents(str(exc))) from None
         except MemoryError:
             raise m.ProtocolError(m.BAD_REQUEST, "the workload does not fit in the env's memory; ask for fewer "
                                                  "jobs") from None
+        finally:
+            session.work = None
         if session.episode is not None:
             self._end_episode(session, f"reset by {controller.name!r}", skip=controller)
         session.episodes += 1
@@ -634,8 +664,6 @@ class EnvService:
         # others still get theirs with their next join/poll, before the new episode's decisions
         # (clearing every participant's lost the end for an agent between `pending` and its poll).
         controller.undelivered.clear()
-        with self._unlocked():
-            core.start()
         if session.episode is ep:
             self._dispatch(session)
 
@@ -858,6 +886,7 @@ class EnvService:
                            **{k: v for k, v in (("max_jobs", self.limits.max_jobs),
                                                 ("max_trace_bytes", self.limits.max_trace_bytes),
                                                 ("max_trace_jobs", self.limits.max_trace_jobs),
+                                                ("max_reset_cpu_s", self.limits.max_reset_cpu),
                                                 ("idle_timeout_s", self.limits.idle_timeout),
                                                 ("max_sessions", self.limits.max_sessions),
                                                 ("max_agents", self.limits.max_agents)) if v is not None}},

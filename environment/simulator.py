@@ -35,6 +35,7 @@ from .errors import ConfigError, InvalidAction
 from .machine import NodeState
 from .metrics import RunResult
 from .predictions import RunningModel, UserHistory, check_users, load_prerun_model, revised_jobs
+from .work import check as check_work
 from .workload import Workload
 
 NEVER = sys.maxsize
@@ -108,11 +109,11 @@ class Simulation:
         variant = (cfg.backfill_order != "queue" or cfg.strict_shadow or not cfg.easy_extra
                    or bool(cfg.backfill_relax) or cfg.backfill_skip_next or cfg.keep_shadow)
         if cfg.backfill == "conservative" or variant or self._prefill is not None \
-                or self.external & {SELECT, BACKFILL, SELECT_KILL}:
-            raise ConfigError("on a machine of nodes (--machine) the built-in select with backfill easy (textbook "
-                              "rules) or none runs, with inspect and kill agents; conservative backfilling, the EASY "
-                              "variants, pre-filled clusters and select, backfill or select_kill agents are not built "
-                              "on nodes yet")
+                or self.external & {BACKFILL, SELECT_KILL}:
+            raise ConfigError("on a machine of nodes (--machine) backfill easy (textbook rules) or none runs, with "
+                              "select (one job at a time), inspect and kill agents; conservative backfilling, the EASY "
+                              "variants, pre-filled clusters and backfill or select_kill agents are not built on "
+                              "nodes yet")
 
     def _prepare_jobs(self) -> None:
         w, cfg = self.workload, self.config
@@ -583,8 +584,10 @@ class Simulation:
             self._history.completed(self._user[i], self._run[i])
         self._state[i] = DONE
         self._completed += 1
-        if self._progress is not None and self._completed % 1024 == 0:
-            self._progress(self._completed)
+        if self._completed % 1024 == 0:
+            check_work()  # a shared env's request: over its CPU time, or its agent gone (environment/work.py)
+            if self._progress is not None:
+                self._progress(self._completed)
 
     def _kill(self, i: int) -> None:
         """Kill a running job and put it back in the queue; its work so far is lost. Its current

@@ -21,11 +21,14 @@ from . import sequences
 from .config import PRESETS, SimConfig, expand_preset
 from .errors import ConfigError, WorkloadError
 from .fitted import WorkloadModel, fit_workload_model, generate_from_model
+from .gpu_mixed import generate_gpu_mixed
 from .lublin import LublinParams, generate_lublin
+from .machine import on_machine, parse_machine
 from .priorities import POLICIES
 from .rewards import RewardSpec, get_reward
 from .simulator import simulate
 from .swf import read_swf
+from .work import check as check_work
 from .workload import Workload
 
 #: The workload used when no trace is given: the Lublin-Feitelson model with the parameter set
@@ -35,6 +38,9 @@ DEFAULT_PROCS = 256
 LUBLIN_MODELS = {"typeless": LublinParams.typeless, "batch": LublinParams.batch,
                  "interactive": LublinParams.interactive, "lublin2-standin": LublinParams.lublin2_standin}
 DEFAULT_MODEL = "typeless"
+#: The generated mixed CPU/GPU workload on its own machine (environment/gpu_mixed.py, docs/gpu.md).
+GPU_MIXED = "gpu-mixed"
+MODELS = (*LUBLIN_MODELS, GPU_MIXED)
 
 def _key(help_text: str, types: type | tuple[type, ...]) -> Any:
     """A workload key: its help (for the CLI and PROTOCOL.md) and the value types it accepts."""
@@ -54,7 +60,8 @@ class WorkloadSpec:
     skip_malformed: bool | None = _key("skip malformed SWF lines", bool)
     cleaning: str | None = _key("SWF cleaning rule: hpcgym (default) or rlbf-scw (cancelled jobs kept as 10 s jobs, "
                                 "RL backfilling's code)", str)
-    model: str | None = _key("Lublin parameter set of the generated workload", str)
+    model: str | None = _key(f"generated workload: a Lublin parameter set or {GPU_MIXED} (mixed CPU/GPU jobs on CPU "
+                             "and 8-GPU nodes, docs/gpu.md)", str)
     generate_jobs: int | None = _key("jobs in the generated workload", int)
     train_fraction: float | None = _key("split the trace: first fraction train, rest test", (float, int))
     part: str | None = _key("train or test", str)
@@ -71,6 +78,9 @@ class WorkloadSpec:
         "strictly between (RLScheduler's trajectory filtering: [10, 150])", (list, tuple))
     sampled_jobset: bool | None = _key("with sample: random jobs with Poisson arrivals (DRAS)", bool)
     synthetic: bool | None = _key("with sample: jobs generated from a model fitted to the trace (part) (DRAS)", bool)
+    machine: str | None = _key("run on nodes (docs/semantics.md section 13): nodes (the trace header's, whole nodes), "
+                               "nodes:shared, or a machine spec file (.json/.toml; over the protocol, a file in the "
+                               "env's trace folders), each with an optional ,best_fit", str)
 
     def __post_init__(self) -> None:
         self.for_episode(0)  # checks every key as a reset's would be checked
@@ -203,6 +213,12 @@ def check_workload_spec(spec: dict[str, Any]) -> None:
             raise ConfigError(f"a {key.replace('_', ' ')} workload needs a sample seed (--sample SEED)")
     if spec.get("sampled_jobset") and spec.get("synthetic"):
         raise ConfigError("sampled_jobset and synthetic exclude each other: pick one kind of episode")
+    if spec.get("synthetic") and (spec.get("machine") is not None or spec.get("model") == GPU_MIXED):
+        raise ConfigError("a synthetic workload is fitted to sizes and times only: it keeps no GPUs, partitions or "
+                          "machine; drop synthetic or machine")
+    if spec.get("model") == GPU_MIXED and (spec.get("procs") is not None or spec.get("trace") is not None):
+        raise ConfigError(f"the {GPU_MIXED} model brings its machine and jobs: drop procs and trace (to run it on "
+                          "another machine, give machine)")
     if spec.get("prefill") and (jobs is None or spec.get("sampled_jobset") or spec.get("synthetic")):
         raise ConfigError("prefill starts a window with the jobs before it running: it needs a window (jobs, with "
                           "start or sample), not a whole workload, a sampled jobset or a synthetic workload")
@@ -221,10 +237,12 @@ def load_source(spec: dict[str, Any], seed: int = 0, max_bytes: int | None = Non
     """The whole (split) workload a checked spec draws its sequences from: the trace (refused if
     it unpacks to more than `max_bytes` or holds more than `max_jobs` jobs), or the generated
     workload for `seed`. Window keys are ignored here (see `cut_sequence`)."""
-    if spec.get("trace") is None:
-        model = spec.get("model", DEFAULT_MODEL)
+    model = spec.get("model", DEFAULT_MODEL)
+    if spec.get("trace") is None and model == GPU_MIXED:
+        workload = generate_gpu_mixed(spec.get("generate_jobs") or DEFAULT_JOBS, seed)
+    elif spec.get("trace") is None:
         if model not in LUBLIN_MODELS:
-            raise ConfigError(f"unknown Lublin model {model!r}; use one of {', '.join(LUBLIN_MODELS)}")
+            raise ConfigError(f"unknown workload model {model!r}; use one of {', '.join(MODELS)}")
         procs = spec.get("procs")
         workload = generate_lublin(spec.get("generate_jobs") or DEFAULT_JOBS, DEFAULT_PROCS if procs is None else procs,
                                    seed=seed, params=LUBLIN_MODELS[model]())
@@ -232,6 +250,8 @@ def load_source(spec: dict[str, Any], seed: int = 0, max_bytes: int | None = Non
         workload = read_swf(resolve_trace(spec["trace"]), spec.get("procs"), strict=bool(spec.get("strict")),
                             on_malformed="skip" if spec.get("skip_malformed") else "error",
                             cleaning=spec.get("cleaning") or "hpcgym", max_bytes=max_bytes, max_jobs=max_jobs)
+    if spec.get("machine") is not None:  # before the split and windows: they keep the machine
+        workload = on_machine(workload, parse_machine(spec["machine"], workload.header))
     if spec.get("train_fraction") is not None:
         part = spec.get("part", "test")
         if part not in ("train", "test"):
@@ -269,7 +289,11 @@ def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
 def _sjf_within(low: float, high: float) -> Callable[[Workload], bool]:
     """Whether SJF's mean bsld on a window, under RLScheduler's rules, lies in (low, high)."""
     config = SimConfig(**PRESETS["rlscheduler"])
-    return lambda window: low < simulate(window, config, policy="sjf").summary["mean_bsld"] < high
+
+    def within(window: Workload) -> bool:
+        check_work()  # up to SJF_RANGE_DRAWS simulations: a shared env bounds them (environment/work.py)
+        return low < simulate(window, config, policy="sjf").summary["mean_bsld"] < high
+    return within
 
 
 #: Models fitted to loaded workloads: a synthetic episode is cut from a cached source each time,

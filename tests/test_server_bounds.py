@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import gzip
 import os
+import time
+from pathlib import Path
 
+import msgpack
 import numpy as np
 
 from hpcgym.environment import trace_cache
@@ -14,6 +17,7 @@ from hpcgym.environment.service import Limits
 from hpcgym.environment.swf import read_swf
 
 from .test_service import Net, hello
+from .test_sockets import ask, children, dealer, start_env  # noqa: F401 - fixtures
 
 # One short job line (18 fields): a small .gz of such lines unpacks to millions of jobs.
 SHORT_JOB = b"1 0 -1 1 1 -1 -1 1 1 -1 1 1 1 1 1 -1 -1 -1\n"
@@ -58,3 +62,87 @@ def test_the_trace_cache_stays_within_its_bound_evicting_the_least_recently_used
     huge = np.zeros((3000, 12), dtype=np.int64)  # larger than the whole bound: not written at all
     assert not trace_cache.store("huge", {}, huge, np.arange(3000))
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"swf{trace_cache.FORMAT}-{k}.npz" for k in "ac"]
+
+
+# ------------------------------------------------------------------------------------------ work and its agent
+HELLO = {"type": "hello", "protocol": "1.6", "agent": "probe", "kinds": []}
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _answer(sock, timeout_s: float = 30.0) -> dict | None:
+    """The next reply that is not `pending`."""
+    while sock.poll(int(timeout_s * 1000)):
+        reply = msgpack.unpackb(sock.recv_multipart()[1])
+        if reply["type"] != "pending":
+            return reply
+    return None
+
+
+def test_bye_stops_a_reset_of_an_unsatisfiable_sjf_range_while_others_are_served(children, ipc_dir):  # noqa: F811
+    """The probe's 90-byte reset ran up to 200 SJF simulations, its `bye` was answered `pending`
+    and the work went on after it. Here: another session plays an episode meanwhile, the bye is
+    answered and the env's CPU use falls to idle (the work stopped)."""
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    env = start_env(children, bind)
+    attacker, other = dealer(bind), dealer(bind)
+    try:
+        assert ask(attacker, {**HELLO, "session": "a"})["type"] == "welcome"
+        attacker.send_multipart([b"", msgpack.packb({"type": "reset", "workload": {
+            "jobs": 2000, "sample": 1, "sjf_range": [1e9, 2e9]}})])
+        assert ask(other, {**HELLO, "session": "o"})["type"] == "welcome"
+        other.send_multipart([b"", msgpack.packb({"type": "reset", "workload": {"generate_jobs": 50}})])
+        assert _answer(other)["type"] == "episode_end"  # served while the draws go on
+        busy = _cpu_seconds(env.pid)
+        time.sleep(0.5)
+        assert _cpu_seconds(env.pid) - busy > 0.1, "the draws ended before the bye: nothing to stop"
+        assert ask(attacker, {"type": "bye"}, timeout_s=10)["type"] == "bye"
+        time.sleep(1.0)  # stopped within a second: the next second is idle
+        idle = _cpu_seconds(env.pid)
+        time.sleep(1.0)
+        assert _cpu_seconds(env.pid) - idle < 0.2, "the work went on after the bye"
+    finally:
+        attacker.close()
+        other.close()
+
+
+def test_a_reset_over_its_cpu_time_is_refused_naming_the_limit():
+    net = Net(limits=Limits(max_reset_cpu=0.2))
+    assert net.request(b"a", hello("a", []))["type"] == "welcome"
+    err = net.request(b"a", {"type": "reset", "workload": {"jobs": 2000, "sample": 1, "sjf_range": [1e9, 2e9]}})
+    assert err["type"] == "error" and err["code"] == "bad_request", err
+    assert "0.2 s of CPU time" in err["message"] and "--max-reset-cpu" in err["message"], err
+    assert net.request(b"a", {"type": "reset", "workload": {"generate_jobs": 50}})["type"] == "episode_end"
+
+
+def test_a_bye_that_leaves_a_long_episode_to_the_built_ins_holds_up_no_other_session(children, ipc_dir):  # noqa: F811
+    """E6: the task the bye left ran in the thread of the next request, of any session, before
+    that request's own: another session's 50-job reset was answered `pending` after a heartbeat."""
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    start_env(children, bind)
+    controller, agent, other = dealer(bind), dealer(bind), dealer(bind)
+    try:
+        welcome = ask(controller, {**HELLO, "session": "s"})
+        assert ask(agent, {**HELLO, "agent": "sjf", "kinds": ["select"], "session": "s",
+                           "token": welcome["token"]})["type"] == "welcome"
+        assert ask(other, {**HELLO, "session": "o"})["type"] == "welcome"
+        agent.send_multipart([b"", msgpack.packb({"type": "join"})])
+        controller.send_multipart([b"", msgpack.packb({"type": "reset", "workload": {"generate_jobs": 200_000}})])
+        assert _answer(agent, 60)["type"] == "decision"
+        assert ask(agent, {"type": "bye"}, timeout_s=10)["type"] == "bye"
+        started = time.monotonic()
+        reply = ask(other, {"type": "reset", "workload": {"generate_jobs": 50}}, timeout_s=10)
+        waited = time.monotonic() - started
+        assert reply["type"] == "episode_end" and waited < 0.9, (reply, waited)  # before: `pending` at 1.0 s
+        while controller.poll(0):  # its reset was answered `pending`: it polls for the end
+            controller.recv_multipart()
+        end = ask(controller, {"type": "poll"}, timeout_s=60)
+        while end["type"] == "pending":
+            end = ask(controller, {"type": "poll"}, timeout_s=60)
+        assert end["type"] == "episode_end" and end["metrics"]["jobs"] == 200_000, end  # it still played out
+    finally:
+        for sock in (controller, agent, other):
+            sock.close()
