@@ -109,11 +109,11 @@ class Simulation:
         variant = (cfg.backfill_order != "queue" or cfg.strict_shadow or not cfg.easy_extra
                    or bool(cfg.backfill_relax) or cfg.backfill_skip_next or cfg.keep_shadow)
         if cfg.backfill == "conservative" or variant or self._prefill is not None \
-                or self.external & {BACKFILL, SELECT_KILL}:
-            raise ConfigError("on a machine of nodes (--machine) backfill easy (textbook rules) or none runs, with "
-                              "select (one job at a time), inspect and kill agents; conservative backfilling, the EASY "
-                              "variants, pre-filled clusters and backfill or select_kill agents are not built on "
-                              "nodes yet")
+                or self.external & {SELECT, BACKFILL, SELECT_KILL}:
+            raise ConfigError("on a machine of nodes (--machine) the built-in select with backfill easy (textbook "
+                              "rules) or none runs, with inspect and kill agents; conservative backfilling, the EASY "
+                              "variants, pre-filled clusters and select, backfill or select_kill agents are not built "
+                              "on nodes yet")
 
     def _prepare_jobs(self) -> None:
         w, cfg = self.workload, self.config

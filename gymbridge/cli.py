@@ -20,15 +20,14 @@ from ..environment.priorities import POLICIES
 from ..environment.config import BACKFILL_MODES, OVERRUN_MODES, PRESETS, EstimateSpec, SimConfig
 from ..environment.errors import HpcgymError
 from ..environment.lublin import generate_lublin
-from ..environment.machine import RESOURCES
+from ..environment.machine import RESOURCES, on_machine, parse_machine
 from ..environment.predictions import PredictionSpec
 from ..environment.simulator import simulate
 from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload,
                                  resolve_trace)
 from ..environment.swf import CLEANINGS, trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
-from .usage import (check_part, given, jobs_option, machine_option, model_option, procs_option, recipe_option,
-                    seed_option, trace_option)
+from .usage import check_part, given, jobs_option, procs_option, recipe_option, seed_option, trace_option
 
 SUMMARY_LABELS = [
     ("jobs", "jobs", "{:d}"),
@@ -125,7 +124,9 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
 @main.command()
 @trace_option(f"a generated Lublin workload of {DEFAULT_JOBS} jobs")
 @_reading_options
-@workload_option("cleaning", default="hpcgym")
+@click.option("--cleaning", type=click.Choice(CLEANINGS), default="hpcgym", show_default=True,
+              help="SWF cleaning: hpcgym's, or rlbf-scw (cancelled jobs kept as 10 s jobs, RL backfilling's code; "
+                   "docs/semantics.md section 1).")
 @click.option("--policy", type=click.Choice(list(POLICIES), case_sensitive=False), default="fcfs", show_default=True,
               help="Priority policy that orders the queue.")
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
@@ -137,15 +138,19 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
                    "running[:PRE,RUN,END[,PERIOD]][,share=S] (docs/semantics.md section 12).")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default="run", show_default=True,
               help="A job past its requested time: run to its recorded end, or kill it at its walltime.")
-@machine_option()
-@model_option()
+@click.option("--machine", help="Run on nodes: `nodes` (the trace header's nodes, whole-node allocation), "
+                                "`nodes:shared`, or a machine spec file (.json/.toml: partitions of nodes with cores, "
+                                "memory, GPUs); `,best_fit` picks the placement (docs/semantics.md section 13).")
 @_rule_options
 @jobs_option("Simulate only this many jobs (a window).")
-@workload_option("start", "First job of the window (with --jobs).")
-@workload_option("sample", "Seed of a random window start (with --jobs).")
-@workload_option("sampled_jobset")
-@workload_option("train_fraction")
-@workload_option("part", "Which part of the split to draw from (with --train-fraction).", default="test")
+@click.option("--start", type=click.IntRange(min=0), help="First job of the window (with --jobs).")
+@click.option("--sample", type=int, help="Seed of a random window start (with --jobs).")
+@click.option("--sampled-jobset", is_flag=True,
+              help="With --sample: draw jobs at random and re-draw Poisson arrivals (DRAS's sampled jobsets).")
+@click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="Split the trace: the first fraction is train, the rest test.")
+@click.option("--part", type=click.Choice(["train", "test"]), default="test", show_default=True,
+              help="Which part of the split to draw from (with --train-fraction).")
 @seed_option("Seed of the generated workload, noisy estimates and the random policy.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--jobs-out", type=click.Path(path_type=Path, dir_okay=False), help="Write per-job records as CSV.")
@@ -154,14 +159,16 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
                    "offline; plotly: pip install -e '.[compare]').")
 @click.pass_context
 def run(ctx, trace, procs, strict, skip_malformed, cleaning, policy, backfill, estimate, prediction, overrun, machine,
-        model, exact_requests, commit_pick, preset, n_jobs, start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out,
+        exact_requests, commit_pick, preset, n_jobs, start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out,
         report) -> None:
     """Replay a trace (or the generated default workload) with a policy and print its metrics."""
     check_part(ctx, train_fraction)
     spec = _workload_spec(trace, procs, strict, skip_malformed)
     spec.update(cleaning=cleaning, jobs=n_jobs, start=start, sample=sample, sampled_jobset=sampled_jobset,
-                train_fraction=train_fraction, part=part, machine=machine, model=model)
+                train_fraction=train_fraction, part=part)
     workload = load_workload(spec, seed)
+    if machine is not None:
+        workload = on_machine(workload, parse_machine(machine, workload.header))
     config = SimConfig(seed=seed, prediction=prediction,
                        **_rules(ctx, backfill=backfill, estimate=estimate, overrun=overrun,
                                 exact_requests=exact_requests, commit_pick=commit_pick, preset=preset))
@@ -307,7 +314,8 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 @click.pass_context
 def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, recipe, reward,
                 decision_timeout, on_agent_lost, trace_dirs, max_trace_bytes, max_trace_jobs, max_reset_cpu, prediction,
-                model_dirs, max_jobs,
+                model_dirs,
+                max_jobs,
                 idle_timeout, max_sessions, max_agents, max_connections, workers, redirect, open_sessions, allow_remote,
                 insecure, curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md and docs/server.md)."""
@@ -436,7 +444,7 @@ class _AgentCommand(click.Command):
 @click.option("--estimate", help="Run-time estimate of reservations in the episodes this agent resets (e.g. "
                                  "predicted) [default: the env's].")
 @jobs_option("Window length sent with reset.")
-@workload_option("sample", "Random window seed sent with reset.")
+@click.option("--sample", type=int, help="Random window seed sent with reset.")
 @recipe_option
 @click.option("--require", multiple=True, help="Kinds the episode must wait for (with --reset).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
