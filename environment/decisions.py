@@ -131,6 +131,9 @@ class Decision:
             ids = [self._check_candidate(job) for job in ids]
             if len(set(ids)) != len(ids):
                 raise InvalidAction(f"select names a job twice: {ids}")
+            if len(ids) > 1 and self._sim.workload.machine is not None:
+                raise InvalidAction(f"on a machine of nodes select takes one job at a time (it starts, or is reserved "
+                                    f"if it does not fit), not {len(ids)}")
             if len(ids) > 1:
                 need = self._sim.total_size(ids)
                 if need > self._sim.free:

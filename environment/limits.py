@@ -27,6 +27,10 @@ MAX_PATH_PARTS = 256
 MAX_MAP_KEYS = 64
 #: The largest learned prediction model a reset may name (one is a few kB per thousand users).
 MAX_MODEL_BYTES = 16 << 20
+#: The largest machine spec file a reset may name (a spec lists a few partitions).
+MAX_MACHINE_BYTES = 1 << 20
+#: The workload key `machine`'s values that name no file (environment/machine.py parse_machine).
+HEADER_MACHINES = ("nodes", "nodes:shared")
 
 
 @dataclass(frozen=True)
@@ -61,9 +65,15 @@ class Limits:
             if self.max_jobs is not None and (spec.get(key) or 0) > self.max_jobs:
                 raise HpcgymError(f"workload: {key} {spec[key]:,} is over this env's limit of {self.max_jobs:,} jobs; "
                                   "ask for fewer (the operator sets the limit with --max-jobs)")
-        if spec.get("trace") is None or (self._trace_dirs is None and self.max_trace_bytes is None):
+        if self._trace_dirs is None and self.max_trace_bytes is None:
             return spec
-        return {**spec, "trace": str(self._allowed_trace(os.fspath(spec["trace"])))}
+        if spec.get("trace") is not None:
+            spec = {**spec, "trace": str(self._allowed_trace(os.fspath(spec["trace"])))}
+        head, comma, placement = (spec.get("machine") or "nodes").partition(",")
+        if head not in HEADER_MACHINES:  # a spec file: from the trace folders only, as a trace
+            real = _allowed_file(head, self._trace_dirs, MAX_MACHINE_BYTES, "machine spec", "--trace-dir")
+            spec = {**spec, "machine": f"{real}{comma}{placement}"}
+        return spec
 
     def options(self, options: dict[str, Any]) -> dict[str, Any]:
         """The options with a learned predictor's model file named by its real path, if the
@@ -96,6 +106,7 @@ def check_reset_size(msg: dict[str, Any]) -> None:
         raise m.ProtocolError(m.BAD_REQUEST, f"reset: require names at most the {len(KINDS)} kinds; got "
                                              f"{len(msg['require']):,} entries")
     for where, value in (("workload trace", msg.get("workload", {}).get("trace")),
+                         ("workload machine", msg.get("workload", {}).get("machine")),
                          ("option prediction", msg.get("options", {}).get("prediction"))):
         if isinstance(value, str) and (len(value) > MAX_PATH_CHARS or value.count("/") >= MAX_PATH_PARTS):
             raise m.ProtocolError(m.BAD_REQUEST, f"reset: the {where} is at most {MAX_PATH_CHARS} characters and "

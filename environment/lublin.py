@@ -267,7 +267,7 @@ def _truncated_log_gamma(rng: np.random.Generator, shape: float, scale: float, n
     return out
 
 
-def _sizes(rng: np.random.Generator, n: int, procs: int, p: LublinParams) -> np.ndarray:
+def draw_sizes(rng: np.random.Generator, n: int, procs: int, p: LublinParams) -> np.ndarray:
     ulow, umed, uhi = p.size_bounds(procs)
     u = rng.random(n)
     serial = u <= p.serial_prob
@@ -300,7 +300,13 @@ def _run_times(rng: np.random.Generator, size: np.ndarray, p: LublinParams) -> n
 
 def _submit_times(rng: np.random.Generator, n: int, p: LublinParams) -> np.ndarray:
     log_gap = _truncated_log_gamma(rng, p.aarr * p.arar, p.barr, n, p.max_log_interarrival)
-    points = np.cumsum(np.exp(log_gap)) / SECONDS_IN_BUCKET
+    return on_daily_clock(np.cumsum(np.exp(log_gap)), p)
+
+
+def on_daily_clock(arrivals: np.ndarray, p: LublinParams) -> np.ndarray:
+    """Submit times (whole seconds, from the first day with a job) of `arrivals` measured on the
+    model's rush-hour clock: the daily cycle thins and bunches them, keeping the mean daily rate."""
+    points = arrivals / SECONDS_IN_BUCKET
     # the clock starts at the first bucket of start_hour; a bucket costs its weight in points
     weights = np.roll(daily_arrival_weights(p), -2 * p.start_hour)
     edges = np.concatenate(([0.0], np.cumsum(weights)))  # points at each bucket start
@@ -343,7 +349,7 @@ def generate_lublin(n_jobs: int, procs: int, seed: int = 0, *, name: str | None 
 
     rng = np.random.default_rng(seed)
     submit = _submit_times(rng, n, params)
-    size = _sizes(rng, n, procs, params)
+    size = draw_sizes(rng, n, procs, params)
     run = _run_times(rng, size, params)
     header = {"Generator": "Lublin-Feitelson 2003 model (hpcgym.environment.lublin)",
               "Seed": str(seed), "MaxProcs": str(procs),

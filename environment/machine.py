@@ -361,6 +361,16 @@ class NodeState:
         held[placed.nodes] = True
         return Reservation(shadow, placed.partition, extra, held)
 
+    def table(self) -> dict[str, list[Any]]:
+        """The observation's `machine` table (PROTOCOL.md section 6): per partition, its nodes'
+        capacities and what is free now, so an agent sees where a job can start."""
+        parts = self.machine.partitions
+        return {"name": [p.name for p in parts], "nodes": [p.nodes for p in parts], "cores": [p.cores for p in parts],
+                "memory": [p.memory for p in parts], "gpus": [p.gpus for p in parts],
+                "swf": [list(p.swf) for p in parts], "free_cores": [t[0] for t in self.totals],
+                "free_memory": [t[1] for t in self.totals], "free_gpus": [t[2] for t in self.totals],
+                "idle_nodes": [int((free == cap).all(axis=1).sum()) for free, cap in zip(self.free, self.capacity)]}
+
     def utilization(self, span: int) -> dict[str, float]:
         """Per resource the machine has: resource-seconds held by the ended runs / (capacity x span)."""
         capacity = self.machine.capacity

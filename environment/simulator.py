@@ -109,11 +109,11 @@ class Simulation:
         variant = (cfg.backfill_order != "queue" or cfg.strict_shadow or not cfg.easy_extra
                    or bool(cfg.backfill_relax) or cfg.backfill_skip_next or cfg.keep_shadow)
         if cfg.backfill == "conservative" or variant or self._prefill is not None \
-                or self.external & {SELECT, BACKFILL, SELECT_KILL}:
-            raise ConfigError("on a machine of nodes (--machine) the built-in select with backfill easy (textbook "
-                              "rules) or none runs, with inspect and kill agents; conservative backfilling, the EASY "
-                              "variants, pre-filled clusters and select, backfill or select_kill agents are not built "
-                              "on nodes yet")
+                or self.external & {BACKFILL, SELECT_KILL}:
+            raise ConfigError("on a machine of nodes (--machine) backfill easy (textbook rules) or none runs, with "
+                              "select (one job at a time), inspect and kill agents; conservative backfilling, the EASY "
+                              "variants, pre-filled clusters and backfill or select_kill agents are not built on "
+                              "nodes yet")
 
     def _prepare_jobs(self) -> None:
         w, cfg = self.workload, self.config
@@ -143,6 +143,7 @@ class Simulation:
         self._est = self._req if est is w.requested else self._run if est is run else est.tolist()
         self._user = w.user.tolist()
         self._group, self._executable, self._memory = w.group.tolist(), w.executable.tolist(), w.memory.tolist()
+        self._gpus, self._exclusive, self._partition = w.gpus.tolist(), w.exclusive.tolist(), w.partition.tolist()
         self._predicted = cfg.estimate.kind == "predicted"
         if self._prefill is not None:
             self._add_prefill_jobs()
@@ -918,6 +919,9 @@ class Simulation:
                 "group": queued(self._group),
                 "executable": queued(self._executable),
                 "memory": queued(self._memory),
+                "gpus": queued(self._gpus),
+                "exclusive": queued(self._exclusive),
+                "partition": queued(self._partition),
             },
             "running": {
                 "id": run(ids),
@@ -928,6 +932,8 @@ class Simulation:
             },
             "context": dict(decision.context),
         }
+        if self._nodes is not None:  # PROTOCOL.md section 6 (1.7)
+            obs["machine"] = self._nodes.table()
         if self.config.prediction.on:  # PROTOCOL.md section 6 (1.4)
             obs["queue"]["prediction"] = queued(self._pred0)
             obs["running"].update(submit=run(submit), prediction0=run(self._pred0), prediction=run(self._pred))

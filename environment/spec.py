@@ -237,7 +237,7 @@ def load_source(spec: dict[str, Any], seed: int = 0, max_bytes: int | None = Non
     """The whole (split) workload a checked spec draws its sequences from: the trace (refused if
     it unpacks to more than `max_bytes` or holds more than `max_jobs` jobs), or the generated
     workload for `seed`. Window keys are ignored here (see `cut_sequence`)."""
-    model = spec.get("model", DEFAULT_MODEL)
+    model = spec.get("model") or DEFAULT_MODEL
     if spec.get("trace") is None and model == GPU_MIXED:
         workload = generate_gpu_mixed(spec.get("generate_jobs") or DEFAULT_JOBS, seed)
     elif spec.get("trace") is None:

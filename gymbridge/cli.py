@@ -20,14 +20,15 @@ from ..environment.priorities import POLICIES
 from ..environment.config import BACKFILL_MODES, OVERRUN_MODES, PRESETS, EstimateSpec, SimConfig
 from ..environment.errors import HpcgymError
 from ..environment.lublin import generate_lublin
-from ..environment.machine import RESOURCES, on_machine, parse_machine
+from ..environment.machine import RESOURCES
 from ..environment.predictions import PredictionSpec
 from ..environment.simulator import simulate
 from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload,
                                  resolve_trace)
 from ..environment.swf import CLEANINGS, trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
-from .usage import check_part, given, jobs_option, procs_option, recipe_option, seed_option, trace_option
+from .usage import (check_part, given, jobs_option, machine_option, model_option, procs_option, recipe_option,
+                    seed_option, trace_option)
 
 SUMMARY_LABELS = [
     ("jobs", "jobs", "{:d}"),
@@ -138,9 +139,8 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
                    "running[:PRE,RUN,END[,PERIOD]][,share=S] (docs/semantics.md section 12).")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default="run", show_default=True,
               help="A job past its requested time: run to its recorded end, or kill it at its walltime.")
-@click.option("--machine", help="Run on nodes: `nodes` (the trace header's nodes, whole-node allocation), "
-                                "`nodes:shared`, or a machine spec file (.json/.toml: partitions of nodes with cores, "
-                                "memory, GPUs); `,best_fit` picks the placement (docs/semantics.md section 13).")
+@machine_option()
+@model_option()
 @_rule_options
 @jobs_option("Simulate only this many jobs (a window).")
 @click.option("--start", type=click.IntRange(min=0), help="First job of the window (with --jobs).")
@@ -159,16 +159,14 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
                    "offline; plotly: pip install -e '.[compare]').")
 @click.pass_context
 def run(ctx, trace, procs, strict, skip_malformed, cleaning, policy, backfill, estimate, prediction, overrun, machine,
-        exact_requests, commit_pick, preset, n_jobs, start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out,
+        model, exact_requests, commit_pick, preset, n_jobs, start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out,
         report) -> None:
     """Replay a trace (or the generated default workload) with a policy and print its metrics."""
     check_part(ctx, train_fraction)
     spec = _workload_spec(trace, procs, strict, skip_malformed)
     spec.update(cleaning=cleaning, jobs=n_jobs, start=start, sample=sample, sampled_jobset=sampled_jobset,
-                train_fraction=train_fraction, part=part)
+                train_fraction=train_fraction, part=part, machine=machine, model=model)
     workload = load_workload(spec, seed)
-    if machine is not None:
-        workload = on_machine(workload, parse_machine(machine, workload.header))
     config = SimConfig(seed=seed, prediction=prediction,
                        **_rules(ctx, backfill=backfill, estimate=estimate, overrun=overrun,
                                 exact_requests=exact_requests, commit_pick=commit_pick, preset=preset))

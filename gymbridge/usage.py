@@ -1,7 +1,7 @@
 """What several commands share: options declared once, and checks of options that only mean
 something together.
 
-`--trace`, `--jobs`, `--seed` and `--procs` mean the same everywhere (a trace found as
+`--trace`, `--jobs`, `--seed`, `--procs`, `--model` and `--machine` mean the same everywhere (a trace found as
 `environment.spec.resolve_trace` finds it, a window length, a non-negative seed, a cluster size),
 so their names, types and common help live here; a command adds only what truly differs for it
 (its default, or what its jobs or seed are for).
@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from ..environment.spec import MODELS
 
 TRACE_HELP = "SWF or SWF.gz trace: a path, or a file name found in $HPCGYM_TRACES"
 
@@ -44,6 +46,21 @@ def procs_option(default: int | None = None, *, when_unset: str = "the trace hea
     return click.option("--procs", type=click.IntRange(min=1), default=default, show_default=default is not None,
                         help=None if default is not None else f"Cluster size (default: {when_unset}).")
 
+
+
+def model_option() -> Decorator:
+    """--model: the generated workload without --trace (a Lublin parameter set, or gpu-mixed)."""
+    return click.option("--model", type=click.Choice(MODELS),
+                        help="Generated workload without --trace: a Lublin parameter set (docs/lublin.md), or gpu-mixed "
+                             "(mixed CPU/GPU jobs on its own CPU and 8-GPU nodes, docs/gpu.md).")
+
+
+def machine_option() -> Decorator:
+    """--machine: the workload key `machine` (docs/semantics.md section 13)."""
+    return click.option("--machine", help="Run on nodes: `nodes` (the trace header's nodes, whole-node allocation), "
+                                          "`nodes:shared`, or a machine spec file (.json/.toml: partitions of nodes "
+                                          "with cores, memory, GPUs); `,best_fit` picks the placement "
+                                          "(docs/semantics.md section 13).")
 
 
 def check_part(ctx: click.Context, train_fraction: float | None) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-PROTOCOL_VERSION = "1.6"
+PROTOCOL_VERSION = "1.7"
 MAJOR = PROTOCOL_VERSION.split(".")[0]
 
 # Error codes (PROTOCOL.md section 6). Only version_mismatch and shutdown are not recoverable.

@@ -15,8 +15,9 @@ from functools import cache
 #: `Column.sent` values: in every message of its kind; only in episodes with a run-time predictor
 #: (reset option `prediction`); added to the text of 1.0 later, so an env written to the earlier
 #: text may leave it out (a checker does not require it); never in a message, only in per-job
-#: files (it follows from other columns).
-ALWAYS, WITH_PREDICTOR, OPTIONAL, IN_FILES = "always", "with a predictor", "optional", "in files"
+#: files (it follows from other columns); only in episodes on a machine of nodes (workload key
+#: `machine`, or a model that brings one).
+ALWAYS, WITH_PREDICTOR, OPTIONAL, IN_FILES, ON_NODES = "always", "with a predictor", "optional", "in files", "on nodes"
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,9 @@ OBSERVATION = _table(
      "the first `window` waiting jobs in queue order (the env's priority policy); its columns below"),
     ("running", "table", "1.0", ALWAYS, "running jobs by estimated end; its columns below"),
     ("context", "map", "1.0", ALWAYS, "the kind's extra facts, below"),
+    ("machine", "table", "1.7", ON_NODES,
+     "the machine's partitions, one entry each in the machine's order: capacities and what is free now; its "
+     "columns below (`procs` and `free` count cores there)"),
 )
 
 #: The observation's `queue` table: one entry per job of the queue window.
@@ -69,6 +73,26 @@ QUEUE = _table(
     ("memory", "int", "1.5", ALWAYS,
      "requested memory, kB per processor (SWF field 10), -1 where the trace does not say"),
     ("prediction", "int", "1.4", WITH_PREDICTOR, "the job's pre-run prediction of its run time, s"),
+    ("gpus", "int", "1.7", ALWAYS, "GPUs requested in all, 0 for a CPU job (docs/semantics.md section 13)"),
+    ("exclusive", "int", "1.7", ALWAYS, "1 if the job asks for whole nodes, else 0"),
+    ("partition", "int", "1.7", ALWAYS,
+     "the SWF partition number it asks for (field 16): on nodes it runs only in the partition that lists it "
+     "(`machine.swf`), if one does; -1 where the workload does not say"),
+)
+
+#: The observation's `machine` table: one entry per partition of the machine (1.7, on nodes).
+MACHINE = _table(
+    ("name", "str", "1.7", ON_NODES, "the partition's name"),
+    ("nodes", "int", "1.7", ON_NODES, "its nodes, all alike"),
+    ("cores", "int", "1.7", ON_NODES, "cores per node"),
+    ("memory", "int", "1.7", ON_NODES, "memory per node, kB (0: not modelled, requests ignored)"),
+    ("gpus", "int", "1.7", ON_NODES, "GPUs per node"),
+    ("swf", "array", "1.7", ON_NODES,
+     "the SWF partition numbers it serves (an array per partition; empty: none named)"),
+    ("free_cores", "int", "1.7", ON_NODES, "cores free now, its nodes together"),
+    ("free_memory", "int", "1.7", ON_NODES, "memory free now, kB, its nodes together"),
+    ("free_gpus", "int", "1.7", ON_NODES, "GPUs free now, its nodes together"),
+    ("idle_nodes", "int", "1.7", ON_NODES, "nodes with nothing running (a whole-node job can start there)"),
 )
 
 #: The observation's `running` table: one entry per running job.

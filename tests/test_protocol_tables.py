@@ -23,6 +23,7 @@ DOC_TABLES = {
     "### The observation": tables.OBSERVATION,
     "### `queue` columns": tables.QUEUE,
     "### `running` columns": tables.RUNNING,
+    "### `machine` columns": tables.MACHINE,
     "#### episode_end metrics": tables.METRICS,
     "#### episode_end per-job records": tables.JOB_RECORDS,
 }
@@ -65,7 +66,7 @@ def test_an_edit_on_either_side_is_found():
     dropped_row = text.replace("| `user` | int | 1.0 | always | user id, -1 if unknown |\n", "", 1)
     assert dropped_row != text and disagreements(dropped_row, heading, table)
     added_column = (*table, Column("nodes", "int", "1.6", tables.ALWAYS, "nodes requested"))
-    assert disagreements(text, heading, added_column) == [f"{heading}: 12 rows in the text, 13 in tables.py"]
+    assert disagreements(text, heading, added_column) == [f"{heading}: 15 rows in the text, 16 in tables.py"]
     reworded = tuple(Column(c.name, c.type, c.since, c.sent, c.meaning + ".") for c in tables.METRICS)
     assert len(disagreements(text, "#### episode_end metrics", reworded)) == len(tables.METRICS)
 
@@ -86,7 +87,7 @@ def test_the_env_sends_the_observation_the_tables_list(prediction):
     predicted = prediction != "none"
     obs = observations(prediction)
     assert len(obs) > 20
-    assert all(list(o) == list(tables.names(tables.OBSERVATION)) for o in obs)
+    assert all(list(o) == [c.name for c in tables.OBSERVATION if c.sent != tables.ON_NODES] for o in obs)
     for name, columns in tables.JOB_TABLES.items():
         sent = [c for c in columns if predicted or c.sent != tables.WITH_PREDICTOR]
         assert all(set(o[name]) == {c.name for c in sent} for o in obs)
@@ -113,11 +114,15 @@ def test_the_env_sends_the_metrics_and_records_the_tables_list(tmp_path):
 
 
 def test_an_older_agent_is_not_sent_the_columns_added_after_its_version():
-    # PROTOCOL.md section 8: 1.4 added the prediction columns, 1.5 the queue's group, executable and memory
-    assert tables.columns_newer_than(3) == {"queue": ("group", "executable", "memory", "prediction"),
+    # PROTOCOL.md section 8: 1.4 added the prediction columns, 1.5 the queue's group, executable and
+    # memory, 1.7 its gpus, exclusive and partition
+    assert tables.columns_newer_than(3) == {"queue": ("group", "executable", "memory", "prediction", "gpus",
+                                                      "exclusive", "partition"),
                                             "running": ("submit", "prediction0", "prediction")}
-    assert tables.columns_newer_than(4) == {"queue": ("group", "executable", "memory")}
-    assert tables.columns_newer_than(5) == {}
+    assert tables.columns_newer_than(4) == {"queue": ("group", "executable", "memory", "gpus", "exclusive",
+                                                      "partition")}
+    assert tables.columns_newer_than(6) == {"queue": ("gpus", "exclusive", "partition")}
+    assert tables.columns_newer_than(7) == {}
 
 
 def test_the_conformance_checker_reads_names_and_types_from_the_tables():

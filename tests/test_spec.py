@@ -18,7 +18,7 @@ from hpcgym.environment.service import EnvService
     ({"sample": 3}, "job count"),
     ({"jobs": 5, "start": 0, "sample": 1}, "either"),
     ({"colour": "red"}, "unknown workload key"),
-    ({"model": "gaussian"}, "unknown Lublin model"),
+    ({"model": "gaussian"}, "unknown workload model"),
 ])
 def test_bad_workload_specs_are_refused_with_a_reason(spec, words):
     with pytest.raises(ConfigError, match=words):

@@ -131,6 +131,7 @@ def training_workloads(recipe: Recipe, flags: dict[str, Any]) -> tuple[dict[str,
     if trace is not None:  # saved with the settings: the file itself, not a name to look up again
         trace = resolve_trace(trace).resolve()
     workload = {k: v for k, v in {"trace": str(trace) if trace else None, "procs": flags["procs"],
+                                  "model": flags["model"], "machine": flags["machine"],
                                   "jobs": recipe.jobs, "start": start, "sample": None if start is not None else True,
                                   "sampled_jobset": sampled or None}.items() if v is not None}
     eval_workload = None
