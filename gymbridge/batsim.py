@@ -23,12 +23,12 @@ from ..environment.workload import Workload
 from .cli import SUMMARY_LABELS, _reading_options, _workload_spec
 from .compare.unit import ipc_folder
 from .scheduler_program import run_scheduler
-from .usage import jobs_option, trace_option
+from .usage import jobs_option, trace_option, workload_option
 
 
 def _window_options(f):
-    f = click.option("--sample", type=int, help="Seed of a random window start (with --jobs).")(f)
-    f = click.option("--start", type=click.IntRange(min=0), help="First job of the window (with --jobs).")(f)
+    f = workload_option("sample", "Seed of a random window start (with --jobs).")(f)
+    f = workload_option("start", "First job of the window (with --jobs).")(f)
     f = jobs_option("Only this many jobs (a window).")(f)
     f = _reading_options(f)
     return trace_option(required=True)(f)

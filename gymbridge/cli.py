@@ -25,10 +25,10 @@ from ..environment.predictions import PredictionSpec
 from ..environment.simulator import simulate
 from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload,
                                  resolve_trace)
-from ..environment.swf import CLEANINGS, trace_stats, write_swf
+from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
 from .usage import (check_part, given, jobs_option, machine_option, model_option, procs_option, recipe_option,
-                    seed_option, trace_option)
+                    seed_option, trace_option, workload_option)
 
 SUMMARY_LABELS = [
     ("jobs", "jobs", "{:d}"),
@@ -125,9 +125,7 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
 @main.command()
 @trace_option(f"a generated Lublin workload of {DEFAULT_JOBS} jobs")
 @_reading_options
-@click.option("--cleaning", type=click.Choice(CLEANINGS), default="hpcgym", show_default=True,
-              help="SWF cleaning: hpcgym's, or rlbf-scw (cancelled jobs kept as 10 s jobs, RL backfilling's code; "
-                   "docs/semantics.md section 1).")
+@workload_option("cleaning", default="hpcgym")
 @click.option("--policy", type=click.Choice(list(POLICIES), case_sensitive=False), default="fcfs", show_default=True,
               help="Priority policy that orders the queue.")
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
@@ -143,14 +141,11 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
 @model_option()
 @_rule_options
 @jobs_option("Simulate only this many jobs (a window).")
-@click.option("--start", type=click.IntRange(min=0), help="First job of the window (with --jobs).")
-@click.option("--sample", type=int, help="Seed of a random window start (with --jobs).")
-@click.option("--sampled-jobset", is_flag=True,
-              help="With --sample: draw jobs at random and re-draw Poisson arrivals (DRAS's sampled jobsets).")
-@click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-              help="Split the trace: the first fraction is train, the rest test.")
-@click.option("--part", type=click.Choice(["train", "test"]), default="test", show_default=True,
-              help="Which part of the split to draw from (with --train-fraction).")
+@workload_option("start", "First job of the window (with --jobs).")
+@workload_option("sample", "Seed of a random window start (with --jobs).")
+@workload_option("sampled_jobset")
+@workload_option("train_fraction")
+@workload_option("part", "Which part of the split to draw from (with --train-fraction).", default="test")
 @seed_option("Seed of the generated workload, noisy estimates and the random policy.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--jobs-out", type=click.Path(path_type=Path, dir_okay=False), help="Write per-job records as CSV.")
@@ -312,8 +307,7 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 @click.pass_context
 def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, recipe, reward,
                 decision_timeout, on_agent_lost, trace_dirs, max_trace_bytes, max_trace_jobs, max_reset_cpu, prediction,
-                model_dirs,
-                max_jobs,
+                model_dirs, max_jobs,
                 idle_timeout, max_sessions, max_agents, max_connections, workers, redirect, open_sessions, allow_remote,
                 insecure, curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md and docs/server.md)."""
@@ -442,7 +436,7 @@ class _AgentCommand(click.Command):
 @click.option("--estimate", help="Run-time estimate of reservations in the episodes this agent resets (e.g. "
                                  "predicted) [default: the env's].")
 @jobs_option("Window length sent with reset.")
-@click.option("--sample", type=int, help="Random window seed sent with reset.")
+@workload_option("sample", "Random window seed sent with reset.")
 @recipe_option
 @click.option("--require", multiple=True, help="Kinds the episode must wait for (with --reset).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,

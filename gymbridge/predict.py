@@ -15,11 +15,10 @@ from ..environment.config import SimConfig
 from ..environment.predictions import CATEGORIES, fit_prerun_model, mape
 from ..environment.simulator import Simulation
 from ..environment.spec import load_workload
-from .usage import seed_option, trace_option
+from .usage import seed_option, trace_option, workload_option
 
 TRACE = trace_option(required=True)
-FRACTION = click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-                        default=0.8, show_default=True, help="The first fraction is the training part.")
+FRACTION = workload_option("train_fraction", "The first fraction is the training part.", default=0.8)
 
 
 @click.group()

@@ -1,10 +1,12 @@
 """What several commands share: options declared once, and checks of options that only mean
 something together.
 
-`--trace`, `--jobs`, `--seed`, `--procs`, `--model` and `--machine` mean the same everywhere (a trace found as
-`environment.spec.resolve_trace` finds it, a window length, a non-negative seed, a cluster size),
-so their names, types and common help live here; a command adds only what truly differs for it
-(its default, or what its jobs or seed are for).
+`--trace`, `--jobs`, `--seed`, `--procs`, `--model` and `--machine` mean the same everywhere (a
+trace found as `environment.spec.resolve_trace` finds it, a window length, a non-negative seed, a
+cluster size), so their names, types and common help live here; a command adds only what truly
+differs for it (its default, or what its jobs or seed are for). The other workload keys'
+options (`--start`, `--sample`, `--cleaning`, `--train-fraction`, ...) are made from the keys'
+own declarations in `environment/spec.py` (`workload_option`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 
 import click
 
-from ..environment.spec import MODELS
+from ..environment.spec import MODELS, WORKLOAD_KEYS
+from ..environment.swf import CLEANINGS
 
 TRACE_HELP = "SWF or SWF.gz trace: a path, or a file name found in $HPCGYM_TRACES"
 
@@ -41,11 +44,28 @@ def seed_option(help: str | None = None, default: int | None = 0) -> Decorator:
                         help=help)
 
 
+#: The command-line type of each workload key a command takes as an option (a flag where None).
+_WORKLOAD_OPTION_TYPES: dict[str, Any] = {
+    "start": click.IntRange(min=0), "sample": click.IntRange(min=0), "first_jobs": click.IntRange(min=1),
+    "train_fraction": click.FloatRange(0, 1, min_open=True, max_open=True), "part": click.Choice(["train", "test"]),
+    "cleaning": click.Choice(CLEANINGS), "sampled_jobset": None}
+
+
+def workload_option(key: str, help: str | None = None, **kwargs: Any) -> Decorator:
+    """The option of workload key `key` (--train-fraction for train_fraction), its help the key's
+    own (environment/spec.py WorkloadSpec) unless a command says what it means there."""
+    kind = _WORKLOAD_OPTION_TYPES[key]
+    text = help or WORKLOAD_KEYS[key][0].upper() + WORKLOAD_KEYS[key][1:] + "."
+    if kind is None:
+        return click.option(f"--{key.replace('_', '-')}", is_flag=True, help=text, **kwargs)
+    return click.option(f"--{key.replace('_', '-')}", type=kind, show_default="default" in kwargs, help=text,
+                        **kwargs)
+
+
 def procs_option(default: int | None = None, *, when_unset: str = "the trace header") -> Decorator:
     """--procs, the cluster size: `default`, or `when_unset` says where it comes from."""
     return click.option("--procs", type=click.IntRange(min=1), default=default, show_default=default is not None,
                         help=None if default is not None else f"Cluster size (default: {when_unset}).")
-
 
 
 def model_option() -> Decorator:

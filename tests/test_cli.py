@@ -303,12 +303,23 @@ def test_tree_picture_draws_as_many_levels_as_depth_asks(monkeypatch, tmp_path):
 
 def test_the_shared_options_are_declared_once_in_the_package():
     """--trace, --jobs, --seed and --procs mean the same on every command: one declaration each
-    (gymbridge/usage.py), so their names, types and help cannot drift apart (issue 41)."""
+    (gymbridge/usage.py), so their names, types and help cannot drift apart (issue 41); the workload
+    keys' options are made from the keys' own declarations (environment/spec.py WorkloadSpec)."""
     root = Path(__file__).resolve().parents[1]
     sources = [p for folder in ("protocol", "environment", "agents", "gymbridge") for p in (root / folder).rglob("*.py")]
-    for name in ("--trace", "--jobs", "--seed", "--procs"):
+    for name in ("--trace", "--jobs", "--seed", "--procs", "--cleaning", "--start", "--sample", "--train-fraction",
+                 "--part", "--sampled-jobset", "--first-jobs"):
         places = [(p.name, text.count(f'"{name}"')) for p in sources if f'"{name}"' in (text := p.read_text())]
-        assert places == [("usage.py", 1)], name
+        assert places in ([("usage.py", 1)], []), name
+
+
+@pytest.mark.parametrize("command", [["run"], ["compare"], ["train", "ppo"], ["batsim", "export"]])
+def test_a_negative_window_seed_or_start_is_refused_by_every_command(command):
+    for flag in ("--sample", "--start"):
+        result = CliRunner().invoke(main, [*command, flag, "-1"])
+        if "No such option" in result.output:
+            continue
+        assert result.exit_code == 2 and "x>=0" in result.output, (command, flag, result.output)
 
 
 def test_a_folder_named_as_a_trace_is_called_a_folder(traces_env):

@@ -16,8 +16,8 @@ from ...agents.runtime import NETWORK_SOURCES, AgentRef, check_agent_file
 from ...environment.config import OVERRUN_MODES, EstimateSpec
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
-from ...environment.swf import CLEANINGS
-from ..usage import check_part, given, jobs_option, procs_option, recipe_option, seed_option, trace_option
+from ..usage import (check_part, given, jobs_option, procs_option, recipe_option, seed_option, trace_option,
+                     workload_option)
 from .executors import EXECUTORS
 from .policy import PolicySpec, parse_policy
 from .stats import METRICS
@@ -49,18 +49,15 @@ C_AGENT = "examples/c-sjf"
 @click.option("--skip-malformed", is_flag=True, help="Skip malformed SWF lines.")
 @click.option("--samples", type=click.IntRange(min=1), help="Number of job sequences (default 10 with --jobs, else 1).")
 @jobs_option("Jobs per sequence: random windows of this length (absent: the whole trace is one sequence).")
-@click.option("--sampled-jobset", is_flag=True, help="Draw random jobs with Poisson arrivals instead of windows (DRAS).")
-@click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-              help="Split the trace chronologically; draw from one part (--part).")
-@click.option("--part", type=click.Choice(["train", "test"]), default="test", show_default=True)
+@workload_option("sampled_jobset", "Draw random jobs with Poisson arrivals instead of windows (DRAS).")
+@workload_option("train_fraction", "Split the trace chronologically; draw from one part (--part).")
+@workload_option("part", default="test")
 @seed_option("Sample i uses seed SEED+i (its window and its episode); also seeds the bootstrap.")
-@click.option("--first-jobs", type=click.IntRange(min=1),
+@workload_option("first_jobs",
               help="Random windows start within the trace's first N jobs (the RL papers' code draws from 10,000).")
-@click.option("--start", type=click.IntRange(min=0),
-              help="One fixed window instead of random ones: --jobs M jobs from the Nth (0-based; of --part "
+@workload_option("start", help="One fixed window instead of random ones: --jobs M jobs from the Nth (0-based; of --part "
                    "with --train-fraction), e.g. --start 10000 --jobs 2500 for jobs 10,001-12,500.")
-@click.option("--cleaning", type=click.Choice(CLEANINGS), default="hpcgym", show_default=True,
-              help="SWF cleaning rule: hpcgym's, or rlbf-scw (cancelled jobs kept as 10 s jobs, docs/semantics.md).")
+@workload_option("cleaning", default="hpcgym")
 @recipe_option
 @click.option("--estimate", default=None, help="Run-time estimate for all policies: requested, actual, noisy:E.")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default=None, help="Overrun rule for all policies.")

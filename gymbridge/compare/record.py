@@ -20,7 +20,7 @@ import click
 
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
-from ..usage import jobs_option, recipe_option, seed_option, trace_option
+from ..usage import jobs_option, recipe_option, seed_option, trace_option, workload_option
 from .command import record_settings
 from .plan import unit_id
 from .policy import parse_policy
@@ -35,9 +35,8 @@ from .policy import parse_policy
 @trace_option()
 @jobs_option("Jobs per sequence (absent: the whole trace is one sequence).")
 @click.option("--samples", type=click.IntRange(min=1), help="Sequences (default 10 with --jobs, else 1).")
-@click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-              help="Split the trace chronologically; draw from one part (--part).")
-@click.option("--part", type=click.Choice(["train", "test"]), default="test", show_default=True)
+@workload_option("train_fraction", "Split the trace chronologically; draw from one part (--part).")
+@workload_option("part", default="test")
 @seed_option("Sample i uses seed SEED+i.")
 @click.option("--window", type=click.IntRange(min=1),
               help="Window slots of the mask and the features (the policy's window) [default: the recipe's, else 128].")

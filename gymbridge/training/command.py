@@ -30,8 +30,8 @@ from ...environment.config import BACKFILL_MODES
 from ...environment.decisions import KINDS
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.rewards import DELAY_SYNTAX, RELATIVE_SYNTAX, REWARDS, SCALE_SYNTAX, SUM_SYNTAX
-from ...environment.swf import CLEANINGS
-from ..usage import jobs_option, machine_option, model_option, procs_option, seed_option, trace_option
+from ..usage import (jobs_option, machine_option, model_option, procs_option, seed_option, trace_option,
+                     workload_option)
 from .settings import ALGORITHMS
 
 KIND_CHOICES = (*KINDS, "select+backfill")
@@ -57,11 +57,9 @@ REMAKE_MAY_CHANGE = RESUME_MAY_CHANGE - {"resume"} | {"seed"}
 @model_option()
 @machine_option()
 @jobs_option("Jobs per episode (a window of the workload).", default=256, show_default=True)
-@click.option("--start", type=click.IntRange(min=0),
-              help="Train on the one window starting here instead of a random window per episode.")
-@click.option("--sampled-jobset", is_flag=True, help="Episodes are DRAS-style sampled jobsets, not windows.")
-@click.option("--train-fraction", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-              help="Train on the first fraction of the trace, evaluate on the rest.")
+@workload_option("start", "Train on the one window starting here instead of a random window per episode.")
+@workload_option("sampled_jobset", "Episodes are DRAS-style sampled jobsets, not windows.")
+@workload_option("train_fraction", "Train on the first fraction of the trace, evaluate on the rest.")
 @click.option("--sjf-range", metavar="LOW,HIGH",
               help="Train only on windows whose SJF mean bsld (RLScheduler's rules) lies strictly between LOW and "
                    "HIGH, redrawing the others (RLScheduler's trajectory filtering, 10,150); not the evaluation.")
@@ -71,9 +69,8 @@ REMAKE_MAY_CHANGE = RESUME_MAY_CHANGE - {"resume"} | {"seed"}
               "arrivals), real (windows of the trace), synthetic (from a model fitted to the training part), "
               "e.g. sampled,real,synthetic (even split) or sampled:9,real:9,synthetic:82 (episodes each; "
               "dras-ALGO with a trace: sampled,real,synthetic; 'none': off).")
-@click.option("--cleaning", type=click.Choice(CLEANINGS),
-              help="SWF cleaning rule of --trace: hpcgym's (default), or rlbf-scw (cancelled jobs kept as 10 s "
-                   "jobs, RL backfilling's code; docs/semantics.md); wins over the recipe's.")
+@workload_option("cleaning", "SWF cleaning rule of --trace: hpcgym's (default), or rlbf-scw (cancelled jobs kept as 10 "
+                             "s jobs, RL backfilling's code; docs/semantics.md); wins over the recipe's.")
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
 @click.option("--policy", default="fcfs", show_default=True, help="Priority policy ordering the queue window.")
 @click.option("--base", help="schedinspector, rlbf: the base priority policy (sets --policy; default sjf for "
