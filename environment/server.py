@@ -75,6 +75,8 @@ class CurveKeys:
 
 #: Connections served at once unless the operator says otherwise (`hpcgym env --max-connections`).
 DEFAULT_MAX_CONNECTIONS = 1000
+#: How long an agent refused for a full cap should wait before it tries again (error `retry_s`, 1.7).
+RETRY_S = 5.0
 #: Open files the env keeps for itself beyond its connections (traces, pipes, threads' sockets).
 SPARE_FILES = 128
 
@@ -417,7 +419,8 @@ class _Connections:
         if fd in self.refusing:
             return encode(m.error(m.ProtocolError(
                 m.NOT_ALLOWED, f"this env serves at most {self.cap:,} connections at once (the operator sets it "
-                               "with --max-connections); try again later")))
+                               f"with --max-connections); close this connection and try again in {RETRY_S:g} s",
+                retry_s=RETRY_S)))
         known = self.owner.get(peer)
         if known != connection:
             if known is not None:  # its connection closed (the monitor has not said so yet): a new one

@@ -62,6 +62,8 @@ MAX_LOST = 10_000
 #: records of more jobs than fit the message limit by this bound are paged (`records` requests).
 RECORD_BYTES_PER_JOB = 16 * 9
 RECORDS_PAGE_JOBS = 50_000
+#: How long an agent refused for a full cap on agents or sessions waits before it tries again (1.7).
+RETRY_S = 5.0
 
 
 @dataclass(eq=False)
@@ -206,6 +208,7 @@ class EnvService:
         self._deferred: list[tuple[Session, Callable[[], None]]] = []  # session tasks for after the lock
         self.closing: str | None = None  # the reason of a `shutdown`
         self.stop = False  # set: the socket server ends its loop (as on SIGTERM)
+        self.workers = 1  # set by `hpcgym env --workers N`'s worker: its caps are a share (welcome says N)
         # The handler of each request type (those of protocol/messages.py's REQUESTS), in one
         # table a reader can follow from the type's name.
         self._handlers: dict[str, Callable[[bytes, Peer | None, dict[str, Any]], None]] = {
@@ -505,15 +508,19 @@ class EnvService:
     def _check_room(self, name: str) -> None:
         """Refuse a hello that would pass the operator's caps on agents and sessions."""
         lim = self.limits
+        # with workers, each holds its share of the operator's caps (PROTOCOL.md section 2)
+        who = "this env" if self.workers == 1 else f"this env's worker process (one of {self.workers}, each with its share)"
         if lim.max_agents is not None and len(self.peers) >= lim.max_agents:
-            raise m.ProtocolError(m.BAD_REQUEST, f"this env serves at most {lim.max_agents:,} agents at once (the "
-                                                 "operator sets it with --max-agents); try again later")
+            raise m.ProtocolError(m.BAD_REQUEST, f"{who} serves at most {lim.max_agents:,} agents at once (the "
+                                                 f"operator sets it with --max-agents); try again in {RETRY_S:g} s",
+                                  retry_s=RETRY_S)
         if lim.max_sessions is None or name in self.sessions or len(self.sessions) < lim.max_sessions:
             return
         self._drop_empty_sessions()  # left by their agents, not yet swept
         if len(self.sessions) >= lim.max_sessions:
-            raise m.ProtocolError(m.BAD_REQUEST, f"this env serves at most {lim.max_sessions:,} sessions at once (the "
-                                                 "operator sets it with --max-sessions); join one or try again later")
+            raise m.ProtocolError(m.BAD_REQUEST, f"{who} serves at most {lim.max_sessions:,} sessions at once (the "
+                                                 f"operator sets it with --max-sessions); join one or try again in "
+                                                 f"{RETRY_S:g} s", retry_s=RETRY_S)
 
     def _start_held(self, session: Session) -> None:
         """Start the session's held reset, now that its required kinds are taken."""
@@ -890,7 +897,8 @@ class EnvService:
                                                 ("idle_timeout_s", self.limits.idle_timeout),
                                                 ("max_sessions", self.limits.max_sessions),
                                                 ("max_agents", self.limits.max_agents)) if v is not None}},
-                "on_agent_lost": self.on_agent_lost, "sessions": "private" if self.private else "open"}
+                "on_agent_lost": self.on_agent_lost, "sessions": "private" if self.private else "open",
+                **({"workers": self.workers} if self.workers > 1 else {})}
 
 
 def parse_request(body: bytes | dict[str, Any]) -> Request:

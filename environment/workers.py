@@ -24,18 +24,29 @@ reason says so (a forwarded agent at once if it waits for a reply, else as the r
 request; a redirected one at once, on its connection to the front, which it keeps open for
 this) and must say hello again; a new worker takes the dead one's place. A worker whose loop
 raises ends its process (environment/server.py), so that it is replaced as one that died.
+
+Stopping (SIGINT/SIGTERM). The front passes the signal on, goes on relaying while the workers
+end their episodes, answers itself (`shutdown`) every request a worker can no longer answer, kills
+a worker still alive after `KILL_AFTER_S`, and ends after about a second. The ipc files of a
+front or a worker that was killed are removed by the next env that starts at the same address
+(`_remove_stale_ipc`).
 """
 
 from __future__ import annotations
 
+import glob
+import hmac
 import itertools
 import multiprocessing
 import os
+import shutil
 import signal
+import socket
 import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -52,8 +63,9 @@ from .service import EnvService, check_hello, parse_request
 READY = b"\x00ready"
 #: Front to worker, after an agent's routing id: that agent's connection closed.
 DISCONNECTED = b"\x00disconnected"
-#: Front to worker, after an agent's routing id, then a session name and a serial: hold this
-#: session and answer the agent (its hello) with a redirect to your own address.
+#: Front to worker, after an agent's routing id, then a session name, a serial and the hello's
+#: token (empty for none): hold this session for a hello with that token and answer the agent
+#: (its hello) with a redirect to your own address.
 CLAIM = b"\x00claim"
 #: Worker to front, then a session name and the serial of its claim: its last agent has gone.
 RELEASED = b"\x00released"
@@ -63,8 +75,14 @@ FROM_FRONT, DIRECT = b"f", b"d"
 CLAIM_WITHIN_S = 30.0
 #: How often the front looks for workers that died.
 CHECK_EVERY_S = 0.2
-#: After a stop signal: how long the front keeps forwarding while its workers end their episodes.
-STOP_WITHIN_S = 3.0
+#: After a stop signal: how long the front goes on answering (a worker's own grace is a second).
+STOP_WITHIN_S = 1.0
+#: After a stop signal: when a worker still alive is killed (its agents get `shutdown` from the front).
+KILL_AFTER_S = 1.5
+#: How long an agent told that no worker is ready should wait before it tries again (`retry_s`).
+RETRY_S = 2.0
+#: The prefix of the folder of the link between a front and its workers (then its pid and a dash).
+LINK_FOLDER = "hpcgym-env-"
 
 
 @dataclass
@@ -75,16 +93,57 @@ class _Worker:
     ready: bool = False
     agents: set[bytes] = field(default_factory=set)  # forwarded and redirected
     address: str | None = None  # where it serves redirected agents
+    answered_stop: bool = False  # stopping: its agents still waiting were answered when it ended
 
 
 def serve_workers(service_options: dict[str, Any], workers: int, bind: str, *, curve: CurveKeys | None = None,
                   max_connections: int, on_bound: Any = None, redirect: bool = True) -> None:
     """Serve `bind` with `workers` processes, each an `EnvService(**service_options)`, until
     SIGINT/SIGTERM. `redirect`: 1.6 agents are sent to their worker's own address."""
-    with tempfile.TemporaryDirectory(prefix="hpcgym-env-") as folder, listening(bind, curve) as public:
+    _remove_stale_ipc(bind)
+    with tempfile.TemporaryDirectory(prefix=f"{LINK_FOLDER}{os.getpid()}-") as folder, \
+            listening(bind, curve) as public:
         own = _worker_address(bind) if redirect else None
-        worker = _WorkerSetup(service_options, f"ipc://{folder}/workers.ipc", own, curve, max_connections)
+        worker = _WorkerSetup(service_options, f"ipc://{folder}/workers.ipc", own, curve, max_connections, workers)
         _Front(worker, workers, public, max_connections).run(on_bound)
+
+
+def _remove_stale_ipc(bind: str) -> None:
+    """Remove what killed envs of this naming left: the link folders of fronts that are gone, and
+    the ipc files of workers at this address that nothing listens on any more (a killed process
+    cannot remove its own; a worker that ends normally does)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{LINK_FOLDER}*-*"):
+        pid = folder.name[len(LINK_FOLDER):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+    if bind.startswith("ipc://"):
+        front = Path(bind[len("ipc://"):])
+        for path in front.parent.glob(glob.escape(front.name) + ".w*.*"):
+            if not _listened_on(path):
+                path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _listened_on(path: Path) -> bool:
+    """Whether a process accepts connections at the ipc (Unix socket) file `path`."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            return False
+        except OSError:
+            return True  # not a socket we may judge: leave it
+    return True
 
 
 def _worker_address(bind: str) -> str | None:
@@ -106,6 +165,8 @@ class _WorkerSetup:
     own_address: str | None
     curve: CurveKeys | None
     max_connections: int
+    #: How many workers share the env's caps (each enforces its share and says so).
+    workers: int = 1
 
 
 class _Front:
@@ -121,7 +182,7 @@ class _Front:
         self.sessions: dict[str, _Worker] = {}     # session name -> the worker that holds it
         self.members: dict[str, set[bytes]] = {}   # session name -> its agents (as the front knows them)
         self.episode: dict[bytes, int] = {}        # agent -> the episode number of its last reply
-        self.waiting: set[bytes] = set()           # agents with a request forwarded and not yet answered
+        self.waiting: dict[bytes, _Worker] = {}    # agent -> the worker its request went to, not yet answered
         self.owed: dict[bytes, bytes] = {}         # agent -> the episode end of a dead worker, not yet sent
         self.greeting: dict[bytes, tuple[_Worker | None, str | None]] = {}  # hello sent: where the agent was
         self.redirected: dict[bytes, tuple[_Worker, str]] = {}  # agent sent to a worker's address -> where
@@ -146,20 +207,26 @@ class _Front:
                 continue
             why = (f"the env's worker process {worker.index} failed (exit code {worker.process.exitcode}) and took "
                    "its sessions with it: say hello again")
-            for agent in list(worker.agents):
-                end = encode({"type": "episode_end", "episode": self.episode.get(agent, 0), "reason": why,
-                              "metrics": {}, "reward": 0.0})
-                told_now = agent in self.waiting or agent in self.redirected
-                self._leave(agent)
-                if told_now:
-                    self._reply(agent, end)
-                else:
-                    self.owed[agent] = end
-            for name in [name for name, holder in self.sessions.items() if holder is worker]:
-                del self.sessions[name]
-                self.members.pop(name, None)
-                self.claims.pop(name, None)
+            self._end_agents_of(worker, why)
+            _unlink_ipc(worker.address)
             self.workers[k] = self._start(worker.index)
+
+    def _end_agents_of(self, worker: _Worker, why: str) -> None:
+        """A worker is gone: its agents get an `episode_end` with `why` (at once if they wait for a
+        reply or were redirected to it, else for their next request), and its sessions are free."""
+        for agent in list(worker.agents):
+            end = encode({"type": "episode_end", "episode": self.episode.get(agent, 0), "reason": why,
+                          "metrics": {}, "reward": 0.0})
+            told_now = agent in self.waiting or agent in self.redirected
+            self._leave(agent)
+            if told_now:
+                self._reply(agent, end)
+            else:
+                self.owed[agent] = end
+        for name in [name for name, holder in self.sessions.items() if holder is worker]:
+            del self.sessions[name]
+            self.members.pop(name, None)
+            self.claims.pop(name, None)
 
     # ---------------------------------------------------------------- routing
     def _frames_for(self, agent: bytes, body: bytes) -> list[bytes] | None:
@@ -181,7 +248,8 @@ class _Front:
                 self.sessions[name], self.claims[name] = worker, serial
                 self.redirected[agent] = (worker, name)
                 worker.agents.add(agent)
-                return [worker.identity, agent, CLAIM, name.encode(), str(serial).encode()]
+                return [worker.identity, agent, CLAIM, name.encode(), str(serial).encode(),
+                        hello.get("token", "").encode()]
             self.greeting[agent] = (self.route.get(agent), self.session_of.get(agent))
             self._join(agent, worker, name)
             return [worker.identity, agent, body]
@@ -236,18 +304,25 @@ class _Front:
             self.inner.send_multipart([worker.identity, agent, DISCONNECTED])
         self._leave(agent)
         self.owed.pop(agent, None)
-        self.waiting.discard(agent)
+        self.waiting.pop(agent, None)
 
     def _reply(self, agent: bytes, body: bytes) -> None:
-        self.waiting.discard(agent)
+        self.waiting.pop(agent, None)
         _send_all(self.public, self.envelopes, [(agent, body)])
 
     # ---------------------------------------------------------------- the loop
     def run(self, on_bound: Any) -> None:
         stopping: list[int] = []
-        previous = {sig: signal.signal(sig, lambda *_: stopping.append(sig)) for sig in (signal.SIGINT, signal.SIGTERM)}
+        wake_in, wake_out = os.pipe()  # a signal wakes the poll at once (pyzmq resumes it after a handler)
+        os.set_blocking(wake_out, False)
+
+        def stop(sig: int, _frame: Any) -> None:
+            stopping.append(sig)
+            os.write(wake_out, b"!")
+
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         poller = zmq.Poller()
-        for sock in (self.public, self.inner, self.connections.monitor):
+        for sock in (self.public, self.inner, self.connections.monitor, wake_in):
             poller.register(sock, zmq.POLLIN)
         try:
             while not all(w.ready for w in self.workers):  # requests wait in the socket meanwhile
@@ -258,20 +333,20 @@ class _Front:
                     raise HpcgymError(f"an env worker process could not start (exit code {failed[0].process.exitcode})")
             if on_bound is not None:
                 on_bound()
-            next_check, stop_by = 0.0, None
-            while stop_by is None or (time.monotonic() < stop_by and any(w.process.is_alive() for w in self.workers)):
-                if stopping and stop_by is None:
-                    stop_by = time.monotonic() + STOP_WITHIN_S
+            next_check, stopped_at = 0.0, None
+            while stopped_at is None or not self._stopped(stopped_at):
+                if stopping and stopped_at is None:
+                    stopped_at = time.monotonic()
                     for worker in self.workers:  # each ends its episodes and answers its agents
                         if worker.process.is_alive():
                             os.kill(worker.process.pid, signal.SIGTERM)
-                events = dict(poller.poll(int(CHECK_EVERY_S * 1000)))
+                events = dict(poller.poll(int(CHECK_EVERY_S * 1000 / (4 if stopped_at else 1))))
                 self.connections.update(self.envelopes)
                 if events.get(self.inner):
                     self._from_workers()
                 if events.get(self.public):
                     self._from_agents()
-                if stop_by is None and time.monotonic() >= next_check:
+                if stopped_at is None and time.monotonic() >= next_check:
                     next_check = time.monotonic() + CHECK_EVERY_S
                     self._replace_dead()
                     self.connections.close_refused()
@@ -279,11 +354,40 @@ class _Front:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             for worker in self.workers:
-                worker.process.join(1)
                 if worker.process.is_alive():
                     worker.process.kill()
+                worker.process.join(1)
+                _unlink_ipc(worker.address)
             self.connections.close()
             self.inner.close(0)
+            os.close(wake_in)
+            os.close(wake_out)
+
+    def _stopped(self, since: float) -> bool:
+        """Stopping since `since`: answer the agents of workers that have ended (`shutdown`), kill
+        workers still alive after KILL_AFTER_S; True once every worker has ended and the front has
+        answered for STOP_WITHIN_S (an agent just answered `pending` polls once more)."""
+        now = time.monotonic()
+        for worker in self.workers:
+            killed = worker.process.is_alive() and now - since >= KILL_AFTER_S
+            if killed:
+                worker.process.kill()
+                worker.process.join(1)
+            if not worker.process.is_alive() and not worker.answered_stop:
+                worker.answered_stop = True
+                self._stop_agents_of(worker, killed)
+        return now - since >= STOP_WITHIN_S and all(w.answered_stop for w in self.workers)
+
+    def _stop_agents_of(self, worker: _Worker, killed: bool) -> None:
+        """A worker has ended while the env stops: a request it left unanswered gets `shutdown`;
+        if it was killed, its redirected agents get an unasked `episode_end` on their first socket
+        (one that ended by itself told them)."""
+        for agent in [a for a, w in self.waiting.items() if w is worker]:
+            self._reply(agent, SHUTDOWN)
+        if killed:
+            for agent in [a for a, (w, _) in self.redirected.items() if w is worker]:
+                self._reply(agent, encode({"type": "episode_end", "episode": 0, "reason": "shutdown", "metrics": {},
+                                           "reward": 0.0}))
 
     def _from_agents(self) -> None:
         while self.public.getsockopt(zmq.EVENTS) & zmq.POLLIN:
@@ -300,11 +404,14 @@ class _Front:
             if agent in self.owed:
                 self._reply(agent, self.owed.pop(agent))
                 continue
+            if any(w.answered_stop for w in self.workers):  # stopping, and a worker has ended
+                _send_all(self.public, self.envelopes, [(agent, SHUTDOWN)])
+                continue
             frames = self._frames_for(agent, body)
             if frames is None:
                 _send_all(self.public, self.envelopes, [(agent, NONE_READY)])
                 continue
-            self.waiting.add(agent)
+            self.waiting[agent] = next(w for w in self.workers if w.identity == frames[0])
             self.inner.send_multipart(frames)
 
     def _from_workers(self) -> None:
@@ -364,8 +471,15 @@ def _redirects(hello: dict[str, Any]) -> bool:
 
 
 NONE_READY = encode(m.error(m.ProtocolError(
-    m.NOT_ALLOWED, "no worker process of this env is ready (one is starting in the place of one that failed): "
-                   "try again in a few seconds")))
+    m.NOT_ALLOWED, f"no worker process of this env is ready (one is starting in the place of one that failed): "
+                   f"try again in {RETRY_S:g} s", retry_s=RETRY_S)))
+SHUTDOWN = encode(m.error(m.ProtocolError(m.SHUTDOWN, "the env is shutting down (shutdown)")))
+
+
+def _unlink_ipc(address: str | None) -> None:
+    """Remove a worker's own ipc file (a worker that was killed could not)."""
+    if address is not None and address.startswith("ipc://"):
+        Path(address[len("ipc://"):]).unlink(missing_ok=True)
 
 #: How a reply the env wrote starts: a map of up to 15 entries whose first key is `type`.
 _TYPE_FIRST = b"\xa4type"
@@ -401,6 +515,7 @@ def _worker_main(setup: _WorkerSetup, identity: bytes, front_pid: int) -> None:
     link.setsockopt(zmq.IDENTITY, identity)
     link.connect(setup.inner_address)
     service = EnvService(**setup.service_options)
+    service.workers = setup.workers
     own_address = setup.own_address.format(identity.decode()) if setup.own_address else None
     try:
         with listening(own_address, setup.curve) if own_address else nullcontext() as own:
@@ -434,7 +549,8 @@ class _FrontMessages:
 
     def __init__(self, service: EnvService, link: zmq.Socket, address: str | None, front_pid: int) -> None:
         self.service, self.link, self.address = service, link, address
-        self.claimed: dict[str, list] = {}  # name -> [serial, deadline for a first agent, None once it came]
+        # name -> [serial, deadline for a first agent (None once it came), the token its hello gave]
+        self.claimed: dict[str, list] = {}
         self.front_pid = front_pid
 
     def tick(self) -> None:
@@ -451,9 +567,9 @@ class _FrontMessages:
         if rest[:1] == [DISCONNECTED]:
             self.service.disconnected(peer)
             return True
-        if rest[:1] == [CLAIM] and len(rest) == 3 and self.address is not None:
+        if rest[:1] == [CLAIM] and len(rest) == 4 and self.address is not None:
             name = rest[1].decode()
-            self.claimed[name] = [int(rest[2]), time.monotonic() + CLAIM_WITHIN_S]
+            self.claimed[name] = [int(rest[2]), time.monotonic() + CLAIM_WITHIN_S, rest[3].decode()]
             address = self.address if not self.address.startswith("tcp://") else \
                 "tcp://*" + self.address[self.address.rindex(":"):]
             self.link.send_multipart([agent, encode({"type": "redirect", "address": address, "session": name})])
@@ -461,13 +577,20 @@ class _FrontMessages:
         return None
 
     def admit(self, peer: bytes, rest: list[bytes]) -> bytes | None:
-        """At the worker's own address: a hello only into a session the front sent here. Its
-        claim is held from then on until a tick finds the session without agents (an agent that
-        came and went between two ticks must not leave it held until the claim's deadline)."""
+        """At the worker's own address: a hello only into a session the front sent here, with the
+        token of the hello the front redirected (if it gave one: anyone who reaches this address
+        could otherwise take the name first). Its claim is held from then on until a tick finds the
+        session without agents (an agent that came and went between two ticks must not leave it
+        held until the claim's deadline)."""
         hello = _hello(rest[-1]) if rest else None
         if hello is None:
             return None
         claim = self.claimed.get(hello.get("session", "default"))
+        if claim is not None and claim[2] and not hmac.compare_digest(hello.get("token", "").encode(),
+                                                                      claim[2].encode()):
+            return encode(m.error(m.ProtocolError(
+                m.NOT_ALLOWED, "the session this hello names was sent here for a hello with another token: give the "
+                               "token your hello at the env's own address gave, or say hello there")))
         if claim is not None:
             claim[1] = None
             return None

@@ -33,12 +33,14 @@ UNRECOVERABLE = frozenset({VERSION_MISMATCH, SHUTDOWN})
 
 
 class ProtocolError(Exception):
-    """A request the env refuses; becomes an `error` reply."""
+    """A request the env refuses; becomes an `error` reply. `retry_s` (1.7) marks a refusal that
+    passes (no worker ready, a cap full): the same request may succeed after that many seconds."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, retry_s: float | None = None) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.retry_s = retry_s
 
     @property
     def recoverable(self) -> bool:
@@ -85,7 +87,8 @@ REPLIES: dict[str, tuple[Field, ...]] = {
     "episode_end": (_int("episode"), _str("reason"), Field("metrics", (dict,)), Field("reward", (float, int)),
                     Field("jobs", (dict, NIL), False), _int("records_pages", False), _int("ordered", False)),
     "records": (_int("episode"), _int("page"), _int("pages"), Field("jobs", (dict,))),
-    "error": (_str("code"), _str("message"), Field("recoverable", (bool,)), Field("pending", (dict, NIL))),
+    "error": (_str("code"), _str("message"), Field("recoverable", (bool,)), Field("pending", (dict, NIL)),
+              Field("retry_s", (float, int), False)),
     "bye": (),
 }
 
@@ -157,8 +160,11 @@ def shorten(text: str, limit: int = MAX_ERROR_CHARS) -> str:
 
 
 def error(err: ProtocolError, pending: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"type": "error", "code": err.code, "message": shorten(err.message), "recoverable": err.recoverable,
-            "pending": pending}
+    reply = {"type": "error", "code": err.code, "message": shorten(err.message), "recoverable": err.recoverable,
+             "pending": pending}
+    if err.retry_s is not None:
+        reply["retry_s"] = float(err.retry_s)
+    return reply
 
 
 def redirect_target(connected: str, given: str) -> str:

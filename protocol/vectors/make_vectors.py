@@ -33,7 +33,7 @@ from typing import Any
 import msgpack
 
 HERE = Path(__file__).resolve().parent
-PROTOCOL = "1.6"
+PROTOCOL = "1.7"
 HEX_UP_TO = 512
 ABOUT = ("Each vector is one message body (file) and its expected outcome. valid: decoded is the message as "
          "JSON (a number with a decimal point is a msgpack float, one without an integer). invalid: error is "
@@ -382,6 +382,11 @@ valid("error_stale", "reply",
 valid("error_with_pending", "reply",
       {"type": "error", "code": "invalid_action", "message": "job 5 is not a valid select choice",
        "recoverable": True, "pending": PENDING_MAP}, "an error repeating the decision still standing")
+valid("error_retry", "reply",
+      {"type": "error", "code": "not_allowed", "retry_s": 2.0, "recoverable": True, "pending": None,
+       "message": "no worker process of this env is ready (one is starting in the place of one that failed): "
+                  "try again in 2 s"},
+      "1.7: a refusal that passes by itself says when to try again")
 valid("error_version", "reply",
       {"type": "error", "code": "version_mismatch", "message": "this env speaks protocol 1.0",
        "recoverable": False, "pending": None}, "an unrecoverable error")
