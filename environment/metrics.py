@@ -14,7 +14,7 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
@@ -136,16 +136,41 @@ def _release(free: list[tuple[int, int]], intervals: list[tuple[int, int]]) -> N
         free.insert(k, (lo, hi))
 
 
+def intervals(allocation: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Batsim interval sets ("0-3 7") as flat arrays: record index, lowest id, highest id."""
+    rows, low, high = [], [], []
+    for j, text in enumerate(allocation):
+        for part in text.split():
+            lo, _, hi = part.partition("-")
+            rows.append(j)
+            low.append(int(lo))
+            high.append(int(hi or lo))
+    return np.asarray(rows, dtype=np.int64), np.asarray(low, dtype=np.int64), np.asarray(high, dtype=np.int64)
+
+
+class ReservationBreak(NamedTuple):
+    """A backfill that moved the reserved job's shadow time later (only a backfill agent past
+    EASY's guard does): kept per break so a report can show where, not just how many."""
+
+    time: int        # when the job was backfilled
+    reserved: int    # the delayed reserved job's id
+    backfilled: int  # the backfilled job's id
+    shadow: int      # the reserved job's shadow time before the backfill
+    delay: int       # how much later its shadow time became, in seconds
+
+
 @dataclass(frozen=True, eq=False)
 class RunResult:
-    """The outcome of one run: per-job columns and their summary."""
+    """The outcome of one run: per-job columns, their summary, and the reservations broken."""
 
     procs: int
     jobs: dict[str, np.ndarray]
     summary: dict[str, Any]
+    reservation_breaks: tuple[ReservationBreak, ...] = ()
 
     @classmethod
-    def from_arrays(cls, procs: int, **columns: Any) -> RunResult:
+    def from_arrays(cls, procs: int, reservation_breaks: tuple[ReservationBreak, ...] = (),
+                    **columns: Any) -> RunResult:
         c = {name: np.asarray(value, dtype=np.int64) for name, value in columns.items()}
         if np.any(c["end"] < 0):
             raise RuntimeError("internal error: a job never finished; please report this workload")
@@ -161,7 +186,7 @@ class RunResult:
             "kills": c["kills"], "rejections": c["rejections"], "lost_work": c["lost_work"],
             "walltime_killed": c["walltime_killed"], "start_kind": c["start_kind"],
         }
-        return cls(procs, jobs, summarize(jobs, procs))
+        return cls(procs, jobs, summarize(jobs, procs), tuple(reservation_breaks))
 
     def write_jobs_csv(self, path: str | Path) -> None:
         """Write one row per job (`write_jobs`)."""

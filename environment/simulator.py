@@ -33,7 +33,7 @@ from .config import SimConfig
 from .decisions import BACKFILL, INSPECT, KILL, SELECT, SELECT_KILL, Action, Decision, check_kinds
 from .errors import ConfigError, InvalidAction
 from .machine import NodeState
-from .metrics import RunResult
+from .metrics import ReservationBreak, RunResult
 from .predictions import RunningModel, UserHistory, check_users, load_prerun_model, revised_jobs
 from .work import check as check_work
 from .workload import Workload
@@ -230,6 +230,7 @@ class Simulation:
         self._kept_shadow: tuple[int, int] | None = None  # keep_shadow: the committed pick's (shadow, extra)
         self.reservation_delays = 0      # unguarded backfills that moved the reserved job's shadow later
         self.reservation_delay_s = 0     # by how many seconds in all
+        self.reservation_breaks: list[ReservationBreak] = []  # each of those delays
         self.done = False
         self._result = None
         if self._prefill is not None:
@@ -306,7 +307,8 @@ class Simulation:
                 start=self._start[:n], end=self._end[:n], run=self._run[:n], size=self.workload.size,
                 requested=self.workload.requested,
                 kills=self._kills[:n], rejections=self._rejections[:n], lost_work=self._lost[:n],
-                walltime_killed=self._walltime_killed, start_kind=self._start_kind[:n])
+                walltime_killed=self._walltime_killed, start_kind=self._start_kind[:n],
+                reservation_breaks=tuple(self.reservation_breaks))
             if self._nodes is not None:
                 self._result.summary.update(self._nodes.utilization(self._result.summary["makespan"]))
         return self._result
@@ -850,6 +852,8 @@ class Simulation:
                     if later > shadow:
                         self.reservation_delays += 1
                         self.reservation_delay_s += later - shadow
+                        self.reservation_breaks.append(
+                            ReservationBreak(now, self._ids[head], self._ids[i], shadow, later - shadow))
                         shadow = later
                     if self.config.keep_shadow:
                         self._kept_shadow = (shadow, extra)

@@ -194,7 +194,8 @@ def _write_report(path: Path, workload: Workload, result: Any, policy: str) -> N
 
     window = f"{workload.name}: {len(workload)} jobs on {workload.procs} processors"
     try:
-        write_report(path, [Schedule(policy, window, result.jobs, result.procs)], f"hpcgym run: {window}")
+        write_report(path, [Schedule(policy, window, result.jobs, result.procs, result.reservation_breaks)],
+                     f"hpcgym run: {window}")
     except ModuleNotFoundError as exc:
         if exc.name != "plotly":
             raise

@@ -5,22 +5,26 @@ Per window, the policies side by side on one time axis: a Gantt chart of the job
 ids (`allocate_processors`, hover: job, wait, kind of start), busy processors and queue length
 over time, and the distributions of waits and bounded slowdowns. The Gantt chart is one bar
 trace per kind of start (bars with a base, one per processor interval), not a shape per job:
-a 10,000-job window draws in a few seconds.
+a 10,000-job window draws in a few seconds. Reservations a backfill agent broke
+(`RunResult.reservation_breaks`, where the run gave them) are marked on it: an x where the
+reserved job's reservation stood, a line to where it started.
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ...environment.metrics import START_KINDS, allocate_processors, read_jobs_csv
+from ...environment.metrics import START_KINDS, ReservationBreak, allocate_processors, intervals, read_jobs_csv
 
 #: Colours of the kinds of start: ready, reserved, backfilled.
 KIND_COLOURS = ("#4c78a8", "#f58518", "#54a24b")
+BREAK_COLOUR = "#e45756"
 HOUR = 3600.0
 #: Windows of a comparison drawn in its report.html: the first few, to keep the page light.
 COMPARE_WINDOWS = 3
@@ -29,24 +33,13 @@ COMPARE_WINDOWS = 3
 @dataclass
 class Schedule:
     """One policy's schedule of one window: per-job columns as `RunResult.jobs` or
-    `read_jobs_csv` hold them."""
+    `read_jobs_csv` hold them, and the reservations broken in it (none known: empty)."""
 
     policy: str
     window: str
     jobs: dict[str, Any]
     procs: int
-
-
-def intervals(allocation: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Batsim interval sets ("0-3 7") as flat arrays: record index, lowest id, highest id."""
-    rows, low, high = [], [], []
-    for j, text in enumerate(allocation):
-        for part in text.split():
-            lo, _, hi = part.partition("-")
-            rows.append(j)
-            low.append(int(lo))
-            high.append(int(hi or lo))
-    return np.asarray(rows, dtype=np.int64), np.asarray(low, dtype=np.int64), np.asarray(high, dtype=np.int64)
+    breaks: Sequence[ReservationBreak] = ()
 
 
 def _gantt(go: Any, s: Schedule, t0: int) -> list[Any]:
@@ -72,7 +65,33 @@ def _gantt(go: Any, s: Schedule, t0: int) -> list[Any]:
             customdata=np.stack([ids[pick], waits[pick], size[r]], axis=1).tolist(),
             hovertemplate=f"job %{{customdata[0]}}<br>wait %{{customdata[1]}} s<br>{name} start<br>"
                           "%{customdata[2]} processors<extra></extra>"))
+    if s.breaks:
+        traces.append(_breaks(go, s.breaks, jobs["job_id"], start, row, low, high, t0))
     return traces
+
+
+def _breaks(go: Any, breaks: Sequence[ReservationBreak], job_id: Any, start: np.ndarray, row: np.ndarray,
+            low: np.ndarray, high: np.ndarray, t0: int) -> Any:
+    """One trace marking each broken reservation across the reserved job's processors: an x at
+    the shadow time it had before the backfill, a line on to its actual start."""
+    record = {int(j): k for k, j in enumerate(job_id)}
+    x, y, size, text = [], [], [], []
+    for b in breaks:
+        k = record.get(int(b.reserved), -1)
+        first, last = np.searchsorted(row, k), np.searchsorted(row, k, side="right")
+        if first == last:  # never ran (or not in these records): nowhere to draw it
+            continue
+        mid = (low[first] + high[last - 1] + 1) / 2
+        note = (f"reservation of job {b.reserved} broken<br>by backfilling job {b.backfilled} at "
+                f"{(b.time - t0) / HOUR:.2f} h<br>its shadow time {b.delay} s later")
+        x += [(b.shadow - t0) / HOUR, (start[k] - t0) / HOUR, None]
+        y += [mid, mid, None]
+        size += [11, 0, 0]
+        text += [note, note, None]
+    return go.Scatter(x=x, y=y, mode="lines+markers", name="broken reservation", legendgroup="broken reservation",
+                      line={"color": BREAK_COLOUR, "width": 1, "dash": "dot"},
+                      marker={"symbol": "x", "size": size, "color": BREAK_COLOUR}, text=text,
+                      hovertemplate="%{text}<extra></extra>")
 
 
 def _steps(times: np.ndarray, deltas: np.ndarray, t0: int) -> tuple[list[float], list[float]]:
