@@ -69,6 +69,9 @@ class Encoder:
     name: str = ""
     #: The decision kinds whose observations it reads (None: any).
     kinds: tuple[str, ...] | None = None
+    #: The queue and running columns it reads, {"queue": (...), "running": (...)} (`id` always
+    #: comes; None: it may read any): an env that serves only this encoder gathers only those.
+    reads: Mapping[str, tuple[str, ...]] | None = None
 
     def observation_space(self, window: int | None = None, procs: int | None = None):
         """`Box(0, 1, (size,), float32)`. `window`/`procs`, when given, must be the ones this
@@ -123,6 +126,8 @@ class JobTableEncoder(Encoder):
     - `marked`: 1 for the job(s) the decision is about: the pick under inspection (`inspect`),
       the job holding the reservation (`backfill`); 0 for `select` and `kill`.
     """
+
+    reads = {"queue": ("wait", "requested", "estimate", "size", "rejections")}
 
     COLUMNS = ("present", "wait", "requested", "estimate", "size", "rejections", "fits", "marked")
 
@@ -192,6 +197,8 @@ class RunningJobEncoder(WindowTableEncoder):
     `size` (/ processors); `overdue` (1 if it runs past its estimated end).
     """
 
+    reads = {"running": ("start", "requested", "estimated_end", "size")}
+
     COLUMNS = ("present", "elapsed", "requested", "remaining", "size", "overdue")
 
     def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
@@ -226,6 +233,8 @@ class PredictionRunningEncoder(WindowTableEncoder):
     prediction doubled gives 0.5); `size` (/ processors).
     """
 
+    reads = {"running": ("prediction0", "prediction", "start", "submit", "size")}
+
     COLUMNS = ("present", "prediction0", "prediction", "elapsed", "age", "change", "size")
 
     def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
@@ -255,6 +264,8 @@ class NodeAvailabilityEncoder(Encoder):
     now + horizons[h]) / processors; horizon 0 is exactly the processors free now (a job past its
     estimated end is counted from the first positive horizon). Non-decreasing, in [0, 1].
     """
+
+    reads = {"running": ("estimated_end", "size")}
 
     def __init__(self, procs: int | None = None, horizons: Sequence[int] = HORIZONS) -> None:
         self.procs = procs
@@ -290,6 +301,9 @@ class ConcatEncoder(Encoder):
         self.window = next((e.window for e in self.encoders if getattr(e, "window", None)), None)
         bounds = np.cumsum([0, *(e.size for e in self.encoders)]).tolist()
         self._slices = [(e, slice(a, b)) for e, a, b in zip(self.encoders, bounds, bounds[1:])]
+        if all(e.reads is not None for e in self.encoders):
+            self.reads = {table: tuple(dict.fromkeys(c for e in self.encoders for c in e.reads.get(table, ())))
+                          for table in ("queue", "running")}
 
     def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
         for enc, where in self._slices:
@@ -322,6 +336,8 @@ class DRASEncoder(Encoder):
     0, unless `priority_size` is given: then 1 for a job of at least `priority_size` processors
     (e.g. a capability job on Theta, where large jobs have high priority).
     """
+
+    reads = {"queue": ("size", "estimate", "wait"), "running": ("estimated_end", "size")}
 
     def __init__(self, window: int, procs: int, priority_size: int | None = None) -> None:
         if window < 1:
@@ -395,6 +411,8 @@ class InspectorEncoder(Encoder):
     decision's picked jobs.
     """
 
+    reads = {"queue": ("size", "requested", "wait", "rejections")}
+
     kinds = ("inspect",)
     size = 7
     HIGH, LOW = 1.0 - 1e-5, 1e-5
@@ -440,6 +458,8 @@ class BackfillEncoder(Encoder):
     but could delay the reservation keeps its features and is masked.
     """
 
+    reads = {"queue": ("size", "requested", "wait")}
+
     kinds = ("backfill",)
     FEATURES = 6
     HIGH = 1.0 - 1e-5
@@ -478,6 +498,8 @@ class IRLEncoder(WindowTableEncoder):
     in every row), plus `wait` (log time scale) with `wait=True` (the paper's reward I study).
     Padding rows are zero. The paper leaves the normalisation open; these are the toolkit's.
     """
+
+    reads = {"queue": ("size", "requested", "wait")}
 
     def __init__(self, window: int, procs: int | None = None, wait: bool = False) -> None:
         self.COLUMNS = ("size", "requested", "utilization", "wait")[:4 if wait else 3]

@@ -11,7 +11,7 @@ rewards, bit for bit, in process and over sockets.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import Any
 
 from .config import SimConfig
@@ -29,11 +29,13 @@ class Episode:
 
     def __init__(self, workload: Workload, config: SimConfig, reward: RewardSpec, *,
                  policy: str | PriorityPolicy = "fcfs", outside: Iterable[str] = (),
-                 deciders: Mapping[str, Decider] | None = None, accounts: Iterable[Hashable] = (None,)) -> None:
+                 deciders: Mapping[str, Decider] | None = None, accounts: Iterable[Hashable] = (None,),
+                 observed: Mapping[str, Collection[str]] | None = None) -> None:
         """outside: the kinds outside agents answer; deciders: kinds answered here; accounts: who
-        earns the reward (the service: every participating agent; the Gymnasium env: one)."""
+        earns the reward (the service: every participating agent; the Gymnasium env: one);
+        observed: the only observation columns anyone reads (`Simulation`'s; None: all)."""
         self.deciders = dict(deciders or {})
-        self.sim = Simulation(workload, config, policy=policy, external={*outside, *self.deciders})
+        self.sim = Simulation(workload, config, policy=policy, external={*outside, *self.deciders}, observed=observed)
         self.reward = reward.make()
         self.accounts = dict.fromkeys(accounts, 0.0)
         #: Kinds whose agent is lost: their built-in default answers them.

@@ -21,7 +21,7 @@ import math
 import sys
 from array import array
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from operator import itemgetter
 from typing import Any
 
@@ -59,8 +59,14 @@ class Simulation:
     """One episode over a workload. Drive it with `reset()` and `step(action)`, or `run()`."""
 
     def __init__(self, workload: Workload, config: SimConfig | None = None, *,
-                 policy: str | PriorityPolicy = "fcfs", external: Iterable[str] = ()) -> None:
+                 policy: str | PriorityPolicy = "fcfs", external: Iterable[str] = (),
+                 observed: Mapping[str, Collection[str]] | None = None) -> None:
+        """observed: the only queue and running columns observations need (`id` always comes),
+        e.g. {"queue": ("size", "wait")}: an in-process agent that reads a few columns should not
+        pay for gathering all of them at every decision; None: every column (PROTOCOL.md)."""
         config = config or SimConfig()
+        self._observed = None if observed is None else {table: {"id", *observed.get(table, ())}
+                                                        for table in ("queue", "running")}
         if config.exact_requests:
             workload = workload.with_columns(requested=workload.run)
         elif config.raise_requests:
@@ -898,44 +904,33 @@ class Simulation:
         return Decision(self, kind, self.now, self._steps, candidates, context, can_wait)
 
     def observe(self, decision: Decision) -> dict[str, Any]:
-        """The raw state an external agent sees: queue window, running jobs, cluster."""
+        """The raw state an external agent sees: queue window, running jobs, cluster (only the
+        columns `observed` names, if it was given)."""
         now = self.now
         window = self._queue[:self.config.window]
         running = [i for _, i in self._running]
         ids, submit, size, req, est = self._ids, self._submit, self._size, self._req, self._est
         queued, run = _gather(window), _gather(running)
-        waiting_since, started = queued(submit), run(self._start)
-        obs = {
-            "time": now,
-            "procs": self.procs,
-            "free": self.free,
-            "queue_length": len(self._queue),
-            "max_run": self._max_run,
-            "queue": {
-                "id": list(decision.candidates) if decision.kind == SELECT else queued(ids),
-                "submit": waiting_since,
-                "size": queued(size),
-                "requested": queued(req),
-                "estimate": queued(est),
-                "wait": [now - s for s in waiting_since],
-                "rejections": queued(self._rejections),
-                "user": queued(self._user),
-                "group": queued(self._group),
-                "executable": queued(self._executable),
-                "memory": queued(self._memory),
-                "gpus": queued(self._gpus),
-                "exclusive": queued(self._exclusive),
-                "partition": queued(self._partition),
-            },
-            "running": {
-                "id": run(ids),
-                "start": started,
-                "size": run(size),
-                "requested": run(req),
-                "estimated_end": [s + e for s, e in zip(started, run(est))],
-            },
-            "context": dict(decision.context),
-        }
+        keep = self._observed
+        waiting_since = queued(submit)
+        queue = {"id": list(decision.candidates) if decision.kind == SELECT else queued(ids), "submit": waiting_since}
+        for name, column in (("size", size), ("requested", req), ("estimate", est), ("wait", None),
+                             ("rejections", self._rejections), ("user", self._user), ("group", self._group),
+                             ("executable", self._executable), ("memory", self._memory), ("gpus", self._gpus),
+                             ("exclusive", self._exclusive), ("partition", self._partition)):
+            if keep is None or name in keep["queue"]:
+                queue[name] = [now - t for t in waiting_since] if column is None else queued(column)
+        if keep is None or {"start", "estimated_end"} & keep["running"]:
+            started = run(self._start)
+            running_table = {"id": run(ids), "start": started, "size": run(size), "requested": run(req),
+                             "estimated_end": [s + e for s, e in zip(started, run(est))]}
+        else:
+            running_table = {"id": run(ids)}
+            for name, column in (("size", size), ("requested", req)):
+                if name in keep["running"]:
+                    running_table[name] = run(column)
+        obs = {"time": now, "procs": self.procs, "free": self.free, "queue_length": len(self._queue),
+               "max_run": self._max_run, "queue": queue, "running": running_table, "context": dict(decision.context)}
         if self._nodes is not None:  # PROTOCOL.md section 6 (1.7)
             obs["machine"] = self._nodes.table()
         if self.config.prediction.on:  # PROTOCOL.md section 6 (1.4)

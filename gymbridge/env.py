@@ -147,8 +147,10 @@ class InProcessEpisodes:
     episodes" whichever side runs them: the next decision of the env's kinds and the reward since
     the last one; at the end, the end reward added and the metrics kept."""
 
-    def __init__(self, workloads: WorkloadCache, kinds: tuple[str, ...], others: Mapping[str, Any]) -> None:
-        self.workloads, self.kinds = workloads, kinds
+    def __init__(self, workloads: WorkloadCache, kinds: tuple[str, ...], others: Mapping[str, Any],
+                 observed: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        """observed: the only observation columns read here (the encoder's), or None: all."""
+        self.workloads, self.kinds, self.observed = workloads, kinds, observed
         self.deciders = {kind: agent.act for kind, agent in others.items()}
         self.episode: Episode | None = None
         self.metrics: dict[str, Any] | None = None  # the last episode's, once it ended
@@ -156,7 +158,8 @@ class InProcessEpisodes:
     def reset(self, spec: EpisodeSpec) -> tuple[Decision | None, float]:
         self.metrics = None
         self.episode = Episode(self.workloads.load(spec.workload.for_episode(spec.seed), spec.seed), spec.config,
-                               spec.reward_spec(), policy=spec.policy, outside=self.kinds, deciders=self.deciders)
+                               spec.reward_spec(), policy=spec.policy, outside=self.kinds, deciders=self.deciders,
+                               observed=self.observed)
         self.episode.start()
         return self._advance()
 
@@ -298,8 +301,11 @@ class HpcEnv(gym.Env):
         """Start an episode (in process, or on the remote env); its first decision of this env's
         kinds (None: none arises) and the reward earned before it."""
         if self._episodes is None:
-            self._episodes = InProcessEpisodes(self._workloads, self.kinds, self.others) if self.remote is None \
-                else RemoteEpisodes(self.remote, self.remote_timeout, self.kinds, self.others)
+            # only the encoder reads the observations, unless infos or frames show them or agents here decide
+            # other kinds
+            observed = None if self.decision_info or self.others or self.render_mode else self.encoder.reads
+            self._episodes = InProcessEpisodes(self._workloads, self.kinds, self.others, observed) \
+                if self.remote is None else RemoteEpisodes(self.remote, self.remote_timeout, self.kinds, self.others)
         spec = replace(self.episode_spec, config=replace(self.config, seed=ep_seed),
                        workload=WorkloadSpec.from_dict(self._episode_spec(ep_seed)))
         return self._played(self._episodes.reset, spec)
