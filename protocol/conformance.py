@@ -170,6 +170,7 @@ class _EnvChecker:
         self.private = False           # the env said its sessions are private (1.3)
         self.ctx = zmq.Context()
         self.clients: list[_Client] = []
+        self.redirected_twice: str | None = None  # a redirect came at a redirect's address (1.7: never)
 
     # ------------------------------------------------------------------ plumbing
     def check(self, name: str, passed: bool, detail: str = "") -> bool:
@@ -189,6 +190,8 @@ class _EnvChecker:
             self.check(f"answers:{what}", False, f"no reply within {self.timeout:g} s; stopping")
             raise _Abort
         reply = self.parse(frames[-1], what)
+        if reply.get("type") == "redirect" and c.front is not None:
+            self.redirected_twice = f"{what}: a redirect at the address a redirect named ({c.redirected_to})"
         if reply.get("type") == "redirect" and c.front is None and isinstance(body, dict) and body["type"] == "hello":
             c.follow(str(reply.get("address")))  # an env of several workers (1.6): the hello again there
             return self.ask(c, body, what, delimiter=delimiter)
@@ -427,6 +430,8 @@ class _EnvChecker:
                 problems.append("env.defaults.options lacks 'policy' (1.3: the defaults have a reset's shape)")
             if self.private and not (isinstance(r.get("token"), str) and r["token"]):
                 problems.append("private sessions but no token in the welcome")
+            if "workers" in env and not (_is_int(env["workers"]) and env["workers"] >= 2):
+                problems.append(f"env.workers {env['workers']!r} is not a number of worker processes (1.7: at least 2)")
         return self.check("welcome", not problems,
                           "; ".join(problems)
                           or f"protocol {protocol}, session {r.get('session')!r}, env keys complete")
@@ -629,6 +634,26 @@ class _EnvChecker:
         r = self.ask(c, {**self.hello("conformance-elsewhere", ()), "session": f"{self.session}-elsewhere"},
                      "hello at a redirect's address for another session")
         self.expect_error("redirect_serves_only_its_sessions", r, "not_allowed", None)
+        self.check("redirect_once", self.redirected_twice is None, self.redirected_twice or "welcome or error there")
+        if not self.strict:
+            return
+        # 1.7: a session redirected with a token is taken at the worker's address only with that token
+        session, token = f"{self.session}-token", secrets.token_hex(16)
+        owner = self.client()
+        owner.send({**self.hello("conformance-owner", ()), "session": session, "token": token})
+        frames = owner.recv()
+        if frames is None or self.parse(frames[-1], "hello with a token").get("type") != "redirect":
+            return  # not redirected this time (no worker ready, say): nothing to check
+        owner.follow(str(decode(frames[-1]).get("address")))
+        intruder = _Client(self.ctx, owner.sock.getsockopt(zmq.LAST_ENDPOINT).decode(), self.timeout)
+        self.clients.append(intruder)
+        r = self.ask(intruder, {"type": "hello", "protocol": PROTOCOL_VERSION, "agent": "conformance-intruder",
+                                "kinds": [], "session": session}, "hello without the token at the redirect's address")
+        self.expect_error("redirect_needs_the_hellos_token", r, "not_allowed", None)
+        r = self.ask(owner, {**self.hello("conformance-owner", ()), "session": session, "token": token},
+                     "hello with the token at the redirect's address")
+        self.check("redirect_takes_the_hellos_token", r.get("type") == "welcome", f"answered {_short(r)}")
+        self.ask(owner, {"type": "bye"}, "bye at the redirect's address")
 
     def select_client(self, protocol: str, what: str) -> Any:
         """A select agent speaking `protocol`, welcomed in a session of its own for check `what`;

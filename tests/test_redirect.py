@@ -131,7 +131,10 @@ def test_check_env_passes_an_env_of_workers(children, ipc_dir, trace, flags):  #
     failed = [(c.name, c.detail) for c in checks if not c.passed]
     assert not failed, failed
     # redirected, the checker also tries the worker's address with a session not sent there
-    assert ("redirect_serves_only_its_sessions" in {c.name for c in checks}) == (not flags)
+    # 1.7: never a second redirect, and a redirected session taken there only with its hello's token
+    for name in ("redirect_serves_only_its_sessions", "redirect_once", "redirect_needs_the_hellos_token",
+                 "redirect_takes_the_hellos_token"):
+        assert (name in {c.name for c in checks}) == (not flags), name
 
 
 def test_no_redirect_forwards_a_16_agent(children, ipc_dir, trace, connect):  # noqa: F811
