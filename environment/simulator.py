@@ -319,6 +319,14 @@ class Simulation:
                 self._result.summary.update(self._nodes.utilization(self._result.summary["makespan"]))
         return self._result
 
+    def schedule_so_far(self) -> dict[str, list[int]]:
+        """The episode's jobs as they stand now, for a picture mid-episode (`HpcEnv.render`):
+        start, end, size and start_kind per job; start -1 for a job that is not running or done
+        (a running job's end is when its run will end, which no agent is told)."""
+        n, state = len(self.workload), self._state
+        return {"start": [s if state[i] in (RUNNING, DONE) else -1 for i, s in enumerate(self._start[:n])],
+                "end": list(self._end[:n]), "size": list(self._size[:n]), "start_kind": list(self._start_kind[:n])}
+
     # ----------------------------------------------------------------- the loop
     def _episode(self):
         """The event loop as one generator: it yields external decisions, receives actions."""

@@ -69,6 +69,13 @@ Info: `action_mask`, `kind` (the pending decision's kind), `decision` (a `Decisi
 `step`, `candidates`, `context`, `can_wait`, raw `observation`; None once terminated), at the
 end `metrics`, at reset `initial_reward` and `episode_seed`.
 
+Rendering (`render_mode`, `gymbridge/render.py`): "ansi" gives the pending decision as text (time,
+free processors, the queue window with sizes, requested times and waits, the running jobs by
+estimated end, the decision's kind and context; the metrics once ended); "rgb_array" gives the
+Gantt chart of the jobs started so far (processors over hours, colour: kind of start) as an
+H x W x 3 uint8 array, in process only (a remote env renders "ansi"). `render()` reads the state
+after the last reset or step; before the first reset it returns None.
+
 Remote (`gymbridge/remote.py`): the connection says hello with this env's kind(s) (and the `others`'
 kinds, answered here) in a session of its own, and sends reset with the same workload spec, seed,
 reward and the complete simulation options (defaults filled in, so the server's
@@ -95,6 +102,7 @@ from ..environment.episode import Episode
 from ..environment.errors import ConfigError, InvalidAction
 from ..environment.spec import EpisodeSpec, WorkloadCache, WorkloadSpec
 from .remote import RemoteEpisodeEnded, RemoteEpisodes
+from .render import RENDER_FPS, RENDER_MODES, check_render_mode, decision_text, ended_text, gantt_frame
 
 
 class MaskedActionError(InvalidAction, ValueError):
@@ -182,13 +190,13 @@ class InProcessEpisodes:
 class HpcEnv(gym.Env):
     """One decision kind of an hpcgym episode (see the module docstring for every rule)."""
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": RENDER_FPS}
 
     def __init__(self, kind: str | tuple[str, ...] = SELECT, workload: Mapping[str, Any] | None = None,
                  options: Mapping[str, Any] | None = None, reward: str = "bsld", encoder: str | Encoder | None = None,
                  seed: int = 0, remote: str | None = None, *, others: Mapping[str, Any] | None = None,
                  seed_stride: int = 1, remote_timeout: float = 10.0, decision_info: bool = True,
-                 encoder_options: Mapping[str, Any] | None = None) -> None:
+                 encoder_options: Mapping[str, Any] | None = None, render_mode: str | None = None) -> None:
         """
         kind: the decision kind this env takes, or ("select", "backfill") for both. workload: a workload spec (`load_workload` keys;
         default `{}`, the generated Lublin workload). options: `SimConfig` keys (`backfill`,
@@ -199,9 +207,10 @@ class HpcEnv(gym.Env):
         an `hpcgym env` to run the episodes on. others: {kind: Agent} deciding other kinds here.
         decision_info: put `info["decision"]` in infos (a vector env pickles it every step).
         encoder_options: options of a named encoder (`agents.encoders.ENCODER_OPTIONS`, e.g.
-        `{"priority_size": 26}` for dras).
+        `{"priority_size": 26}` for dras). render_mode: "ansi", "rgb_array" (in process) or None.
         """
         super().__init__()
+        self.render_mode = check_render_mode(render_mode, remote)
         #: The kinds this env decides; `kind` is the one kind, or this tuple for a two-kind env.
         self.kinds = kinds = _env_kinds(kind, others or {})
         self.kind = kinds[0] if len(kinds) == 1 else kinds
@@ -279,6 +288,21 @@ class HpcEnv(gym.Env):
         info: dict[str, Any] = {}
         obs = self._present(decision, info)
         return obs, earned, False, False, info
+
+    def render(self) -> str | np.ndarray | None:
+        """The frame of `render_mode` for the state after the last reset or step (module docstring,
+        Rendering); None without a render mode or before the first reset."""
+        if self.render_mode is None or self._episodes is None:
+            return None
+        if self.render_mode == "rgb_array":
+            sim = self._episodes.episode.sim
+            t0 = int(sim.workload.submit[0]) if len(sim.workload) else sim.now
+            return gantt_frame(sim.schedule_so_far(), sim.procs, sim.now, t0)
+        if self._decision is not None:
+            return decision_text(self._decision)
+        if self._empty_episode and not self._done:
+            return f"no {'+'.join(self.kinds)} decision arises in this episode: the next step ends it\n"
+        return ended_text(self._metrics or {})
 
     def action_masks(self) -> np.ndarray:
         """The current action mask (a copy), for libraries that ask the env for it."""
