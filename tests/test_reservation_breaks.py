@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from hpcgym.agents.base import Agent
 from hpcgym.environment.config import SimConfig
 from hpcgym.environment.metrics import ReservationBreak
 from hpcgym.environment.simulator import Simulation
 from hpcgym.environment.spec import load_workload
 
 
-class FirstCandidate:
+class FirstCandidate(Agent):
     """Backfills the first candidate every time it is asked."""
 
     kinds = ("backfill",)
@@ -62,3 +63,34 @@ def test_the_report_marks_each_broken_reservation():
     assert all(f"reservation of job {b.reserved} broken" in page for b in result.reservation_breaks)
     clean = Schedule("fcfs", "generated", result.jobs, result.procs)
     assert not [t for t in window_figure([clean]).data if t.name == "broken reservation"]
+
+
+def test_compare_marks_the_breaks_of_its_in_process_units(tmp_path, monkeypatch):
+    pytest.importorskip("plotly", reason="the report draws with plotly (the compare extra)")
+    import json
+
+    from click.testing import CliRunner
+
+    from hpcgym.gymbridge.cli import main
+
+    from .test_compare import write_trace
+
+    trace = write_trace(tmp_path / "t.swf", n_jobs=80, procs=16)
+    (tmp_path / "first_candidate.py").write_text(
+        "from hpcgym.agents.base import Agent\n\n\nclass FirstCandidate(Agent):\n    kinds = ('backfill',)\n\n"
+        "    def act(self, decision):\n        return decision.candidates[0]\n")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["compare", "--trace", str(trace), "--jobs", "60", "--samples", "2", "--inproc",
+                                       "--workers", "1", "--bootstrap", "100", "--out", str(out), "--policy", "fcfs",
+                                       "--policy", "first=backfill_candidates:unguarded,backfill:first_candidate:"
+                                                   "FirstCandidate"])
+    assert result.exit_code == 0, result.output
+    units = {p: [json.loads(f.read_text()) for f in sorted((out / "units" / p).glob("seq-*.json"))]
+             for p in ("fcfs", "first")}
+    assert all(u["reservation_breaks"] == [] for u in units["fcfs"])
+    breaks = [ReservationBreak(*b) for u in units["first"] for b in u["reservation_breaks"]]
+    assert breaks  # the agent does break reservations on these windows
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert all(f"reservation of job {b.reserved} broken" in page and f"by backfilling job {b.backfilled} at" in page
+               for b in breaks)

@@ -235,14 +235,14 @@ def write_outputs(c: Comparison, out: Path, sequences: list[dict[str, Any]], bas
     """Read every unit's result back from the folder and write the tables and plots."""
     rows, values, latency, drawn = [], {}, [], {}
     for p in c.policies:
-        results, errors, files = [], [], drawn.setdefault(p.name, [])
+        results, errors, records = [], [], drawn.setdefault(p.name, [])
         for s in sequences:
             uid = unit_id(p, s["index"])
             done = out / "units" / f"{uid}.json"
-            files.append(None)
+            records.append(None)
             if done.is_file():
                 results.append(json.loads(done.read_text()))
-                files[-1] = results[-1]["jobs_csv"]
+                records[-1] = results[-1]
             else:
                 err = out / "units" / f"{uid}.error.json"
                 errors.append(json.loads(err.read_text())["error"] if err.is_file() else "not run")
@@ -272,7 +272,7 @@ def write_outputs(c: Comparison, out: Path, sequences: list[dict[str, Any]], bas
     return Outcome(out, table, latency_md, [r["name"] for r in rows if r["status"] != "ok"], [], [])
 
 
-def _write_schedule_report(out: Path, title: str, drawn: dict[str, list[str | None]],
+def _write_schedule_report(out: Path, title: str, drawn: dict[str, list[dict[str, Any] | None]],
                            sequences: list[dict[str, Any]]) -> None:
     """report.html: the first windows' schedules of every policy side by side (schedule_report)."""
     from .schedule_report import COMPARE_WINDOWS, compare_schedules, report_html

@@ -193,15 +193,18 @@ def write_report(path: Path, schedules: list[Schedule], title: str, notes: list[
     path.write_text(report_html(schedules, title, notes), encoding="utf-8")
 
 
-def compare_schedules(out: Path, units: dict[str, list[str | None]], sequences: list[dict[str, Any]]) -> list[Schedule]:
+def compare_schedules(out: Path, units: dict[str, list[dict[str, Any] | None]],
+                      sequences: list[dict[str, Any]]) -> list[Schedule]:
     """The schedules of a comparison's first `COMPARE_WINDOWS` sequences, read from its per-job
-    CSVs. `units`: per policy, the unit's result file (relative to `out`) of each sequence, None
-    where the unit failed."""
+    CSVs. `units`: per policy, the unit's record (units/POLICY/seq-NNN.json) of each sequence, None
+    where the unit failed; its `reservation_breaks`, which only an in-process unit records, are marked."""
     schedules = []
     for seq in sequences[:COMPARE_WINDOWS]:
         first = f", jobs {seq['start']}..{seq['start'] + seq['jobs'] - 1}" if seq.get("start") is not None else ""
         window = f"sequence {seq['index']}: {seq['jobs']} jobs on {seq['procs']} processors{first}"
-        for policy, files in units.items():
-            if files[seq["index"]] is not None:
-                schedules.append(Schedule(policy, window, read_jobs_csv(out / files[seq["index"]]), seq["procs"]))
+        for policy, records in units.items():
+            unit = records[seq["index"]]
+            if unit is not None:
+                breaks = [ReservationBreak(*b) for b in unit.get("reservation_breaks", ())]
+                schedules.append(Schedule(policy, window, read_jobs_csv(out / unit["jobs_csv"]), seq["procs"], breaks))
     return schedules

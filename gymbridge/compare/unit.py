@@ -183,7 +183,8 @@ def _run_inproc(policy: PolicySpec, task: dict[str, Any], trace: Path) -> dict[s
         agent.on_episode_end(dict(result.summary))
     out = _records({k: v.tolist() for k, v in result.jobs.items()}, result.procs)
     latency = {key: [round(v, 7) for v in values] for key, values in latency.items()}
-    out.update(latency=latency, decisions=sum(len(v) for v in latency.values()), **_save_log(log, task, policy))
+    out.update(latency=latency, decisions=sum(len(v) for v in latency.values()), **_save_log(log, task, policy),
+               reservation_breaks=[list(b) for b in result.reservation_breaks])  # for report.html's marks
     return out
 
 
