@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..environment.errors import ConfigError
-from ..environment.spec import WINDOW_KEYS
+from ..environment.spec import SOURCE_KEYS, WINDOW_KEYS
 from . import dras, irl, rlbf, rlschert, schedinspector
 from .recipe import BASE, TEACHER, Recipe
 
@@ -52,9 +52,9 @@ def get_recipe(spec: str) -> Recipe:
 
 #: The suffixes of files that record a run: a checkpoint, or a results file (eval.json and the like).
 RECORD_SUFFIXES = (".pt", ".json")
-#: Workload keys a recorded run keeps as a recipe: the job source's rules, not which jobs (trace,
-#: size, split, windows), which each command sets, as for a named recipe.
-_NOT_RULES = {"trace", "procs", "first_jobs", "train_fraction", "part", *WINDOW_KEYS}
+#: Workload keys a recorded run keeps as a recipe: the job source's rules, not which jobs (trace or
+#: generator, size, split, windows), which each command sets, as for a named recipe.
+_NOT_RULES = {*SOURCE_KEYS, "procs", "first_jobs", "train_fraction", "part", *WINDOW_KEYS}
 
 
 def is_record(spec: str) -> bool:

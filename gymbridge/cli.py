@@ -508,6 +508,10 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
     if controls:
         from ..agents.recipes import recipe_episode
 
+        if recipe is None and model is not None and not is_tree_file(model):  # the checkpoint's own rules
+            recipe = str(model)
+            click.echo(f"note: the episodes this agent resets take {model.name}'s recorded rules, reward and "
+                       "cleaning; --recipe NAME or the flags here override them", err=True)
         workload = {k: v for k, v in (("jobs", n_jobs), ("sample", sample)) if v is not None}
         order = episode_policy(None if model is not None else agent, env_policy)
         options = {k: v for k, v in (("policy", order), ("prediction", prediction), ("estimate", estimate)) if v}

@@ -333,7 +333,8 @@ def test_served_online_over_a_socket_adapts_and_saves(models, tmp_path, ipc_dir)
     assert not all(torch.equal(original[k], adapted.state["weights"]["model"][k]) for k in original)
 
     here = OnlineRLAgent(models["ppo"], every=16, seed=4)
-    result = simulate(load_workload({"trace": str(trace)}, 2), sim_config({}, 2), agents={"select": here})
+    # the agent resets with the rules it was trained under (its window), as `agent --model` does
+    result = simulate(load_workload({"trace": str(trace)}, 2), sim_config({"window": WINDOW}, 2), agents={"select": here})
     here.on_episode_end(dict(result.summary))
     assert {k: v for k, v in end.items() if k not in ("episode", "reason")} == dict(result.summary)
     assert here.updates == adapted.trainer["online"]["updates"]
