@@ -153,6 +153,10 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
     from ...agents.recipes import recipe_episode
 
     given = {k: v for k, v in (("backfill", backfill), ("policy", policy), ("window", window)) if v is not None}
+    if recipe is None and teacher_ref is not None and teacher_ref.source in NETWORK_SOURCES:
+        recipe = teacher_ref.target  # the teacher's own run: its rules and its trace cleaning
+        click.echo(f"note: distilling on {Path(recipe).name}'s recorded rules and cleaning; --recipe NAME or the "
+                   "flags here override them", err=True)
     episode = recipe_episode(recipe, kind=kind, encoder=encoder, options=given)
     kind, encoder, options = episode.get("kind"), episode.get("encoder"), episode.get("options", {})
     kinds = tuple(kind.split("+")) if isinstance(kind, str) else kind
