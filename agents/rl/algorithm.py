@@ -183,11 +183,12 @@ class ActorCriticAlgorithm(Algorithm):
     def acting_network(self) -> nn.Module:
         return self.model
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def sample(self, obs: np.ndarray, mask: np.ndarray, rngs: Sequence[np.random.Generator] | None = None
                ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """A runner policy: sampled actions (row r's from rngs[r]; without them, from the
-        algorithm's generator), with their log-probabilities and the values."""
+        algorithm's generator), with their log-probabilities and the values. In inference mode:
+        the same numbers as under no_grad, each of its ~30 small torch calls a round cheaper."""
         from .policy import choose
 
         obs_t, mask_t = self.tensor(obs), self.tensor(mask, torch.bool)
