@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -79,34 +80,61 @@ DEFAULT_MAX_CONNECTIONS = 1000
 RETRY_S = 5.0
 #: Open files the env keeps for itself beyond its connections (traces, pipes, threads' sockets).
 SPARE_FILES = 128
+#: Connections that have sent nothing yet (idle, mid-handshake, or with CURVE unable to: no key)
+#: held at once, and from one host; the oldest beyond either is closed. They count toward no cap
+#: of connections that speak, so they cannot keep those clients out.
+MAX_SILENT = 256
+MAX_SILENT_PER_PEER = 128
+#: A connection that has not finished ZeroMQ's handshake within this many seconds is closed
+#: (ZeroMQ's default of 30 s let raw TCP connections sit three times as long).
+HANDSHAKE_S = 10.0
 
 
-def room_for_connections(wanted: int) -> int:
-    """The connections this process can hold open: `wanted`, after raising its open-file limit as
-    far as the system allows, or fewer if it allows fewer (a full file table would lock every new
-    client out, as 1,100 idle connections did under the common limit of 1,024)."""
+def raise_open_files() -> tuple[int, int]:
+    """Raise this process's soft limit on open files to its hard limit where it may, and return
+    (before, after): a full file table locks every new client out, as 1,100 idle connections did
+    under the common soft limit of 1,024. `resource.RLIM_INFINITY` stands for no limit."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    need = wanted + SPARE_FILES
-    if soft != resource.RLIM_INFINITY and soft < need:
-        raised = need if hard == resource.RLIM_INFINITY else min(need, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
-            soft = raised
-        except (ValueError, OSError):
-            pass
-    return wanted if soft == resource.RLIM_INFINITY else max(1, min(wanted, soft - SPARE_FILES))
+    if soft == resource.RLIM_INFINITY or soft == hard:
+        return soft, soft
+    target = hard if hard != resource.RLIM_INFINITY else _nr_open()
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError):
+        return soft, soft
+    return soft, target
+
+
+def _nr_open() -> int:
+    """The most open files the kernel lets a process have (for a hard limit of 'unlimited')."""
+    try:
+        return int(Path("/proc/sys/fs/nr_open").read_text())
+    except (OSError, ValueError):
+        return 1 << 20
+
+
+def room_for_connections(wanted: int, open_files: int) -> int:
+    """The connections a process allowed `open_files` (`raise_open_files`) serves at once: `wanted`,
+    or fewer if the files would run out first (each connection, silent or refused, is one file)."""
+    import resource
+
+    if open_files == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, open_files - SPARE_FILES - MAX_SILENT - _Loop.MAX_REFUSING))
 
 
 def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, allow_remote: bool = False,
           insecure: bool = False, ready: Any = None, max_connections: int = DEFAULT_MAX_CONNECTIONS,
-          on_bound: Any = None) -> None:
+          per_peer: int | None = None, on_bound: Any = None) -> None:
     """Serve until SIGINT/SIGTERM (or `service.stop` is set). `ready` (an Event) is set once bound,
-    and `on_bound()` called; at most `max_connections` are served at once."""
+    and `on_bound()` called; at most `max_connections` are served at once, `per_peer` of them
+    (default: all) from one host."""
     check_listening(bind, curve is not None, allow_remote, insecure)
     with listening(bind, curve) as sock:
-        run_loop(service, [Inlet(sock, _Connections(sock, service, max_connections))], on_bound=on_bound, ready=ready)
+        run_loop(service, [Inlet(sock, _Connections(sock, service, max_connections, per_peer))], on_bound=on_bound,
+                 ready=ready)
 
 
 @contextmanager
@@ -120,6 +148,7 @@ def listening(bind: str, curve: CurveKeys | None) -> Iterator[zmq.Socket]:
     sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES + 1024)
     # No handover: a second connection with a peer's routing id must not take over its state.
     sock.setsockopt(zmq.ROUTER_HANDOVER, 0)
+    sock.setsockopt(zmq.HANDSHAKE_IVL, int(HANDSHAKE_S * 1000))
     if curve is not None:
         from zmq.auth.thread import ThreadAuthenticator
 
@@ -310,6 +339,8 @@ class _Loop:
                     inlet.connections.update(self.envelopes)
                 if inlet.sock in events and not self._read(inlet):
                     return
+                if inlet.connections is not None:
+                    inlet.connections.settle()
             if time.monotonic() >= self.next_tick:  # heartbeats and time-outs, a few times a heartbeat
                 self.next_tick = time.monotonic() + self.tick_every
                 for inlet in self.inlets:
@@ -376,19 +407,29 @@ class _Loop:
 
 
 class _Connections:
-    """The connections of the socket, as its monitor reports them (each by its file descriptor and
-    the how-manieth accepted connection it is): at most `cap` are served, a routing id belongs to
-    the connection that first used it, and the service hears when a connection closes (its
-    agent's routing id then needs its session's token to be used again: PROTOCOL.md section 9).
-    Used by the loop's holder only."""
+    """The connections of the socket, as its monitor reports them (each by its file descriptor,
+    the how-manieth accepted connection it is, and its peer's host) and as they speak. A
+    connection counts toward the caps (`cap` in all, `per_peer` from one host) from its first
+    request on: until then it is silent (idle, mid-handshake, or with CURVE unable to speak at all
+    without a key), held apart, at most MAX_SILENT of them and MAX_SILENT_PER_PEER from one host,
+    the oldest beyond either closed, so that connections which never speak cannot keep out the
+    clients that do. A routing id belongs to the connection that first used it, and the service
+    hears when a connection closes (its agent's routing id then needs its session's token to be
+    used again: PROTOCOL.md section 9). Used by the loop's holder only."""
 
-    def __init__(self, sock: zmq.Socket, service: EnvService, cap: int) -> None:
-        self.service, self.cap = service, cap
+    def __init__(self, sock: zmq.Socket, service: Any, cap: int, per_peer: int | None = None) -> None:
+        self.service, self.cap, self.per_peer = service, cap, min(per_peer or cap, cap)
         self.monitor = sock.get_monitor_socket(zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED)
         self.sock = sock
         self.open: dict[int, int] = {}                 # fd -> the serial of the connection on it
+        self.host: dict[int, str | None] = {}          # fd -> its peer's IP address (None: not IP, as ipc)
         self.serials = itertools.count(1)
-        self.refusing: dict[int, float] = {}           # fd of a connection over the cap -> when to close it
+        self.silent: dict[int, None] = {}              # fds that have not spoken, oldest first
+        self.silent_from: Counter[str | None] = Counter()
+        self.served: set[int] = set()                  # fds that spoke and were let in
+        self.served_from: Counter[str | None] = Counter()
+        # fd of a refused connection -> (when to close it, None once closed; the refusal to answer meanwhile)
+        self.refusing: dict[int, tuple[float | None, bytes]] = {}
         self.owner: dict[bytes, tuple[int, int]] = {}  # routing id -> (fd, serial) of its connection
         self.ids: dict[int, set[bytes]] = {}           # fd -> the routing ids used on it
 
@@ -401,26 +442,24 @@ class _Connections:
             fd = int(event["value"])
             if event["event"] == zmq.EVENT_ACCEPTED:
                 self.open[fd] = next(self.serials)
-                if len(self.open) > self.cap:
-                    if len(self.refusing) >= _Loop.MAX_REFUSING:
-                        _close_fd(fd)
-                    else:
-                        self.refusing[fd] = time.monotonic() + _Loop.REFUSE_FOR_S
+                self.host[fd] = host = _peer_host(fd)
+                self.silent[fd] = None
+                self.silent_from[host] += 1
             elif fd in self.open:
+                self._forget(fd)
                 del self.open[fd]
-                self.refusing.pop(fd, None)
                 for peer in self.ids.pop(fd, ()):
                     self._gone(peer, envelopes)
 
     def admit(self, peer: bytes, fd: int, envelopes: dict[bytes, bool]) -> bytes | None:
         """None if the request may be served; else the encoded refusal to send instead."""
         self.update(envelopes)  # a closed connection is known before a request on its successor
-        connection = (fd, self.open.get(fd, 0))
+        if fd in self.silent:  # its first request: now it counts
+            self._forget(fd)
+            self._let_in(fd)
         if fd in self.refusing:
-            return encode(m.error(m.ProtocolError(
-                m.NOT_ALLOWED, f"this env serves at most {self.cap:,} connections at once (the operator sets it "
-                               f"with --max-connections); close this connection and try again in {RETRY_S:g} s",
-                retry_s=RETRY_S)))
+            return self.refusing[fd][1]
+        connection = (fd, self.open.get(fd, 0))
         known = self.owner.get(peer)
         if known != connection:
             if known is not None:  # its connection closed (the monitor has not said so yet): a new one
@@ -430,17 +469,62 @@ class _Connections:
             self.ids.setdefault(fd, set()).add(peer)
         return None
 
+    def _let_in(self, fd: int) -> None:
+        """A connection that spoke: served if the caps have room, else refused for a while."""
+        host = self.host.get(fd)
+        if len(self.served) >= self.cap:
+            why = (f"this env serves at most {self.cap:,} connections at once (the operator sets it with "
+                   f"--max-connections); close this connection and try again in {RETRY_S:g} s")
+        elif host is not None and self.served_from[host] >= self.per_peer:
+            why = (f"this env serves at most {self.per_peer:,} connections from one host at once, and {host} has "
+                   f"that many (the operator sets it with --max-connections-per-peer); close one of them and try "
+                   f"again in {RETRY_S:g} s")
+        else:
+            self.served.add(fd)
+            self.served_from[host] += 1
+            return
+        now = time.monotonic()  # a refused connection hears why for a while, unless too many already do
+        until = now + _Loop.REFUSE_FOR_S if len(self.refusing) < _Loop.MAX_REFUSING else now
+        self.refusing[fd] = (until, encode(m.error(m.ProtocolError(m.NOT_ALLOWED, why, retry_s=RETRY_S))))
+
+    def settle(self) -> None:
+        """Close the oldest silent connections beyond MAX_SILENT, or MAX_SILENT_PER_PEER from one
+        host (called after the requests waiting were read, so that a connection whose first
+        request was already in counts as one that spoke)."""
+        if len(self.silent) <= MAX_SILENT and max(self.silent_from.values(), default=0) <= MAX_SILENT_PER_PEER:
+            return
+        for fd in list(self.silent):
+            host = self.host.get(fd)
+            if len(self.silent) > MAX_SILENT or self.silent_from[host] > MAX_SILENT_PER_PEER:
+                self._forget(fd)
+                _close_fd(fd)
+                self.refusing[fd] = (None, encode(m.error(m.ProtocolError(
+                    m.NOT_ALLOWED, f"this connection sent nothing while {MAX_SILENT_PER_PEER:,} newer ones from its "
+                                   "host (or too many in all) waited to, so the env closed it; connect again and "
+                                   "send your request at once", retry_s=RETRY_S))))
+
+    def _forget(self, fd: int) -> None:
+        """Count the connection on `fd` no more (it spoke, or closed)."""
+        host = self.host.get(fd)
+        if fd in self.silent:
+            del self.silent[fd]
+            _uncount(self.silent_from, host)
+        if fd in self.served:
+            self.served.discard(fd)
+            _uncount(self.served_from, host)
+        self.refusing.pop(fd, None)
+
     def _gone(self, peer: bytes, envelopes: dict[bytes, bool]) -> None:
         self.owner.pop(peer, None)
         envelopes.pop(peer, None)
         self.service.disconnected(peer)
 
     def close_refused(self) -> None:
-        """Close the connections over the cap whose time to hear why is over."""
+        """Close the refused connections whose time to hear why is over."""
         now = time.monotonic()
-        for fd, until in list(self.refusing.items()):
-            if now >= until:
-                del self.refusing[fd]
+        for fd, (until, refusal) in list(self.refusing.items()):
+            if until is not None and now >= until:
+                self.refusing[fd] = (None, refusal)
                 _close_fd(fd)
 
     def close(self) -> None:
@@ -448,13 +532,41 @@ class _Connections:
         self.monitor.close(0)
 
 
-def _close_fd(fd: int) -> None:
-    """End the TCP or ipc connection on `fd` (ZeroMQ then closes its end, and reports it)."""
+def _uncount(counts: Counter[str | None], host: str | None) -> None:
+    counts[host] -= 1
+    if counts[host] <= 0:
+        del counts[host]
+
+
+def _peer_host(fd: int) -> str | None:
+    """The IP address of the peer of the TCP connection on `fd`; None for others (ipc). No file is
+    opened for it: near the open-file limit there may be none to spare."""
     try:
-        with socket.socket(fileno=os.dup(fd)) as connection:
-            connection.shutdown(socket.SHUT_RDWR)
+        connection = socket.socket(fileno=fd)
     except OSError:
-        pass  # closed meanwhile
+        return None  # closed meanwhile
+    try:
+        address = connection.getpeername() if connection.family in (socket.AF_INET, socket.AF_INET6) else None
+    except OSError:
+        address = None
+    finally:
+        connection.detach()
+    return address[0] if address else None
+
+
+def _close_fd(fd: int) -> None:
+    """End the TCP or ipc connection on `fd` (ZeroMQ then closes its end, and reports it). No file
+    is opened for it: near the open-file limit there may be none to spare."""
+    try:
+        connection = socket.socket(fileno=fd)
+    except OSError:
+        return  # closed meanwhile
+    try:
+        connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        connection.detach()
 
 
 def _send_all(sock: zmq.Socket, envelopes: dict[bytes, bool], replies: list[tuple[bytes, bytes]]) -> None:

@@ -97,15 +97,18 @@ class _Worker:
 
 
 def serve_workers(service_options: dict[str, Any], workers: int, bind: str, *, curve: CurveKeys | None = None,
-                  max_connections: int, on_bound: Any = None, redirect: bool = True) -> None:
+                  max_connections: int, per_peer: int | None = None, on_bound: Any = None,
+                  redirect: bool = True) -> None:
     """Serve `bind` with `workers` processes, each an `EnvService(**service_options)`, until
-    SIGINT/SIGTERM. `redirect`: 1.6 agents are sent to their worker's own address."""
+    SIGINT/SIGTERM. `redirect`: 1.6 agents are sent to their worker's own address. The front and
+    each worker's address serve at most `max_connections`, `per_peer` of them from one host."""
     _remove_stale_ipc(bind)
     with tempfile.TemporaryDirectory(prefix=f"{LINK_FOLDER}{os.getpid()}-") as folder, \
             listening(bind, curve) as public:
         own = _worker_address(bind) if redirect else None
-        worker = _WorkerSetup(service_options, f"ipc://{folder}/workers.ipc", own, curve, max_connections, workers)
-        _Front(worker, workers, public, max_connections).run(on_bound)
+        worker = _WorkerSetup(service_options, f"ipc://{folder}/workers.ipc", own, curve, max_connections, workers,
+                              per_peer)
+        _Front(worker, workers, public).run(on_bound)
 
 
 def _remove_stale_ipc(bind: str) -> None:
@@ -167,15 +170,17 @@ class _WorkerSetup:
     max_connections: int
     #: How many workers share the env's caps (each enforces its share and says so).
     workers: int = 1
+    #: Connections from one host at once, at the worker's own address (None: max_connections).
+    per_peer: int | None = None
 
 
 class _Front:
-    def __init__(self, setup: _WorkerSetup, n: int, public: zmq.Socket, max_connections: int) -> None:
+    def __init__(self, setup: _WorkerSetup, n: int, public: zmq.Socket) -> None:
         self.setup, self.public, inner_address = setup, public, setup.inner_address
         self.inner = public.context.socket(zmq.ROUTER)
         self.inner.setsockopt(zmq.LINGER, 500)
         self.inner.bind(inner_address)
-        self.connections = _Connections(public, self, max_connections)
+        self.connections = _Connections(public, self, setup.max_connections, setup.per_peer)
         self.envelopes: dict[bytes, bool] = {}
         self.route: dict[bytes, _Worker] = {}      # agent routing id -> its worker
         self.session_of: dict[bytes, str] = {}     # agent routing id -> the session its hello named
@@ -346,6 +351,7 @@ class _Front:
                     self._from_workers()
                 if events.get(self.public):
                     self._from_agents()
+                self.connections.settle()
                 if stopped_at is None and time.monotonic() >= next_check:
                     next_check = time.monotonic() + CHECK_EVERY_S
                     self._replace_dead()
@@ -525,7 +531,8 @@ def _worker_main(setup: _WorkerSetup, identity: bytes, front_pid: int) -> None:
             front = _FrontMessages(service, link, address, front_pid)
             inlets = [Inlet(link, tag=FROM_FRONT, screen=front.screen)]
             if own is not None:
-                inlets.append(Inlet(own, _Connections(own, service, setup.max_connections), DIRECT, front.admit))
+                inlets.append(Inlet(own, _Connections(own, service, setup.max_connections, setup.per_peer),
+                                     DIRECT, front.admit))
             run_loop(service, inlets, on_tick=front.tick)
     finally:
         link.close()

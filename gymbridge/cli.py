@@ -287,8 +287,13 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 @click.option("--max-agents", type=click.IntRange(min=1), default=4000, show_default=True,
               help="Most agents at once (said hello, not yet gone).")
 @click.option("--max-connections", type=click.IntRange(min=1),
-              help="Most client connections at once [default: 1000]; one more is refused and closed (the env raises "
-                   "its open-file limit to fit them, or serves fewer if the system allows fewer).")
+              help="Most client connections at once [default: 1000]; one more is refused and closed. Counted from a "
+                   "connection's first request (silent ones, such as those without CURVE keys, are held apart). The "
+                   "env raises its open-file limit as far as the system lets it, and serves fewer if files would "
+                   "run out first.")
+@click.option("--max-connections-per-peer", "per_peer", type=click.IntRange(min=1),
+              help="Most of those connections from one host (IP address) at once [default: half of "
+                   "--max-connections], so one host cannot take them all.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes the sessions are spread over (a session lives in one; docs/server.md says "
                    "how many to start).")
@@ -309,10 +314,12 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, recipe, reward,
                 decision_timeout, on_agent_lost, trace_dirs, max_trace_bytes, max_trace_jobs, max_reset_cpu, prediction,
                 model_dirs, max_jobs,
-                idle_timeout, max_sessions, max_agents, max_connections, workers, redirect, open_sessions, allow_remote,
+                idle_timeout, max_sessions, max_agents, max_connections, per_peer, workers, redirect, open_sessions,
+                allow_remote,
                 insecure, curve_secret, curve_allow) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md and docs/server.md)."""
-    from ..environment.server import DEFAULT_MAX_CONNECTIONS, check_listening, room_for_connections, serve
+    from ..environment.server import (DEFAULT_MAX_CONNECTIONS, check_listening, raise_open_files,
+                                      room_for_connections, serve)
     from ..environment.limits import Limits
     from ..environment.service import EnvService
     from ..environment.spec import TRACES_ENV
@@ -349,10 +356,15 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
     service = EnvService(**settings)
     service.check_defaults()  # a missing, truncated or non-SWF trace, bad options or reward: exit 2 now
     max_connections = max_connections or DEFAULT_MAX_CONNECTIONS
-    connections = room_for_connections(max_connections)
+    before, files = raise_open_files()
+    if files != before:
+        click.echo(f"hpcgym env: open-file limit raised from {before:,} to {files:,}", err=True)
+    connections = room_for_connections(max_connections, files)
     if connections < max_connections:
-        click.echo(f"hpcgym env: serving at most {connections:,} connections, not {max_connections:,}: the system "
-                   "allows this process no more open files (ulimit -n)", err=True)
+        click.echo(f"hpcgym env: serving at most {connections:,} connections, not {max_connections:,}: this process "
+                   f"may open {files:,} files (ulimit -n; the hard limit is the most it can raise it to), and keeps "
+                   "room for its own and for silent and refused connections", err=True)
+    per_peer = min(per_peer or max(1, connections // 2), connections)
     def say_listening() -> None:
         spread = f" with {workers} workers{', redirecting agents of protocol 1.6' if redirect else ''}"
         click.echo(f"hpcgym env listening on {bind}{' with CURVE' if curve else ''}{spread if workers > 1 else ''}",
@@ -360,12 +372,12 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
 
     if workers == 1:
         serve(service, bind, curve=curve, allow_remote=allow_remote, insecure=insecure, max_connections=connections,
-              on_bound=say_listening)
+              per_peer=per_peer, on_bound=say_listening)
         return
     from ..environment.workers import serve_workers, worker_limits
 
     serve_workers({**settings, "limits": worker_limits(limits, workers)}, workers, bind, curve=curve,
-                  max_connections=connections, on_bound=say_listening, redirect=redirect)
+                  max_connections=connections, per_peer=per_peer, on_bound=say_listening, redirect=redirect)
 
 
 class _AgentCommand(click.Command):
