@@ -19,7 +19,7 @@ from ...environment.spec import resolve_trace
 from ..usage import (check_part, given, jobs_option, procs_option, recipe_option, seed_option, trace_option,
                      workload_option)
 from .executors import EXECUTORS
-from .policy import PolicySpec, parse_policy
+from .policy import AgentSpec, PolicySpec, parse_policy
 from .stats import METRICS
 from .unit import DEFAULT_START_TIMEOUT
 
@@ -202,12 +202,32 @@ def _check_files(policies: list[PolicySpec], executor: str) -> None:
                 check_agent_file(AgentRef(agent.source, agent.target))
             except HpcgymError as exc:
                 raise ConfigError(f"policy {policy.name!r}: {exc}") from None
+            if agent.source in NETWORK_SOURCES:
+                _check_checkpoint(policy.name, agent)
             if agent.source == "cmd" and executor == "local":
                 program = shlex.split(agent.target)[0]
                 if shutil.which(program) is None:
                     hint = f" (make -C {C_AGENT})" if Path(program).parts[:2] == Path(C_AGENT).parts else ""
                     raise ConfigError(f"policy {policy.name!r}: program {program} not found or not executable; "
                                       f"build or install it first{hint}")
+
+
+def _check_checkpoint(policy: str, agent: AgentSpec) -> None:
+    """A checkpoint is served by torch and takes the decision kinds it was trained on: without
+    torch, or asked for other kinds, every unit would fail after starting its agent, so say it once."""
+    try:
+        from ...agents.rl.checkpoint import checkpoint_kinds, load_checkpoint
+    except ImportError as exc:
+        raise ConfigError(f"policy {policy!r}: {agent.source}:{agent.target} needs the rl extra (in the clone: "
+                          f"pip install -e '.[rl]'): {exc}") from None
+    try:
+        takes = checkpoint_kinds(load_checkpoint(agent.target).kind)
+    except HpcgymError as exc:
+        raise ConfigError(f"policy {policy!r}: {exc}") from None
+    if not set(agent.kinds) <= set(takes):
+        raise ConfigError(f"policy {policy!r}: {agent.target} takes {'/'.join(takes)} decisions, not "
+                          f"{'/'.join(agent.kinds)}; write {'/'.join(takes)}:{agent.source}:{agent.target} or "
+                          f"{agent.source}:{agent.target} (its own kinds)")
 
 
 def _batsim_rules(policies: list[PolicySpec], options: dict) -> list[str]:
