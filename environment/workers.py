@@ -37,7 +37,6 @@ from __future__ import annotations
 import glob
 import hmac
 import itertools
-import multiprocessing
 import os
 import shutil
 import signal
@@ -54,6 +53,7 @@ import zmq
 from ..protocol import messages as m
 from ..protocol.codec import encode
 from .errors import HpcgymError
+from .processes import end, spawn
 from .server import CurveKeys, Inlet, _Connections, _send_all, listening, run_loop
 from .service import EnvService, check_hello, parse_request
 
@@ -200,10 +200,7 @@ class _Front:
     def _start(self, index: int) -> _Worker:
         self.generation += 1
         identity = f"w{index}.{self.generation}".encode()
-        process = multiprocessing.get_context("spawn").Process(
-            target=_worker_main, args=(self.setup, identity, os.getpid()), name=f"hpcgym-env-worker-{index}",
-            daemon=True)
-        process.start()
+        process = spawn(_worker_main, (self.setup, identity, os.getpid()), f"hpcgym-env-worker-{index}")
         return _Worker(index, process, identity)
 
     def _replace_dead(self) -> None:
@@ -359,10 +356,8 @@ class _Front:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            end([worker.process for worker in self.workers], 0.0)
             for worker in self.workers:
-                if worker.process.is_alive():
-                    worker.process.kill()
-                worker.process.join(1)
                 _unlink_ipc(worker.address)
             self.connections.close()
             self.inner.close(0)
@@ -514,7 +509,6 @@ def _worker_main(setup: _WorkerSetup, identity: bytes, front_pid: int) -> None:
     """A worker process: an EnvService behind a DEALER linked to the front, and at an address of
     its own for redirected agents. It stops once its parent is no longer `front_pid` (the front
     was killed, so it could not stop its workers; it may die before this process gets going)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the front, which stops the workers
     ctx = zmq.Context()
     link = ctx.socket(zmq.DEALER)
     link.setsockopt(zmq.LINGER, 500)

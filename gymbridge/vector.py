@@ -45,7 +45,6 @@ from __future__ import annotations
 import functools
 import os
 import pickle
-import select
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -58,6 +57,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from ..environment.processes import Workers
 from . import make
 
 #: The parent's commands to a worker (a byte in the control block); a reply through the pipe
@@ -238,10 +238,9 @@ _SHARED_INFO = ("action_mask", "kind")
 _OPERATIONS = {_STEP: _Share.step, _RESET: _Share.reset, _CALL: _Share.call, _SET: _Share.set_attr}
 
 
-def _work(first: int, fns_pickled: bytes, block: Any, layout: list, kinds: tuple[str, ...], mode: AutoresetMode,
-          conn: Connection, parent_end: Connection, handoff: tuple) -> None:
+def _work(conn: Connection, first: int, fns_pickled: bytes, block: Any, layout: list, kinds: tuple[str, ...],
+          mode: AutoresetMode, handoff: tuple) -> None:
     """A worker process: makes envs first, first + 1, ... and serves the parent's commands."""
-    parent_end.close()
     go, done, control, spin_s = handoff
     parent = os.getppid()
     envs: list = []
@@ -320,8 +319,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
                  spin_s: float | None = None) -> None:
         import multiprocessing as mp
 
-        self._procs: list = []
-        self._conns: list[Connection] = []
+        self._workers: Workers | None = None
         self._handoffs: list[tuple] = []  # per worker: (go, done, control bytes)
         self._local: _Share | None = None
         self.closed = True  # until the workers run
@@ -351,8 +349,6 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         block = ctx.RawArray("b", sum(_field_bytes(shape, dtype) for _, shape, dtype in layout))
         self._shared = _views(block, layout)
         self._shares = [range(int(s[0]), int(s[-1]) + 1) for s in np.array_split(np.arange(n), workers)]
-        self._poller = select.poll()
-        self._fd_worker: dict[int, tuple[int, bool]] = {}  # fd -> (worker, is its connection)
         self.closed = False
         if caller_share:  # env 0, made above, and the rest of share 0 are stepped here
             local = [first_env] + [fn() for fn in env_fns[1:self._shares[0].stop]]
@@ -368,20 +364,11 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             on_server = getattr(first_env.unwrapped, "remote", None) is not None
             spin_s = DEFAULT_SPIN_S if len(self._remote) + 1 <= usable_cores() and not on_server else 0.0
         self._spin_s = spin_s
-        for w, share in enumerate(self._remote):
-            parent_end, child_end = ctx.Pipe()
-            handoff = (ctx.Semaphore(0), ctx.Semaphore(0), ctx.RawArray("b", 3))
-            self._handoffs.append(handoff)
-            proc = ctx.Process(target=_work, name=f"hpcgym-vector-{w}", daemon=True,
-                               args=(share.start, cloudpickle.dumps(list(env_fns[share.start:share.stop])), block,
-                                     layout, kinds, self.autoreset_mode, child_end, parent_end, (*handoff, spin_s)))
-            proc.start()
-            child_end.close()
-            self._procs.append(proc)
-            self._conns.append(parent_end)
-            for fd, is_conn in ((parent_end.fileno(), True), (proc.sentinel, False)):
-                self._poller.register(fd, select.POLLIN)
-                self._fd_worker[fd] = (w, is_conn)
+        self._handoffs = [(ctx.Semaphore(0), ctx.Semaphore(0), ctx.RawArray("b", 3)) for _ in self._remote]
+        self._workers = Workers(_work, [(share.start, cloudpickle.dumps(list(env_fns[share.start:share.stop])), block,
+                                         layout, kinds, self.autoreset_mode, (*handoff, spin_s))
+                                        for share, handoff in zip(self._remote, self._handoffs)],
+                                "hpcgym-vector", context)
         spaces = [space for reply in self._started() for space in reply]
         for i, (obs_space, action_space) in enumerate(spaces, start=self._remote[0].start if self._remote else n):
             if obs_space != self.single_observation_space or action_space != self.single_action_space:
@@ -438,13 +425,8 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         for go, _, control in self._handoffs:
             control[_COMMAND] = _CLOSE
             go.release()
-        for proc in self._procs:
-            proc.join(timeout=_CLOSE_WAIT_S)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        for conn in self._conns:
-            conn.close()
+        if self._workers is not None:
+            self._workers.end(_CLOSE_WAIT_S)
 
     def __del__(self) -> None:
         if not getattr(self, "closed", True):
@@ -465,7 +447,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
             args = remote_arguments[w] if remote_arguments else ()
             if args:
                 try:
-                    self._conns[w].send_bytes(cloudpickle.dumps(args))
+                    self._workers.conns[w].send_bytes(cloudpickle.dumps(args))
                 except OSError:
                     self._died(w)
             control[_COMMAND], control[_HAS_ARGS] = command, bool(args)
@@ -484,33 +466,26 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         step's usual answer)."""
         replies = []
         for w, (_, done, control) in enumerate(self._handoffs):
-            if not _acquire(done, self._spin_s, self._procs[w].is_alive):
+            if not _acquire(done, self._spin_s, self._workers.processes[w].is_alive):
                 self._died(w)
             if control[_HAS_REPLY]:
-                try:
-                    replies.append(self._decoded(self._conns[w].recv_bytes()))
-                except (EOFError, OSError):
+                reply = self._workers.receive(w)
+                if reply is None:
                     self._died(w)
+                replies.append(self._decoded(reply))
             else:
                 replies.append({})
         return replies
 
     def _started(self) -> list:
         """Every worker's first message (its envs' spaces), as it comes."""
-        replies: list[bytes | None] = [None] * len(self._conns)
-        waiting = len(self._conns)
-        while waiting:
-            for fd, _ in self._poller.poll():
-                w, is_conn = self._fd_worker[fd]
-                if not is_conn:  # a worker exits only when told to
+        replies: dict[int, bytes] = {}
+        while len(replies) < len(self._workers):
+            for w, reply in self._workers.wait([w for w in range(len(self._workers)) if w not in replies], None):
+                if reply is None:
                     self._died(w)
-                if replies[w] is None:
-                    try:
-                        replies[w] = self._conns[w].recv_bytes()
-                    except (EOFError, OSError):
-                        self._died(w)
-                    waiting -= 1
-        return [self._decoded(reply) for reply in replies]
+                replies[w] = reply
+        return [self._decoded(replies[w]) for w in sorted(replies)]
 
     def _decoded(self, reply: bytes) -> Any:
         if reply[:1] == _ERROR:
@@ -536,12 +511,11 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         return infos
 
     def _died(self, w: int) -> None:
-        proc = self._procs[w]
-        proc.join(_CLOSE_WAIT_S)
+        code = self._workers.exit_code(w, _CLOSE_WAIT_S)
         share = self._remote[w]
         self.close()
         raise VectorEnvError(f"worker process {w} (envs {share.start}..{share.stop - 1}) died "
-                             f"(exit code {proc.exitcode}); the vector env is closed")
+                             f"(exit code {code}); the vector env is closed")
 
     def _failed(self, index: int, exc: BaseException, text: str) -> None:
         self.close()

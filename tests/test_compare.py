@@ -265,6 +265,24 @@ def test_a_failing_policy_is_reported_and_the_others_finish(base):
     assert json.loads((base / "run.json").read_text())["failed_policies"] == ["broken"]
 
 
+def test_a_worker_that_dies_fails_only_its_unit(workdir):
+    """A unit whose worker process is killed fails with one line saying so; its worker is
+    replaced and the other units finish."""
+    (workdir / "dying_agents.py").write_text(
+        "import os\nimport signal\nfrom hpcgym.agents.base import PriorityAgent\n\n\n"
+        "class Dying(PriorityAgent):\n    def __init__(self):\n        super().__init__('sjf')\n\n"
+        "    def act(self, decision):\n        os.kill(os.getpid(), signal.SIGKILL)\n")
+    out = workdir / "dying"
+    result = run_cli(workdir, ["compare", "--trace", str(workdir / "trace.swf"), "--jobs", "30", "--samples", "2",
+                               "--inproc", "--workers", "2", "--no-plots", "--bootstrap", "100", "--policy", "fcfs",
+                               "--policy", "dying=select:dying_agents:Dying", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    rows = summary_rows(out)
+    assert rows["fcfs"]["status"] == "ok" and rows["fcfs"]["samples_ok"] == "2"
+    assert rows["dying"]["status"] == "failed"
+    assert "the worker process running this unit failed: it died (exit code -9)" in rows["dying"]["error"]
+
+
 def test_outputs_and_provenance(base, workdir):
     run = json.loads((base / "run.json").read_text())
     assert run["command"][:4] == ["hpcgym", "compare", "--policy", "fcfs+easy"] and "--jobs" in run["command"]

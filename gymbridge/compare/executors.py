@@ -7,67 +7,70 @@ writing files, so the machine that runs it needs no access to the output folder.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
-import os
+import pickle
 import signal
+from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 from ...environment.errors import ConfigError
+from ...environment.processes import Workers
 from .unit import run_unit
 
 #: (unit id, task, sequence key, sequence SWF text)
 Job = tuple[str, dict[str, Any], int, str]
 Done = Callable[[str, dict[str, Any]], None]
 EXECUTORS = ("local", "ray")
+#: Seconds a local worker has to end: to exit when told, then to clean up after SIGTERM.
+STOP_WITHIN_S = 10.0
 
 
 def run_local(jobs: list[Job], workers: int, on_done: Done) -> None:
-    """Run units in `workers` processes (1: in this process, one after the other)."""
+    """Run units in `workers` processes (1: in this process, one after the other). A worker that
+    dies fails its unit and is replaced; the other units go on."""
     if workers <= 1 or len(jobs) <= 1:
         for uid, task, _, text in jobs:
             on_done(uid, run_unit(task, text))
         return
-    ctx = multiprocessing.get_context("spawn")  # no fork of a process that holds ZeroMQ contexts/threads
-    before = set(multiprocessing.active_children())
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx, initializer=_worker_init)
+    pool = Workers(_serve_units, [()] * min(workers, len(jobs)), "hpcgym-compare")
+    queue, running = deque(jobs), {}   # running: worker -> the id of its unit
     try:
-        futures = {pool.submit(_pool_unit, task, text): uid for uid, task, _, text in jobs}
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                on_done(futures[future], _result(future.result, "worker process"))
+        while queue or running:
+            for w in range(len(pool)):
+                if w not in running and queue:
+                    uid, task, _, text = queue.popleft()
+                    pool.conns[w].send((task, text))
+                    running[w] = uid
+            for w, reply in pool.wait(list(running), None):
+                if reply is None:
+                    result = {"status": "error", "error": "the worker process running this unit failed: it died "
+                                                          f"(exit code {pool.exit_code(w)})"}
+                    pool.restart(w, ())
+                else:
+                    result = pickle.loads(reply)
+                on_done(running.pop(w), result)
     except BaseException:
-        # Interrupted (Ctrl-C): drop the queued units and stop the running ones now. Their workers
-        # clean up (agent processes, temporary files) on SIGTERM; nothing of theirs is recorded, so
-        # --resume runs them again.
-        pool.shutdown(wait=False, cancel_futures=True)
-        for proc in set(multiprocessing.active_children()) - before:
-            proc.terminate()
+        # Interrupted (Ctrl-C): stop the running units now. Their workers clean up (agent processes,
+        # temporary files) on SIGTERM; nothing of theirs is recorded, so --resume runs them again.
+        pool.end(STOP_WITHIN_S, asked=False)
         raise
-    pool.shutdown(wait=True)
+    for conn in pool.conns:
+        conn.send(None)
+    pool.end(STOP_WITHIN_S)
 
 
-def _worker_init() -> None:
-    """Workers leave Ctrl-C to the parent, which ends them with SIGTERM: that becomes an exception
-    here, so a unit under way stops its env and agents on the way out."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _serve_units(conn: Connection) -> None:
+    """A worker process: runs the units it is sent, one at a time, until sent None. SIGTERM (the
+    parent ending it) becomes an exception, so a unit under way stops its env and agents on the
+    way out."""
     signal.signal(signal.SIGTERM, _terminated)
+    while (unit := conn.recv()) is not None:
+        conn.send(run_unit(*unit))
 
 
 def _terminated(signum: int, frame: Any) -> None:
-    raise SystemExit(f"stopped by signal {signum}")
-
-
-def _pool_unit(task: dict[str, Any], text: str) -> dict[str, Any]:
-    try:
-        return run_unit(task, text)
-    except SystemExit:
-        # SIGTERM from the parent: run_unit has cleaned up on the way out; leave now (the pool's
-        # worker loop would otherwise take the next unit)
-        os._exit(1)
+    raise SystemExit(128 + signum)
 
 
 @contextlib.contextmanager
@@ -105,15 +108,13 @@ def run_ray(jobs: list[Job], workers: int, address: str | None, on_done: Done) -
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 for ref in done:
-                    on_done(refs[ref], _result(lambda r=ref: ray.get(r), "Ray task"))
+                    try:
+                        result = ray.get(ref)
+                    except Exception as exc:  # the task's worker died (killed, out of memory): that unit failed
+                        result = {"status": "error", "error": f"the Ray task running this unit failed: "
+                                                              f"{type(exc).__name__}: {exc}"}
+                    on_done(refs[ref], result)
         except BaseException:
             for ref in pending:
                 ray.cancel(ref, force=True)
             raise
-
-
-def _result(get: Callable[[], dict[str, Any]], what: str) -> dict[str, Any]:
-    try:
-        return get()
-    except Exception as exc:  # the worker died (killed, out of memory): that unit failed, the rest go on
-        return {"status": "error", "error": f"the {what} running this unit failed: {type(exc).__name__}: {exc}"}

@@ -23,14 +23,12 @@ the finished epochs are untouched, so `--resume` goes on from the last one.
 from __future__ import annotations
 
 import heapq
-import multiprocessing
-import multiprocessing.connection
 import pickle
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing import shared_memory
+from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
@@ -40,6 +38,7 @@ import numpy as np
 from ...agents.rl.algorithm import Algorithm
 from ...agents.rl.runner import Episode, EpisodeRecord, Policy, Runner, Transition
 from ...environment.errors import HpcgymError
+from ...environment.processes import Workers
 
 
 #: Seconds a worker may take to start (spawn, import torch, build its envs and, at the first
@@ -228,9 +227,8 @@ class SharedArrays:
             self.block = None
 
 
-def _serve(conn: multiprocessing.connection.Connection, spec: bytes) -> None:
+def _serve(conn: Connection, spec: bytes) -> None:
     """A worker process: answers the learner's calls on one RolloutWorker until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the learner's; it ends the workers
     answers = SharedArrays()
     try:
         worker = RolloutWorker(spec)
@@ -247,19 +245,12 @@ def _serve(conn: multiprocessing.connection.Connection, spec: bytes) -> None:
 
 
 class ProcessWorkers:
-    """Rollout workers as local processes (spawned: no fork of a learner holding torch threads),
-    each serving one RolloutWorker over a pipe."""
+    """Rollout workers as local processes (environment/processes.py), each serving one
+    RolloutWorker over a pipe."""
 
     def __init__(self, n: int, spec: bytes) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self.conns, self.procs = [], []
-        for w in range(n):
-            conn, child = ctx.Pipe()
-            proc = ctx.Process(target=_serve, args=(child, spec), name=f"rollout-worker-{w}", daemon=True)
-            proc.start()
-            child.close()
-            self.conns.append(conn)
-            self.procs.append(proc)
+        self.pool = Workers(_serve, [(spec,)] * n, "rollout-worker")
+        self.procs = self.pool.processes
         self.answers = [SharedArrays() for _ in range(n)]
         self.busy = set(range(n))   # the start counts as a call: it answers once its envs are made
 
@@ -270,41 +261,28 @@ class ProcessWorkers:
         return f"rollout worker {w} (pid {self.procs[w].pid})"
 
     def submit(self, w: int, method: str, *args: Any) -> None:
-        self.conns[w].send((method, args))
+        self.pool.conns[w].send((method, args))
         self.busy.add(w)
 
     def wait(self, timeout: float) -> list[Event]:
         """The answers that came within `timeout` seconds (none: nothing yet)."""
-        waiting = {self.conns[w]: w for w in self.busy}
-        waiting.update({self.procs[w].sentinel: w for w in self.busy})
-        events, seen = [], set()
-        for ready in multiprocessing.connection.wait(list(waiting), timeout):
-            w = waiting[ready]
-            if w in seen:
-                continue
-            seen.add(w)
+        events = []
+        for w, data in self.pool.wait(self.busy, timeout):
             self.busy.discard(w)
-            try:
-                ok, value = self.answers[w].unpack(self.conns[w].recv())
-            except (EOFError, OSError):
-                self.procs[w].join(1)
-                ok, value = False, f"died (exit status {self.procs[w].exitcode})"
-            events.append((w, ok, value))
+            if data is None:
+                events.append((w, False, f"died (exit status {self.pool.exit_code(w)})"))
+            else:
+                events.append((w, *self.answers[w].unpack(pickle.loads(data))))
         return events
 
     def close(self) -> None:
-        for conn, proc in zip(self.conns, self.procs):
+        for conn in self.pool.conns:
             try:
                 conn.send(("stop", ()))
             except OSError:
                 pass
-        for proc in self.procs:
-            proc.join(2)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(2)
-        for conn, answers in zip(self.conns, self.answers):
-            conn.close()
+        self.pool.end(2.0)
+        for answers in self.answers:
             answers.close()
 
 
