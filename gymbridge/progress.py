@@ -1,17 +1,19 @@
 """Progress of long commands (compare, train, distill) on stderr.
 
 On a terminal it is a tqdm bar. Elsewhere (a batch job's log, a pipe) a bar's carriage returns
-would pile up in one endless line, so it is a plain line at most every `EVERY` seconds, in tqdm's
-words: `compare: 12/40 units (30%), 01:21 elapsed, 03:09 left`.
+would pile up in one endless line, so it is a plain line at the start and then one every `EVERY`
+seconds (a heartbeat while nothing ends, so a log shows the command alive before its first unit
+does) and the last, in tqdm's words: `compare: 12/40 units (30%), 01:21 elapsed, 03:09 left`.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from typing import Any
 
-#: Seconds between two plain progress lines.
+#: Seconds between two plain progress lines (0: a line at every update, and no heartbeat).
 EVERY = 30.0
 
 
@@ -27,7 +29,8 @@ def progress(total: int, unit: str, desc: str, enabled: bool | None, initial: in
 
 
 class ProgressLines:
-    """tqdm's progress as a plain stderr line, at most one every `every` seconds (and the last)."""
+    """tqdm's progress as a plain stderr line: one at the start, then one every `every` seconds,
+    whether or not anything ended since (a heartbeat), and the last."""
 
     FORMAT = "{desc}: {n_fmt}/{total_fmt} {unit} ({percentage:.0f}%), {elapsed} elapsed, {remaining} left{postfix}"
 
@@ -36,13 +39,28 @@ class ProgressLines:
         self.every = EVERY if every is None else every
         self.postfix = ""
         self.start = self.last = time.monotonic()
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._say(self.start)
+        if self.every > 0:
+            threading.Thread(target=self._beat, name=f"{desc}-progress", daemon=True).start()
 
     def update(self, n: int = 1) -> None:
         self.n += n
         now = time.monotonic()
         if now - self.last >= self.every or self.n >= self.total:
-            self.last = now
-            self.write(self.line(now - self.start))
+            self._say(now)
+
+    def _beat(self) -> None:
+        while not self._closed.wait(max(0.0, self.last + self.every - time.monotonic())):
+            if time.monotonic() - self.last >= self.every:
+                self._say(time.monotonic())
+
+    def _say(self, now: float) -> None:
+        with self._lock:
+            if not self._closed.is_set():
+                self.last = now
+                self.write(self.line(now - self.start))
 
     def line(self, elapsed: float) -> str:
         from tqdm import tqdm
@@ -57,4 +75,6 @@ class ProgressLines:
         print(text, file=file or sys.stderr, flush=True)
 
     def close(self) -> None:
-        """Nothing left to draw: every line was written as it came."""
+        """Stop the heartbeat: every other line was written as it came."""
+        with self._lock:
+            self._closed.set()

@@ -491,7 +491,8 @@ def test_start_gives_one_fixed_window(workdir):
 
 def test_progress_outside_a_terminal_is_plain_lines(workdir, monkeypatch):
     """stderr is no terminal under CliRunner (as in a batch job): compare writes plain progress
-    lines (at most one per EVERY seconds; here 0), not a bar's carriage returns, and not silence."""
+    lines (one at the start, then at most one per EVERY seconds; here 0), not a bar's carriage
+    returns, and not silence."""
     from hpcgym.gymbridge import progress
 
     monkeypatch.setattr(progress, "EVERY", 0.0)
@@ -500,7 +501,7 @@ def test_progress_outside_a_terminal_is_plain_lines(workdir, monkeypatch):
                           "--out", str(workdir / "lines")])
     assert r.exit_code == 0, r.output
     lines = [line.split(" (")[0] for line in r.output.splitlines() if line.startswith("compare: ")]
-    assert lines == ["compare: 1/2 units", "compare: 2/2 units"] and "\r" not in r.output
+    assert lines == ["compare: 0/2 units", "compare: 1/2 units", "compare: 2/2 units"] and "\r" not in r.output
 
 
 def test_ctrl_c_says_how_to_resume(workdir):

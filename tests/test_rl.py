@@ -674,7 +674,7 @@ def test_train_outside_a_terminal_logs_one_line_per_epoch_and_notes_the_overlapp
     assert [row["episodes_total"] for row in curve] == ["2", "4", "6"]
     assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # its picture beside it
     within = [line.split(" (")[0] for line in result.output.splitlines() if line.startswith("train: ")]
-    assert within == [f"train: {n}/6 episodes" for n in range(1, 7)]
+    assert within == [f"train: {n}/6 episodes" for n in range(0, 7)]
     assert result.output.count("--train-fraction 0.8") == 1
     assert result.output.splitlines()[-1].startswith("  (paired differences")
 

@@ -199,21 +199,23 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
     out.mkdir(parents=True, exist_ok=True)
     rows, trees = [], {}
     bar = progress_bar(len(depth_list) * len(method_list) * iterations, "iterations", "distill", progress)
-    for method in method_list:
-        for depth in depth_list:
-            def tick(step) -> None:
-                r = step.row()
-                rows.append(r)
-                bar.set_postfix_str(f"{method} depth {depth} iteration {step.iteration}: {r['nodes']} nodes, "
-                                    f"agreement {r['agreement']:.3f}, mean slowdown {r['mean_slowdown']:.2f}")
-                bar.update()
+    try:
+        for method in method_list:
+            for depth in depth_list:
+                def tick(step) -> None:
+                    r = step.row()
+                    rows.append(r)
+                    bar.set_postfix_str(f"{method} depth {depth} iteration {step.iteration}: {r['nodes']} nodes, "
+                                        f"agreement {r['agreement']:.3f}, mean slowdown {r['mean_slowdown']:.2f}")
+                    bar.update()
 
-            start = Samples()
-            start.extend(taught_train.samples)
-            done = dagger(teach, features, train, test, config, priority, depth, iterations,
-                          critical if method == "irl" else None, mode, meta, seed, start, tick)
-            trees[(method, depth)] = done[-1].tree
-    bar.close()
+                start = Samples()
+                start.extend(taught_train.samples)
+                done = dagger(teach, features, train, test, config, priority, depth, iterations,
+                              critical if method == "irl" else None, mode, meta, seed, start, tick)
+                trees[(method, depth)] = done[-1].tree
+    finally:
+        bar.close()
     files = _write_trees(trees, out)
     teacher_row = {"mean_wait": taught_test.summary["mean_wait"], "mean_slowdown": taught_test.summary["mean_slowdown"],
                    "mean_bsld": taught_test.summary["mean_bsld"],

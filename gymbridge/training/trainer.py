@@ -362,7 +362,14 @@ class Trainer:
         lines = self.progress is None and not sys.stderr.isatty()
         bar = progress(s.epochs * s.trajectories, "episodes", "train", self.progress,
                        initial=min(self.epoch, s.epochs) * s.trajectories)
-        self.runner.on_episode_end = lambda episode: bar.update(1)
+
+        def episode_ended(episode: Any) -> None:
+            """An epoch's last episode counts once its update is done (so do the next epoch's, which
+            workers collect during it): 100% means the run is done, not its last episode."""
+            if bar.n < (self.epoch + 1) * s.trajectories - 1:
+                bar.update(1)
+
+        self.runner.on_episode_end = episode_ended
         try:
             while self.epoch < s.epochs:
                 t0, steps_before, discarded = time.perf_counter(), self.runner.steps, self.runner.discarded
@@ -378,6 +385,7 @@ class Trainer:
                 if self.epoch % s.checkpoint_every == 0 or self.epoch == s.epochs:
                     self.save()
                 bar.set_postfix_str(epoch_line(row, s.epochs))
+                bar.update(self.epoch * s.trajectories - bar.n)
                 if lines:
                     self.log(epoch_line(row, s.epochs))
         finally:
