@@ -386,6 +386,19 @@ def test_every_built_in_agent_name_is_a_select_agent_in_a_policy(name):
     assert policy.options == {"backfill": "none"}
 
 
+def test_a_built_in_agent_is_read_as_hpcgym_agent_spells_it():
+    """`reject-large` (as `hpcgym agent` takes it) is `inspect:reject-large`, in compare and record
+    alike: the agent's own kinds; beside a priority it is split off as an item."""
+    from hpcgym.gymbridge.compare.policy import parse_policy
+
+    for text in ("reject-large", "inspect:reject-large"):
+        assert parse_policy(text).agents == parse_policy("inspect:reject-large").agents
+    policy = parse_policy("sjf+reject-large+none")
+    assert (policy.priority, policy.options) == ("sjf", {"backfill": "none"})
+    assert [(a.kinds, a.target) for a in policy.agents] == [(("inspect",), "reject-large")]
+    assert [a.kinds for a in parse_policy("knapsack").agents] == [("select",)]
+
+
 # --------------------------------------------------------------------------- trained models
 def test_load_agent_model_errors_are_one_clear_line(tmp_path, monkeypatch):
     """model:PATH: a missing file, and a missing torch (heuristic agents never import it)."""

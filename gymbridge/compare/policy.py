@@ -22,6 +22,8 @@ Items:
   serves, `agents/rl/online.py`, with its defaults), `tree:PATH` (a tree file of `hpcgym
   distill`), or `cmd:COMMAND LINE`, an external program
   started with `{addr}` replaced by the env's address;
+- a bare built-in agent name that is no priority name (`reject-large`, as `hpcgym agent` takes it):
+  that agent, taking its own kinds;
 - `agent:module:Class` or a bare `module:Class`: a Python agent taking the kinds its class declares;
 - a bare `model:PATH`, `sampled:PATH`, `online:PATH` or `tree:PATH`: a trained checkpoint (or tree) taking the decision
   kinds it was trained on;
@@ -46,7 +48,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...agents.runtime import CHECKPOINT_SOURCES, MODULE_CLASS, AgentRef, builtin_kinds, resolve_agent
+from ...agents.runtime import (BUILTIN_AGENTS, CHECKPOINT_SOURCES, MODULE_CLASS, AgentRef, builtin_kinds,
+                               resolve_agent)
 from ...environment.config import BACKFILL_MODES, BOOL_FIELDS, SimConfig, expand_preset
 from ...environment.decisions import BACKFILL, INSPECT, KINDS, SELECT
 from ...environment.errors import ConfigError, HpcgymError
@@ -141,6 +144,8 @@ def parse_policy(text: str) -> PolicySpec:
             priority = _set_once("priority", priority, lowered, text)
         elif lowered in BACKFILL_MODES:
             _set_option(options, "backfill", lowered, text)
+        elif lowered in BUILTIN_AGENTS:  # `reject-large` as `hpcgym agent` spells it: its own kinds
+            agents.append(_agent(builtin_kinds(lowered), lowered, text))
         elif lowered.startswith("priority:"):
             value = item.split(":", 1)[1].strip().lower()
             if value not in POLICIES:
@@ -184,7 +189,7 @@ def parse_policy(text: str) -> PolicySpec:
 def _unread(item: str) -> str:
     """What to name in an item that reads as nothing: in `sjf+eazy` the unknown `eazy` (a word
     that starts no item does not split it off), with the closest known word when one is close."""
-    known = [*POLICIES, *BACKFILL_MODES]
+    known = [*POLICIES, *BACKFILL_MODES, *BUILTIN_AGENTS]
     words = [w.strip() for w in re.split(r"[,+]", item)]
     unknown = [w for w in words if w.lower() not in known]
     if len(words) == 1 or not unknown:
@@ -214,7 +219,7 @@ def split_items(spec: str) -> list[str]:
 def _starts_item(rest: str) -> bool:
     rest = rest.lstrip()
     word = re.match(r"^([A-Za-z0-9_.\-]+)(?=[,+]|$)", rest)
-    if word and word.group(1).lower() in set(POLICIES) | set(BACKFILL_MODES):
+    if word and word.group(1).lower() in set(POLICIES) | set(BACKFILL_MODES) | set(BUILTIN_AGENTS):
         return True
     if _KINDS_PREFIX.match(rest):
         return True
