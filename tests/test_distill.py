@@ -272,3 +272,15 @@ def test_a_teacher_program_without_an_address_or_that_dies_is_refused(tmp_path, 
     assert "has no {addr}" in one_line_error(["distill", "cmd:./my_agent --join", *trace])
     out = one_line_error(["distill", f"cmd:{sys.executable} -c 'import sys; sys.exit(3)' {{addr}}", *trace])
     assert "teacher program" in out and "exited with status 3" in out
+
+
+def test_the_summary_prints_a_dash_for_an_undefined_r2(capsys):
+    """Classification has no scores, so no R2: the table says "-", not nan (issue 45)."""
+    from hpcgym.gymbridge.distill.command import _print_summary
+
+    row = {"iteration": 1, "method": "irl", "depth": 3, "nodes": 7, "agreement": 0.9, "agreement_choice": 0.8,
+           "r2": float("nan"), "mean_wait": 10.0, "mean_slowdown": 1.5}
+    metrics = {"mean_wait": 12.0, "mean_slowdown": 1.7}
+    _print_summary([row], metrics, "fcfs", metrics, 1)
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert "nan" not in last and last.split()[5] == "-" and last.split()[4] == "0.800", last

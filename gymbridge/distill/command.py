@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -272,7 +273,14 @@ def _print_summary(rows: list[dict], teacher: dict, base_policy: str, base: dict
     for r in rows:
         if r["iteration"] == iterations:
             click.echo(f"{r['method']:<10}{r['depth']:>6}{r['nodes']:>8}{r['agreement']:>8.3f}"
-                       f"{r['agreement_choice']:>9.3f}{r['r2']:>8.3f}{r['mean_wait']:>11.0f}{r['mean_slowdown']:>10.2f}")
+                       f"{_cell(r['agreement_choice'], 9)}{_cell(r['r2'], 8)}{r['mean_wait']:>11.0f}"
+                       f"{r['mean_slowdown']:>10.2f}")
+
+
+def _cell(value: float, width: int) -> str:
+    """A number of the summary, or "-" where it is undefined (R2 in classification, which has no
+    scores; agreement beyond the first choice where no decision had two candidates)."""
+    return f"{'-' if math.isnan(value) else format(value, '.3f'):>{width}}"
 
 
 def _clone_records(path: Path, train, test, kinds, depths, relative, seed, out, options) -> None:
