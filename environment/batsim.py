@@ -112,16 +112,17 @@ def delay_profile(run: int) -> tuple[str, dict[str, Any]]:
     return f"delay_{run}", {"type": "delay", "delay": float(run)}
 
 
-def workload_json(workload: Workload, reveal_run_times: bool = True) -> dict[str, Any]:
+def workload_json(workload: Workload, reveal_run_times: bool = True, origin: int = 0) -> dict[str, Any]:
     """Batsim's workload description (jobs with delay profiles), for `hpcgym batsim export` and,
-    run times hidden, for the scheduler."""
+    run times hidden, for the scheduler; submit times count from `origin` (export: the window's
+    first submit, as a Batsim run's clock starts at 0 and would otherwise idle until then)."""
     jobs, profiles = [], {}
     for job_id, submit, run, size, requested in zip(workload.job_id.tolist(), workload.submit.tolist(),
                                                      workload.run.tolist(), workload.size.tolist(),
                                                      workload.requested.tolist()):
         name, profile = delay_profile(run) if reveal_run_times else (HIDDEN_PROFILE, HIDDEN)
         profiles[name] = profile
-        jobs.append({"id": str(job_id), "subtime": float(submit), "walltime": float(requested), "res": size,
+        jobs.append({"id": str(job_id), "subtime": float(submit - origin), "walltime": float(requested), "res": size,
                      "profile": name})
     return {"nb_res": workload.procs, "jobs": jobs, "profiles": profiles}
 

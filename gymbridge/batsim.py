@@ -109,14 +109,17 @@ def run_command(trace, procs, strict, skip_malformed, n_jobs, start, sample, con
               help="Folder for workload.json and platform.xml.")
 @click.option("--speed", default="1Gf", show_default=True, help="Host speed in the platform (delay profiles ignore it).")
 def export_command(trace, procs, strict, skip_malformed, n_jobs, start, sample, out, speed) -> None:
-    """Write a trace window as a Batsim workload (delay profiles, walltime = requested time) and a
-    homogeneous platform of as many hosts as processors, to replay the same jobs in real Batsim."""
+    """Write a trace window as a Batsim workload (delay profiles, walltime = requested time, submit
+    times from the window's first submit) and a homogeneous platform of as many hosts as
+    processors, to replay the same jobs in real Batsim."""
     workload = _load(trace, procs, strict, skip_malformed, n_jobs, start, sample)
+    origin = int(workload.submit.min()) if len(workload) else 0
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "workload.json").write_text(json.dumps(workload_json(workload), indent=1) + "\n")
+        (out / "workload.json").write_text(json.dumps(workload_json(workload, origin=origin), indent=1) + "\n")
         (out / "platform.xml").write_text(platform_xml(workload.procs, speed))
     except OSError as exc:
         raise HpcgymError(f"cannot write to {out}: {exc.strerror or exc}") from None
     click.echo(f"wrote {len(workload)} jobs on {workload.procs} hosts to {out}/workload.json and {out}/platform.xml "
-               f"(batsim -p {out}/platform.xml -w {out}/workload.json)")
+               f"(batsim -p {out}/platform.xml -w {out}/workload.json); submit times count from the window's "
+               f"first submit, {origin} s into the trace")

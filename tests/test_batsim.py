@@ -239,6 +239,20 @@ def test_export_writes_a_batsim_workload_and_platform(tmp_path):
     assert 'radical="0-7"' in platform and 'value="master"' in platform
 
 
+def test_export_starts_the_window_at_time_0(tmp_path):
+    """A window later in the trace is written from its first submit (real Batsim would otherwise
+    idle until the absolute submit time), and the command says the offset."""
+    trace = tmp_path / "t.swf"
+    trace.write_text("; MaxProcs: 8\n" + "".join(f"{i} {1000 * i} 0 100 2 -1 -1 2 200 -1 1 1 1 1 1 -1 -1 -1\n"
+                                                   for i in range(1, 6)))
+    result = CliRunner().invoke(main, ["batsim", "export", "--trace", str(trace), "--start", "2", "--jobs", "3",
+                                       "--out", str(tmp_path / "bs")])
+    assert result.exit_code == 0, result.output
+    exported = json.loads((tmp_path / "bs" / "workload.json").read_text())
+    assert [(j["id"], j["subtime"]) for j in exported["jobs"]] == [("3", 0.0), ("4", 1000.0), ("5", 2000.0)]
+    assert "first submit, 3000 s into the trace" in result.output
+
+
 def test_batsim_policies_parse_alone_only():
     policy = parse_policy("pyb=batsim:pybatsim easyBackfill -t 0 -s {addr}")
     assert policy.batsim.target == "pybatsim easyBackfill -t 0 -s {addr}" and policy.external
