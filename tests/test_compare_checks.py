@@ -51,3 +51,26 @@ def test_a_model_policy_without_torch_is_refused_up_front(tmp_path, monkeypatch)
     result = compare(tmp_path, f"m=model:{tmp_path / 'm.pt'}")
     assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
     assert "needs the rl extra" in result.output and "pip install -e '.[rl]'" in result.output
+
+
+def test_a_ray_cluster_it_cannot_join_is_one_line_naming_token_authentication(tmp_path, monkeypatch):
+    """`--executor ray --address` where ray.init fails (here: as a `ray start` cluster with token
+    authentication refuses a client without it): one line saying what to set, exit 2, not Ray's
+    traceback (issue 45, friction 3)."""
+    ray = pytest.importorskip("ray")
+
+    def refuse(**kwargs):
+        raise ConnectionError("Failed to connect to GCS at address 10.0.0.1:6379\nmore lines of Ray's")
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    trace = write_trace(tmp_path / "trace.swf", n_jobs=40)
+    result = CliRunner().invoke(main, ["compare", "--trace", str(trace), "--jobs", "20", "--samples", "1",
+                                       "--no-plots", "--out", str(tmp_path / "out"), "--policy", "fcfs",
+                                       "--executor", "ray", "--address", "10.0.0.1:6379"])
+    assert result.exit_code == 2, result.output
+    said = [line for line in result.output.splitlines() if not line.startswith("compare: ")]  # but progress
+    assert len(said) == 1, result.output
+    assert "cannot join the Ray cluster at 10.0.0.1:6379: Failed to connect to GCS" in result.output
+    assert "export RAY_AUTH_MODE=token" in result.output

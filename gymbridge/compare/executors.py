@@ -7,6 +7,7 @@ writing files, so the machine that runs it needs no access to the output folder.
 from __future__ import annotations
 
 import contextlib
+import os
 import pickle
 import signal
 from collections import deque
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ...environment.errors import ConfigError
+from ...environment.errors import ConfigError, HpcgymError
 from ...environment.processes import Workers
 from .unit import run_unit
 
@@ -84,13 +85,30 @@ def ray_session(workers: int, address: str | None) -> Iterator[Any]:
     owned = False
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"address": address} if address else {"num_cpus": max(1, workers)}
-        ray.init(include_dashboard=False, logging_level="ERROR", **kwargs)
+        try:
+            ray.init(include_dashboard=False, logging_level="ERROR", **kwargs)
+        except Exception as exc:  # Ray raises ConnectionError, AuthenticationError, RuntimeError...: one line
+            if not address:
+                raise
+            raise HpcgymError(ray_unreachable(address, exc)) from None
         owned = True
     try:
         yield ray
     finally:
         if owned:
             ray.shutdown()
+
+
+def ray_unreachable(address: str, exc: BaseException) -> str:
+    """Why joining the cluster at `address` failed, in one line, with what to do. A cluster of
+    `ray start` takes only clients with its token, and Ray turns a client's token on by itself only
+    for a local cluster it finds, never for an address it is given: the likeliest cause."""
+    why = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+    hint = ("; a cluster started by `ray start` uses token authentication: export RAY_AUTH_MODE=token here, with "
+            "the cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN (`ray get-auth-token` on the head node "
+            "prints it)" if os.environ.get("RAY_AUTH_MODE", "").lower() != "token" else
+            "; check that the cluster is up (`ray status` on its head node) and that this machine has its token")
+    return f"cannot join the Ray cluster at {address}: {why[:300]}{hint}"
 
 
 def run_ray(jobs: list[Job], workers: int, address: str | None, on_done: Done) -> None:
