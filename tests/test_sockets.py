@@ -123,23 +123,39 @@ def ask(sock: zmq.Socket, message: dict | bytes, timeout_s: float = 5.0) -> dict
 
 
 def wait_until_serving(address: str, proc: subprocess.Popen, curve=None, deadline_s: float = 30.0) -> None:
-    """Hello (no kinds) then bye until the env answers. Each probe in a session of its own: one
-    whose reply came too late stays registered, and would keep a later probe out of its session."""
+    """Hello (no kinds) then bye until the env answers. Each probe in a session of its own, kept
+    open until its reply comes: a probe answered late says bye too, so none stays registered and
+    takes an agent's place (a worker's share of --max-agents is small in some tests)."""
     end = time.monotonic() + deadline_s
-    attempt = 0
-    while time.monotonic() < end:
-        assert proc.poll() is None, f"hpcgym env exited early with {proc.returncode}"
-        sock = dealer(address, curve)
-        attempt += 1
-        try:
-            reply = ask(sock, {"type": "hello", "protocol": "1.0", "agent": "probe", "kinds": [],
-                               "session": f"probe-{attempt}"}, 0.5)
-            if reply is not None:
-                assert reply["type"] == "welcome", reply
-                assert ask(sock, {"type": "bye"}) == {"type": "bye"}
+    probes: list[zmq.Socket] = []
+    try:
+        while time.monotonic() < end:
+            assert proc.poll() is None, f"hpcgym env exited early with {proc.returncode}"
+            sock = dealer(address, curve)
+            probes.append(sock)
+            sock.send_multipart([b"", msgpack.packb({"type": "hello", "protocol": "1.0", "agent": "probe",
+                                                     "kinds": [], "session": f"probe-{len(probes)}"})])
+            time.sleep(0.05)
+            answered = [p for p in probes if p.poll(450 if p is sock else 0)]
+            for probe in answered:
+                frames = probe.recv_multipart()
+                assert msgpack.unpackb(frames[-1])["type"] == "welcome", frames
+                assert ask(probe, {"type": "bye"}) == {"type": "bye"}
+                probes.remove(probe)
+                probe.close()
+            if answered and not probes:
                 return
-        finally:
-            sock.close()
+            if answered:  # the others were sent before the env served: they are answered next
+                for probe in list(probes):
+                    if probe.poll(2000):
+                        probe.recv_multipart()
+                        ask(probe, {"type": "bye"})
+                    probes.remove(probe)
+                    probe.close()
+                return
+    finally:
+        for probe in probes:
+            probe.close()
     raise AssertionError(f"hpcgym env did not answer at {address} within {deadline_s} s")
 
 
