@@ -252,6 +252,7 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="ZeroMQ address to listen on (tcp://HOST:PORT or ipc://PATH).")
 @trace_option(what="Default trace for episodes: ")
 @procs_option()
+@machine_option()
 @click.option("--policy", type=click.Choice(list(POLICIES), case_sensitive=False), default="fcfs", show_default=True)
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
 @_rule_options
@@ -311,7 +312,7 @@ def generate(out, n_jobs, procs, seed, model) -> None:
 @click.option("--curve-allow", type=click.Path(path_type=Path, exists=True), multiple=True,
               help="Public key file, or folder of them, of agents allowed to connect.")
 @click.pass_context
-def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commit_pick, preset, recipe, reward,
+def env_command(ctx, bind, trace, procs, machine, policy, backfill, exact_requests, commit_pick, preset, recipe, reward,
                 decision_timeout, on_agent_lost, trace_dirs, max_trace_bytes, max_trace_jobs, max_reset_cpu, prediction,
                 model_dirs, max_jobs,
                 idle_timeout, max_sessions, max_agents, max_connections, per_peer, workers, redirect, open_sessions,
@@ -326,8 +327,8 @@ def env_command(ctx, bind, trace, procs, policy, backfill, exact_requests, commi
 
     curve = _server_curve(curve_secret, curve_allow)
     check_listening(bind, curve is not None, allow_remote, insecure)  # before saying "listening"
-    workload = {k: v for k, v in (("trace", str(resolve_trace(trace)) if trace else None), ("procs", procs))
-                if v is not None}
+    workload = {k: v for k, v in (("trace", str(resolve_trace(trace)) if trace else None), ("procs", procs),
+                                  ("machine", machine)) if v is not None}
     options = _rules(ctx, recipe, backfill=backfill, exact_requests=exact_requests, commit_pick=commit_pick,
                      preset=preset, policy=policy)
     policy = options.pop("policy")

@@ -179,3 +179,26 @@ def test_ppo_trains_on_the_mixed_workload_through_the_gymnasium_env(tmp_path):
     curve = (out / "curve.csv").read_text().splitlines()
     assert len(curve) == 3  # a header and two epochs
     assert (out / "model.pt").exists()
+
+
+def test_an_env_serves_its_default_trace_on_the_nodes_its_header_names(children, tmp_path):
+    """`hpcgym env --trace T --machine nodes`: a reset without a workload plays T on whole nodes,
+    so a 1.7 agent sees the machine table of T's header (4 nodes of 4 cores)."""
+    trace = tmp_path / "nodes.swf"
+    lines = ["; MaxNodes: 4", "; MaxProcs: 16"]
+    lines += [f"{i + 1} {10 * i} -1 {300 + 20 * i} {1 + i % 6} -1 -1 {1 + i % 6} 600 -1 1 1 1 1 1 1 -1 -1"
+              for i in range(24)]
+    trace.write_text("\n".join(lines) + "\n")
+    bind = free_tcp()
+    start_env(children, bind, "--trace", str(trace), "--machine", "nodes")
+    sock = dealer(bind)
+    try:
+        welcome = ask(sock, {"type": "hello", "protocol": "1.7", "agent": "nodes", "kinds": ["select"],
+                             "session": "nodes"}, 10)
+        assert welcome["type"] == "welcome" and welcome["env"]["defaults"]["workload"]["machine"] == "nodes"
+        reply = ask(sock, {"type": "reset", "seed": 0}, 30)
+        assert reply["type"] == "decision", reply
+        machine = reply["observation"]["machine"]
+        assert machine["nodes"] == [4] and machine["cores"] == [4], machine
+    finally:
+        sock.close()
