@@ -234,9 +234,8 @@ class Simulation:
         self._usage: dict[int | None, list[float]] = {}
         self._committed = -1  # commit_pick: the index of the pick that waits to fit, else -1
         self._kept_shadow: tuple[int, int] | None = None  # keep_shadow: the committed pick's (shadow, extra)
-        self.reservation_delays = 0      # unguarded backfills that moved the reserved job's shadow later
-        self.reservation_delay_s = 0     # by how many seconds in all
-        self.reservation_breaks: list[ReservationBreak] = []  # each of those delays
+        self.reservation_breaks: list[ReservationBreak] = []  # unguarded backfills that moved the reserved job's shadow later
+        self.reservation_delay_s = 0     # by how many seconds in all (kept: the delay penalty reads it every decision)
         self.done = False
         self._result = None
         if self._prefill is not None:
@@ -318,6 +317,11 @@ class Simulation:
             if self._nodes is not None:
                 self._result.summary.update(self._nodes.utilization(self._result.summary["makespan"]))
         return self._result
+
+    @property
+    def reservation_delays(self) -> int:
+        """How many unguarded backfills moved the reserved job's shadow time later."""
+        return len(self.reservation_breaks)
 
     def schedule_so_far(self) -> dict[str, list[int]]:
         """The episode's jobs as they stand now, for a picture mid-episode (`HpcEnv.render`):
@@ -864,7 +868,6 @@ class Simulation:
                     self._start_job(i, now, BACKFILLED)
                     later, extra = self._shadow(head, now)
                     if later > shadow:
-                        self.reservation_delays += 1
                         self.reservation_delay_s += later - shadow
                         self.reservation_breaks.append(
                             ReservationBreak(now, self._ids[head], self._ids[i], shadow, later - shadow))

@@ -100,7 +100,7 @@ from ..agents.slots import slot_action, slot_mask, slot_observation
 from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, SELECT_KILL, Action, Decision
 from ..environment.episode import Episode
 from ..environment.errors import ConfigError, InvalidAction
-from ..environment.spec import EpisodeSpec, WorkloadCache, WorkloadSpec
+from ..environment.spec import EpisodeSpec, WorkloadCache
 from .remote import RemoteEpisodeEnded, RemoteEpisodes
 from .render import RENDER_FPS, RENDER_MODES, check_render_mode, decision_text, ended_text, gantt_frame
 
@@ -330,9 +330,7 @@ class HpcEnv(gym.Env):
             observed = None if self.decision_info or self.others or self.render_mode else self.encoder.reads
             self._episodes = InProcessEpisodes(self._workloads, self.kinds, self.others, observed) \
                 if self.remote is None else RemoteEpisodes(self.remote, self.remote_timeout, self.kinds, self.others)
-        spec = replace(self.episode_spec, config=replace(self.config, seed=ep_seed),
-                       workload=WorkloadSpec.from_dict(self._episode_spec(ep_seed)))
-        return self._played(self._episodes.reset, spec)
+        return self._played(self._episodes.reset, self._episode(ep_seed))
 
     def _act(self, action: Any) -> tuple[Decision | None, float]:
         """Answer the pending decision; the next one (None: the end) and the reward since."""
@@ -348,15 +346,20 @@ class HpcEnv(gym.Env):
         self._metrics = self._episodes.metrics
         return decision, earned
 
+    def _episode(self, ep_seed: int) -> EpisodeSpec:
+        """Episode `ep_seed`: the seed of its rules and, where the workload has a `sample` key (any
+        value), of its window, so each episode draws another."""
+        workload = self.episode_spec.workload
+        if workload.sample is not None:
+            workload = replace(workload, sample=ep_seed)
+        return replace(self.episode_spec, workload=workload, config=replace(self.config, seed=ep_seed))
+
     def _load_workload(self, ep_seed: int):
         """`load_workload(this episode's spec, ep_seed)`; the trace is read once, not every episode."""
         return self._workloads.load(self._episode_spec(ep_seed), ep_seed)
 
     def _episode_spec(self, ep_seed: int) -> dict[str, Any]:
-        spec = dict(self.workload_spec)
-        if spec.get("sample") is not None:
-            spec["sample"] = ep_seed
-        return spec
+        return self._episode(ep_seed).workload.to_dict()
 
     # ------------------------------------------------------------------ actions and observations
     def _present(self, decision: Decision, info: dict[str, Any]) -> np.ndarray:
