@@ -142,6 +142,20 @@ def machine_from_dict(spec: dict[str, Any], name: str = "machine") -> Machine:
     return Machine(tuple(partitions), spec.get("placement", "first_fit"), exclusive, str(spec.get("name", name)))
 
 
+def machine_to_dict(machine: Machine) -> dict[str, Any]:
+    """The spec `machine_from_dict` reads back as the same machine (a sequence file carries it)."""
+    parts = [{"name": p.name, "nodes": p.nodes, "cores": p.cores, "memory_gb": p.memory / KB_PER_GB, "gpus": p.gpus,
+              "swf_partitions": list(p.swf)} for p in machine.partitions]
+    return {"partitions": parts, "placement": machine.placement, "exclusive": machine.exclusive, "name": machine.name}
+
+
+def machine_from_table(table: dict[str, list[Any]]) -> Machine:
+    """The machine an observation's `machine` table describes (its jobs' `exclusive` says which
+    get whole nodes), so an agent can place requests as the env does."""
+    return Machine(tuple(Partition(*row[:5], tuple(row[5])) for row in zip(
+        *(table[k] for k in ("name", "nodes", "cores", "memory", "gpus", "swf")))))
+
+
 def parse_machine(text: str, header: dict[str, str] | None = None) -> Machine:
     """`nodes` (the header's nodes, whole-node allocation), `nodes:shared` (the same nodes shared
     by jobs), either with `,best_fit`; or a machine spec file."""
@@ -154,23 +168,31 @@ def parse_machine(text: str, header: dict[str, str] | None = None) -> Machine:
 
 # ----------------------------------------------------------------- jobs on a machine
 def job_units(workload: Workload, machine: Machine) -> list[list[tuple[int, int, int, int, int]]]:
-    """Per job, per partition it may run on: (partition, units, cores, memory, GPUs per unit).
-    A job that no partition can hold has an empty list."""
-    size, gpus, part = workload.size, workload.gpus, workload.partition
-    memory = np.maximum(workload.memory, 0)
+    """Per job, per partition it may run on: (partition, units, cores, memory, GPUs per unit); a
+    whole-node job's units are nodes and hold all of each. A job that no partition can hold has an
+    empty list."""
+    return unit_options(machine, workload.size, workload.gpus, workload.memory, workload.exclusive,
+                        workload.partition)
+
+
+def unit_options(machine: Machine, size: np.ndarray, gpus: np.ndarray, memory: np.ndarray, exclusive: np.ndarray,
+                 part: np.ndarray) -> list[list[tuple[int, int, int, int, int]]]:
+    """`job_units` of jobs given by their columns (an agent has them from the observation)."""
+    size, gpus, part = (np.asarray(c, dtype=np.int64) for c in (size, gpus, part))
+    memory = np.maximum(np.asarray(memory, dtype=np.int64), 0)
     claimed = {s for p in machine.partitions for s in p.swf}
     gpu = gpus > 0
     units = np.where(gpu, gpus, size)
     cores = np.where(gpu, size // np.maximum(gpus, 1), 1)
     per_unit_gpus = gpu.astype(np.int64)
-    options: list[list[tuple[int, int, int, int, int]]] = [[] for _ in range(len(workload))]
+    whole = np.asarray(exclusive).astype(bool) | machine.exclusive
+    options: list[list[tuple[int, int, int, int, int]]] = [[] for _ in range(len(size))]
     for p, spec in enumerate(machine.partitions):
         mem = cores * memory if spec.memory else np.zeros_like(cores)
         on_empty = spec.cores // cores
         if spec.memory:
             on_empty = np.minimum(on_empty, np.where(mem > 0, spec.memory // np.maximum(mem, 1), on_empty))
         on_empty = np.where(per_unit_gpus > 0, np.minimum(on_empty, spec.gpus), on_empty)
-        whole = workload.exclusive.astype(bool) | machine.exclusive
         nodes_needed = -(-units // np.maximum(on_empty, 1))
         fits = (on_empty > 0) & (np.where(whole, nodes_needed, units) <= np.where(whole, spec.nodes, spec.nodes * on_empty))
         fits &= (part < 0) | ~np.isin(part, list(claimed)) | np.isin(part, list(spec.swf))

@@ -165,7 +165,8 @@ class EnvService:
                  clock: Callable[[], float] = time.monotonic, record_latency: bool = False,
                  on_act: Callable[[Decision, Any], None] | None = None,
                  steer: Callable[[Decision, Any], Any] | None = None, limits: Limits = Limits(),
-                 private: bool = False, start_timeout: float | None = None) -> None:
+                 private: bool = False, start_timeout: float | None = None,
+                 on_end: Callable[[Any], None] | None = None) -> None:
         if on_agent_lost not in AGENT_LOST_MODES:
             raise HpcgymError(f"on_agent_lost must be one of {', '.join(AGENT_LOST_MODES)}")
         self.defaults = {"workload": {}, "options": {}, "policy": "fcfs", "seed": 0, "reward": "none",
@@ -192,6 +193,8 @@ class EnvService:
         self.latency: dict[str, list[float]] | None = {} if record_latency else None
         # With record_latency: per agent, the decisions its standing orders answered (never asked).
         self.answered_by_order: dict[str, int] = {}
+        # Called with each simulation run to its end (compare's units read its broken reservations).
+        self.on_end = on_end
         # Called with each decision an agent answered and its action, once the action is taken
         # (decision records of agents in any language: agents/records.py).
         self.on_act = on_act
@@ -781,6 +784,8 @@ class EnvService:
             metrics, final, jobs = {}, 0.0, None
             if summarize and core.sim.done:
                 metrics, final = core.finish()
+                if self.on_end is not None:
+                    self.on_end(core.sim)
                 if ep.records:
                     jobs = {k: v.tolist() for k, v in core.sim.result().jobs.items()}
         pages = 0

@@ -149,7 +149,8 @@ class Simulation:
         self._est = self._req if est is w.requested else self._run if est is run else est.tolist()
         self._user = w.user.tolist()
         self._group, self._executable, self._memory = w.group.tolist(), w.executable.tolist(), w.memory.tolist()
-        self._gpus, self._exclusive, self._partition = w.gpus.tolist(), w.exclusive.tolist(), w.partition.tolist()
+        whole = w.machine is not None and w.machine.exclusive  # every job gets whole nodes: observed so
+        self._gpus, self._exclusive, self._partition = w.gpus.tolist(), (w.exclusive | whole).tolist(), w.partition.tolist()
         self._predicted = cfg.estimate.kind == "predicted"
         if self._prefill is not None:
             self._add_prefill_jobs()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import math
 import os
 import re
@@ -24,7 +25,8 @@ from typing import BinaryIO
 import numpy as np
 
 from hpcgym.environment import trace_cache
-from hpcgym.environment.errors import WorkloadError
+from hpcgym.environment.errors import ConfigError, WorkloadError
+from hpcgym.environment.machine import machine_from_dict, machine_to_dict, on_machine
 from hpcgym.environment.swf_fast import parse_plain
 from hpcgym.environment.workload import Workload
 
@@ -390,11 +392,37 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
         detail = ", ".join(f"{k}={v}" for k, v in dropped.items() if v)
         raise WorkloadError(f"{path}: no job is left after cleaning ({detail}); check the trace "
                             "and the cluster size")
-    return Workload(name=_workload_name(path), procs=procs, job_id=job_id[order],
-                    submit=submit[order], run=run[order], size=size[order],
-                    requested=requested[order], user=user[order], queue=queue[order], group=group[order],
-                    executable=executable[order], memory=memory[order], partition=partition[order],
-                    dropped=dropped, header=header, source_max_run=_leading_int(header.get(SOURCE_MAX_RUN)))
+    gpus, exclusive = _job_extras(path, header, job_id[order])
+    workload = Workload(name=_workload_name(path), procs=procs, job_id=job_id[order],
+                        submit=submit[order], run=run[order], size=size[order],
+                        requested=requested[order], user=user[order], queue=queue[order], group=group[order],
+                        executable=executable[order], memory=memory[order], partition=partition[order], gpus=gpus,
+                        exclusive=exclusive, dropped=dropped, header=header,
+                        source_max_run=_leading_int(header.get(SOURCE_MAX_RUN)))
+    if MACHINE_KEY not in header:
+        return workload
+    try:
+        machine = machine_from_dict(json.loads(header[MACHINE_KEY]), workload.name)
+    except (ValueError, ConfigError) as exc:
+        raise WorkloadError(f"{path}: its {MACHINE_KEY} header is not a machine spec ({exc})") from None
+    return on_machine(workload, machine)
+
+
+def _job_extras(path: Path, header: dict[str, str], job_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each job's GPUs and whole-node flag from the `JOB_KEY` header lines (0 where none names it)."""
+    gpus, exclusive = np.zeros(len(job_id), dtype=np.int64), np.zeros(len(job_id), dtype=np.int64)
+    text = header.get(JOB_KEY)
+    if not text:
+        return gpus, exclusive
+    try:
+        rows = np.array(text.split(), dtype=np.int64).reshape(-1, 3)
+    except ValueError:
+        raise WorkloadError(f"{path}: a {JOB_KEY} header line is not three integers (job, GPUs, whole nodes 0/1)") from None
+    order = np.argsort(job_id, kind="stable")
+    pos = np.minimum(np.searchsorted(job_id[order], rows[:, 0]), len(job_id) - 1)
+    hit = job_id[order][pos] == rows[:, 0]  # jobs cleaning dropped are not there
+    gpus[order[pos[hit]]], exclusive[order[pos[hit]]] = rows[hit, 1], rows[hit, 2]
+    return gpus, exclusive
 
 
 #: hpcgym's header key for the longest run time of the workload a written sequence was cut from
@@ -402,22 +430,27 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
 #: is read back (as `hpcgym compare` does with its sequence files). Not SWF's MaxRuntime, which
 #: is the system's limit.
 SOURCE_MAX_RUN = "HpcgymSourceMaxRun"
+#: hpcgym's header keys for what SWF has no field for, so a written sequence reads back whole: the
+#: machine (its spec as JSON) and, one line per job that asks for any, "JOB GPUS EXCLUSIVE".
+MACHINE_KEY = "HpcgymMachine"
+JOB_KEY = "HpcgymJob"
 
 
 def write_swf(path: str | os.PathLike[str], workload: Workload,
               comments: list[str] | None = None) -> None:
-    """Write `workload` as an 18-field SWF file (gzip if the name ends in .gz).
-
-    Fields the workload does not carry are written as -1, so `read_swf` gives back identical
-    arrays (and the same `max_run`). Useful for handing generated or sampled job sequences to other simulators.
-    """
-    path = Path(path)
-    n = len(workload)
+    """Write `workload` as an 18-field SWF file (gzip if the name ends in .gz) that `read_swf` reads
+    back identical: missing fields as -1, the machine and GPU requests in hpcgym's header lines."""
+    path, n, m = Path(path), len(workload), workload.machine
     head = ["; Version: 2.2", f"; Computer: hpcgym workload {workload.name}",
             f"; MaxJobs: {n}", f"; MaxRecords: {n}",
-            f"; MaxNodes: {workload.procs}", f"; MaxProcs: {workload.procs}"]
+            f"; MaxNodes: {workload.procs if m is None else sum(p.nodes for p in m.partitions)}",
+            f"; MaxProcs: {workload.procs}"]
     if workload.source_max_run is not None:  # a window keeps the scale of the trace it was cut from
         head.append(f"; {SOURCE_MAX_RUN}: {workload.source_max_run}")
+    if m is not None:
+        head.append(f"; {MACHINE_KEY}: {json.dumps(machine_to_dict(m))}")
+    extras = np.flatnonzero((workload.gpus != 0) | (workload.exclusive != 0))
+    head += [f"; {JOB_KEY}: {workload.job_id[i]} {workload.gpus[i]} {workload.exclusive[i]}" for i in extras.tolist()]
     for comment in comments or []:
         head.extend(f"; {part}".rstrip() for part in str(comment).splitlines() or [""])
     table = np.full((n, N_FIELDS), -1, dtype=np.int64)

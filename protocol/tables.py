@@ -74,7 +74,8 @@ QUEUE = _table(
      "requested memory, kB per processor (SWF field 10), -1 where the trace does not say"),
     ("prediction", "int", "1.4", WITH_PREDICTOR, "the job's pre-run prediction of its run time, s"),
     ("gpus", "int", "1.7", ALWAYS, "GPUs requested in all, 0 for a CPU job (docs/semantics.md section 13)"),
-    ("exclusive", "int", "1.7", ALWAYS, "1 if the job asks for whole nodes, else 0"),
+    ("exclusive", "int", "1.7", ALWAYS,
+     "1 if the job gets whole nodes (it asks for them, or the machine gives only whole nodes), else 0"),
     ("partition", "int", "1.7", ALWAYS,
      "the SWF partition number it asks for (field 16): on nodes it runs only in the partition that lists it "
      "(`machine.swf`), if one does; -1 where the workload does not say"),

@@ -173,7 +173,7 @@ def test_ppo_trains_on_the_mixed_workload_through_the_gymnasium_env(tmp_path):
 
     out = tmp_path / "run"
     result = CliRunner().invoke(main, ["train", "ppo", "--model", "gpu-mixed", "--jobs", "64", "--epochs", "2",
-                                       "--trajectories", "3", "--envs", "2", "--eval-episodes", "0", "--out", str(out),
+                                       "--trajectories", "3", "--envs", "2", "--eval-episodes", "2", "--out", str(out),
                                        "--no-progress"])
     assert result.exit_code == 0, result.output
     curve = (out / "curve.csv").read_text().splitlines()
@@ -202,3 +202,26 @@ def test_an_env_serves_its_default_trace_on_the_nodes_its_header_names(children,
         assert machine["nodes"] == [4] and machine["cores"] == [4], machine
     finally:
         sock.close()
+
+
+def test_compare_on_the_mixed_workload_is_hpcgym_run_of_it(tmp_path):
+    """compare's sequence files carry the machine and each job's GPUs (HpcgymMachine, HpcgymJob
+    header lines), so its fcfs+easy unit schedules what `hpcgym run` does on the same window:
+    the same per-job records and metrics, the GPUs' utilization among them."""
+    from hpcgym.environment.swf import read_swf
+    from hpcgym.gymbridge.cli import main
+
+    window = ["--model", "gpu-mixed", "--jobs", "300"]
+    ran = CliRunner().invoke(main, ["run", *window, "--sample", "0", "--json", "--jobs-out", str(tmp_path / "run.csv")])
+    assert ran.exit_code == 0, ran.output
+    out = tmp_path / "cmp"
+    compared = CliRunner().invoke(main, ["compare", *window, "--samples", "1", "--policy", "fcfs+easy", "--inproc",
+                                         "--workers", "1", "--no-plots", "--bootstrap", "100", "--out", str(out)])
+    assert compared.exit_code == 0, compared.output
+    sequence = read_swf(out / "sequences" / "seq-000.swf")
+    assert sequence.machine is not None and sequence.machine.name == "gpu-mixed" and (sequence.gpus > 0).any()
+    unit = json.loads((out / "units" / "fcfs+easy" / "seq-000.json").read_text())
+    summary = json.loads(ran.output)
+    assert "utilization_gpus" in unit["summary"]
+    assert {k: summary[k] for k in unit["summary"]} == unit["summary"]
+    assert (tmp_path / "run.csv").read_text() == (out / unit["jobs_csv"]).read_text()

@@ -65,7 +65,7 @@ def test_the_report_marks_each_broken_reservation():
     assert not [t for t in window_figure([clean]).data if t.name == "broken reservation"]
 
 
-def test_compare_marks_the_breaks_of_its_in_process_units(tmp_path, monkeypatch):
+def test_compare_marks_the_breaks_of_its_units_in_process_and_over_the_protocol(tmp_path, monkeypatch):
     pytest.importorskip("plotly", reason="the report draws with plotly (the compare extra)")
     import json
 
@@ -80,17 +80,21 @@ def test_compare_marks_the_breaks_of_its_in_process_units(tmp_path, monkeypatch)
         "from hpcgym.agents.base import Agent\n\n\nclass FirstCandidate(Agent):\n    kinds = ('backfill',)\n\n"
         "    def act(self, decision):\n        return decision.candidates[0]\n")
     monkeypatch.chdir(tmp_path)
-    out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["compare", "--trace", str(trace), "--jobs", "60", "--samples", "2", "--inproc",
-                                       "--workers", "1", "--bootstrap", "100", "--out", str(out), "--policy", "fcfs",
-                                       "--policy", "first=backfill_candidates:unguarded,backfill:first_candidate:"
-                                                   "FirstCandidate"])
-    assert result.exit_code == 0, result.output
-    units = {p: [json.loads(f.read_text()) for f in sorted((out / "units" / p).glob("seq-*.json"))]
-             for p in ("fcfs", "first")}
-    assert all(u["reservation_breaks"] == [] for u in units["fcfs"])
-    breaks = [ReservationBreak(*b) for u in units["first"] for b in u["reservation_breaks"]]
-    assert breaks  # the agent does break reservations on these windows
+    found = {}
+    for mode in ("--inproc", "--no-plots"):  # the second over the protocol (an agent process per unit)
+        out = tmp_path / mode
+        result = CliRunner().invoke(main, ["compare", "--trace", str(trace), "--jobs", "60", "--samples", "2", mode,
+                                           "--workers", "1", "--bootstrap", "100", "--out", str(out), "--policy", "fcfs",
+                                           "--policy", "first=backfill_candidates:unguarded,backfill:first_candidate:"
+                                                       "FirstCandidate"])
+        assert result.exit_code == 0, result.output
+        units = {p: [json.loads(f.read_text()) for f in sorted((out / "units" / p).glob("seq-*.json"))]
+                 for p in ("fcfs", "first")}
+        assert all(u["reservation_breaks"] == [] for u in units["fcfs"])
+        found[mode] = [ReservationBreak(*b) for u in units["first"] for b in u["reservation_breaks"]]
+    breaks = found["--inproc"]
+    assert breaks and found["--no-plots"] == breaks  # the agent does break reservations, the same in both modes
+    out = tmp_path / "--inproc"
     page = (out / "report.html").read_text(encoding="utf-8")
     assert all(f"reservation of job {b.reserved} broken" in page and f"by backfilling job {b.backfilled} at" in page
                for b in breaks)

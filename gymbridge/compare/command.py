@@ -16,8 +16,8 @@ from ...agents.runtime import NETWORK_SOURCES, AgentRef, check_agent_file
 from ...environment.config import OVERRUN_MODES, EstimateSpec
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
-from ..usage import (check_part, given, jobs_option, procs_option, recipe_option, seed_option, trace_option,
-                     workload_option)
+from ..usage import (check_part, given, jobs_option, machine_option, model_option, procs_option, recipe_option,
+                     seed_option, trace_option, workload_option)
 from .executors import EXECUTORS
 from .policy import AgentSpec, PolicySpec, parse_policy
 from .stats import METRICS
@@ -58,6 +58,8 @@ C_AGENT = "examples/c-sjf"
 @workload_option("start", help="One fixed window instead of random ones: --jobs M jobs from the Nth (0-based; of --part "
                    "with --train-fraction), e.g. --start 10000 --jobs 2500 for jobs 10,001-12,500.")
 @workload_option("cleaning", default="hpcgym")
+@machine_option()
+@model_option()
 @recipe_option
 @click.option("--estimate", default=None, help="Run-time estimate for all policies: requested, actual, noisy:E.")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default=None, help="Overrun rule for all policies.")
@@ -88,7 +90,7 @@ C_AGENT = "examples/c-sjf"
                    "action) to units/POLICY/seq-NNN.records.npz (agents/records.py; local executor).")
 @click.pass_context
 def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, samples, n_jobs, sampled_jobset,
-            train_fraction, part, seed, first_jobs, start, cleaning, recipe, estimate, overrun, metric, resamples, out,
+            train_fraction, part, seed, first_jobs, start, cleaning, machine, model, recipe, estimate, overrun, metric, resamples, out,
             resume, force, inproc, workers, executor, address, decision_timeout, start_timeout, no_plots, record) -> None:
     """Compare scheduling policies on the same job sequences: summary table, paired differences to
     a baseline with bootstrap confidence intervals, per-job CSVs, plots (see docs/compare.md).
@@ -136,7 +138,7 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
         spec = SequenceSpec(trace=str(trace) if trace else None, procs=procs, strict=strict,
                             skip_malformed=skip_malformed, samples=samples or (10 if n_jobs and start is None else 1), jobs=n_jobs,
                             sampled_jobset=sampled_jobset, train_fraction=train_fraction, part=part, seed=seed,
-                            first_jobs=first_jobs, cleaning=cleaning, start=start)
+                            first_jobs=first_jobs, cleaning=cleaning, start=start, model=model, machine=machine)
         parsed = [parse_policy(p) for p in policies]
         _check_files(parsed, executor)
         for line in _batsim_rules(parsed, options):

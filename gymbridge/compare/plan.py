@@ -43,6 +43,9 @@ class SequenceSpec:
     first_jobs: int | None = None   # windows start within the first N jobs (the RL papers' code)
     cleaning: str = "hpcgym"        # SWF cleaning rule (environment.swf.CLEANINGS)
     start: int | None = None        # one fixed window of `jobs` jobs from this index (0-based), not random ones
+    model: str | None = None        # the generated workload's model (environment.spec.MODELS) without a trace
+    generate_jobs: int | None = None
+    machine: str | None = None      # the workload key `machine`: the sequences run on nodes
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -56,7 +59,8 @@ class SequenceSpec:
         return WorkloadSpec(trace=self.trace, procs=self.procs, cleaning=self.cleaning, jobs=self.jobs,
                             start=self.start, sample=None if self.jobs is None or self.start is not None else True,
                             sampled_jobset=self.sampled_jobset or None, train_fraction=self.train_fraction,
-                            part=self.part if self.train_fraction is not None else None, first_jobs=self.first_jobs)
+                            part=self.part if self.train_fraction is not None else None, first_jobs=self.first_jobs,
+                            model=self.model, generate_jobs=self.generate_jobs, machine=self.machine)
 
     def check(self) -> None:
         if self.samples < 1:
@@ -88,7 +92,8 @@ def build_sequences(spec: SequenceSpec, folder: Path) -> list[dict[str, Any]]:
     source = load_workload({"trace": spec.trace, "procs": spec.procs, "strict": spec.strict,
                             "skip_malformed": spec.skip_malformed, "cleaning": spec.cleaning,
                             "train_fraction": spec.train_fraction,
-                            "part": spec.part if spec.train_fraction is not None else None}, spec.seed)
+                            "part": spec.part if spec.train_fraction is not None else None, "model": spec.model,
+                            "generate_jobs": spec.generate_jobs, "machine": spec.machine}, spec.seed)
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     for index, seed in enumerate(sample_seeds(spec)):
@@ -111,7 +116,7 @@ def build_sequences(spec: SequenceSpec, folder: Path) -> list[dict[str, Any]]:
 
 def _check_round_trip(path: Path, workload: Workload) -> None:
     back = read_swf(path)
-    same = back.procs == workload.procs and all(np.array_equal(getattr(back, c), getattr(workload, c)) for c in COLUMNS)
+    same = back.procs == workload.procs and back.machine == workload.machine and all(np.array_equal(getattr(back, c), getattr(workload, c)) for c in COLUMNS)
     if not same:
         raise ConfigError(f"internal error: sequence {path} does not read back as written; please report this trace")
 
@@ -141,8 +146,9 @@ def fingerprint(policies: list[PolicySpec], trace_sha256: str | None, spec: Sequ
                 options: dict[str, Any]) -> str:
     """What makes two comparisons the same: the policies, the source's contents, how sequences are
     drawn from it, and the common options (not the trace's path, so a moved trace still resumes;
-    nor an unset `start`, so comparisons begun before it existed still resume)."""
-    drawn = {k: v for k, v in spec.to_json().items() if k != "trace" and not (k == "start" and v is None)}
+    nor unset keys added later, so comparisons begun before them still resume)."""
+    later = ("start", "model", "generate_jobs", "machine")
+    drawn = {k: v for k, v in spec.to_json().items() if k != "trace" and not (k in later and v is None)}
     data = {"policies": [p.to_json() for p in policies], "trace_sha256": trace_sha256, "sequences": drawn,
             "generated": spec.trace is None, "options": options}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

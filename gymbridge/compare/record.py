@@ -20,7 +20,7 @@ import click
 
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
-from ..usage import jobs_option, recipe_option, seed_option, trace_option, workload_option
+from ..usage import jobs_option, machine_option, model_option, recipe_option, seed_option, trace_option, workload_option
 from .command import record_settings
 from .plan import unit_id
 from .policy import parse_policy
@@ -37,13 +37,15 @@ from .policy import parse_policy
 @click.option("--samples", type=click.IntRange(min=1), help="Sequences (default 10 with --jobs, else 1).")
 @workload_option("train_fraction", "Split the trace chronologically; draw from one part (--part).")
 @workload_option("part", default="test")
+@machine_option()
+@model_option()
 @seed_option("Sample i uses seed SEED+i.")
 @click.option("--window", type=click.IntRange(min=1),
               help="Window slots of the mask and the features (the policy's window) [default: the recipe's, else 128].")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Parallel sequences.")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The records file (.npz).")
-def record(spec, kind, encoder, recipe, trace, n_jobs, samples, train_fraction, part, seed, window, workers,
-           out) -> None:
+def record(spec, kind, encoder, recipe, trace, n_jobs, samples, train_fraction, part, machine, model, seed, window,
+           workers, out) -> None:
     """Record SPEC's decisions of one kind (a policy in hpcgym compare's syntax) to OUT; with --recipe,
     in that paper's episodes (its rules, window, cleaning; its kind and encoder unless given)."""
     from ...agents.recipes import recipe_episode
@@ -64,7 +66,8 @@ def record(spec, kind, encoder, recipe, trace, n_jobs, samples, train_fraction, 
     if not any(kind in agent.kinds for agent in policy.agents) and not any(not a.kinds for a in policy.agents):
         raise ConfigError(f"policy {spec!r} has no agent taking {kind} decisions: nothing would be recorded")
     sequences = SequenceSpec(trace=str(trace) if trace else None, samples=samples or (10 if n_jobs else 1),
-                             jobs=n_jobs, train_fraction=train_fraction, part=part, seed=seed,
+                             jobs=n_jobs, train_fraction=train_fraction, part=part, seed=seed, model=model,
+                             machine=machine,
                              cleaning=episode.get("workload", {}).get("cleaning", "hpcgym"))
     folder = Path(tempfile.mkdtemp(prefix="hpcgym-record-"))
     try:

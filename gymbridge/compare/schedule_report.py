@@ -197,7 +197,7 @@ def compare_schedules(out: Path, units: dict[str, list[dict[str, Any] | None]],
                       sequences: list[dict[str, Any]]) -> list[Schedule]:
     """The schedules of a comparison's first `COMPARE_WINDOWS` sequences, read from its per-job
     CSVs. `units`: per policy, the unit's record (units/POLICY/seq-NNN.json) of each sequence, None
-    where the unit failed; its `reservation_breaks`, which only an in-process unit records, are marked."""
+    where the unit failed; its `reservation_breaks` (every unit but a Batsim one records them) are marked."""
     schedules = []
     for seq in sequences[:COMPARE_WINDOWS]:
         first = f", jobs {seq['start']}..{seq['start'] + seq['jobs'] - 1}" if seq.get("start") is not None else ""

@@ -89,13 +89,16 @@ def _sim_options(policy: PolicySpec, task: dict[str, Any]) -> dict[str, Any]:
     return {**task.get("options", {}), **policy.options}
 
 
-def _records(jobs: dict[str, Any], procs: int) -> dict[str, Any]:
+def _records(jobs: dict[str, Any], procs: int, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The unit's per-job records and summary; on nodes with the simulation's utilization of each
+    resource (`metrics`), which the per-job records cannot give."""
     import numpy as np
 
     columns = {name: list(jobs[name]) for name in JOB_COLUMNS}
     arrays = {name: np.asarray(values, dtype=np.float64 if name in ("slowdown", "bsld") else np.int64)
               for name, values in columns.items()}
-    return {"jobs": columns, "procs": procs, "summary": summarize(arrays, procs)}
+    per_resource = {k: v for k, v in (metrics or {}).items() if k.startswith("utilization_")}
+    return {"jobs": columns, "procs": procs, "summary": {**summarize(arrays, procs), **per_resource}}
 
 
 # --------------------------------------------------------------------------- in process
@@ -181,7 +184,7 @@ def _run_inproc(policy: PolicySpec, task: dict[str, Any], trace: Path) -> dict[s
     result = simulate(workload, config, policy=policy.priority, agents=agents)
     for agent in instances:
         agent.on_episode_end(dict(result.summary))
-    out = _records({k: v.tolist() for k, v in result.jobs.items()}, result.procs)
+    out = _records({k: v.tolist() for k, v in result.jobs.items()}, result.procs, result.summary)
     latency = {key: [round(v, 7) for v in values] for key, values in latency.items()}
     out.update(latency=latency, decisions=sum(len(v) for v in latency.values()), **_save_log(log, task, policy),
                reservation_breaks=[list(b) for b in result.reservation_breaks])  # for report.html's marks
@@ -320,10 +323,11 @@ def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pat
     start_timeout = float(task.get("start_timeout", DEFAULT_START_TIMEOUT))
     address = f"ipc://{tmp}/env.ipc"
     log = _decision_log(task, int(task.get("procs") or _read_procs(trace)))
+    breaks: list[list[int]] = []
     service = EnvService({"workload": {}, "options": {}}, decision_timeout=timeout, start_timeout=start_timeout,
                          heartbeat=HEARTBEAT_S,
                          on_agent_lost="end", record_latency=True, on_act=log.add if log is not None else None,
-                         steer=steer)
+                         steer=steer, on_end=lambda sim: breaks.extend(map(list, sim.result().reservation_breaks)))
     ready = threading.Event()
     failure: list[BaseException] = []
 
@@ -371,7 +375,7 @@ def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pat
         if not reply.get("jobs"):
             raise UnitFailed("the env sent no per-job records")
         procs = int(task.get("procs") or _read_procs(trace))
-        out = _records(reply["jobs"], procs)
+        out = _records(reply["jobs"], procs, reply.get("metrics"))
         try:
             conn.request({"type": "bye"})
         except HpcgymError:
@@ -384,7 +388,7 @@ def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pat
         latency = {key: [round(v, 7) for v in values] for key, values in service.latency.items()}
         out.update(latency=latency, ordered=dict(service.answered_by_order),
                    decisions=sum(len(v) for v in latency.values()) + sum(service.answered_by_order.values()),
-                   **_save_log(log, task, policy))
+                   reservation_breaks=breaks, **_save_log(log, task, policy))
         return out
     finally:
         if conn is not None:

@@ -526,13 +526,14 @@ EVAL_METRICS = ("mean_bsld", "mean_wait", "utilization", "max_bsld")
 def eval_sequences(workload: dict[str, Any], episodes: int, seed: int) -> SequenceSpec:
     """The held-out sequences of a training run, as `hpcgym compare` draws them from its evaluation
     workload: `episodes` random windows (or sampled jobsets) of the episodes' length, sequence k
-    with sample seed eval_seed(seed) + k, cut from the trace (or its part), or from one Lublin
+    with sample seed eval_seed(seed) + k, cut from the trace (or its part), or from one
     workload generated with seed eval_seed(seed). A fixed training window (`start`) gives way to
     random windows of its length; a workload without a length is one sequence, the whole of it."""
     from ..compare.plan import SequenceSpec
 
     unknown = sorted(set(workload) - {"trace", "procs", "strict", "skip_malformed", "train_fraction", "part",
-                                      "jobs", "start", "sample", "sampled_jobset", "cleaning"})
+                                      "jobs", "start", "sample", "sampled_jobset", "cleaning", "model",
+                                      "generate_jobs", "machine"})
     if unknown:
         raise ConfigError(f"the held-out evaluation cannot draw sequences with workload key(s) "
                           f"{', '.join(unknown)}; train with --eval-episodes 0 and evaluate with hpcgym compare")
@@ -542,4 +543,6 @@ def eval_sequences(workload: dict[str, Any], episodes: int, seed: int) -> Sequen
                         samples=episodes if jobs is not None else 1, jobs=jobs,
                         sampled_jobset=bool(workload.get("sampled_jobset")),
                         train_fraction=workload.get("train_fraction"), part=workload.get("part", "test"),
-                        seed=eval_seed(seed), cleaning=workload.get("cleaning", SequenceSpec.cleaning))
+                        seed=eval_seed(seed), cleaning=workload.get("cleaning", SequenceSpec.cleaning),
+                        model=workload.get("model"), generate_jobs=workload.get("generate_jobs"),
+                        machine=workload.get("machine"))
