@@ -39,6 +39,7 @@ import numpy as np
 
 from ..environment.decisions import SELECT, Action, Decision
 from ..environment.errors import ConfigError
+from ..environment.machine import machine_from_table, unit_options
 from .base import Agent
 
 OBJECTIVES = ("capability", "capacity")
@@ -204,6 +205,27 @@ def best_capacity(waits: Sequence[float], sizes: Sequence[int], pickable: int, *
     return float(objective[k - 1]), [int(fit[i]) for i in read_back(take, scaled, k, int(cols[k - 1]))]
 
 
+def one_resource(obs: dict, n: int) -> tuple[np.ndarray, int]:
+    """On nodes, the first n jobs' sizes and the free amount of the one resource in which a set of
+    jobs fits exactly when its sum does: a partition's idle nodes' cores when every job gets whole
+    nodes, its free cores when no job does and its nodes model no memory or GPUs. Elsewhere the
+    subset would be a knapsack in several dimensions with jobs assigned to partitions (an exact DP
+    grows with the product of every resource's free amount), refused."""
+    table, queue = obs["machine"], obs["queue"]
+    whole = np.asarray(queue["exclusive"][:n], dtype=bool)
+    if len(table["name"]) == 1 and whole.all():
+        held = [o[0][1] * o[0][2] if o else 0 for o in unit_options(machine_from_table(table), *(
+            np.asarray(queue[c][:n]) for c in ("size", "gpus", "memory", "exclusive", "partition")))]
+        return np.asarray(held, dtype=np.int64), int(table["idle_nodes"][0] * table["cores"][0])
+    if len(table["name"]) == 1 and not whole.any() and not table["memory"][0] and not table["gpus"][0]:
+        return np.asarray(queue["size"][:n], dtype=np.int64), int(obs["free"])
+    raise ConfigError("the knapsack agent packs one resource: on nodes it runs on one partition whose jobs all get "
+                      "whole nodes (--machine nodes) or whose nodes model no memory or GPUs; here a subset is a "
+                      "knapsack in several resources with jobs assigned to partitions, too large to solve exactly "
+                      "per decision: use tetris or tetris-star, which pack every resource (docs/semantics.md "
+                      "section 13)")
+
+
 class KnapsackAgent(Agent):
     """DRAS's Optimization baseline: at each scheduling instance start the subset of the first
     `window` queued jobs that maximizes the capability (eq. 1) or capacity (eq. 2) objective
@@ -236,6 +258,8 @@ class KnapsackAgent(Agent):
       (capability) or fewest (capacity), then the jobs earliest in queue order.
     - When the simulation cannot wait (nothing runs, no job will arrive) the best nonempty
       subset is started even if waiting scores higher.
+    - On nodes (`one_resource`) the subset's jobs are named one per decision (select takes one
+      job at a time there), all at the same instant.
     """
 
     kinds = (SELECT,)
@@ -261,9 +285,14 @@ class KnapsackAgent(Agent):
         self.once_per_instant = once_per_instant
         self.min_wait = float(min_wait)
         self._started_at: tuple[int, int] | None = None  # (time, step) of the last nonempty pick
+        self._rest: list[int] = []  # on nodes: the subset's jobs not yet named, at _started_at's time
         self.last_value: float | None = None
 
     def act(self, decision: Decision) -> Action:
+        while self._rest and decision.time == self._started_at[0]:
+            job = self._rest.pop(0)
+            if job in decision.candidates:
+                return [job]
         if (self.once_per_instant and decision.can_wait and self._started_at is not None
                 and decision.time == self._started_at[0] and decision.step > self._started_at[1]):
             return None
@@ -272,20 +301,24 @@ class KnapsackAgent(Agent):
         ids = queue["id"]
         pickable = min(self.window, len(ids))
         must_start = not decision.can_wait
+        sizes, free = one_resource(obs, pickable) if "machine" in obs else (queue["size"], int(obs["free"]))
         if self.objective == "capability":
             waits = queue["wait"]
             value, picks = best_capability(
-                waits[:pickable], queue["size"][:pickable], t_max=float(max(waits, default=0)),
-                procs=int(obs["procs"]), free=int(obs["free"]), weights=self.weights, nonempty=must_start)
+                waits[:pickable], sizes[:pickable], t_max=float(max(waits, default=0)),
+                procs=int(obs["procs"]), free=free, weights=self.weights, nonempty=must_start)
         else:
             times = queue["wait"] if self.capacity_time == "wait" else queue["estimate"]
-            value, picks = best_capacity(times, queue["size"], pickable, free=int(obs["free"]),
+            value, picks = best_capacity(times, sizes, pickable, free=free,
                                          count=self.capacity_count, min_wait=self.min_wait, nonempty=must_start)
         self.last_value = value
         if not picks:
             return None if decision.can_wait else int(ids[0])
         self._started_at = (decision.time, decision.step)
-        return [int(ids[i]) for i in picks]
+        chosen = [int(ids[i]) for i in picks]
+        if "machine" in obs:
+            chosen, self._rest = chosen[:1], chosen[1:]
+        return chosen
 
     def on_episode_end(self, metrics) -> None:
-        self._started_at = None
+        self._started_at, self._rest = None, []

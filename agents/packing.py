@@ -1,6 +1,8 @@
 """Greedy packing agents: start jobs one after another, each chosen by a rule among the jobs that
 still fit the free processors, until none fits. They answer a select decision with the whole
-list (started together), never reserve, and are meant for `--backfill none`, as in DRAS.
+list (started together), never reserve, and are meant for `--backfill none`, as in DRAS. On a
+machine of nodes (docs/semantics.md section 13) select takes one job at a time, so they name the
+one they would choose first and are asked again once it starts; Tetris then scores every resource.
 
 - BinPackingAgent: the largest job that fits (DRAS section 5.1, "BinPacking").
 - RandomPackingAgent: a uniformly random job that fits (DRAS section 5.1, "Random").
@@ -18,7 +20,33 @@ import numpy as np
 
 from ..environment.decisions import SELECT, Action, Decision
 from ..environment.errors import ConfigError
+from ..environment.machine import machine_from_table, unit_options
 from .base import Agent
+
+
+def node_fit(obs: dict, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """On nodes, for the first n queued jobs: whether each fits now in the first partition that can
+    hold it (a whole-node job: on idle nodes; else in the partition's free cores, memory and GPUs
+    together, which fragmentation may still refuse: the pick is then reserved), the cores it holds
+    there, and its Tetris alignment (Grandl et al.): sum over the partition's resources of
+    demand / capacity x free / capacity."""
+    table, queue = obs["machine"], obs["queue"]
+    machine = machine_from_table(table)
+    columns = (np.asarray(queue[c][:n]) for c in ("size", "gpus", "memory", "exclusive", "partition"))
+    free = np.array([table["free_cores"], table["free_memory"], table["free_gpus"]], dtype=np.float64).T
+    capacity = np.array([[p.nodes * p.cores, p.nodes * p.memory, p.nodes * p.gpus] for p in machine.partitions],
+                        dtype=np.float64)
+    fits, cores, align = np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64), np.zeros(n)
+    for i, options in enumerate(unit_options(machine, *columns)):
+        for p, units, *shape in options:
+            demand = units * np.array(shape, dtype=np.float64)
+            if table["idle_nodes"][p] >= units if queue["exclusive"][i] else (demand <= free[p]).all():
+                fits[i], cores[i] = True, int(demand[0])
+                align[i] = float(np.sum(np.divide(demand * free[p], capacity[p] ** 2, out=np.zeros(3),
+                                                  where=capacity[p] > 0)))
+                break
+    return fits, cores, align
+
 
 class PackingAgent(Agent):
     """Base of the greedy packers: `pick` chooses the next job among those that fit."""
@@ -35,7 +63,12 @@ class PackingAgent(Agent):
         queue = obs["queue"]
         n = len(queue["id"]) if self.window is None else min(self.window, len(queue["id"]))
         jobs = {name: np.asarray(queue[name][:n]) for name in ("id", "submit", "size", "requested", "estimate")}
-        picks = self.pack(jobs, int(obs["free"]), int(obs["procs"]))
+        if "machine" in obs:
+            fits, jobs["size"], jobs["alignment"] = node_fit(obs, n)
+            fitting = np.flatnonzero(fits)
+            picks = [self.pick(jobs, fitting, int(obs["free"]), int(obs["procs"]))] if len(fitting) else []
+        else:
+            picks = self.pack(jobs, int(obs["free"]), int(obs["procs"]))
         if not picks:
             # Nothing fits. The simulation cannot wait only when nothing runs, so then every job
             # fits; a job that does not is named alone, which reserves it (for completeness).
@@ -57,7 +90,7 @@ class PackingAgent(Agent):
             free -= int(size[i])
 
     def pick(self, jobs: dict[str, np.ndarray], fitting: np.ndarray, free: int, procs: int) -> int:
-        raise NotImplementedError
+        raise NotImplementedError  # pragma: no cover
 
 
 def _best(scores: np.ndarray, jobs: dict[str, np.ndarray], fitting: np.ndarray) -> int:
@@ -70,6 +103,9 @@ class BinPackingAgent(PackingAgent):
     """DRAS's BinPacking: repeatedly start the largest job that fits the free processors, until
     none fits. Equivalent to one first-fit scan of the window sorted by size (largest first),
     since the free processors only shrink. O(n log n) per decision for a window of n jobs."""
+
+    def pick(self, jobs: dict[str, np.ndarray], fitting: np.ndarray, free: int, procs: int) -> int:
+        return _best(jobs["size"][fitting].astype(np.float64), jobs, fitting)
 
     def pack(self, jobs: dict[str, np.ndarray], free: int, procs: int) -> list[int]:
         order = np.lexsort((jobs["id"], jobs["submit"], -jobs["size"]))
@@ -96,6 +132,9 @@ class RandomPackingAgent(PackingAgent):
         super().__init__(window)
         self.seed = seed
         self.rng = np.random.default_rng(seed)
+
+    def pick(self, jobs: dict[str, np.ndarray], fitting: np.ndarray, free: int, procs: int) -> int:
+        return int(fitting[self.rng.integers(len(fitting))])
 
     def pack(self, jobs: dict[str, np.ndarray], free: int, procs: int) -> list[int]:
         size = jobs["size"]
@@ -141,14 +180,18 @@ class TetrisStarAgent(PackingAgent):
         self.knob = float(knob)
         self.time = time
 
-    def scores(self, sizes: np.ndarray, times: np.ndarray, free: int, procs: int) -> np.ndarray:
-        a = alignment(sizes, free, procs)
-        times = np.maximum(np.asarray(times, dtype=np.float64), 1.0)
+    def scores(self, jobs: dict[str, np.ndarray], fitting: np.ndarray, free: int, procs: int) -> np.ndarray:
+        a = self.alignment(jobs, fitting, free, procs)
+        times = np.maximum(np.asarray(jobs[self.time][fitting], dtype=np.float64), 1.0)
         return self.knob * a / a.max() + (1.0 - self.knob) * times.min() / times
 
+    @staticmethod
+    def alignment(jobs: dict[str, np.ndarray], fitting: np.ndarray, free: int, procs: int) -> np.ndarray:
+        """One resource's (the pool), or every resource's on nodes (`node_fit`)."""
+        return jobs["alignment"][fitting] if "alignment" in jobs else alignment(jobs["size"][fitting], free, procs)
+
     def pick(self, jobs: dict[str, np.ndarray], fitting: np.ndarray, free: int, procs: int) -> int:
-        scores = self.scores(jobs["size"][fitting], jobs[self.time][fitting], free, procs)
-        return _best(scores, jobs, fitting)
+        return _best(self.scores(jobs, fitting, free, procs), jobs, fitting)
 
 
 class TetrisAgent(TetrisStarAgent):
@@ -161,5 +204,5 @@ class TetrisAgent(TetrisStarAgent):
     def __init__(self, window: int | None = None) -> None:
         super().__init__(knob=1.0, window=window)
 
-    def scores(self, sizes: np.ndarray, times: np.ndarray, free: int, procs: int) -> np.ndarray:
-        return alignment(sizes, free, procs)
+    def scores(self, jobs: dict[str, np.ndarray], fitting: np.ndarray, free: int, procs: int) -> np.ndarray:
+        return self.alignment(jobs, fitting, free, procs)

@@ -28,7 +28,7 @@ from hpcgym.agents.packing import BinPackingAgent, RandomPackingAgent, TetrisAge
 from hpcgym.agents.runtime import BUILTIN_AGENTS, load_agent
 from hpcgym.environment.config import SimConfig
 from hpcgym.environment.decisions import SELECT, Decision
-from hpcgym.environment.errors import HpcgymError
+from hpcgym.environment.errors import ConfigError, HpcgymError
 from hpcgym.environment.simulator import simulate
 from hpcgym.environment.spec import load_workload
 
@@ -355,3 +355,58 @@ def test_builtin_names():
                                    "rlschert-rule", "rlschert-joint"}
     with pytest.raises(HpcgymError, match="knapsack"):
         load_agent("no-such-agent")
+
+
+# ----------------------------------------------------------------- on nodes (docs/semantics.md section 13)
+def _on_nodes(machine, rows):
+    """(submit, run, cores, GPUs) per job, placed on `machine`."""
+    from hpcgym.environment.machine import on_machine
+    from hpcgym.environment.workload import Workload
+
+    submit, run, size, gpus = (np.array(c) for c in zip(*rows))
+    n = len(rows)
+    return on_machine(Workload("hand", 1, np.arange(1, n + 1), submit, run, size, run, np.zeros(n, int), gpus=gpus),
+                      machine)
+
+
+def test_tetris_packs_every_resource_on_nodes():
+    """Two nodes of 4 cores and 2 GPUs, all free; job 1 asks for 4 cores, job 2 for 2 cores and 2
+    GPUs. Alignment, summed over resources of demand/capacity x free/capacity (by hand): job 1
+    4/8 = 0.5, job 2 2/8 + 2/4 = 0.75, so Tetris names job 2 first (one resource: job 1, the
+    larger), then job 1 once job 2 has started."""
+    from hpcgym.environment.machine import Machine, Partition
+    from hpcgym.environment.simulator import Simulation
+
+    w = _on_nodes(Machine((Partition("g", 2, 4, 0, 2),)), [(0, 10, 4, 0), (0, 10, 2, 2)])
+    sim = Simulation(w, SimConfig(backfill="none"), external={"select"})
+    d, named = sim.reset(), []
+    while d is not None:
+        named += TetrisAgent().act(d)
+        d = sim.step(named[-1:])
+    assert named == [2, 1]
+    assert TetrisAgent().act(make_decision([(1, 0, 4, 10), (2, 0, 2, 10)], free=8, procs=8)) == [1, 2]
+
+
+def test_knapsack_on_whole_nodes_names_its_subset_one_job_at_a_time_and_refuses_several_resources():
+    """Three idle 4-core nodes of whole-node jobs of 5, 4 and 3 cores: as one pool all three fit the
+    12 cores, but 5 cores hold 2 nodes, so the jobs hold 8, 4 and 4 cores. Capability (waits all 0,
+    by hand): {1, 2} and {1, 3} score (12/2 / 12 + 12/12) / 3 = 0.5, above {1} 0.444 and {2, 3}
+    0.333; ties go to the earlier jobs: [1, 2], named one per decision. On the gpu-mixed machine a
+    subset is a knapsack in several resources: refused, naming tetris."""
+    from hpcgym.environment.machine import Machine, Partition
+    from hpcgym.environment.simulator import Simulation
+
+    w = _on_nodes(Machine((Partition("n", 3, 4),), exclusive=True), [(0, 10, 5, 0), (0, 10, 4, 0), (0, 10, 3, 0)])
+    sim = Simulation(w, SimConfig(backfill="none"), external={"select"})
+    agent, d, named = KnapsackAgent(), sim.reset(), []
+    while d is not None and d.time == 0:
+        action = agent.act(d)
+        named += action or []
+        d = sim.step(action)
+    assert named == [1, 2]
+    assert KnapsackAgent().act(make_decision([(1, 0, 5, 10), (2, 0, 4, 10), (3, 0, 3, 10)], free=12, procs=12,
+                                             time=0)) == [1, 2, 3]
+    mixed = Simulation(load_workload({"model": "gpu-mixed", "jobs": 50, "start": 0}), SimConfig(backfill="none"),
+                       external={"select"})
+    with pytest.raises(ConfigError, match="use tetris"):
+        KnapsackAgent().act(mixed.reset())
