@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import shutil
 import subprocess
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcgym.gymbridge.compare.report import Panel, write_curves
 from hpcgym.gymbridge.provenance import provenance, provenance_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,37 +147,20 @@ def validation_curve(run_dir: Path, args, every: int = 1) -> list[dict[str, floa
 def plot_curves(folder: Path, algorithms: list[str], objective: str, path: Path, args) -> None:
     """Training return (the sampling / epsilon-greedy policy, per phase: phases differ in load)
     and the greedy validation return and mean wait per epoch; phase boundaries dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from hpcgym.gymbridge.training.trainer import parse_curriculum
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-    for a in algorithms:
-        with open(folder / a / "curve.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
-        label = f"DRAS-{a.upper()}"
-        axes[0].plot([int(r["episodes_total"]) for r in rows], [float(r["return"]) for r in rows], label=label)
-        valid = validation_curve(folder / a, args)
-        axes[1].plot([r["episodes"] for r in valid], [r["return"] for r in valid], label=label)
-        axes[2].plot([r["episodes"] for r in valid], [r["mean_wait_h"] for r in valid], label=label)
     phases = parse_curriculum(args.curriculum, args.epochs * args.trajectories)
-    for ax, title in zip(axes, ("training return (behaviour policy)", "validation return (greedy)",
-                                "validation mean wait (h, greedy)")):
-        end = 0
-        for _, episodes in phases[:-1]:
-            end += episodes
-            ax.axvline(end, color="grey", linestyle="--", linewidth=0.8)
-        ax.set_xlabel("training episodes")
-        ax.set_title(title, fontsize=10)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"DRAS on {args.trace.name.split('-')[0]}-{args.trace.name.split('-')[1]}, {objective} reward "
-                 f"(phases: {', '.join(p for p, _ in phases)})", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    bounds = tuple(itertools.accumulate(episodes for _, episodes in phases[:-1]))
+    panels = [Panel(title, xlabel="training episodes", vlines=bounds) for title in (
+        "training return (behaviour policy)", "validation return (greedy)", "validation mean wait (h, greedy)")]
+    for a in algorithms:
+        label = f"DRAS-{a.upper()}"
+        panels[0].runs({label: folder / a}, x="episodes_total")
+        valid = validation_curve(folder / a, args)
+        for panel, key in zip(panels[1:], ("return", "mean_wait_h")):
+            panel.lines[label] = ([r["episodes"] for r in valid], [r[key] for r in valid])
+    write_curves(panels, path, title=f"DRAS on {args.trace.name.split('-')[0]}-{args.trace.name.split('-')[1]}, "
+                 f"{objective} reward (phases: {', '.join(p for p, _ in phases)})", columns=3, size=(5, 3.8))
 
 
 def dynamic(args, objective: str, folder: Path) -> dict[str, dict]:

@@ -27,7 +27,6 @@ Two measurements:
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import time
 from datetime import datetime
@@ -45,6 +44,7 @@ from hpcgym.environment.priorities import POLICIES
 from hpcgym.environment.simulator import simulate
 from hpcgym.environment.spec import load_workload
 from hpcgym.gymbridge.compare.stats import bootstrap_ci
+from hpcgym.gymbridge.compare.report import Panel, write_curves
 from hpcgym.gymbridge.provenance import provenance, provenance_markdown
 
 #: The rules compared: the option's value in a compare policy spec.
@@ -127,28 +127,14 @@ def picked_checkpoint(model: Path, args) -> Path:
 def plot_curves(agents: list[tuple[str, str]], args, path: Path) -> None:
     """Per agent's run: the training return per epoch and the greedy validation return of every
     `--pick-every`-th epoch (the curve its checkpoint is picked from)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
-    for k, (name, model) in enumerate(agents):
+    training = Panel("training return (sampling policy)")
+    validated = Panel(f"validation return (greedy, every {args.pick_every}th epoch)")
+    for name, model in agents:
         run_dir = Path(model).parent
-        with open(run_dir / "curve.csv", newline="") as f:
-            rows = list(csv.DictReader(f))
-        style = {"color": plt.get_cmap("tab20")(k % 20), "linewidth": 0.9, "label": name}
-        axes[0].plot([int(r["epoch"]) for r in rows], [float(r["return"]) for r in rows], **style)
+        training.runs({f"_{name}": run_dir})
         valid = validation(run_dir, args)
-        axes[1].plot([r["epoch"] for r in valid], [r["return"] for r in valid], marker="o", markersize=3, **style)
-    for ax, title in zip(axes, ("training return (sampling policy)",
-                                f"validation return (greedy, every {args.pick_every}th epoch)")):
-        ax.set_xlabel("epoch")
-        ax.set_title(title, fontsize=10)
-    axes[1].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        validated.lines[name] = ([r["epoch"] for r in valid], [r["return"] for r in valid], {"marker": "o", "markersize": 3})
+    write_curves([training, validated], path, columns=2, size=(6, 4))
 
 
 def windows(args) -> tuple[str, dict]:

@@ -17,7 +17,6 @@ Outputs in OUT: compare folders, results.json and results.md.
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from paper_runs import (HPCGYM, TRACES_DIR, argument_parser, chosen, compare, ep
                         run)
 
 from hpcgym.environment.spec import WorkloadCache
+from hpcgym.gymbridge.compare.report import Panel, write_curves
 from hpcgym.gymbridge.provenance import provenance_markdown
 
 TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "HPC2N": "HPC2N-2002-2.2-cln", "Lublin-1": "lublin_256",
@@ -206,26 +206,13 @@ def decision_rate(args, trace: str, base: str, semantics: str, windows: int = 5)
 
 
 def plot_curves(runs: Path, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(SEMANTICS), figsize=(11, 4))
-    for ax, semantics in zip(axes, SEMANTICS):
-        for folder in sorted(runs.glob(f"rlbf-*-{semantics}")):
-            if (folder / "curve.csv").is_file():
-                with open(folder / "curve.csv", newline="") as f:
-                    rows = list(csv.DictReader(f))
-                ax.plot([int(r["epoch"]) for r in rows], [float(r["return"]) for r in rows],
-                        label=folder.name[len("rlbf-"):-len(semantics) - 1])
-        ax.set_title(f"RL backfilling, {semantics} semantics")
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("mean return (training episodes)")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    """Training return per epoch of every agent in RUNS, a panel per semantics."""
+    panels = []
+    for semantics in SEMANTICS:
+        folders = [f for f in sorted(runs.glob(f"rlbf-*-{semantics}")) if (f / "curve.csv").is_file()]
+        panels.append(Panel(f"RL backfilling, {semantics} semantics", ylabel="mean return (training episodes)").runs(
+            {f.name[len("rlbf-"):-len(semantics) - 1]: f for f in folders}))
+    write_curves(panels, path, dpi=110, size=(5.5, 4))
 
 
 def cell(rows: dict, name: str) -> str:

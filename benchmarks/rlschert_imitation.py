@@ -25,6 +25,7 @@ from pathlib import Path
 
 from paper_runs import HPCGYM, ROOT, TRACES_DIR, compare, epoch_seconds, run, unit_summaries
 
+from hpcgym.gymbridge.compare.report import Panel, write_curves
 from hpcgym.gymbridge.compare.unit import MAX_KILLS_PER_JOB
 from hpcgym.gymbridge.training.trainer import eval_seed
 
@@ -131,37 +132,25 @@ def held_out_cell(evals: list[dict], arm: str, seed: int, epoch: int) -> str:
 def plot(curves: list[dict], evals: list[dict], path: Path) -> None:
     """Training return and held-out kills and slowdown of the greedy checkpoints per epoch, each
     seed faint, the arms' means over seeds bold."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
+    panels = [Panel("training return (eq. 9, sampled actions)"),
+              Panel(f"held-out kills per window (greedy; failed = {FAILED_KILLS:,})", yscale="symlog"),
+              Panel("held-out mean slowdown (greedy)", yscale="log")]
     checkpoints = sorted({int(r["policy"][5:]) for r in evals if r["policy"].startswith("epoch")})
     for arm, color in zip(ARMS, ("tab:blue", "tab:red")):
         rows = [r for r in curves if r["arm"] == arm]
         seeds, epochs = sorted({r["seed"] for r in rows}), sorted({r["epoch"] for r in rows})
-        series = [(axes[0], epochs,
+        series = [(panels[0], epochs,
                    lambda s, e: mean([r["return"] for r in rows if (r["seed"], r["epoch"]) == (s, e)]))]
-        series += [(ax, checkpoints, lambda s, e, key=key: held_out(evals, arm, s, e, key))
-                   for ax, key in zip(axes[1:], ("kills", "mean_slowdown"))]
-        for ax, xs, value in series:
+        series += [(panel, checkpoints, lambda s, e, key=key: held_out(evals, arm, s, e, key))
+                   for panel, key in zip(panels[1:], ("kills", "mean_slowdown"))]
+        for panel, xs, value in series:
             for seed in seeds:
-                ax.plot(xs, [value(seed, x) for x in xs], color=color, alpha=0.3, linewidth=0.8)
-            ax.plot(xs, [mean([value(s, x) for s in seeds]) for x in xs], color=color, linewidth=2,
-                    label=LABELS[arm])
-    axes[0].set_title("training return (eq. 9, sampled actions)", fontsize=10)
-    axes[1].set_title(f"held-out kills per window (greedy; failed = {FAILED_KILLS:,})", fontsize=10)
-    axes[2].set_title("held-out mean slowdown (greedy)", fontsize=10)
-    axes[1].set_yscale("symlog")
-    axes[2].set_yscale("log")
-    for ax in axes:
-        ax.set_xlabel("epoch")
-    axes[0].legend(fontsize=8)
-    fig.suptitle("RLSchert kill agent on SDSC-SP2, with and without the imitation term", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+                panel.lines[f"_{arm} {seed}"] = (xs, [value(seed, x) for x in xs],
+                                                 {"color": color, "alpha": 0.3, "linewidth": 0.8, "marker": None})
+            panel.lines[LABELS[arm]] = (xs, [mean([value(s, x) for s in seeds]) for x in xs],
+                                        {"color": color, "linewidth": 2, "marker": None})
+    write_curves(panels, path, title="RLSchert kill agent on SDSC-SP2, with and without the imitation term",
+                 columns=3, dpi=80, size=(4.7, 3.6))
 
 
 def markdown(curves: list[dict], evals: list[dict], args) -> str:

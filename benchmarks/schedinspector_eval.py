@@ -15,7 +15,6 @@ compare folders, results.json and results.md (the tables of docs/schedinspector.
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ from pathlib import Path
 import paper_runs
 from paper_runs import HPCGYM, TRACES_DIR, argument_parser, chosen, epoch_seconds, loaded, results_provenance, run
 
+from hpcgym.gymbridge.compare.report import Panel, write_curves
 from hpcgym.gymbridge.provenance import provenance_markdown
 
 TRACES = {"SDSC-SP2": "SDSC-SP2-1998-4.2-cln", "CTC-SP2": "CTC-SP2-1996-3.1-cln",
@@ -105,28 +105,13 @@ def inspect_rate(model: Path, trace: str, windows: int = 20, jobs: int = 256) ->
 
 def plot_curves(runs: Path, path: Path) -> None:
     """Learning curves (mean relative reward per epoch) of every trained agent in RUNS."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, semantics in zip(axes, ("code", "textbook")):
-        for folder in sorted(runs.glob(f"si-*-{semantics}")):
-            if not (folder / "curve.csv").is_file():
-                continue
-            with open(folder / "curve.csv", newline="") as f:
-                rows = list(csv.DictReader(f))
-            label = folder.name[len("si-"):-len(semantics) - 1]
-            ax.plot([int(r["epoch"]) for r in rows], [float(r["return"]) for r in rows], label=label)
-        ax.axhline(0, color="grey", lw=0.5)
-        ax.set_title(f"{semantics} semantics")
-        ax.set_xlabel("epoch (100 trajectories of 128 jobs)")
-        ax.legend(fontsize=7)
-    axes[0].set_ylabel("mean relative reward (bsld, pct_max)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    panels = []
+    for semantics in ("code", "textbook"):
+        folders = [f for f in sorted(runs.glob(f"si-*-{semantics}")) if (f / "curve.csv").is_file()]
+        panels.append(Panel(f"{semantics} semantics", xlabel="epoch (100 trajectories of 128 jobs)",
+                            ylabel="mean relative reward (bsld, pct_max)", hline=0).runs(
+            {f.name[len("si-"):-len(semantics) - 1]: f for f in folders}))
+    write_curves(panels, path, dpi=110, size=(5.5, 4))
 
 
 def replay_analysis(runs: Path, out: Path) -> dict | None:

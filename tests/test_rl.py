@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -758,3 +759,20 @@ def test_discarded_episodes_leave_no_steps_and_are_replaced():
     assert len(storage) == 4 * 3 and all(storage.steps[0]["done"][k] == (k % 3 == 2) for k in range(12))
     with pytest.raises(ValueError, match="drop their steps"):
         Runner([Lengths()], seed_of=lambda j: j, discard_after=5).run_epoch(1, policy)
+
+
+def test_learning_curve_figures_read_every_run_and_keep_resumed_gaps(tmp_path):
+    """The docs' curve figures and train's curve.png come from one package function: a panel
+    reads each run's column by label, an empty cell (a column added on a resume) is a gap, not a
+    zero, and the picture is written."""
+    from hpcgym.gymbridge.compare.report import Panel, read_curve, write_curves
+
+    for name, text in (("a", "epoch,return,kills\n1,-3.5,\n2,-2.0,4\n"), ("b", "epoch,return\n1,1.0\n2,0.5\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "curve.csv").write_text(text)
+    kills = read_curve(tmp_path / "a")["kills"]
+    assert math.isnan(kills[0]) and kills[1] == 4.0
+    panel = Panel("return").runs({"seed a": tmp_path / "a", "seed b": tmp_path / "b" / "curve.csv"})
+    assert panel.lines == {"seed a": ([1.0, 2.0], [-3.5, -2.0]), "seed b": ([1.0, 2.0], [1.0, 0.5])}
+    write_curves([panel, Panel("kills").runs({"a": tmp_path / "a"}, y="kills")], tmp_path / "f.png")
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

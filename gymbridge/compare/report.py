@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -192,36 +193,77 @@ def radar_scores(names: list[str], per_sample: dict[str, dict[str, list[float]]]
 CURVE_COUNTERS = ("epoch", "episodes_total", "steps_total", "episodes", "updates", "seconds")
 
 
-def write_curve_plot(curve_csv: Path, path: Path, title: str) -> None:
-    """A training run's curve.csv (`hpcgym train`) as one picture, a panel per column against the
-    epoch: return and episode length first, then the scheduling metrics and the algorithm's
-    diagnostics (losses, entropy, KL, ...) in the file's order, whatever the algorithm writes.
-    A column some epochs leave empty (added on a resume) has gaps there."""
-    with open(curve_csv, newline="") as f:
+def read_curve(run: Path) -> dict[str, list[float]]:
+    """A run's curve.csv (`run` is the file or its folder) by column; a cell some epochs leave
+    empty (a column added on a resume) is NaN, a column that is not numeric is left out."""
+    with open(run / "curve.csv" if run.is_dir() else run, newline="") as f:
         rows = list(csv.DictReader(f))
     columns: dict[str, list[float]] = {}
     for name in rows[0] if rows else ():
         try:
             columns[name] = [float(r[name]) if r[name] not in ("", None) else math.nan for r in rows]
-        except ValueError:  # not a number: nothing to draw
+        except ValueError:
             continue
-    epochs = columns.get("epoch", [])
-    drawn = sorted((k for k in columns if k not in CURVE_COUNTERS), key=lambda k: (k != "return", k != "length"))
+    return columns
+
+
+@dataclass
+class Panel:
+    """One plot of a learning-curve figure: `lines` maps a label to (x, y) or (x, y, matplotlib
+    line options); a label starting with "_" stays out of the legend."""
+    title: str
+    lines: dict[str, tuple] = field(default_factory=dict)
+    xlabel: str = "epoch"
+    ylabel: str = ""
+    yscale: str = "linear"
+    vlines: tuple[float, ...] = ()
+    hline: float | None = None
+
+    def runs(self, runs: dict[str, Path], y: str = "return", x: str = "epoch") -> Panel:
+        """Adds each run's curve.csv column `y` against `x`, labelled by its key."""
+        for label, run in runs.items():
+            columns = read_curve(run)
+            self.lines[label] = (columns[x], columns[y])
+        return self
+
+
+def write_curves(panels: list[Panel], path: Path, title: str = "", columns: int = 4, dpi: int = 100,
+                 size: tuple[float, float] = (3.6, 2.7)) -> None:
+    """Learning curves as one picture, a panel per `Panel`, `columns` to a row, each panel `size`
+    inches: `hpcgym train`'s curve.png and the papers' figures in docs/ are drawn here alike."""
     plt = _pyplot()
-    width = min(4, max(1, len(drawn)))
-    height = max(1, -(-len(drawn) // width))
-    fig, axes = plt.subplots(height, width, figsize=(3.4 * width, 2.5 * height + 0.5), squeeze=False)
-    for ax, name in zip(axes.flat, drawn):
-        ax.plot(epochs, columns[name], marker="." if len(epochs) < 30 else None, linewidth=1)
-        ax.set_title(name, fontsize=9)
+    width = min(columns, max(1, len(panels)))
+    height = max(1, -(-len(panels) // width))
+    fig, axes = plt.subplots(height, width, figsize=(size[0] * width, size[1] * height + 0.6), squeeze=False)
+    for ax, panel in zip(axes.flat, panels):
+        for label, (xs, ys, *style) in panel.lines.items():
+            options = {"linewidth": 1, "marker": "." if len(xs) < 30 else None, **(style[0] if style else {})}
+            ax.plot(xs, ys, label=label, **options)
+        for x in panel.vlines:
+            ax.axvline(x, color="grey", linestyle="--", linewidth=0.8)
+        if panel.hline is not None:
+            ax.axhline(panel.hline, color="grey", linewidth=0.5)
+        ax.set_yscale(panel.yscale)
+        ax.set_title(panel.title, fontsize=9)
+        ax.set_xlabel(panel.xlabel, fontsize=8)
+        ax.set_ylabel(panel.ylabel, fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-        ax.xaxis.get_major_locator().set_params(integer=True)
-    for ax in axes.flat[len(drawn):]:
+        if any(label and not label.startswith("_") for label in panel.lines):
+            ax.legend(fontsize=7)
+    for ax in axes.flat[len(panels):]:
         ax.axis("off")
-    for ax in axes[-1]:
-        ax.set_xlabel("epoch", fontsize=8)
-    fig.suptitle(title, fontsize=10)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
+
+
+def write_curve_plot(curve_csv: Path, path: Path, title: str) -> None:
+    """One training run's curve.csv, a panel per column: return and episode length first, then the
+    scheduling metrics and the algorithm's diagnostics in the file's order."""
+    columns = read_curve(curve_csv)
+    drawn = sorted((k for k in columns if k not in CURVE_COUNTERS), key=lambda k: (k != "return", k != "length"))
+    epochs = columns.get("epoch", [])
+    write_curves([Panel(name, {"": (epochs, columns[name])}) for name in drawn], path, title)
