@@ -39,7 +39,7 @@ import numpy as np
 
 from ..environment.decisions import SELECT, Action, Decision
 from ..environment.errors import ConfigError
-from ..environment.machine import machine_from_table, unit_options
+from ..environment.machine import REQUESTS, machine_from_table, one_resource
 from .base import Agent
 
 OBJECTIVES = ("capability", "capacity")
@@ -205,25 +205,22 @@ def best_capacity(waits: Sequence[float], sizes: Sequence[int], pickable: int, *
     return float(objective[k - 1]), [int(fit[i]) for i in read_back(take, scaled, k, int(cols[k - 1]))]
 
 
-def one_resource(obs: dict, n: int) -> tuple[np.ndarray, int]:
-    """On nodes, the first n jobs' sizes and the free amount of the one resource in which a set of
-    jobs fits exactly when its sum does: a partition's idle nodes' cores when every job gets whole
-    nodes, its free cores when no job does and its nodes model no memory or GPUs. Elsewhere the
-    subset would be a knapsack in several dimensions with jobs assigned to partitions (an exact DP
-    grows with the product of every resource's free amount), refused."""
+def _on_nodes(obs: dict, n: int) -> tuple[np.ndarray, int]:
+    """The first n jobs' sizes and the free amount of the one resource that decides on nodes (the
+    cores of the nodes a whole-node job holds and of the idle nodes, or plain cores); refused
+    where jobs compete for several resources or partitions (an exact DP grows with the product of
+    every resource's free amount)."""
     table, queue = obs["machine"], obs["queue"]
-    whole = np.asarray(queue["exclusive"][:n], dtype=bool)
-    if len(table["name"]) == 1 and whole.all():
-        held = [o[0][1] * o[0][2] if o else 0 for o in unit_options(machine_from_table(table), *(
-            np.asarray(queue[c][:n]) for c in ("size", "gpus", "memory", "exclusive", "partition")))]
-        return np.asarray(held, dtype=np.int64), int(table["idle_nodes"][0] * table["cores"][0])
-    if len(table["name"]) == 1 and not whole.any() and not table["memory"][0] and not table["gpus"][0]:
-        return np.asarray(queue["size"][:n], dtype=np.int64), int(obs["free"])
-    raise ConfigError("the knapsack agent packs one resource: on nodes it runs on one partition whose jobs all get "
-                      "whole nodes (--machine nodes) or whose nodes model no memory or GPUs; here a subset is a "
-                      "knapsack in several resources with jobs assigned to partitions, too large to solve exactly "
-                      "per decision: use tetris or tetris-star, which pack every resource (docs/semantics.md "
-                      "section 13)")
+    found = one_resource(machine_from_table(table), *(np.asarray(queue[c][:n]) for c in REQUESTS))
+    if found is None:
+        raise ConfigError("the knapsack agent packs one resource: on nodes it runs on one partition whose jobs all get "
+                          "whole nodes (--machine nodes) or whose nodes model no memory or GPUs; here a subset is a "
+                          "knapsack in several resources with jobs assigned to partitions, too large to solve exactly "
+                          "per decision: use tetris or tetris-star, which pack every resource (docs/semantics.md "
+                          "section 13)")
+    sizes, unit = found
+    cores = int(table["cores"][0])
+    return (sizes * cores, int(table["idle_nodes"][0]) * cores) if unit == "nodes" else (sizes, int(obs["free"]))
 
 
 class KnapsackAgent(Agent):
@@ -301,7 +298,7 @@ class KnapsackAgent(Agent):
         ids = queue["id"]
         pickable = min(self.window, len(ids))
         must_start = not decision.can_wait
-        sizes, free = one_resource(obs, pickable) if "machine" in obs else (queue["size"], int(obs["free"]))
+        sizes, free = _on_nodes(obs, pickable) if "machine" in obs else (queue["size"], int(obs["free"]))
         if self.objective == "capability":
             waits = queue["wait"]
             value, picks = best_capability(

@@ -20,8 +20,9 @@ import numpy as np
 
 from ..environment.decisions import SELECT, Action, Decision
 from ..environment.errors import ConfigError
-from ..environment.machine import machine_from_table, unit_options
+from ..environment.machine import REQUESTS, machine_from_table, unit_options
 from .base import Agent
+
 
 
 def node_fit(obs: dict, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -32,7 +33,7 @@ def node_fit(obs: dict, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     demand / capacity x free / capacity."""
     table, queue = obs["machine"], obs["queue"]
     machine = machine_from_table(table)
-    columns = (np.asarray(queue[c][:n]) for c in ("size", "gpus", "memory", "exclusive", "partition"))
+    columns = (np.asarray(queue[c][:n]) for c in REQUESTS)
     free = np.array([table["free_cores"], table["free_memory"], table["free_gpus"]], dtype=np.float64).T
     capacity = np.array([[p.nodes * p.cores, p.nodes * p.memory, p.nodes * p.gpus] for p in machine.partitions],
                         dtype=np.float64)

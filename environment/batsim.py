@@ -2,9 +2,9 @@
 
 Batsim's schedulers ("decision processes": pybatsim, batsched) bind a ZeroMQ REP socket and answer
 Batsim's JSON messages `{"now": t, "events": [...]}` with their own. Here the cluster is
-homogeneous, one processor is one host, every job is a delay profile whose delay is its run
-time, and its walltime is its requested time (a job that would run longer is killed there, as
-with hpcgym's `overrun: kill`). docs/batsim.md has the full mapping and what is out of scope.
+homogeneous, one processor (on a machine of whole nodes, one node: `on_hosts`) is one host,
+every job is a delay profile whose delay is its run time, and its walltime is its requested time
+(a job that would run longer is killed there, as with hpcgym's `overrun: kill`). docs/batsim.md has the full mapping and what is out of scope.
 
 Every decision is checked, and a wrong one ends the run with one line (`SchedulerFailed`)
 naming the job and what was wrong: an allocation outside the cluster, over a running job's
@@ -29,13 +29,14 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import zmq
 
 from ..protocol.codec import MAX_MESSAGE_BYTES
-from .errors import HpcgymError
+from .errors import ConfigError, HpcgymError
+from .machine import REQUESTS, one_resource
 from .metrics import RunResult
 from .workload import Workload
 
@@ -112,6 +113,23 @@ def delay_profile(run: int) -> tuple[str, dict[str, Any]]:
     return f"delay_{run}", {"type": "delay", "delay": float(run)}
 
 
+def on_hosts(workload: Workload) -> Workload:
+    """The workload as Batsim sees a machine: identical hosts, a job a number of them. On nodes that
+    holds where one resource decides (environment.machine.one_resource): hosts are the nodes when
+    every job gets whole nodes, else the cores; elsewhere refused in one line."""
+    machine = workload.machine
+    if machine is None:
+        return workload
+    found = one_resource(machine, *(getattr(workload, c) for c in REQUESTS))
+    if found is None:
+        raise ConfigError(f"Batsim's platform is identical hosts and a job a number of them, which cannot express "
+                          f"this machine ({machine.describe()}): jobs there compete for several partitions, memory or "
+                          "GPUs; use one partition of whole nodes (--machine nodes) or no --machine")
+    sizes, unit = found
+    hosts = machine.partitions[0].nodes if unit == "nodes" else machine.cores
+    return replace(workload, procs=hosts, size=sizes, machine=None)
+
+
 def workload_json(workload: Workload, reveal_run_times: bool = True, origin: int = 0) -> dict[str, Any]:
     """Batsim's workload description (jobs with delay profiles), for `hpcgym batsim export` and,
     run times hidden, for the scheduler; submit times count from `origin` (export: the window's
@@ -172,7 +190,7 @@ class BatsimReplay:
     """Batsim's side of one simulation over `workload`; `run(exchange)` plays it to the end."""
 
     def __init__(self, workload: Workload, *, reveal_run_times: bool = False) -> None:
-        self.workload = workload
+        self.workload = workload = on_hosts(workload)
         self.reveal_run_times = reveal_run_times
         self.procs = workload.procs
         self._ids = workload.job_id.tolist()

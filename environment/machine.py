@@ -28,6 +28,8 @@ PLACEMENTS = ("first_fit", "best_fit")
 #: The resources of a node, in the order of every (.., 3) array here.
 RESOURCES = ("cores", "memory", "gpus")
 KB_PER_GB = 1024 * 1024
+#: A job's columns that say what it asks of nodes, in `unit_options`'s order (the workload's, the queue's).
+REQUESTS = ("size", "gpus", "memory", "exclusive", "partition")
 
 
 @dataclass(frozen=True)
@@ -171,8 +173,7 @@ def job_units(workload: Workload, machine: Machine) -> list[list[tuple[int, int,
     """Per job, per partition it may run on: (partition, units, cores, memory, GPUs per unit); a
     whole-node job's units are nodes and hold all of each. A job that no partition can hold has an
     empty list."""
-    return unit_options(machine, workload.size, workload.gpus, workload.memory, workload.exclusive,
-                        workload.partition)
+    return unit_options(machine, *(getattr(workload, c) for c in REQUESTS))
 
 
 def unit_options(machine: Machine, size: np.ndarray, gpus: np.ndarray, memory: np.ndarray, exclusive: np.ndarray,
@@ -203,6 +204,22 @@ def unit_options(machine: Machine, size: np.ndarray, gpus: np.ndarray, memory: n
             else:
                 options[i].append((p, int(units[i]), int(cores[i]), int(mem[i]), int(per_unit_gpus[i])))
     return options
+
+
+def one_resource(machine: Machine, size: np.ndarray, gpus: np.ndarray, memory: np.ndarray, exclusive: np.ndarray,
+                 part: np.ndarray) -> tuple[np.ndarray, str] | None:
+    """Each job's size in the one resource by which a set of jobs fits exactly when its sum does,
+    and which ("nodes": one partition whose jobs all get whole nodes; "cores": one partition of
+    nodes without memory or GPUs, where no job gets whole nodes); None elsewhere: there jobs
+    compete for several resources or partitions (the knapsack agent and Batsim's hosts need one)."""
+    whole = np.asarray(exclusive).astype(bool) | machine.exclusive
+    if len(machine.partitions) != 1:
+        return None
+    if whole.all():
+        options = unit_options(machine, size, gpus, memory, exclusive, part)
+        return np.array([o[0][1] if o else 0 for o in options], dtype=np.int64), "nodes"
+    p = machine.partitions[0]
+    return (np.asarray(size, dtype=np.int64), "cores") if not whole.any() and not p.memory and not p.gpus else None
 
 
 def on_machine(workload: Workload, machine: Machine) -> Workload:

@@ -239,6 +239,26 @@ def test_export_writes_a_batsim_workload_and_platform(tmp_path):
     assert 'radical="0-7"' in platform and 'value="master"' in platform
 
 
+def test_export_on_whole_nodes_makes_the_nodes_hosts_and_refuses_what_batsim_cannot_express(tmp_path):
+    """Two nodes of 4 cores (the header's), whole-node jobs: a 5-core job takes 2 hosts, a 2-core
+    one 1; shared nodes without memory or GPUs stay cores. Several partitions with GPUs are refused."""
+    from hpcgym.environment.batsim import on_hosts
+    from hpcgym.environment.errors import ConfigError
+
+    trace = tmp_path / "t.swf"
+    trace.write_text("; MaxNodes: 2\n; MaxProcs: 8\n1 0 0 100 5 -1 -1 5 200 -1 1 1 1 1 1 -1 -1 -1\n"
+                     "2 5 0 50 2 -1 -1 2 40 -1 1 1 1 1 1 -1 -1 -1\n")
+    for machine, hosts, res in (("nodes", 2, [2, 1]), ("nodes:shared", 8, [5, 2])):
+        result = CliRunner().invoke(main, ["batsim", "export", "--trace", str(trace), "--machine", machine,
+                                           "--out", str(tmp_path / machine)])
+        assert result.exit_code == 0, result.output
+        exported = json.loads((tmp_path / machine / "workload.json").read_text())
+        assert exported["nb_res"] == hosts and [j["res"] for j in exported["jobs"]] == res
+        assert f'radical="0-{hosts - 1}"' in (tmp_path / machine / "platform.xml").read_text()
+    with pytest.raises(ConfigError, match="cannot express"):
+        on_hosts(load_workload({"model": "gpu-mixed", "jobs": 20, "start": 0}))
+
+
 def test_export_starts_the_window_at_time_0(tmp_path):
     """A window later in the trace is written from its first submit (real Batsim would otherwise
     idle until the absolute submit time), and the command says the offset."""
