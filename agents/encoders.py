@@ -24,6 +24,8 @@ Encoders (by name in `ENCODERS`; `get_encoder("a+b", ...)` concatenates any of t
   only).
 - `irl`, `irl_wait`: `IRLEncoder`, IRL's per-job rows (size, requested time, utilization; and
   the wait).
+- `resources`: `ResourceEncoder`, each window job's GPUs, memory, whole nodes and fit on a machine
+  of nodes, and its free cores, memory and GPUs (e.g. `jobs+nodes+resources`).
 
 Tables are flattened row by row: `vector[:window * len(COLUMNS)].reshape(window, len(COLUMNS))`
 gives the table back (`Encoder.parts` lists each part's offset and shape for concatenations).
@@ -42,6 +44,9 @@ from itertools import accumulate
 from typing import Any
 
 import numpy as np
+
+from ..environment.machine import REQUESTS, RESOURCES
+from .packing import node_fit
 
 #: Seconds that map to 1.0 on the logarithmic time scale (longer times are clipped to 1).
 TIME_SCALE = 7 * 24 * 3600
@@ -290,6 +295,41 @@ class NodeAvailabilityEncoder(Encoder):
         np.minimum(out, 1.0, out=out)
 
 
+class ResourceEncoder(Encoder):
+    """What each window job asks of a machine of nodes and what is free (docs/semantics.md section
+    13), so an agent can tell GPU jobs apart: per job (rows padded with zeros) its GPUs and memory
+    as shares of the machine's, whether it gets whole nodes, whether it fits now (`node_fit`); then
+    the machine's free cores, memory and GPUs as shares. A resource the machine lacks reads 0 (on
+    the pool: fits = size at most the free processors, free cores = free / processors)."""
+
+    COLUMNS = ("gpus", "memory", "exclusive", "fits")
+    reads = {"queue": REQUESTS}
+
+    def __init__(self, window: int) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        self.window = int(window)
+        self.size = self.window * len(self.COLUMNS) + len(RESOURCES)
+
+    def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
+        q, table = observation["queue"], observation.get("machine")
+        n = min(len(q["id"]), self.window)
+        rows = out[:self.window * len(self.COLUMNS)].reshape(self.window, len(self.COLUMNS))
+        if table is None:
+            rows[:n, 3] = np.asarray(q["size"][:n]) <= observation["free"]
+            out[-3] = observation["free"] / observation["procs"]
+            return
+        total = np.array([sum(k * c for k, c in zip(table["nodes"], table[r])) for r in RESOURCES], np.float64)
+        share = np.divide(1.0, total, out=np.zeros(3), where=total > 0)
+        if n:
+            rows[:n, 0] = np.asarray(q["gpus"][:n]) * share[2]
+            rows[:n, 1] = np.maximum(q["memory"][:n], 0) * np.asarray(q["size"][:n]) * share[1]
+            rows[:n, 2] = q["exclusive"][:n]
+            rows[:n, 3] = node_fit(observation, n)[0]
+            np.minimum(rows, 1.0, out=rows)
+        out[-3:] = np.array([sum(table[f"free_{r}"]) for r in RESOURCES]) * share
+
+
 class ConcatEncoder(Encoder):
     """Several encoders' vectors, one after the other."""
 
@@ -530,6 +570,7 @@ ENCODERS: dict[str, Callable[..., Encoder]] = {
     "rlbf": lambda window, procs, **_: BackfillEncoder(window),
     "irl": lambda window, procs, **_: IRLEncoder(window, procs),
     "irl_wait": lambda window, procs, **_: IRLEncoder(window, procs, wait=True),
+    "resources": lambda window, procs, **_: ResourceEncoder(window),
 }
 #: Options an encoder may take (`get_encoder(..., **options)`), and what they do.
 ENCODER_OPTIONS = {

@@ -225,3 +225,29 @@ def test_compare_on_the_mixed_workload_is_hpcgym_run_of_it(tmp_path):
     assert "utilization_gpus" in unit["summary"]
     assert {k: summary[k] for k in unit["summary"]} == unit["summary"]
     assert (tmp_path / "run.csv").read_text() == (out / unit["jobs_csv"]).read_text()
+
+
+def test_the_resources_encoder_tells_a_gpu_job_from_a_cpu_job():
+    """`resources` reads each job's GPUs and the free GPUs: a GPU job's row holds GPUs / 128 (the
+    machine's) where a CPU job's holds 0, the last feature is the free GPUs' share, and the same
+    episode through the Gymnasium env observes it (the env narrows observations to what it reads)."""
+    import hpcgym.gymbridge as gb
+    from hpcgym.agents.encoders import get_encoder
+
+    encoder = get_encoder("resources", 16)
+    sim = Simulation(load_workload(SPEC), SimConfig(backfill="easy"), external={"select"})
+    d = sim.reset()
+    while d is not None:
+        gpus = d.observation["queue"]["gpus"][:16]
+        if 0 in gpus and any(gpus):
+            break
+        d = sim.step(d.candidates[0])
+    assert d is not None, "no decision had a GPU and a CPU job waiting"
+    rows = encoder.encode(d.observation)[:16 * 4].reshape(16, 4)
+    gpu, cpu = gpus.index(next(g for g in gpus if g)), gpus.index(0)
+    assert rows[gpu, 0] == np.float32(gpus[gpu] / 128) and rows[cpu, 0] == 0
+    assert not np.array_equal(rows[gpu], rows[cpu])
+    assert encoder.encode(d.observation)[-1] == np.float32(sum(d.observation["machine"]["free_gpus"]) / 128)
+    env = gb.make("select", workload=SPEC, encoder="jobs+resources")
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (128 * 8 + 128 * 4 + 3,) and obs[-1] > 0
