@@ -110,7 +110,7 @@ def spread(values: list[float], number: str = ".2f") -> str:
     with `number`."""
     if len(values) == 1:
         return f"{values[0]:{number}}"
-    return (f"{statistics.mean(values):{number}} ± {statistics.stdev(values):{number}} "
+    return (f"{statistics.mean(values):{number}} ± {statistics.stdev(values):{number.lstrip('+')}} "
             f"({min(values):{number}}..{max(values):{number}})")
 
 
