@@ -97,3 +97,22 @@ def test_rlbf_rows_read_the_paper_windows():
     assert claims.by_seeds("below EASY")(ours)[0] == "reproduced"
     waiting = claims.rlbf_paper_windows([{s: {"0": {}, "100": {}} for s in totals}])
     assert waiting.text == claims.PENDING and claims.by_seeds("below EASY")(waiting)[0] == "pending"
+
+
+def test_a_rerun_writes_into_its_own_folder_and_finds_a_changed_number(tmp_path):
+    """benchmarks/rerun.py runs a file's recorded command with its output sent elsewhere (the
+    committed file stays as it was) and compares every number but timings and provenance."""
+    import rerun
+
+    script = tmp_path / "make.py"
+    script.write_text("import json, pathlib, sys\nout = pathlib.Path(sys.argv[sys.argv.index('--out') + 1])\n"
+                      "out.mkdir(parents=True, exist_ok=True)\n(out / 'results.json').write_text(json.dumps("
+                      "{'rows': [1.5, 2.0], 'seconds': 7.0, 'provenance': {}}))\n")
+    committed = tmp_path / "docs" / "results.json"
+    committed.parent.mkdir()
+    record = {"commit": "abc", "command": f"python {script} --out {committed.parent}"}
+    for rows, identical in (([1.5, 2.0], True), ([1.5, 2.25], False)):
+        committed.write_text(json.dumps({"rows": rows, "seconds": 1.0, "provenance": record}))
+        result = rerun.rerun(committed, tmp_path / "rerun")
+        assert result["identical"] is identical and json.loads(committed.read_text())["rows"] == rows
+    assert result["differ"] == 1 and result["examples"] == [{"path": "/rows[1]", "committed": 2.25, "rerun": 2.0}]
