@@ -1,33 +1,15 @@
-"""The DRAS "Optimization" baseline: pick, at each scheduling instance, the subset of the queue
-window that maximizes an immediate objective, as a 0-1 knapsack over the free processors solved
-exactly by dynamic programming (Fan et al., "DRAS: Deep reinforcement learning for cluster
-scheduling in high performance computing", IEEE TPDS 2022, section 5.1, with the objectives of
-its equations (1) and (2)).
+"""DRAS's "Optimization" baseline (Fan et al., IEEE TPDS 2022, section 5.1): at each scheduling
+instance, the subset of the queue window that maximizes eq. (1) (capability: w1 mean wait / t_max
++ w2 mean size / N + w3 busy processors / N) or eq. (2) (capacity: minus the sum of 1/t_j over the
+jobs left waiting, over c), solved exactly as a 0-1 knapsack over the free processors.
 
-Objectives (S: the picked jobs, Q: the visible queue, N: processors, F: free processors):
-
-- capability, eq. (1): w1 * mean_{j in S}(t_j) / t_max + w2 * mean_{j in S}(n_j) / N
-  + w3 * N_used / N, with t_j the wait of job j, t_max the largest wait in Q, n_j the size and
-  N_used = N - F + sum_{j in S} n_j the processors busy once S starts.
-- capacity, eq. (2): (sum_{j in J} -1 / t_j) / c, with J = Q minus S the jobs still waiting once
-  S starts (before S starts the sum does not depend on the choice) and c "the number of waiting
-  jobs at the current timestep". Read with c counted at the decision (|Q|, the default), the
-  objective is additive, maximize sum_{j in S} 1 / t_j: the 0-1 knapsack DRAS names. Read with
-  c = |J| (`capacity_count="remaining"`) it is a mean over the jobs left, which is not monotone:
-  starting a long-waiting job (small 1/t) lowers it, so the optimum may leave processors idle.
-
-Means over S (or over J) are not additive, so a plain knapsack (one value per item) cannot hold
-them. Both objectives depend on S only through three sums: k = |S|, the size sum sum n_j, and
-one value sum (sum t_j for capability, sum 1/t_j for capacity). For a fixed count k and a fixed
-size sum the objective is increasing in the value sum, so the exact optimum is found by one DP
-table
-
-    best[k, c] = the largest value sum over subsets of exactly k jobs whose sizes sum to exactly
-                 c * g (g: the gcd of the sizes that fit), -inf where no subset does,
-
-built item by item (best[k, c] = max(best[k, c], best[k - 1, c - s_i] + v_i)), followed by
-evaluating the objective at every reachable (k, c). The chosen subset is read back from a bit
-table of which item improved which cell.
+Means over the subset are not additive, but both objectives depend on it only through its count
+k, its size sum and one value sum (of waits, or of 1/t), and grow with the value sum for fixed k
+and size sum; so one DP table best[k, c] (the largest value sum of k jobs whose sizes sum to c * g,
+g the gcd of the sizes) followed by evaluating the objective at every reachable (k, c) is exact.
+With c counted at the decision (the default) eq. (2) is the plain knapsack max sum 1/t_j; counted
+after the picks (`capacity_count="remaining"`) it is a mean over the jobs left, which is not
+monotone and may leave processors idle.
 """
 
 from __future__ import annotations
@@ -55,18 +37,10 @@ TIE_TOLERANCE = 1e-12
 
 def subset_table(sizes: np.ndarray, values: np.ndarray, capacity: int,
                  max_items: int) -> tuple[np.ndarray, np.ndarray]:
-    """The DP over (number of items, exact total size).
-
-    `sizes` are positive integers (already divided by their gcd), `values` floats, `capacity`
-    the largest total size allowed, `max_items` the largest subset size worth tracking.
-    Returns `best` of shape (max_items + 1, capacity + 1), best[k, c] the largest value sum
-    over subsets of exactly k items of total size exactly c (-inf if none), and `take` of shape
-    (n, max_items + 1, capacity + 1), take[i, k, c] True when item i is in the best subset
-    for (k, c) among items 0..i. Among subsets of equal value sum the one found first (built
-    from earlier items) is kept, since an item replaces a cell only when strictly better.
-
-    Cost: O(n * K * C) time with numpy rows, n * K * C bytes for `take`.
-    """
+    """best[k, c]: the largest value sum of exactly k of the items whose (gcd-divided) sizes sum to
+    exactly c (-inf if none), k <= max_items, c <= capacity; take[i, k, c]: item i is in that
+    subset among items 0..i (a cell is replaced only when strictly better, so ties keep the
+    earlier items). O(n K C) time, n K C bytes."""
     n = len(sizes)
     best = np.full((max_items + 1, capacity + 1), -np.inf)
     best[0, 0] = 0.0
@@ -135,12 +109,9 @@ def _argmax_cell(objective: np.ndarray, used: np.ndarray) -> tuple[int, int] | N
 def best_capability(waits: Sequence[float], sizes: Sequence[int], *, t_max: float, procs: int, free: int,
                     weights: Sequence[float] = (1 / 3, 1 / 3, 1 / 3),
                     nonempty: bool = False) -> tuple[float, list[int]]:
-    """The subset of the given jobs (positions) maximizing DRAS eq. (1), and its value.
-
-    The empty subset scores w3 * (procs - free) / procs (its means are taken as 0); with
-    `nonempty` it is not allowed (unless no job fits). A t_max of 0 (every wait 0) makes the
-    wait term 0.
-    """
+    """The subset of the given jobs (positions) maximizing DRAS eq. (1), and its value. The empty
+    subset scores w3 (procs - free) / procs (with `nonempty` it is not allowed unless none fits);
+    a t_max of 0 makes the wait term 0."""
     w1, w2, w3 = (float(w) for w in weights)
     used0 = procs - free
     empty_value = w3 * used0 / procs
@@ -168,16 +139,9 @@ def best_capability(waits: Sequence[float], sizes: Sequence[int], *, t_max: floa
 def best_capacity(waits: Sequence[float], sizes: Sequence[int], pickable: int, *, free: int,
                   count: str = "decision", min_wait: float = 1.0,
                   nonempty: bool = False) -> tuple[float, list[int]]:
-    """The subset of the first `pickable` jobs maximizing DRAS eq. (2), and its value.
-
-    `waits` covers the whole visible queue (jobs beyond `pickable` still count in J); only its
-    first `pickable` jobs may be picked. J is the queue once the picks start. The count c is
-    either the number of jobs waiting at the decision (`count="decision"`, a constant, which
-    makes the objective additive: maximize the sum of 1/t_j over the picks, a plain 0-1
-    knapsack) or the number still waiting after the picks (`count="remaining"`, the mean over
-    J; an empty J scores 0, the best possible). A wait below `min_wait` seconds counts as
-    `min_wait` (a job submitted this instant has t = 0, and -1/0 is undefined).
-    """
+    """The subset of the first `pickable` jobs maximizing DRAS eq. (2), and its value: `waits`
+    covers the whole visible queue (all count in J, the jobs left waiting); c is the jobs waiting
+    at the decision or, with count="remaining", after the picks (an empty J scores 0)."""
     if count not in CAPACITY_COUNTS:
         raise ConfigError(f"count must be one of {', '.join(CAPACITY_COUNTS)}, got {count!r}")
     u = 1.0 / np.maximum(np.asarray(waits, dtype=np.float64), min_wait)
@@ -225,38 +189,17 @@ def _on_nodes(obs: dict, n: int) -> tuple[np.ndarray, int]:
 
 class KnapsackAgent(Agent):
     """DRAS's Optimization baseline: at each scheduling instance start the subset of the first
-    `window` queued jobs that maximizes the capability (eq. 1) or capacity (eq. 2) objective
-    subject to fitting the free processors; an exact 0-1 knapsack by dynamic programming.
+    `window` queued jobs that maximizes eq. (1) or (2) and fits the free processors (the module's
+    DP; for a window of 50 on Theta's 4,360 nodes, n, K <= 50 and C <= 4,360).
 
-    The DP (see the module docstring): best[k, c] = the largest sum of per-job values (waits for
-    capability, 1/wait for capacity) over subsets of exactly k jobs using exactly c * g
-    processors; the objective is then evaluated at every reachable (k, c), which is exact because
-    for fixed k and c both objectives increase with that sum.
-
-    Bounds: only jobs that fit the free processors F alone enter (n <= window); sizes and F are
-    divided by the gcd g of those sizes, C = min(F, their total) // g columns; K = the most jobs
-    that fit together (the smallest ones) rows. Time O(n * K * C), memory n * K * C bytes (the
-    read-back bits). For Theta (N = 4360) and a window of 50: n, K <= 50, C <= 4360.
-
-    Semantics and tie-breaks:
-    - t_max is the largest wait in the whole visible queue (the decision's observation), and the
-      capacity sum runs over the whole visible queue less the picked jobs; only the first
-      `window` jobs may be picked. Capacity counts a wait under `min_wait` (1 s) as `min_wait`.
-    - `capacity_count`: "decision" (default: c = jobs waiting at the decision, so the capacity
-      objective is the additive knapsack max sum 1/t_j) or "remaining" (c = jobs left waiting;
-      see the module docstring for why that one may idle the cluster).
-    - `capacity_time`: t_j is the wait ("wait", default) or the estimated run time ("runtime",
-      the `dras_capacity_runtime` reward's reading; the knapsack then prefers short jobs).
-    - One knapsack per scheduling instance (DRAS: "per scheduling instance"): when the
-      simulation asks again at the same instant after this agent started jobs, it waits. With
-      `once_per_instant=False` it solves again (capability then keeps adding jobs while any
-      fits, since any job raises the utilization term).
-    - Equal objective values (within 1e-12 relative): fewest jobs, then most processors
-      (capability) or fewest (capacity), then the jobs earliest in queue order.
-    - When the simulation cannot wait (nothing runs, no job will arrive) the best nonempty
-      subset is started even if waiting scores higher.
-    - On nodes (`one_resource`) the subset's jobs are named one per decision (select takes one
-      job at a time there), all at the same instant.
+    - t_max and the capacity sum run over the whole visible queue; only the first `window` jobs
+      may be picked; a wait under `min_wait` (1 s) counts as `min_wait`.
+    - `capacity_time`: t_j is the wait or the estimated run time (`dras_capacity_runtime`'s reading).
+    - One knapsack per instant: asked again at the same instant after starting jobs, it waits
+      (`once_per_instant=False`: it solves again).
+    - Ties (1e-12 relative): fewest jobs, then most (capability) or fewest (capacity) processors,
+      then the earliest jobs. When the simulation cannot wait it starts the best nonempty subset.
+    - On nodes (`_on_nodes`) it names the subset's jobs one per decision, all at one instant.
     """
 
     kinds = (SELECT,)

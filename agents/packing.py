@@ -120,14 +120,9 @@ class BinPackingAgent(PackingAgent):
 
 
 class RandomPackingAgent(PackingAgent):
-    """DRAS's Random: repeatedly start a uniformly random job among those that fit, until none
-    fits. Drawn as one random permutation of the window per decision scanned first-fit, which
-    has the same distribution (the first job of a uniform permutation among those that fit is
-    uniform among them, and a job skipped once never fits later in the same decision).
-
-    Seeded: the same seed and the same sequence of decisions give the same picks. The generator
-    is numpy's PCG64 (`default_rng(seed)`); one permutation is drawn per decision where at least
-    one job fits."""
+    """DRAS's Random: repeatedly start a uniformly random job among those that fit: one seeded
+    permutation of the window per decision, scanned first fit (the same distribution: a job
+    skipped once never fits later in the same decision)."""
 
     def __init__(self, seed: int = 0, window: int | None = None) -> None:
         super().__init__(window)
@@ -157,20 +152,11 @@ def alignment(sizes: np.ndarray, free: int, procs: int) -> np.ndarray:
 
 
 class TetrisStarAgent(PackingAgent):
-    """Tetris*: repeatedly start the fitting job with the highest combined score
-
-        score_j = knob * a_j / max_i a_i + (1 - knob) * min_i r_i / r_j
-
-    over the jobs i that fit now, where a_j is Tetris's alignment (n_j / N) * (F / N) and r_j
-    the job's requested time (or its estimate, `time="estimate"`). Each term is scaled so that
-    the best job by that criterion scores 1, so `knob` weighs packing (1) against short jobs
-    (0) on a common scale. The scores are recomputed after each pick (F and the fitting set
-    change). DeepRM (Mao et al., HotNets 2016) defines Tetris* as knob * alignment +
-    (1 - knob) / duration, unnormalised; RLSchert describes it as balancing "preferences for short
-    jobs and resource packing in a combined score". With one resource a_j / max a = n_j / max n.
-
-    O(n^2) per decision for a window of n jobs (each of at most n picks rescans the window).
-    """
+    """Tetris*: repeatedly start the fitting job with the highest
+    knob * a_j / max_i a_i + (1 - knob) * min_i r_i / r_j (a_j the alignment, r_j the requested
+    time or, `time="estimate"`, the estimate): each term scaled so that its best job scores 1,
+    so `knob` weighs packing against short jobs on one scale (DeepRM's Tetris*, Mao et al.,
+    HotNets 2016, is unnormalised; RLSchert names the balance). O(n^2) per decision."""
 
     def __init__(self, knob: float = 0.5, time: str = "requested", window: int | None = None) -> None:
         super().__init__(window)
@@ -196,11 +182,8 @@ class TetrisStarAgent(PackingAgent):
 
 
 class TetrisAgent(TetrisStarAgent):
-    """Tetris (Grandl et al., SIGCOMM 2014, packing score only): repeatedly start the fitting job
-    with the highest alignment score (n_j / N) * (F / N). With a single resource the free term is
-    common to all jobs, so this is the largest job that fits: the same picks as BinPacking (and
-    the same ties). It is kept as its own agent to name RLSchert's comparison set; Tetris* is
-    where the one-resource version differs."""
+    """Tetris (Grandl et al., SIGCOMM 2014, packing score only). On the pool the free term is
+    common to all jobs, so it picks as BinPacking does; kept to name RLSchert's comparison set."""
 
     def __init__(self, window: int | None = None) -> None:
         super().__init__(knob=1.0, window=window)

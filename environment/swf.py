@@ -309,24 +309,16 @@ CLEANINGS = ("hpcgym", "rlbf-scw")
 def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: bool = False,
              on_malformed: str = "error", cleaning: str = "hpcgym", max_bytes: int | None = None,
              max_jobs: int | None = None) -> Workload:
-    """Load and clean an SWF trace (plain or gzip) into a `Workload` sorted by submit time.
+    """Load and clean an SWF trace (plain or gzip) into a `Workload` sorted by submit time, counting
+    each job left out by reason (`DROP_REASONS`) so papers' trace tables can be checked.
 
-    Cleaning: size = allocated procs (field 5), else requested procs (field 8) when field 5 is
-    missing; requested time (field 9) <= 0 falls back to the run time; jobs are dropped (and
-    counted in `dropped` under the keys of `DROP_REASONS`) for a negative submit, run <= 0,
-    size <= 0, or size > cluster. Times are rounded to whole seconds. The cluster size is `procs`
-    if given, else the header's MaxProcs, else MaxNodes (leading integer of the value).
-
-    `strict=True` turns a job larger than the cluster into an error instead of a drop, for
-    users who want to know their `procs` is wrong. `on_malformed` is "error" (stop at the first
-    bad line) or "skip" (leave bad lines out, counted as "malformed").
-
-    `cleaning="rlbf-scw"` cleans as RL backfilling's SC-W code does: a negative run time becomes
-    10 s (only run time 0 is dropped), size = max(allocated, requested procs), a missing request
-    takes the recorded run time (then the run time), and jobs stay in job-id order.
-
-    `max_bytes` refuses a gzip trace that unpacks to more, and `max_jobs` one of more job lines
-    (`TooManyJobs`), both as soon as parsing passes them (an env serving others sets them).
+    Size is field 5, else field 8; a requested time <= 0 falls back to the run time; the cluster is
+    `procs`, else the header's MaxProcs, else MaxNodes. `strict` makes a job larger than the
+    cluster an error; `on_malformed` "skip" leaves bad lines out. `cleaning="rlbf-scw"` is RL
+    backfilling's SC-W code's (a negative run time becomes 10 s, size = max of fields 5 and 8, a
+    missing request takes the recorded run time, job-id order). `max_bytes` and `max_jobs` refuse
+    a trace as soon as parsing passes them (an env serving others sets them). hpcgym's own header
+    lines (`MACHINE_KEY`, `JOB_KEY`) give back a written sequence's machine and GPU requests.
     """
     if cleaning not in CLEANINGS:
         raise WorkloadError(f"unknown cleaning {cleaning!r}; use one of {', '.join(CLEANINGS)}")

@@ -1,20 +1,12 @@
 """One unit of work: one policy on one job sequence, run to the end in this process.
 
-Over the protocol (the default) the unit starts an env server on an ipc:// path in a thread,
-starts each of the policy's agents as a separate process that joins, and acts as the controlling
-driver itself: an agent with no kinds that resets with `require` (the policy's kinds) and
-`records: true`, and receives the per-job records with `episode_end`. In process (`inproc`), the
-simulation calls the agents directly. Both give the same per-job records.
-
-With a `record` entry in the task (kind, encoder, window, path), the decisions of that kind are
-written to `path` as decision records (`agents/records.py`): in process as the agent acts, over
-the protocol env-side, so an agent in any language is recorded the same way.
-
-Decision latency is measured env-side over the protocol: from the moment the env hands a
-decision to its agent until it receives the `act` (socket round trip plus the agent's thinking).
-In process it is the time of the agent's `act` call. Built-in env policies have no latency.
-
-`run_unit` never raises: a failure comes back as {"status": "error", "error": "..."}.
+Over the protocol (the default) the unit serves an env on an ipc:// path in a thread, starts each
+agent as a process that joins, and drives the episode itself (an agent of no kinds that resets
+with `require` and `records: true`); in process (`inproc`) the simulation calls the agents. Both
+give the same per-job records, decision records (a task's `record`: `agents/records.py`, taken
+env-side over the protocol so an agent in any language is recorded alike) and broken
+reservations. Latency is the env's hand-out to the `act` over the protocol, the `act` call in
+process. `run_unit` never raises: a failure comes back as {"status": "error", "error": "..."}.
 """
 
 from __future__ import annotations
