@@ -251,3 +251,18 @@ def test_the_resources_encoder_tells_a_gpu_job_from_a_cpu_job():
     env = gb.make("select", workload=SPEC, encoder="jobs+resources")
     obs, _ = env.reset(seed=0)
     assert obs.shape == (128 * 8 + 128 * 4 + 3,) and obs[-1] > 0
+
+
+def test_record_runs_on_the_mixed_workload(tmp_path):
+    """`hpcgym record --model gpu-mixed`: Tetris's select decisions on the machine (one job each,
+    features by jobs+resources: 128 x 8 + 128 x 4 + 3), the GPUs' utilization in the meta."""
+    from hpcgym.agents.records import load_records
+    from hpcgym.gymbridge.cli import main
+
+    out = tmp_path / "r.npz"
+    result = CliRunner().invoke(main, ["record", "tetris", "--kind", "select", "--encoder", "jobs+resources",
+                                       "--model", "gpu-mixed", "--jobs", "100", "--samples", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    records, meta = load_records(out)
+    assert records["features"].shape == (100, 128 * 8 + 128 * 4 + 3)
+    assert "utilization_gpus" in meta["metrics"][0]
