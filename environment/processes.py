@@ -1,5 +1,5 @@
 """Worker processes, started, watched and ended one way wherever hpcgym runs work in other
-processes (rollout workers, vector envs, compare's units, the env's workers).
+processes (rollout workers, vector envs, compare's units, the env's workers and its reset work).
 
 A worker is a daemon that ignores SIGINT: Ctrl-C reaches every process of the terminal's group,
 and the parent, which ends its workers, decides. `Workers` waits on a worker's pipe and its
@@ -12,20 +12,26 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import os
+import pickle
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from .errors import HpcgymError
+
 
 def spawn(target: Callable[..., Any], args: tuple, name: str, context: str | None = "spawn",
-          parent_end: Connection | None = None) -> BaseProcess:
-    """A started daemon process running `target(*args)` with SIGINT ignored; `context`: the start
-    method (spawn by default: no fork of a parent holding torch or ZeroMQ threads)."""
+          parent_end: Connection | None = None, daemon: bool = True) -> BaseProcess:
+    """A started process running `target(*args)` with SIGINT ignored; `context`: the start
+    method (spawn by default: no fork of a parent holding torch or ZeroMQ threads). Not a
+    `daemon` if it starts processes of its own (multiprocessing forbids a daemon children)."""
     process = multiprocessing.get_context(context).Process(target=_run, args=(target, args, parent_end), name=name,
-                                                           daemon=True)
+                                                           daemon=daemon)
     process.start()
     return process
 
@@ -104,3 +110,112 @@ class Workers:
         end(self.processes, grace, asked)
         for conn in self.conns:
             conn.close()
+
+
+class CallCancelled(Exception):
+    """A call given up because its caller's `cancelled()` came true: its process was killed."""
+
+
+class Calls:
+    """Picklable calls run in up to `size` processes of their own (started when first needed, at
+    `nice` priority), one a process at a time: a caller's CPU-heavy work no longer holds its
+    interpreter, and a call is stopped at once by killing its process (replaced at the next call)."""
+
+    #: How often a caller waiting for a process or a result checks whether it gave up.
+    CHECK_S = 0.05
+
+    def __init__(self, size: int, name: str, nice: int = 0) -> None:
+        self.size, self.name, self.nice = size, name, nice
+        self._idle: list[tuple[Connection, BaseProcess]] = []
+        self._started = 0
+        self._ready = threading.Condition()
+
+    def call(self, fn: Callable[..., Any], args: tuple, cancelled: Callable[[], bool]) -> Any:
+        """`fn(*args)` in a process of the pool: its value, or the exception it raised; raises
+        CallCancelled once `cancelled()` (checked every CHECK_S) is true, and HpcgymError if the
+        process died."""
+        conn, process, fresh = self._take(cancelled)
+        answer = None
+        try:
+            # a new process says when it reads: a large call sent before would block this thread
+            if not fresh or (self._answered(conn, process, cancelled) and conn.recv_bytes() == b""):
+                conn.send_bytes(pickle.dumps((fn, args)))
+                if self._answered(conn, process, cancelled):
+                    answer = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            pass
+        finally:
+            if answer is not None:
+                self._give_back(conn, process)
+            else:  # given up or dead: never reused
+                end([process], 0.0, asked=False)
+                conn.close()
+                with self._ready:
+                    self._started -= 1
+                    self._ready.notify()
+        if answer is not None:
+            ok, value = answer
+            if ok:
+                return value
+            raise value
+        if cancelled():
+            raise CallCancelled()
+        raise HpcgymError(f"a {self.name} process died (exit code {process.exitcode}) before it answered")
+
+    def _answered(self, conn: Connection, process: BaseProcess, cancelled: Callable[[], bool]) -> bool:
+        """Wait for the process's next message: False if the caller gave up or the process died."""
+        while not conn.poll(self.CHECK_S):
+            if cancelled() or not process.is_alive():
+                return False
+        return True
+
+    def _take(self, cancelled: Callable[[], bool]) -> tuple[Connection, BaseProcess, bool]:
+        """An idle process of the pool, or a new one (then True), once there is room."""
+        with self._ready:
+            while not self._idle and self._started >= self.size:
+                if cancelled():
+                    raise CallCancelled()
+                self._ready.wait(self.CHECK_S)
+            if self._idle:
+                return (*self._idle.pop(), False)
+            self._started += 1
+        try:
+            conn, child = multiprocessing.Pipe()
+            process = spawn(_serve_calls, (child, self.nice), self.name, parent_end=conn)
+            child.close()
+            return conn, process, True
+        except BaseException:
+            with self._ready:
+                self._started -= 1
+            raise
+
+    def _give_back(self, conn: Connection, process: BaseProcess) -> None:
+        with self._ready:
+            self._idle.append((conn, process))
+            self._ready.notify()
+
+    def end(self) -> None:
+        """End the idle processes (a busy one ends when its caller gives up)."""
+        with self._ready:
+            idle, self._idle = self._idle, []
+        end([process for _, process in idle], 0.0, asked=False)
+        for conn, _ in idle:
+            conn.close()
+
+
+def _serve_calls(conn: Connection, nice: int) -> None:
+    os.nice(nice)
+    conn.send_bytes(b"")
+    while True:
+        try:
+            fn, args = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        try:
+            answer = pickle.dumps((True, fn(*args)))
+        except Exception as exc:
+            try:
+                answer = pickle.dumps((False, exc))
+            except Exception:
+                answer = pickle.dumps((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+        conn.send_bytes(answer)

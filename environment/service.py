@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import hmac
+import os
 import re
 import secrets
 import threading
@@ -42,6 +43,7 @@ from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, REL
 from .limits import Limits, check_reset_size
 from .spec import EpisodeSpec, WorkloadCache, reset_workload
 from .swf import TooManyJobs
+from .processes import Calls
 from .work import Cancelled, Work, running
 from .workload import Workload
 
@@ -64,6 +66,8 @@ RECORD_BYTES_PER_JOB = 16 * 9
 RECORDS_PAGE_JOBS = 50_000
 #: How long an agent refused for a full cap on agents or sessions waits before it tries again (1.7).
 RETRY_S = 5.0
+#: The priority of offloaded reset work: below the serving process's, whose decisions wait on it.
+RESET_WORK_NICE = 10
 
 
 @dataclass(eq=False)
@@ -208,6 +212,7 @@ class EnvService:
         # by the entry points, released around simulation work (`_unlocked`).
         self._lock = threading.Lock()
         self._wake: Callable[[], None] | None = None  # set: sessions run concurrently
+        self._calls: Calls | None = None  # set with it: where reset work is offloaded
         self._deferred: list[tuple[Session, Callable[[], None]]] = []  # session tasks for after the lock
         self.closing: str | None = None  # the reason of a `shutdown`
         self.stop = False  # set: the socket server ends its loop (as on SIGTERM)
@@ -233,6 +238,8 @@ class EnvService:
         thread of the session's, which calls `wake()` when it has replies (collect them with
         `tick`). The caller (the socket server) makes sure a long task does not hold it up."""
         self._wake = wake
+        # the simulations an sjf_range reset runs go to processes of their own (environment/work.py)
+        self._calls = Calls(max(1, (os.cpu_count() or 2) // 2), "hpcgym-reset-work", nice=RESET_WORK_NICE)
 
     # ---------------------------------------------------------------- entry points
     def handle(self, peer_id: bytes, body: bytes) -> list[tuple[bytes, bytes]]:
@@ -437,6 +444,8 @@ class EnvService:
         request is answered with its agent's episode end, if it has not fetched it, or `shutdown`."""
         with self._lock:
             self.closing = reason
+            if self._calls is not None:
+                self._calls.end()
             for session in self.sessions.values():
                 if session.work is not None:
                     session.work[1].cancel("the env is shutting down")
@@ -647,7 +656,7 @@ class EnvService:
         owners = {kind: p for p in participants for kind in p.kinds}
         # Everything but the bookkeeping runs without the lock (paths are resolved on the file system,
         # windows drawn and simulated), bounded in CPU time and cancelled if the controller leaves.
-        work = Work(self.limits.max_reset_cpu, "reset", "--max-reset-cpu")
+        work = Work(self.limits.max_reset_cpu, "reset", "--max-reset-cpu", self._calls)
         session.work = (controller, work)
         try:
             with self._unlocked(), running(work):

@@ -69,12 +69,16 @@ DISCONNECTED = b"\x00disconnected"
 CLAIM = b"\x00claim"
 #: Worker to front, then a session name and the serial of its claim: its last agent has gone.
 RELEASED = b"\x00released"
+#: Worker to front, at each tick of its loop: it is alive and its loop turns.
+BEAT = b"\x00beat"
 #: The tags of a worker's two inlets (environment/server.py): the front's link and its own address.
 FROM_FRONT, DIRECT = b"f", b"d"
 #: How long a claimed session waits for its first agent at the worker's address.
 CLAIM_WITHIN_S = 30.0
 #: How often the front looks for workers that died.
 CHECK_EVERY_S = 0.2
+#: A ready worker silent this long (stopped, or its loop hung) is killed and replaced.
+HUNG_AFTER_S = 5.0
 #: After a stop signal: how long the front goes on answering (a worker's own grace is a second).
 STOP_WITHIN_S = 1.0
 #: After a stop signal: when a worker still alive is killed (its agents get `shutdown` from the front).
@@ -93,6 +97,7 @@ class _Worker:
     ready: bool = False
     agents: set[bytes] = field(default_factory=set)  # forwarded and redirected
     address: str | None = None  # where it serves redirected agents
+    beat: float = 0.0  # when it was last heard from (its ticks beat)
     answered_stop: bool = False  # stopping: its agents still waiting were answered when it ended
 
 
@@ -200,15 +205,21 @@ class _Front:
     def _start(self, index: int) -> _Worker:
         self.generation += 1
         identity = f"w{index}.{self.generation}".encode()
-        process = spawn(_worker_main, (self.setup, identity, os.getpid()), f"hpcgym-env-worker-{index}")
+        process = spawn(_worker_main, (self.setup, identity, os.getpid()), f"hpcgym-env-worker-{index}", daemon=False)
         return _Worker(index, process, identity)
 
     def _replace_dead(self) -> None:
+        """Replace the workers that died, and those silent for HUNG_AFTER_S (killed first)."""
         for k, worker in enumerate(self.workers):
+            hung = worker.ready and worker.process.is_alive() and time.monotonic() - worker.beat > HUNG_AFTER_S
+            if hung:
+                worker.process.kill()
+                worker.process.join(1)
             if worker.process.is_alive():
                 continue
-            why = (f"the env's worker process {worker.index} failed (exit code {worker.process.exitcode}) and took "
-                   "its sessions with it: say hello again")
+            failed = f"was silent for {HUNG_AFTER_S:g} s (stopped or hung), was killed" if hung else \
+                f"failed (exit code {worker.process.exitcode})"
+            why = f"the env's worker process {worker.index} {failed} and took its sessions with it: say hello again"
             self._end_agents_of(worker, why)
             _unlink_ipc(worker.address)
             self.workers[k] = self._start(worker.index)
@@ -419,7 +430,7 @@ class _Front:
         while self.inner.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             frames = self.inner.recv_multipart()
             identity, agent, body = frames[0], frames[1], frames[-1]
-            if agent in (READY, RELEASED):
+            if agent in (READY, RELEASED, BEAT):
                 self._from_worker(identity, agent, frames[2:])
                 continue
             worker = self.route.get(agent)
@@ -438,10 +449,11 @@ class _Front:
             self._reply(agent, body)
 
     def _from_worker(self, identity: bytes, kind: bytes, frames: list[bytes]) -> None:
-        """A worker's own message: READY (and its address), or RELEASED (a name and a serial)."""
+        """A worker's own message: READY (and its address), BEAT, or RELEASED (a name and a serial)."""
         sender = next((w for w in self.workers if w.identity == identity), None)
         if sender is None:
             return  # a replaced worker's last words
+        sender.beat = time.monotonic()
         if kind == READY:
             sender.ready, sender.address = True, (frames[0].decode() if frames else None)
         elif len(frames) == 2 and frames[1].isdigit():
@@ -556,10 +568,14 @@ class _FrontMessages:
 
     def tick(self) -> None:
         """A worker whose front is gone (killed, so it could not stop its workers) stops too;
-        else the claims it can release are released."""
+        else it beats and releases the claims it can."""
         if os.getppid() != self.front_pid:
             self.service.stop = True
         else:
+            try:
+                self.link.send(BEAT, zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # the front is behind: it has our beats queued
             self.release()
 
     def screen(self, peer: bytes, rest: list[bytes]) -> bool | None:
