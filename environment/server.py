@@ -352,9 +352,11 @@ class _Loop:
                     return
 
     def _read(self, inlet: Inlet) -> bool:
-        """Serve the requests waiting on an inlet; False if the loop was taken over meanwhile."""
-        sock = inlet.sock
-        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        """Serve the requests waiting on an inlet for at most a tick; False if the loop was taken
+        over meanwhile. (Reading until none waited, a steady stream on one socket held off the
+        ticks, so the heartbeat's `pending`, the other inlet and a worker's beats, for seconds.)"""
+        sock, until = inlet.sock, time.monotonic() + self.tick_every
+        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN and time.monotonic() < until:
             first = sock.recv(copy=False)
             rest = sock.recv_multipart() if first.more else []
             peer = inlet.tag + first.bytes
