@@ -117,11 +117,11 @@ class CallCancelled(Exception):
 
 
 class Calls:
-    """Picklable calls run in up to `size` processes of their own (started when first needed, at
-    `nice` priority), one a process at a time: a caller's CPU-heavy work no longer holds its
-    interpreter, and a call is stopped at once by killing its process (replaced at the next call)."""
+    """Picklable calls in up to `size` processes (started when first needed, at `nice`), one a
+    process at a time: CPU-heavy work holds up no thread of the caller's, and a call is stopped
+    at once by killing its process (replaced at the next call). Callers check `cancelled()` every
+    CHECK_S while they wait for a process or an answer."""
 
-    #: How often a caller waiting for a process or a result checks whether it gave up.
     CHECK_S = 0.05
 
     def __init__(self, size: int, name: str, nice: int = 0) -> None:
@@ -131,36 +131,47 @@ class Calls:
         self._ready = threading.Condition()
 
     def call(self, fn: Callable[..., Any], args: tuple, cancelled: Callable[[], bool]) -> Any:
-        """`fn(*args)` in a process of the pool: its value, or the exception it raised; raises
-        CallCancelled once `cancelled()` (checked every CHECK_S) is true, and HpcgymError if the
-        process died."""
-        conn, process, fresh = self._take(cancelled)
-        answer = None
+        """`fn(*args)`'s value, or the exception it raised; CallCancelled once `cancelled()`;
+        HpcgymError if the process died."""
+        with self._ready:
+            while not self._idle and self._started >= self.size:
+                if cancelled():
+                    raise CallCancelled()
+                self._ready.wait(self.CHECK_S)
+            conn, process = self._idle.pop() if self._idle else (None, None)
+            self._started += conn is None
+        answer, ready = None, conn is not None
         try:
-            # a new process says when it reads: a large call sent before would block this thread
-            if not fresh or (self._answered(conn, process, cancelled) and conn.recv_bytes() == b""):
+            if conn is None:  # a new process says when it reads: a large call sent before would block here
+                conn, child = multiprocessing.Pipe()
+                process = spawn(_serve_calls, (child, self.nice), self.name, parent_end=conn)
+                child.close()
+                ready = self._answered(conn, process, cancelled) and conn.recv_bytes() == b""
+            if ready:
                 conn.send_bytes(pickle.dumps((fn, args)))
                 if self._answered(conn, process, cancelled):
                     answer = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             pass
         finally:
-            if answer is not None:
-                self._give_back(conn, process)
-            else:  # given up or dead: never reused
-                end([process], 0.0, asked=False)
-                conn.close()
-                with self._ready:
+            with self._ready:
+                if answer is not None:
+                    self._idle.append((conn, process))
+                else:  # given up, dead, or not started: never reused
                     self._started -= 1
-                    self._ready.notify()
-        if answer is not None:
-            ok, value = answer
-            if ok:
-                return value
-            raise value
-        if cancelled():
-            raise CallCancelled()
-        raise HpcgymError(f"a {self.name} process died (exit code {process.exitcode}) before it answered")
+                self._ready.notify()
+            if answer is None:
+                end([process] if process is not None else [], 0.0, asked=False)
+                if conn is not None:
+                    conn.close()
+        if answer is None:
+            if cancelled():
+                raise CallCancelled()
+            raise HpcgymError(f"a {self.name} process died (exit code {process.exitcode}) before it answered")
+        ok, value = answer
+        if ok:
+            return value
+        raise value
 
     def _answered(self, conn: Connection, process: BaseProcess, cancelled: Callable[[], bool]) -> bool:
         """Wait for the process's next message: False if the caller gave up or the process died."""
@@ -168,31 +179,6 @@ class Calls:
             if cancelled() or not process.is_alive():
                 return False
         return True
-
-    def _take(self, cancelled: Callable[[], bool]) -> tuple[Connection, BaseProcess, bool]:
-        """An idle process of the pool, or a new one (then True), once there is room."""
-        with self._ready:
-            while not self._idle and self._started >= self.size:
-                if cancelled():
-                    raise CallCancelled()
-                self._ready.wait(self.CHECK_S)
-            if self._idle:
-                return (*self._idle.pop(), False)
-            self._started += 1
-        try:
-            conn, child = multiprocessing.Pipe()
-            process = spawn(_serve_calls, (child, self.nice), self.name, parent_end=conn)
-            child.close()
-            return conn, process, True
-        except BaseException:
-            with self._ready:
-                self._started -= 1
-            raise
-
-    def _give_back(self, conn: Connection, process: BaseProcess) -> None:
-        with self._ready:
-            self._idle.append((conn, process))
-            self._ready.notify()
 
     def end(self) -> None:
         """End the idle processes (a busy one ends when its caller gives up)."""
@@ -216,6 +202,6 @@ def _serve_calls(conn: Connection, nice: int) -> None:
         except Exception as exc:
             try:
                 answer = pickle.dumps((False, exc))
-            except Exception:
-                answer = pickle.dumps((False, RuntimeError(f"{type(exc).__name__}: {exc}")))
+            except Exception:  # an exception that does not pickle
+                answer = pickle.dumps((False, HpcgymError(f"{type(exc).__name__}: {exc}")))
         conn.send_bytes(answer)

@@ -1,35 +1,16 @@
 """`hpcgym env --workers N`: the sessions of one env spread over N worker processes.
 
-One process, the front, owns the socket agents connect to (its CURVE keys, its cap on
-connections, its check of routing ids: server.py). Each worker is an `EnvService` served by
-server.py's loop over a DEALER socket linked to the front. A session lives in one worker: the
-front sends a `hello` to the worker that holds the session's name (a new name goes to the worker
-with the fewest agents), and every later request of that agent to the same worker; replies come
-back the same way. The front reads only the first entries of a message (its `type`, and a reply's
-`episode`); everything else is the worker's, so the protocol, its tokens and bounds are those of
-a single env, and every episode is the one `hpcgym run` simulates.
-
-Redirects (protocol 1.6). Forwarding costs every message a hop through the front, about as much
-CPU as the env spends on a decision. So each worker also listens at an address of its own (the
-front's host with a free port, or the front's ipc path with a suffix, same CURVE keys and caps),
-and a hello from a 1.6 agent is not forwarded: the front asks the worker that will hold the
-session to claim it, and the worker answers `redirect` with its address; the agent says hello
-there and talks to the worker alone. A worker serves at its own address only the sessions it
-claimed (until their last agent has gone, then it tells the front), so a name is one session
-wherever its agents come from. Agents of older versions are forwarded as before; both kinds may
-share a session.
-
-A worker that dies ends only its own agents' episodes: each of them gets an `episode_end` whose
-reason says so (a forwarded agent at once if it waits for a reply, else as the reply to its next
-request; a redirected one at once, on its connection to the front, which it keeps open for
-this) and must say hello again; a new worker takes the dead one's place. A worker whose loop
-raises ends its process (environment/server.py), so that it is replaced as one that died.
-
-Stopping (SIGINT/SIGTERM). The front passes the signal on, goes on relaying while the workers
-end their episodes, answers itself (`shutdown`) every request a worker can no longer answer, kills
-a worker still alive after `KILL_AFTER_S`, and ends after about a second. The ipc files of a
-front or a worker that was killed are removed by the next env that starts at the same address
-(`_remove_stale_ipc`).
+The front owns the agents' socket (CURVE keys, connection caps, routing ids: server.py); each
+worker is an `EnvService` on server.py's loop, linked to the front by a DEALER. A session lives
+in one worker (a new name goes to the one with the fewest agents). Forwarding costs each message
+a hop through the front, so a 1.6+ agent's hello is answered `redirect` to the worker's own
+address, which serves only the sessions the front sent there; older agents are forwarded, and
+both kinds may share a session. The front reads only a message's `type` (and a reply's
+`episode`): the protocol, tokens and bounds are the single env's, and every episode the one
+`hpcgym run` simulates. A worker that dies, or is silent for HUNG_AFTER_S, ends only its own
+agents' episodes (each hears why) and is replaced. On SIGINT/SIGTERM the front passes the
+signal on, answers what workers no longer can, kills laggards after KILL_AFTER_S and ends in
+about a second; ipc files killed processes left are removed by the next env at that address.
 """
 
 from __future__ import annotations
