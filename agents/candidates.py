@@ -1,20 +1,6 @@
-"""Per-candidate feature rows: one row of features for each action slot of a decision, so one
-small model (a regression or classification tree) can score every candidate the same way and the
-best allowed one is chosen (IRL's per-job scoring, for any encoder with a per-job table).
-
-- `select` and `backfill`: row k is queue-window job k, that is action slot k of the Gymnasium
-  env and of a trained checkpoint (`agents.slots`): its row of the encoder's job table (`jobs`,
-  `irl`, `irl_wait`, or the job blocks of `dras`), then every feature outside the table (e.g. the
-  `nodes` part, and the kind flags of a policy taking several kinds) repeated in each row, then,
-  with `relative`, for each table column how many allowed candidates have a smaller value
-  (`C-rank`) and how many a larger one (`C-rank-desc`): how a job compares with the other
-  choices, which a per-row score cannot see otherwise (shortest-job-first is exactly
-  `requested-rank <= 0.5`, whatever the gaps between the jobs). The wait / stop slot has no
-  row: a tree always picks a job when one is allowed.
-- `inspect`: two rows, accept and reject: the encoded vector and a `reject` flag.
-
-`kill` has no per-candidate table here.
-"""
+"""Per-candidate feature rows: one row for each action slot of a decision, so one small model (a
+tree) scores every candidate the same way and the best allowed one is chosen (IRL's per-job
+scoring, for any encoder with a per-job table; docs/irl.md, "Files and features in detail")."""
 
 from __future__ import annotations
 

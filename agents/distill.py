@@ -1,25 +1,6 @@
 """Distil any agent into a decision tree: DAgger (Ross, Gordon and Bagnell, AISTATS 2011) with
-IRL's critical states (interpretable RL scheduling, seed paper 004, Algorithm 1).
-
-    D <- the teacher's decisions on the training jobs, labelled by the teacher
-    for i = 1..N:
-        tree_i <- a tree fitted on the samples of D taken in critical states (queue > threshold)
-        D <- D + the decisions tree_i takes on the training jobs, labelled by the teacher
-
-Plain DAgger is the same with no filter (`critical=None`). The tree drives from the first
-iteration on (no mixing with the teacher); tree_N is the result.
-
-Labels: a teacher with scores (a checkpoint of `hpcgym train`: its Q-values or logits per slot)
-gives each candidate row its score, and the tree is a regression tree on them, as in the paper;
-any other teacher (a heuristic, a `module:Class` agent) gives only its choice, and the tree is a
-classification tree on "was this candidate the one chosen". Either way the tree scores each
-candidate (`agents.candidates`) and the best allowed one is taken (`agents.tree.TreeAgent`).
-
-Fidelity (which the paper does not measure), on held-out states (the decisions the tree takes
-on the test jobs, each also labelled by the teacher): top-1 agreement with the teacher's choice,
-over all decisions where the teacher took a job and over those with two or more candidates; and,
-with scores, R^2 of the tree's scores against the teacher's. scikit-learn is needed here only.
-"""
+IRL's critical states (seed paper 004, Algorithm 1); docs/irl.md gives the labels (regression on
+a checkpoint's scores, else classification on its choice) and the fidelity measured."""
 
 from __future__ import annotations
 
@@ -46,12 +27,9 @@ Label = tuple[Action, int, "np.ndarray | None"]
 
 
 class Teacher:
-    """What a tree learns from: per decision, the teacher's action, its slot (-1: none of the
-    candidate slots, e.g. wait), and its per-slot scores (None for a teacher without scores).
-
-    Labelling is split in two so that a network teacher can label a tree's whole rollout in one
-    batch: `prepare` takes what the label needs while the decision is current, `labels` turns a
-    list of prepared decisions into labels. A teacher without a batch form labels in `prepare`."""
+    """What a tree learns from: per decision a `Label`. Labelling is split so that a network teacher
+    labels a tree's whole rollout in one batch: `prepare` takes what the label needs while the
+    decision is current, `labels` turns the prepared list into labels."""
 
     kinds: tuple[str, ...] = ()
     has_scores = False
@@ -67,9 +45,8 @@ class Teacher:
         return prepared
 
     def run(self, workload: Workload, config: SimConfig, policy: str, agent: Agent) -> tuple[dict[str, Any], float]:
-        """One episode in which `agent` takes the decisions of its kinds: its summary metrics, and the
-        seconds spent waiting for a teacher in another process (none here: in process; a teacher
-        that must see the decisions over the protocol runs the episode there)."""
+        """One episode in which `agent` takes its kinds: its summary metrics, and the seconds spent
+        waiting for a teacher in another process (none in process)."""
         return dict(simulate(workload, config, policy=policy, agents={k: agent for k in agent.kinds}).summary), 0.0
 
 
@@ -81,8 +58,7 @@ def action_label(decision: Decision, action: Action, window: int) -> Label:
 
 
 class CheckpointTeacher(Teacher):
-    """A served checkpoint (`agents.rl.serve.RLAgent`): its greedy action and its network's
-    scores (Q-values or logits) of the candidate slots."""
+    """A served checkpoint (`agents.rl.serve.RLAgent`): its greedy action and its network's slot scores."""
 
     has_scores = True
     BATCH = 4096  # decisions per forward pass when labelling a rollout
@@ -128,8 +104,7 @@ def make_teacher(agent: Agent, window: int) -> Teacher:
 
 @dataclass
 class Samples:
-    """Labelled decisions: per candidate row (allowed slots only) its features and target, and
-    per decision its queue length and row range."""
+    """Labelled decisions: per decision its candidate rows' features and targets, and its queue length."""
 
     rows: list[np.ndarray] = field(default_factory=list)
     targets: list[np.ndarray] = field(default_factory=list)
@@ -192,9 +167,9 @@ class Rollout:
 
 
 class _Labeller(Agent):
-    """Drives an episode with the teacher (tree None) or a tree, labelling every decision. A
-    tree's decisions are labelled after the episode, in one batch (`finish`): the teacher's
-    forward passes one at a time were most of a distillation's time."""
+    """Drives an episode with the teacher (tree None) or a tree, labelling every decision; a tree's
+    decisions are labelled in one batch at the end (`finish`), as single forward passes were most
+    of a distillation's time."""
 
     def __init__(self, teacher: Teacher, features: CandidateFeatures, tree: TreeModel | None, mode: str,
                  out: Rollout) -> None:
@@ -319,8 +294,8 @@ def dagger(teacher: Teacher, features: CandidateFeatures, train: Workload, test:
            policy: str, depth: int, iterations: int, critical: int | None, mode: str, meta: dict[str, Any],
            seed: int = 0, start: Samples | None = None,
            progress: Callable[[Iteration], None] | None = None) -> list[Iteration]:
-    """Algorithm 1 for one depth; `start` is D (the teacher's own labelled decisions on `train`;
-    made here when not given). Returns every iteration, the last one's tree being the result."""
+    """Algorithm 1 for one depth; `start` is D (made here when not given). Every iteration, the last
+    one's tree being the result."""
     data = Samples()
     data.extend(start if start is not None else rollout(train, config, policy, teacher, features, mode).samples)
     if not len(data):

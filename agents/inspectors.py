@@ -1,21 +1,5 @@
-"""Built-in `inspect` agents: they see each pick of the `select` decider and accept or reject it.
-
-What a rejection does (docs/semantics.md, section 4): the picked jobs' rejection counts go up by
-one and the scheduling pass ends there, with nothing started, nothing reserved and no
-backfilling; the queue is looked at again at the next event or after `max_interval` (600 s),
-whichever comes first. The simulation asks only while some picked job has fewer than
-`max_rejections` (72) rejections, so no job is held back for ever: past the cap its picks are
-accepted without asking.
-
-- AcceptAllInspector (`accept-all`): accepts every pick, so the schedule is the one without an
-  inspector. The inspector to start with when an episode must wait for an `inspect` agent
-  (`hpcgym agent ... --require inspect`), and the baseline of SchedInspector-style experiments.
-- RejectLargeInspector (`reject-large`): rejects a pick that does not fit the free processors
-  now while a smaller waiting job of the visible queue would; accepts everything else. A simple,
-  predictable rule for trying the inspect kind, not a better scheduler: under EASY a rejection
-  gives up that instant's reservation and the backfilling behind it (tests/test_inspectors.py
-  works an example by hand), and a learned inspector should beat it.
-"""
+"""Built-in `inspect` agents, which accept or reject each pick of the `select` decider (what a
+rejection does: docs/semantics.md section 4; the agents: docs/agents.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A seed paper's run as one typed value: what its agent is trained and evaluated in.
-
-Each paper's module holds its `RECIPE` literal beside its pieces (`agents/rlbf.py`, ...), so a
-paper's numbers have one home; `agents/recipes.py` gathers them and resolves `NAME[:VARIANT]`.
-"""
+"""A seed paper's run as one typed value, held as the `RECIPE` literal in the paper's module so that
+its numbers have one home; `agents/recipes.py` gathers them."""
 
 from __future__ import annotations
 
@@ -10,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..environment.config import PRESETS
+from ..environment.config import expand_preset
 
 #: In a recipe's baselines: the run's base priority policy, and its teacher running with that policy
 #: (left out when the run has no teacher).
@@ -74,13 +71,10 @@ class Recipe:
         return {**self.options, "window": self.window, "policy": self.policy}
 
     def episode(self, kind: str | None = None) -> dict[str, Any]:
-        """An episode of this recipe, taking `kind` (default: the recipe's), as `gymbridge.make` and a
-        protocol reset take it: the decision kind(s), the workload keys, the simulation options (window
-        and policy included), the reward and the kind's encoder. A preset in the options is spelled
-        out as its rules, as an env's own default rules would otherwise win over the preset's."""
+        """An episode of this recipe taking `kind` (default: the recipe's), as `gymbridge.make` and a reset
+        take it; a preset is spelled out as its rules, or an env's own default rules would win over it."""
         name = kind or self.kind
-        options = self.reset_options()
-        options = {**PRESETS.get(options.pop("preset", ""), {}), **options}  # spelled out: they win over an env's defaults
+        options = expand_preset(self.reset_options())  # spelled out: they win over an env's defaults
         return {"kind": tuple(name.split("+")) if "+" in name else name, "workload": dict(self.workload),
                 "options": options, "reward": self.reward, "encoder": self.encoder_for(name)}
 

@@ -1,13 +1,6 @@
-"""The seed papers' runs as recipes: what a paper's agent is trained and evaluated in, as data.
-
-A recipe (`agents/recipe.py`) names the simulation rules (a reset's `options`), the workload keys,
-the reward, the encoder, the algorithm and its config, the teacher, the baselines, and its named
-variants (RL backfilling's `public`, `scw` and `textbook` rules, DRAS's four algorithms).
-`get_recipe("rlbf:scw")` resolves one; every entry point (train, compare, agent, env, record,
-distill, `gymbridge.make`) goes through it, and `hpcgym recipes` lists them. Each paper's module
-holds its `RECIPE` literal, gathered here. Adding a paper: its pieces on their floors, its
-`RECIPE`, and its module in RECIPES.
-"""
+"""The seed papers' runs as recipes, resolved by `get_recipe("NAME[:VARIANT]")` for every entry point
+(train, compare, agent, env, record, distill, `gymbridge.make`); `hpcgym recipes` lists them.
+Adding a paper: its pieces on their floors, its `RECIPE`, and its module in RECIPES."""
 
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
 """Decision records: what an agent saw and did at each decision of one kind, for analysis
-(SchedInspector's rejection study) and for distilling an agent into a tree (IRL).
-
-A `DecisionLog` takes (decision, action) pairs, from an in-process agent (`RecordingAgent`) or
-from the env's side of the protocol (`EnvService(on_act=...)`), so an agent in any language can be
-recorded. Per decision it keeps the kind's encoder features (the same vector a trained network of
-that encoder reads; reshape with `features_shape` for per-candidate rows), the slot mask and the
-chosen slot (`agents.slots`: the slot numbering of the Gymnasium env), the queue length, the time
-and the episode. Files are NumPy `.npz` archives of plain arrays plus a JSON `meta` string: they
-load with `allow_pickle=False`, so reading one never runs code.
-
-Columns: `episode` int32, `time` int64, `queue_length` int32, `features` float32 (n, size),
-`mask` int8 (n, slots), `action` int32 (the chosen slot; -1 for a select action naming several
-jobs at once, which no single slot names).
-"""
+(SchedInspector's rejection study) and for distilling any agent, in any language, into a tree;
+the file format is docs/irl.md's "Files and features in detail"."""
 
 from __future__ import annotations
 

@@ -1,19 +1,6 @@
-"""The slot table: how a fixed-size discrete action maps onto a decision.
-
-Shared by the Gymnasium bridge (`gymbridge/env.py`) and the served checkpoints
-(`agents/rl/serve.py`), so a policy acts in service exactly as it acted in training.
-W is the window (number of job slots):
-
-| kind     | slot k < W                                               | slot W (or 0 for kill)     |
-|----------|----------------------------------------------------------|----------------------------|
-| select   | the k-th candidate (queue window)                        | wait (if the decision can) |
-| backfill | the k-th queue-window job, if it is a backfill candidate | stop (if the decision can) |
-| kill     | slot k >= 1: the (k-1)-th running job                    | slot 0: kill nothing       |
-| inspect  | 0: accept, 1: reject (two slots only)                    |                            |
-
-select_kill has 2W + 1 slots: k < W the k-th queue-window job (select it), W <= k < 2W the
-(k-W)-th running job (kill it, when the decision offers it), 2W wait (if the decision can).
-"""
+"""The slot table: how a fixed-size discrete action maps onto a decision (docs/gymnasium.md shows it),
+shared by the Gymnasium bridge and served checkpoints so a policy acts in service exactly as it
+acted in training."""
 
 from __future__ import annotations
 
@@ -112,10 +99,9 @@ NOTHING = ("none", 0)
 
 
 def slot_meanings(kind: str, window: int) -> list[tuple[str, int]]:
-    """What each slot of a decision of `kind` does, comparable across kinds: ("queued", k) acts on
-    the k-th queue-window job, ("running", k) on the k-th running job, ("none", 0) does nothing
-    (wait, stop, kill nothing), ("accept", 0) and ("reject", 0) are the inspector's two. A network's
-    output row for a slot can start another kind's network at the row of the same meaning."""
+    """What each slot of a decision of `kind` does, comparable across kinds (("queued", k),
+    ("running", k), ("none", 0), ("accept", 0), ("reject", 0)), so a network's output row can
+    start another kind's network at the row of the same meaning."""
     w = window
     if kind == INSPECT:
         return [("accept", 0), ("reject", 0)]
@@ -129,10 +115,9 @@ def slot_meanings(kind: str, window: int) -> list[tuple[str, int]]:
 
 
 def kill_prior(kind: str, window: int, rate: float) -> list[float]:
-    """Initial actor biases (one per slot) under which an untrained policy kills at a decision
-    with probability at most about `rate`: each kill slot starts at log(rate / (1 - rate) / W),
-    the others at 0. A near-uniform start kills at almost every kill decision, and those come at
-    every event, so its episodes never end (docs/rlschert.md, "Why the kill agents stalled")."""
+    """Initial actor biases under which an untrained policy kills with probability about `rate`: a
+    near-uniform start kills at almost every kill decision, so its episodes never end
+    (docs/rlschert.md, "Why the kill agents stalled")."""
     if kind not in (KILL, SELECT_KILL):
         raise HpcgymError(f"a kill prior is for the kill and select_kill kinds, not {kind!r}")
     if not 0 < rate < 1:

@@ -1,15 +1,6 @@
-"""Decision trees as agents: a tree scores each candidate row of a decision
-(`agents.candidates`) and the best allowed candidate is taken (IRL's student).
-
-A tree file is a NumPy `.npz` archive of plain arrays (per node: `left`, `right` child, -1 at a
-leaf; the `feature` and `threshold` of its test, a row goes left when feature <= threshold; its
-`value`, the score it predicts; the training `samples` that reached it) and a JSON `meta`
-string (format, mode, the decision kinds, encoder, window, feature names, how it was made). It
-loads with `allow_pickle=False`, so reading one never runs code, and serving one needs numpy
-only: scikit-learn is needed to fit trees (`agents.distill`), not to use them. Scores are
-compared as scikit-learn compares them (float32 features against float64 thresholds), so a tree
-decides here exactly as the fitted estimator would.
-"""
+"""Decision trees as agents: a tree scores each candidate row of a decision (`agents.candidates`) and
+the best allowed candidate is taken (IRL's student). Tree files load without running code and
+serve with numpy only (docs/irl.md, "Files and features in detail")."""
 
 from __future__ import annotations
 
@@ -35,7 +26,7 @@ _ARRAYS = {"left": np.int32, "right": np.int32, "feature": np.int32, "threshold"
 
 @dataclass
 class TreeModel:
-    """A fitted tree: node arrays (see the module docstring) and its meta."""
+    """A fitted tree: its node arrays and meta."""
 
     left: np.ndarray
     right: np.ndarray

@@ -34,12 +34,8 @@ def check_int(value: object, what: str, minimum: int) -> int:
 
 @dataclass(frozen=True)
 class EstimateSpec:
-    """Which run-time estimate reservations are computed with.
-
-    `noisy` multiplies the actual run time by (1 + error * u), u uniform in [-1, 1], seeded.
-    `predicted` follows the simulation's `prediction`: a queued job's pre-run prediction, a
-    running job's current one.
-    """
+    """Which run-time estimate reservations use: `noisy:E` multiplies the run time by (1 + E u), u
+    uniform in [-1, 1] and seeded; `predicted` follows the simulation's predictor."""
 
     kind: str = "requested"
     error: float = 0.0
@@ -73,59 +69,9 @@ BOOL_FIELDS = ("exact_requests", "raise_requests", "commit_pick", "backfill_stop
 
 @dataclass(frozen=True)
 class SimConfig:
-    """Options of one simulation; the defaults follow the RL scheduling papers.
-
-    backfill: easy, conservative or none.
-    estimate: the run-time estimate used for reservations (requested, actual or noisy).
-    overrun: what happens when a job runs past its requested time: `run` lets it run to its
-        recorded end (as most RL papers do), `kill` ends it at its walltime like a resource
-        manager would.
-    window: how many queued jobs an external agent sees and may pick from.
-    max_interval: after an inspector rejects a pick, the next look happens no later than this.
-    max_rejections: a job rejected this many times is accepted without asking; None: no cap, an
-        inspector is asked at every pass (SchedInspector's code).
-    exact_requests: every job's requested time is its run time, for the priority policies, the
-        estimates and the agents' observations alike (SchedInspector's code: oracle requests).
-    raise_requests: a requested time below the run time is raised to the run time (RL
-        backfilling's public code), for the policies, the estimates and the observations alike, so
-        no job outlives its estimate.
-    commit_pick: a pick that does not fit (accepted, if an inspector is asked) stays the pick
-        until it starts: no new select or inspect meanwhile, so EASY's reservation (built-in or
-        an agent's) persists (SchedInspector's code, and what DRAS's "reserve nodes for it"
-        reads as; off: every scheduling pass selects afresh, docs/semantics.md section 4).
-        Refused with conservative backfilling, whose reservations persist anyway.
-    The EASY variants of docs/semantics.md section 5 (RL backfilling's code; the defaults are
-    textbook EASY):
-    backfill_order: scan the waiting jobs in queue (priority) order, submit order, or shortest
-        requested time first.
-    backfill_candidates: `guarded` (a job that fits now and cannot delay the reserved job by
-        estimates) or `unguarded` (every job that fits now) for a backfill agent.
-    backfill_stop: a backfill agent may stop while candidates remain; off (RL backfilling's
-        code): with two or more candidates it must start one, and a single candidate is left to
-        the built-in scan.
-    easy_extra: a job that ends after the shadow time may still backfill into the processors the
-        reserved job leaves over.
-    strict_shadow: a backfilled job must end strictly before the shadow time, and a shadow time
-        in the past is not moved to now (so it blocks backfilling).
-    keep_shadow: with commit_pick, the shadow time computed when the pick first blocked holds
-        until it starts (not recomputed as jobs end).
-    one_event: one event per scheduling pass (arrivals before finishes at equal times); off: all
-        events of an instant, then one pass.
-    release_order: under one_event, which of the jobs ending in the same second is released first:
-        `index` (the lowest job index) or `start` (the one that started first, as RLScheduler's
-        loop releases its running list, kept sorted by end with a stable sort).
-    backfill_skip_next: the built-in EASY scan passes over the job that follows each backfilled
-        one in scan order (RL backfilling's public code removes jobs from the list it scans).
-    backfill_relax: RL backfilling's `relax` R: a job may backfill when it ends by
-        shadow + R x (shadow - the reserved job's submit), its expected wait stretched by R, so
-        it may delay the reserved job (0: EASY's shadow time).
-    prediction: the run-time predictor (environment/predictions.py): none, user_history,
-        learned:MODEL or running[:PRE,RUN,END[,PERIOD]][,share=S] (S: the share of jobs revised
-        while they run); with estimate `predicted` reservations follow its predictions. Over the
-        protocol since 1.4 (PROTOCOL.md sections 4, 6).
-    seed: seeds every random choice of the run (noisy estimates, the random policy, the running
-        predictor's errors).
-    """
+    """Options of one simulation; the defaults follow the RL scheduling papers. PROTOCOL.md's reset
+    `options` defines each field, docs/semantics.md sections 4-8 and 12 their rules; the switches
+    that replay one paper's code are named rule sets in `PRESETS`."""
 
     backfill: str = "easy"
     estimate: EstimateSpec = EstimateSpec()
@@ -213,34 +159,32 @@ class SimConfig:
         return options
 
 
-#: Named sets of options: where a paper's code trained and measured, so agents can train there too.
-#: A reset's (or the CLI's) own options override its preset's.
+#: RL backfilling's SC-W code (its Table 4; docs/rlbackfilling.md): the first blocked pick keeps its
+#: shadow time until it starts, one event per pass, candidates scanned in submit order, no
+#: extra-processor rule, a backfilled job ends strictly before the shadow time.
+_RLBF_SCW = {"backfill": "easy", "commit_pick": True, "keep_shadow": True, "one_event": True,
+             "backfill_order": "submit", "easy_extra": False, "strict_shadow": True}
+_RLBF_PUBLIC = {**_RLBF_SCW, "backfill_candidates": "unguarded", "backfill_stop": False}
+#: Named rule sets over SimConfig's flat fields, one per paper code: where that code trained and
+#: measured, so agents can train there too (docs/semantics.md section 5). A reset's (or the CLI's)
+#: own options override its preset's.
 PRESETS: dict[str, dict[str, object]] = {
     # SchedInspector's public code: oracle requests, a committed pick, no backfilling
     "schedinspector-code": {"backfill": "none", "exact_requests": True, "commit_pick": True},
-    # RL backfilling's SC-W code (its Table 4): the first blocked pick keeps its shadow time until
-    # it starts, one event per pass, candidates scanned in submit order, no extra-processor rule,
-    # a backfilled job ends strictly before the shadow time (docs/rlbackfilling.md)
-    "rlbf-scw": {"backfill": "easy", "commit_pick": True, "keep_shadow": True, "one_event": True,
-                 "backfill_order": "submit", "easy_extra": False, "strict_shadow": True},
+    "rlbf-scw": _RLBF_SCW,
     # RL backfilling's public code: the same loop, unguarded candidates, no stop action
-    "rlbf-public": {"backfill": "easy", "commit_pick": True, "keep_shadow": True, "one_event": True,
-                    "backfill_order": "submit", "easy_extra": False, "strict_shadow": True,
-                    "backfill_candidates": "unguarded", "backfill_stop": False},
-    # the public code's own heuristic baseline: that loop, whose EASY scan skips the job after each
-    # backfilled one, with every request below the run time raised to it (docs/semantics.md 5)
+    "rlbf-public": _RLBF_PUBLIC,
     # RLScheduler's heuristic loop (schedule_curr_sequence_reset): the head waits without
     # backfilling until it fits, one event at a time, finishes of one second in start order
     "rlscheduler": {"backfill": "none", "commit_pick": True, "one_event": True, "release_order": "start"},
     # the same with its backfilling (`--backfil`): rlbf-scw's loop, which RL backfilling inherited
-    "rlscheduler-backfill": {"backfill": "easy", "commit_pick": True, "keep_shadow": True, "one_event": True,
-                             "backfill_order": "submit", "easy_extra": False, "strict_shadow": True,
-                             "release_order": "start"},
-    "rlbf-public-baseline": {"backfill": "easy", "commit_pick": True, "keep_shadow": True, "one_event": True,
-                             "backfill_order": "submit", "easy_extra": False, "strict_shadow": True,
-                             "backfill_candidates": "unguarded", "backfill_stop": False,
-                             "backfill_skip_next": True, "raise_requests": True},
+    "rlscheduler-backfill": {**_RLBF_SCW, "release_order": "start"},
+    # the public code's own heuristic baseline: its loop, whose EASY scan skips the job after each
+    # backfilled one, with every request below the run time raised to it
+    "rlbf-public-baseline": {**_RLBF_PUBLIC, "backfill_skip_next": True, "raise_requests": True},
 }
+for _rules in PRESETS.values():  # each a valid SimConfig, checked at import
+    SimConfig(**_rules)
 
 
 def expand_preset(options: dict[str, object]) -> dict[str, object]:

@@ -1,26 +1,6 @@
-"""Decision requests: what the simulation asks an agent, and how an answer is checked.
-
-A `Decision` names its kind, the time, the valid actions and the context. Its observation
-(the raw queue window, running jobs and cluster state) is built only when someone reads it, so
-built-in deciders in the same process never pay for it.
-
-Actions, in process (the protocol carries the same values):
-
-| kind     | action                                                                 |
-|----------|------------------------------------------------------------------------|
-| select   | a job id (start now, or reserve if it does not fit); a list of job ids |
-|          | that fit together (start all); or None / [] to wait                   |
-| inspect  | True to accept the pick, False to reject it                           |
-| backfill | a candidate job id to start now, or None to stop                      |
-| kill     | a running job id to kill and requeue, or None                         |
-| select_kill | one job id: a queued one to select (as select), a running one to kill |
-|          | and requeue; or None to wait (RLSchert's single output)                |
-
-Over the protocol (1.4) a select decision may also be answered with a standing order,
-`{"order": [job ids, best first]}` ranking every candidate: the env starts the first and answers
-the agent's later select decisions by the same ranking while it ranks all their candidates, so a
-static priority agent is asked again only when a job it has not ranked joins the window.
-"""
+"""Decision requests: what the simulation asks an agent, and how an answer is checked. The
+observation is built only when read, so built-in deciders in process never pay for it; the
+actions of each kind (and 1.4's standing orders) are PROTOCOL.md's `act`."""
 
 from __future__ import annotations
 
@@ -48,8 +28,7 @@ def check_kinds(kinds: Any) -> frozenset[str]:
 
 
 class DecisionSource(Protocol):
-    """What a decision reads from the simulation that asked it (its observation, free
-    processors), named here so this module does not depend on the simulator."""
+    """What a decision reads from its simulation, named here so this module does not depend on the simulator."""
 
     free: int
 
@@ -59,13 +38,8 @@ class DecisionSource(Protocol):
 
 
 class Decision:
-    """One pending decision of a simulation.
-
-    `candidates` are the job ids an action may name (the queue window for select, the jobs
-    that can start now without delaying the reservation for backfill, the running jobs for
-    kill, the picked jobs for inspect). `context` holds the kind's extra facts, e.g. the
-    reserved job and its shadow time.
-    """
+    """One pending decision: `candidates` are the job ids an action may name, `context` the kind's
+    extra facts (e.g. the reserved job and its shadow time)."""
 
     __slots__ = ("kind", "time", "step", "candidates", "context", "can_wait", "_sim", "_observation")
 
@@ -92,11 +66,8 @@ class Decision:
                 f"{len(self.candidates)} candidates, context={self.context})")
 
     def default(self) -> Action:
-        """The built-in default's answer: what the simulation does when no agent takes this kind.
-
-        Candidates come in queue order, so the first is the priority policy's pick (select) and
-        EASY's first fit (backfill).
-        """
+        """The built-in default's answer; candidates come in queue order, so the first is the priority
+        policy's pick (select) and EASY's first fit (backfill)."""
         if self.kind == INSPECT:
             return True
         if self.kind == KILL or (self.kind == SELECT_KILL and not self.context["queued"]):
@@ -113,10 +84,8 @@ class Decision:
         return decision
 
     def parse(self, action: Action) -> Any:
-        """Check `action` against this decision; return it normalised or raise InvalidAction.
-
-        select -> list of job ids (empty: wait); inspect -> bool; backfill/kill -> id or None.
-        """
+        """`action` normalised (select: a list of ids, empty to wait; inspect: a bool; else an id or
+        None), or InvalidAction."""
         if self.kind == INSPECT:
             if not isinstance(action, bool):
                 raise InvalidAction(f"inspect expects true (accept) or false (reject), got {action!r}")
@@ -155,8 +124,8 @@ class Decision:
         return self._check_candidate(action)
 
     def parse_order(self, action: Any) -> dict[int, int]:
-        """Check a standing order (`{"order": [ids, best first]}`, protocol 1.4) against this
-        decision; return job id -> rank. It must rank every candidate, once each."""
+        """A standing order (`{"order": [ids, best first]}`, 1.4) as job id -> rank; it must rank every
+        candidate, once each."""
         if self.kind != SELECT:
             raise InvalidAction(f"an order answers select decisions only; this is a {self.kind} decision")
         ids = action["order"]
@@ -173,8 +142,7 @@ class Decision:
         return {job: rank for rank, job in enumerate(ids)}
 
     def by_order(self, rank: dict[int, int]) -> int | None:
-        """The best-ranked candidate, or None when the order leaves one out (the agent has not
-        seen it and must be asked)."""
+        """The best-ranked candidate, or None when the order leaves one out (the agent must be asked)."""
         ranks = list(map(rank.get, self.candidates))
         if None in ranks:
             return None

@@ -1,43 +1,5 @@
-"""Synthetic jobsets that follow the job patterns of a target system (DRAS's third training phase).
-
-DRAS trains last on synthetic jobsets "generated according to job patterns on the target
-system". Here that pattern is a small empirical model fitted to a workload (normally the
-training split of a trace):
-
-Arrivals
-    The mean number of submits per hour of the week, a 7 x 24 table ``rates[day, hour]``. Each
-    bin's rate is the number of submits that fell in it divided by the number of whole clock
-    hours of that bin covered by the trace, counted from the hour holding the first submit to the
-    hour holding the last one (so every submit lies in a counted hour and no bin is inflated by a
-    sliver of exposure). Bins the trace never covers (traces shorter than a week) get the
-    trace's overall mean rate.
-
-Which clock
-    SWF submit times are seconds since the start of the log, not calendar times. When the header
-    gives ``UnixStartTime`` (seconds since the Unix epoch, UTC), submit ``s`` happened at
-    ``UnixStartTime + s``; it is converted to local time with ``TimeZoneString`` (an IANA zone,
-    daylight saving included) or, failing that, the older fixed ``TimeZone`` offset in seconds,
-    else UTC. Day 0 is then Monday and hour 0 is local midnight (``model.clock == "local"``).
-    Without ``UnixStartTime`` the hour of the week is taken relative to time 0 of the workload,
-    which for an SWF file is the start of the log (``model.clock == "relative"``): day 0 is the
-    log's first day, whatever weekday that was. (On the local clock the exposure count treats
-    the hours between the first and last submit as consecutive, so a daylight-saving change
-    moves one hour of exposure by one bin; negligible over weeks of trace.) Windows cut from a
-    trace keep the original times (see sequences.py), so all windows of one trace share that
-    origin.
-
-Jobs
-    Every (size, run, requested) row of the source, resampled with replacement, so the joint
-    distribution, including the correlation of size with run time and the user estimates, is
-    the empirical one. Users are not modelled (``user`` is -1).
-
-Generation is a non-homogeneous Poisson process with the piecewise-constant hourly rates,
-drawn by inverting the cumulative intensity: unit-rate exponential gaps are accumulated and
-mapped back through the piecewise-linear cumulative rate. The generated time axis is aligned
-with the model's week: second ``t`` lies in hour-of-week ``(t // 3600) % 168``, and the process
-starts at the beginning of the model's start hour (the hour of the week of the source's first
-submit), so fitting a generated workload (relative clock) gives back the same table.
-"""
+"""Synthetic jobsets that follow the job patterns of a target system (DRAS's third training
+phase): hour-of-week arrival rates and resampled job rows (docs/semantics.md section 15)."""
 
 from __future__ import annotations
 
@@ -55,33 +17,15 @@ __all__ = ["WorkloadModel", "fit_workload_model", "generate_from_model", "hour_o
 
 HOUR = 3600
 HOURS_PER_WEEK = 7 * 24
-WEEK = HOURS_PER_WEEK * HOUR
 #: 1970-01-01 (Unix time 0) was a Thursday: hour 0 of the epoch is hour 72 of a Monday week.
 _EPOCH_HOUR_OF_WEEK = 3 * 24
 
 
 @dataclass(frozen=True, eq=False)
 class WorkloadModel:
-    """Job patterns fitted to one workload (see the module docstring).
-
-    rates
-        (7, 24) float array, mean submits per hour for each (day of week, hour of day).
-    exposure
-        (7, 24) int array, how many clock hours of each bin the source covered (0: unobserved,
-        its rate is the overall mean).
-    jobs
-        (n, 3) int64 array of the source's (size, run, requested) rows, resampled as a whole.
-    procs
-        Cluster size of the source, in processors.
-    start_hour
-        Hour of the week (0..167, ``day * 24 + hour``) of the source's first submit; generation
-        starts at the beginning of that hour.
-    clock
-        "local" (calendar weekday and local hour, from UnixStartTime) or "relative" (hours since
-        time 0 of the workload, taken modulo one week).
-    source
-        Name of the fitted workload.
-    """
+    """Job patterns fitted to one workload: `rates` and `exposure` (7 x 24, by day of week and
+    hour), the source's (size, run, requested) `jobs`, `procs`, the hour of the week generation
+    starts at and the `clock` ("local" or "relative") the hours are read on."""
 
     rates: np.ndarray
     exposure: np.ndarray
@@ -137,11 +81,8 @@ def _unix_start(header: dict[str, str]) -> int | None:
 
 
 def hour_of_week(workload: Workload) -> tuple[np.ndarray, np.ndarray, str]:
-    """Per job: (clock hour index, hour of the week 0..167, clock kind).
-
-    The clock hour index counts hours on the clock the hour of the week is read from (local
-    hours since the epoch, or hours since time 0), so that whole hours covered can be counted.
-    """
+    """Per job: (clock hour index, hour of the week 0..167, clock kind); the index counts hours on
+    the clock read, so that whole hours covered can be counted."""
     start = _unix_start(workload.header)
     if start is None:
         hours = workload.submit // HOUR
@@ -184,11 +125,8 @@ def fit_workload_model(workload: Workload) -> WorkloadModel:
 
 
 def generate_from_model(model: WorkloadModel, n_jobs: int, seed: int) -> Workload:
-    """`n_jobs` jobs with Poisson arrivals at the fitted hourly rates and resampled job rows.
-
-    Deterministic in `seed`. Submit times are integer seconds on the model's week-aligned axis
-    (see the module docstring); job ids are 1..n_jobs.
-    """
+    """`n_jobs` jobs with Poisson arrivals at the fitted hourly rates and resampled job rows, the
+    same for the same `seed`."""
     if not isinstance(model, WorkloadModel):
         raise ConfigError(f"generate_from_model needs a WorkloadModel, got "
                           f"{type(model).__name__}")

@@ -1,89 +1,5 @@
-"""Synthetic rigid-job workloads from the Lublin-Feitelson model.
-
-The model is U. Lublin and D. G. Feitelson, "The workload on parallel supercomputers: modeling
-the characteristics of rigid jobs", J. Parallel Distrib. Comput. 63(11):1105-1122, 2003. Its
-authors published a reference generator, ``lublin99.c``, with the Parallel Workloads Archive
-(http://www.cs.huji.ac.il/labs/parallel/workload). This module re-implements that
-generator's behaviour with numpy's ``Generator``; no code was taken from it. Every job gets a
-size, a run time and a submit time:
-
-Job size (processors)
-    With probability ``serial_prob`` the job is serial (size 1). Otherwise a value ``x`` is drawn
-    from a two-stage uniform distribution: uniform on [ULOW, UMED] with probability ``uprob``,
-    else uniform on [UMED, UHI]. The size is ``round(2**x)``. The draw that decides "serial" also
-    decides "power of two": a job is a power-of-two job when ``serial_prob < u <= serial_prob +
-    pow2_prob``, and then ``x`` is rounded to an integer first. ``pow2_prob`` is therefore a
-    fraction of *all* jobs, not of the parallel ones.
-
-Run time (seconds)
-    ``log(run)`` (natural log) follows a hyper-gamma distribution: with probability ``p`` it is
-    Gamma(shape a1, scale b1), otherwise Gamma(a2, b2). The mixing probability depends linearly on
-    the job size, ``p = pa * size + pb`` clipped to [0, 1]. Since ``pa < 0``, larger jobs more often
-    take the second gamma, whose mean (a2*b2 ~ 9.97, about 6 hours) is far above the first's
-    (a1*b1 ~ 5.41, about 4 minutes): size and run time are positively correlated. Draws above
-    ``max_log_run`` (12, i.e. e**12 = 162,754 s, about two days) are redrawn, and the run time is
-    ``floor(exp(log_run))``, so it is always >= 1 s.
-
-Arrivals (seconds)
-    Inter-arrival gaps are ``exp(g)`` with ``g ~ Gamma(aarr * arar, barr)``; ``aarr``/``barr`` were
-    fitted to rush-hour gaps and the constant ``arar`` ("arrive-rush-to-all ratio") rescales the
-    shape to represent the whole day. Draws above ``max_log_interarrival`` (13, about 5 days) are
-    redrawn. The gaps are measured on a clock that runs at a rate set by the time of day: the day
-    has 48 half-hour buckets, bucket ``h`` gets the weight ``F(i + 0.5) - F(i - 0.5)`` where ``F``
-    is the CDF of Gamma(anum, bnum) (in half-hour units) and ``i`` is ``h + 1`` cyclically shifted
-    into 11..58 (the fitted "day" starts at bucket 11, 05:30), and the weights are normalised to
-    mean 1. A gap of ``s`` rush-hour seconds consumes ``s / 1800`` points, and the real clock
-    needs ``weight[h]`` points to cross half-hour ``h``: jobs bunch in the heavily weighted
-    afternoon buckets (peak near 13:00) and thin out in the early morning (minimum near 05:00).
-    The simulation starts at ``start_hour`` (midnight) and the first job arrives one gap after
-    time 0; if that first gap spans whole days, they are cut (all submits move back by whole
-    days, so the first job lands within the first day and every job keeps its time of day). The
-    reference program advances this clock with a loop; here it is the same piecewise-linear time
-    change, applied to all jobs at once through cumulative sums.
-
-Cluster size
-    The parameters were fitted on a 128-node machine, where the published batch values are
-    ULOW = 1.2, UMED = 5 and UHI = 7 = log2(128). For a cluster of ``procs`` processors
-    ``UHI = log2(procs) - uhi_offset`` and ``UMED = UHI - umed_offset``, which reproduces the
-    published values for ``procs = 128`` and keeps the shape of the size distribution (the
-    reference code asks the user to set UHI to log2 of the system size and UMED 1.5 to 3.5 below
-    it). ULOW does not move: it is the smallest parallel size. On tiny clusters (UHI - umed_offset
-    < ULOW, i.e. under about 9 processors for batch jobs) UMED is raised to min(ULOW, UHI) so the
-    first stage is not inverted; sizes are always clipped to 1..procs, and a power-of-two job
-    that would exceed a non-power-of-two cluster gets the largest power of two that fits.
-
-Parameters (batch job type, the default; the [C] macro in brackets; [G] has the same values)
-
-    serial_prob           0.2927          P(serial job)                          [SERIAL_PROB_BATCH]
-    pow2_prob             0.6686          P(power-of-two parallel job)           [POW2_PROB_BATCH]
-    ulow                  1.2             ULOW, log2 of smallest parallel size   [ULOW_BATCH]
-    umed_offset           2.0             UHI - UMED            [UMED_BATCH 5, UHI_BATCH 7]
-    uhi_offset            0.0             log2(procs) - UHI     [UHI_BATCH 7 on 128 nodes]
-    uprob                 0.875           P(first uniform stage)                 [UPROB_BATCH]
-    a1, b1                6.57, 0.823     short gamma of log run       [A1_BATCH, B1_BATCH]
-    a2, b2                639.1, 0.0156   long gamma of log run        [A2_BATCH, B2_BATCH]
-    pa, pb                -0.003, 0.6986  p = pa * size + pb           [PA_BATCH, PB_BATCH]
-    aarr, barr            6.0415, 0.8531  gamma of log gap, rush hours [AARR_BATCH, BARR_BATCH]
-    arar                  1.0519          multiplies aarr: rush hours -> whole day  [ARAR_BATCH]
-    anum, bnum            6.1271, 5.2740  daily-cycle gamma (half hours) [ANUM/BNUM_BATCH]
-    max_log_run           12              redraw log run above this    [TOO_MUCH_TIME]
-    max_log_interarrival  13              redraw log gap above this    [TOO_MUCH_ARRIVE_TIME]
-    start_hour            0               hour of day at time 0        [START]
-    BUCKETS               48              half-hour buckets per day    [BUCKETS]
-    CYCLIC_DAY_START      11              first bucket of the fitted day [CYCLIC_DAY_START]
-
-Sources: [C] ``lublin99.c``, the reference generator by U. Lublin and D. G. Feitelson from the
-Parallel Workloads Archive (its ``*_BATCH`` macros; a public copy was read, not copied);
-[G] GridSim 5.0, class ``gridsim.parallel.util.WorkloadLublin99`` by M. Dias de Assuncao, whose
-``*_BATCH`` constants match [C] value for value. The paper's own tables were not available to
-check against. ``LublinParams.interactive()`` and ``LublinParams.typeless()`` hold the
-interactive (``*_ACTIVE``) and whole-sample (no ``_BATCH``/``_ACTIVE`` suffix) values of the same
-sources; the reference program's mode that interleaves a batch and an interactive stream is not
-implemented.
-
-The model has no user run-time estimates, users or queues: ``requested`` is set equal to ``run``
-and ``user`` to -1.
-"""
+"""Synthetic rigid-job workloads from the Lublin-Feitelson (2003) model, re-implementing the
+reference generator ``lublin99.c``; docs/lublin.md gives the model, its parameters and sources."""
 
 from __future__ import annotations
 
@@ -107,11 +23,7 @@ CYCLIC_DAY_START = 11
 
 @dataclass(frozen=True)
 class LublinParams:
-    """Parameters of the Lublin-Feitelson model; the defaults are the published batch values.
-
-    See the module docstring for the meaning and source of each field. Override single values
-    with ``LublinParams(pa=-0.01)`` or ``dataclasses.replace(LublinParams.typeless(), pa=-0.01)``.
-    """
+    """The model's parameters (docs/lublin.md); the defaults are the published batch values."""
 
     # job size
     serial_prob: float = 0.2927
@@ -174,11 +86,7 @@ class LublinParams:
 
     @classmethod
     def interactive(cls) -> LublinParams:
-        """The interactive-job parameters ([C]/[G] ``*_ACTIVE``).
-
-        Published for 128 nodes with UHI = 5.5 and UMED = 3, i.e. uhi_offset 1.5 and
-        umed_offset 2.5: interactive jobs use at most about a third of the machine.
-        """
+        """The interactive-job parameters ([C]/[G] ``*_ACTIVE``)."""
         return cls(serial_prob=0.1541, pow2_prob=0.625, ulow=1.0, umed_offset=2.5,
                    uhi_offset=1.5, uprob=0.705,
                    a1=3.8351, b1=0.6605, a2=7.073, b2=0.6856, pa=-0.0118, pb=0.9156,
@@ -186,10 +94,7 @@ class LublinParams:
 
     @classmethod
     def typeless(cls) -> LublinParams:
-        """The whole-sample parameters, fitted without splitting batch and interactive jobs.
-
-        [C] uses them when its INCLUDE_JOBS_TYPE switch is off (ULOW 0.8, UMED 4.5, UHI 7).
-        """
+        """The whole-sample parameters, fitted without splitting batch and interactive jobs."""
         return cls(serial_prob=0.244, pow2_prob=0.576, ulow=0.8, umed_offset=2.5,
                    uhi_offset=0.0, uprob=0.86,
                    a1=4.2, b1=0.94, a2=312.0, b2=0.03, pa=-0.0054, pb=0.78,
@@ -197,11 +102,8 @@ class LublinParams:
 
     @classmethod
     def lublin2_standin(cls) -> LublinParams:
-        """A STAND-IN for the RL backfilling paper's "Lublin-2" trace, which is not public: the
-        typeless set with larger jobs (umed_offset 1.05), shorter long runs (b2 0.0255) and
-        denser arrivals (barr 0.446), tuned so that 10,000 jobs on 256 processors come near the
-        paper's Table 2 (mean inter-arrival 460 s, mean requested time 1,695 s, mean size 39;
-        seed 0: 461 s, 1,668 s, 38.8). Not the paper's trace (docs/lublin.md)."""
+        """A stand-in for RL backfilling's non-public "Lublin-2" trace, tuned near its Table 2
+        (docs/lublin.md); not the paper's trace."""
         return replace(cls.typeless(), umed_offset=1.05, b2=0.0255, barr=0.446)
 
     def size_bounds(self, procs: int) -> tuple[float, float, float]:
@@ -215,11 +117,8 @@ _FLOAT_FIELDS = tuple(f.name for f in fields(LublinParams) if f.name != "start_h
 
 
 def _gamma_cdf(x: float, shape: float, scale: float) -> float:
-    """Regularized lower incomplete gamma P(shape, x/scale), by its power series.
-
-    P(a, z) = z**a e**-z / Gamma(a + 1) * sum_k z**k / ((a+1)...(a+k)); all terms are positive,
-    so the sum converges for every z (quickly for the z <= ~20 used here).
-    """
+    """Regularized lower incomplete gamma P(shape, x/scale) by its power series (positive terms,
+    converges for every z)."""
     z = x / scale
     if z <= 0:
         return 0.0
@@ -324,21 +223,8 @@ def on_daily_clock(arrivals: np.ndarray, p: LublinParams) -> np.ndarray:
 
 def generate_lublin(n_jobs: int, procs: int, seed: int = 0, *, name: str | None = None,
                     params: LublinParams | None = None) -> Workload:
-    """Draw ``n_jobs`` jobs of the Lublin-Feitelson model for a cluster of ``procs`` processors.
-
-    Uses the published batch-job parameters unless ``params`` is given (for instance
-    ``LublinParams.interactive()`` or ``LublinParams(pa=-0.01)``). The same ``seed`` always gives
-    the same workload (numpy ``default_rng``). Submit times are in seconds, sorted, counted from
-    ``params.start_hour`` o'clock (midnight by default) of the first day that has a job, so the
-    first submit is below 86,400 and ``submit % 86400`` is the time of day; run times are >= 1 s;
-    sizes lie in 1..procs.
-
-    The model has no run-time estimates, so ``requested`` equals ``run`` (a perfectly accurate
-    user); ``user`` is -1 for every job.
-
-    Raises ConfigError if ``n_jobs`` or ``procs`` is not a positive integer, ``seed`` is not a
-    non-negative integer, or ``params`` is not a LublinParams.
-    """
+    """``n_jobs`` jobs of the model on ``procs`` processors, the same for the same ``seed``
+    (docs/lublin.md); ``requested`` equals ``run`` and ``user`` is -1, as the model has neither."""
     n = check_int(n_jobs, "Lublin workload n_jobs (number of jobs)", 1)
     procs = check_int(procs, "Lublin workload procs (cluster size)", 1)
     seed = check_int(seed, "Lublin workload seed", 0)

@@ -1,17 +1,10 @@
-"""Per-job records and run metrics, computed once at the end of a run with numpy.
-
-Bounded slowdown uses the interactive threshold of 10 s: max((wait + run) / max(run, 10), 1).
-Utilization is used processor-seconds (completed runs plus work lost to kills) over the
-processor-seconds available from the first submit to the last end.
-`start_kind` says how each job's (last) start came about, as in DRAS (Fan et al., TPDS 2022,
-section 3.2 and Table 4): a code into START_KINDS; docs/semantics.md section 11 has the rules.
-"""
+"""Per-job records and run metrics, computed once at the end of a run with numpy (docs/semantics.md
+sections 10 and 11: bounded slowdown, utilization, how each job started)."""
 
 from __future__ import annotations
 
 import bisect
 import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -67,15 +60,9 @@ def _start_shares(jobs: dict[str, np.ndarray]) -> dict[str, float]:
 
 
 def allocate_processors(start: np.ndarray, end: np.ndarray, size: np.ndarray, procs: int) -> list[str]:
-    """Each job's processor ids as a Batsim interval set ("0-3 7 9-10"), so that a schedule,
-    which counts processors only, draws as a Gantt chart (docs/semantics.md section 10).
-
-    The rule is fixed so the same schedule always draws the same: at each instant the jobs that
-    end free their ids first; then each job starting there (zero-length runs first, then in job
-    order) takes the lowest free ids. A job with `start` < 0 never ran and gets "". Computed
-    from the records alone, it cannot change the schedule; a schedule that needs more than
-    `procs` processors at once is refused (ValueError).
-    """
+    """Each job's processor ids as a Batsim interval set ("0-3 7 9-10"), so that a schedule, which
+    counts processors only, draws as a Gantt chart (docs/semantics.md section 10: the fixed rule);
+    a job that never ran gets "", a schedule that overfills the machine is a ValueError."""
     start, end, size = (np.asarray(a, dtype=np.int64) for a in (start, end, size))
     ran = np.flatnonzero(start >= 0)
     instant = end[ran] == start[ran]
@@ -192,9 +179,6 @@ class RunResult:
         """Write one row per job (`write_jobs`)."""
         with open(path, "w", newline="") as f:
             write_jobs(f, {name: column.tolist() for name, column in self.jobs.items()}, self.procs)
-
-    def write_summary_json(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.summary, indent=2) + "\n")
 
 
 def write_jobs(f: IO[str], jobs: dict[str, list], procs: int) -> None:

@@ -1,24 +1,7 @@
-"""Run-time predictions: what a scheduler believes a job will run, before and while it runs.
-
-RLSchert (Wang et al. 2021) schedules with a prediction of each job's run time that is made
-before the job starts (the *pre-run* prediction) and refined while it runs (the *current*
-prediction). Three predictors are offered (docs/semantics.md section 12):
-
-- `user_history`: the mean of the run times of the user's last two jobs completed in this
-  episode, capped by the request; the request while the user has fewer than two (Tsafrir,
-  Etsion, Feitelson 2007). Known at submit; it does not change while the job runs.
-- `learned:MODEL`: a ridge regression of log run time on the fields a scheduler knows at submit
-  (user, group, queue, size, requested time, hour of day), fitted on a trace's training part by
-  `fit_prerun_model` (`hpcgym predict fit`) and stored as JSON. Numpy only.
-- `running[:PRE,RUN,END[,PERIOD]]`: a *model* of a predictor hpcgym cannot have (RLSchert's
-  network reads each job's output log while it runs). It knows the true run time and adds a
-  seeded error whose mean absolute size is PRE (0.4) before the run, falls linearly while it runs
-  so that its mean over the run is RUN (0.1), and is END (0.03) at the end; the prediction is
-  revised every PERIOD seconds of a job's run (300, the paper's time step). `share=S`
-  (default 1) revises only a share S of the jobs, drawn from the seed (`revised_jobs`); the others
-  keep their pre-run prediction while they run (the paper's Table 9: not every job's remaining
-  time can be predicted).
-"""
+"""Run-time predictions: what a scheduler believes a job will run, before it starts (pre-run) and
+while it runs (current), as RLSchert (Wang et al. 2021) schedules with them. The predictors
+`user_history`, `learned:MODEL` (ridge regression, numpy only) and `running` (a seeded model of
+a predictor hpcgym cannot have) are docs/semantics.md section 12."""
 
 from __future__ import annotations
 
@@ -119,9 +102,8 @@ def _share(text: str, given: list[str]) -> float:
 
 
 def revised_jobs(n: int, share: float, seed: int) -> list[bool]:
-    """Which of n jobs the running predictor revises: the first round(share * n) (halves up) of a
-    seeded permutation, so that a sweep over shares with one seed revises nested sets (the jobs
-    of 0.5 are among those of 0.8) and the model's error draws do not depend on the share."""
+    """Which of n jobs the running predictor revises: the first round(share * n) of a seeded
+    permutation, so that shares nest and the error draws do not depend on the share."""
     chosen = np.random.default_rng([seed, 0x5A4E]).permutation(n)[:math.floor(share * n + 0.5)]
     mask = np.zeros(n, dtype=bool)
     mask[chosen] = True
@@ -153,10 +135,8 @@ class UserHistory:
 
 
 class RunningModel:
-    """The running predictor's model: per job two seeded draws, z0 (before the run) and z1
-    (while it runs), each a random sign times an exponential of mean 1, so that the mean
-    absolute relative error is the spec's PRE before the run and m(f) at progress f = elapsed /
-    run, m falling linearly from 2 RUN - END to END (mean RUN over the run)."""
+    """The running predictor's model: per job two seeded draws z0 (before the run) and z1 (while it
+    runs) with mean absolute size 1, scaled by PRE and by m(f) (docs/semantics.md section 12)."""
 
     def __init__(self, spec: PredictionSpec, run: np.ndarray, seed: int) -> None:
         rng = np.random.default_rng([seed, 0x5C4E])
@@ -168,8 +148,7 @@ class RunningModel:
         self.prerun = np.maximum(1, np.rint(run * (1.0 + spec.pre * z[0]))).astype(np.int64)
 
     def at(self, i: int, run: int, elapsed: int) -> int:
-        """Job i's prediction of its whole run time after `elapsed` seconds of running: never
-        below elapsed + 1 (it still runs)."""
+        """Job i's prediction of its whole run after `elapsed` seconds of running (at least elapsed + 1)."""
         s = self.spec
         f = min(elapsed / run, 1.0)
         m = s.end + (2 * s.run - 2 * s.end) * (1.0 - f)
@@ -231,8 +210,8 @@ class PrerunModel:
 
 
 def fit_prerun_model(workload: Workload, fields: tuple[str, ...] = CATEGORIES) -> PrerunModel:
-    """Fit on `workload` (a trace's training part): the users, groups and queues (those of
-    `fields`) with at least MIN_CATEGORY_JOBS jobs get a weight each, the rest share the intercept."""
+    """Fit on `workload` (a trace's training part); the users, groups and queues of `fields` with at
+    least MIN_CATEGORY_JOBS jobs get a weight each, the rest share the intercept."""
     if not len(workload):
         raise ConfigError("cannot fit a run-time predictor on no jobs; check the trace and --train-fraction")
     unknown = sorted(set(fields) - set(CATEGORIES))

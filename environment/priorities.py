@@ -1,21 +1,7 @@
-"""Priority policies: a table of score functions, lowest score runs first.
-
-They live in the simulator because they are its built-in `select` default; `agents.base.PriorityAgent`
-serves the same table as an agent.
-
-Each policy scores jobs from what a scheduler knows when it decides: submit time `s`, requested
-time `r` (the user's estimate), size `n` in processors, and wait `w = now - s`. Ties go to the
-earlier submit, then to the lower job id, so every policy is a total order and every run is
-deterministic.
-
-Sources: FCFS, LCFS, SJF, LJF, SQF, SAF and SRF as tabulated in the SchedInspector paper
-(Zhang et al., Table 3); LARGEST, LAF, LRF, SEXP and LEXP as SchedInspector's public code defines
-its other base policies (HPCSimSkip.py, `largest_score` .. `lrf_score`; docs/semantics.md section 9
-says where hpcgym's wait differs from that code's); WFP3 and UNICEF from Tang et al. (2009) as used in the RL backfilling
-paper (Table 3) and RLSchert; F1-F4 from Carastan-Santos and de Camargo (SC'17), whose `s` is
-the submit time in seconds. `multifactor` is Slurm's multifactor priority as SchedInspector's
-section 4.5 configures it (`multifactor_score`).
-"""
+"""Priority policies: a table of score functions, lowest score runs first, ties to the earlier
+submit then the lower job id (docs/semantics.md section 9 gives every formula and its source).
+They live in the simulator as its built-in `select` default; `agents.base.PriorityAgent` serves
+the same table as an agent."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""Reward specifications, computed by the env so agents in any language receive them.
-
-A spec makes one `Reward` per episode. Its `step` is called whenever a new decision arises
-(any kind, any agent) and returns what was earned since the previous one; the env adds it to
-every participant's account, and each agent receives its account with its own next decision.
-`end` is added once, at the episode's end. `dras_capability` and `dras_capacity` are DRAS's
-equations (1) and (2), earned for the jobs started between two decisions. The `relative:` family
-(`RelativeReward`) compares the episode with a re-run of the same jobs by a base policy alone
-(SchedInspector, RL backfilling); its names are parsed, not listed (`get_reward`). The
-`system_*` specs (`SystemSlowdown`) are DeepRM's dense slowdown reward over every job in the
-system (IRL's rewards A and I, RLSchert).
-"""
+"""Reward specifications, computed by the env so that agents in any language receive them
+(docs/semantics.md section 14 defines each)."""
 
 from __future__ import annotations
 
@@ -46,10 +36,7 @@ class EndReward(Reward):
 
 
 class QueueWait(Reward):
-    """Minus the job-hours spent waiting in the queue since the previous decision (dense).
-
-    Over an episode without kills the rewards add up to minus the sum of all waits, in hours.
-    """
+    """Minus the job-hours waited in the queue since the previous decision (dense)."""
 
     def __init__(self) -> None:
         self.seen = 0
@@ -64,25 +51,8 @@ class QueueWait(Reward):
 
 
 class DRASReward(Reward):
-    """Base of DRAS's per-decision rewards (Fan et al., "DRAS: Deep reinforcement learning for
-    cluster scheduling in high performance computing", IEEE TPDS 2022, section 3.1, eqs. 1, 2).
-
-    A DRAS reward scores the jobs *selected* at a decision. Here: at each `step` (a new decision
-    arises) the selected jobs S are all jobs started since the previous `step`
-    (`Simulation.started_since`): the agent's picks, and also jobs a built-in default started in
-    between (e.g. EASY backfilling when only select is external). A restart after a kill counts
-    as a new start. Nothing started: the reward is 0 (both equations are about selected jobs).
-    `end` adds the starts since the last decision.
-
-    The state the equations read is the one right after the last start in S (time t_s):
-    t_j = t_s - submit_j is a wait (for j in S its start - submit), the queue at the decision is
-    S plus the jobs still queued now that had been submitted by t_s (jobs submitted later were
-    not there), and N_used the processors busy right after that start (finishes after t_s are not
-    seen). In the usual case (the agent picks at t_s and the next decision is at t_s too) this is
-    exactly the queue and the cluster of the decision. The whole queue counts, not only the window
-    the agent sees. The cluster is a processor count, so N is the processors. Cost: O(|S|) per
-    decision, plus O(queue) when something started.
-    """
+    """DRAS's per-decision rewards over the jobs started since the previous decision
+    (docs/semantics.md section 14)."""
 
     def __init__(self) -> None:
         self.mark = 0
@@ -106,17 +76,7 @@ class DRASReward(Reward):
 
 
 class DRASCapability(DRASReward):
-    """DRAS eq. (1), capability computing:
-
-        w1 * mean_{j in S} t_j / t_max  +  w2 * mean_{j in S} n_j / N  +  w3 * N_used / N
-
-    t_j: the wait of job j (start - submit); t_max: the largest wait in the queue at the decision
-    (S and the jobs left waiting, see `DRASReward`); n_j: job j's processors; N: the cluster's
-    processors; N_used: processors busy right after the picks started. t_max = 0 (every wait 0)
-    makes the wait term 0. Weights default to w1 = w2 = w3 = 1/3 (DRAS section 5.3, Theta).
-    The same objective as `agents.knapsack.best_capability`, so the Optimization baseline
-    maximizes exactly this reward at each instance.
-    """
+    """DRAS eq. (1), capability computing; the objective `agents.knapsack.best_capability` maximizes."""
 
     def __init__(self, weights: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)) -> None:
         super().__init__()
@@ -132,17 +92,7 @@ class DRASCapability(DRASReward):
 
 
 class DRASCapacity(DRASReward):
-    """DRAS eq. (2), capacity computing:
-
-        (sum_{j in J} -1 / t_j) / c
-
-    Read as `agents.knapsack` reads it by default (`capacity_count="decision"`, see
-    docs/agents.md), for consistency with the Optimization baseline: J is the set of jobs still
-    waiting once S started (the queue at the decision less S) and c the number of jobs waiting
-    at the decision, |J| + |S|. t_j is job j's wait at the decision, counted as at least
-    `min_wait` (1 s: a job submitted at this instant has t = 0). An empty J scores 0. The value
-    is never positive, and 0 when nothing started (see `DRASReward`).
-    """
+    """DRAS eq. (2), capacity computing, read as `agents.knapsack` reads it."""
 
     def __init__(self, min_wait: float = 1.0) -> None:
         super().__init__()
@@ -156,32 +106,13 @@ class DRASCapacity(DRASReward):
 
 
 class DRASCapacityRuntime(DRASCapacity):
-    """DRAS eq. (2) with t_j the estimated run time of job j (at least 1 s) instead of its wait.
-
-    The paper does not define t_j. Read as a wait, the sum hardly counts jobs that have waited
-    long, so a policy maximizing it may starve them (docs/dras.md measures that). Read as the run
-    time, eq. (2) is DeepRM's slowdown reward (sum of -1/T_j over the jobs in the system, Mao et
-    al. 2016) restricted to the queue, which "aims to minimize the average job wait time" as the
-    paper says: leaving a short job waiting costs the most.
-    """
+    """DRAS eq. (2) with the estimated run time in place of the wait, which the paper leaves open."""
 
     queue_times = "queue_estimates"
 
 
 class SystemSlowdown(Reward):
-    """DeepRM's slowdown reward over every job in the system (Mao et al., HotNets 2016; IRL's
-    reward A; RLSchert eq. 9): at each instant, minus the sum of 1/t_j over the jobs queued or
-    running, t_j the job's run time (`times="run"`, the ideal time the papers mean), its
-    estimate (`"estimate"`, what reservations use) or its prediction (`"prediction"`, RLSchert's
-    eq. 9: a running job's current prediction as of the step, a waiting job's pre-run one), at
-    least 1 s; or `"hour"`, t_j = 1 hour for every job (RLSchert's eq. 10: minus the job-hours in
-    the system, adding up to minus the sum of the response times in hours). Dense: each `step` returns
-    the integral over the time since the previous one, so over an episode the rewards add up to
-    minus the sum of (end - submit) / t_j, the jobs' slowdowns. With `wait=True` the rate is
-    minus the sum of (w_j + t_j) / t_j, w_j the job's wait so far (IRL's reward I), integrated
-    over hours. A job requeued by a kill waits again from its submit. Cost: O(jobs in the
-    system) per decision.
-    """
+    """DeepRM's slowdown reward over every job queued or running, integrated between decisions."""
 
     def __init__(self, times: str = "run", wait: bool = False) -> None:
         self.times, self.wait = times, wait
@@ -236,22 +167,13 @@ RELATIVE_SYNTAX = "relative:METRIC[:FORM[:POLICY[:SCAN]]]"
 
 
 class RelativeReward(Reward):
-    """At the end, how much better the episode did than the same jobs scheduled by a base policy
-    alone: the base run re-simulates the episode's workload with its options (estimates, backfill,
-    seed) and built-in defaults for every decision kind (no agent), so only the agents' decisions
-    differ. With d = base - x for lower-is-better metrics (x - base for utilization):
-    `pct` d / base, `pct_max` d / max(base, x, 1), `diff` d, `winloss` sign(d). A `pct` over a base
-    of 0 (e.g. no job waited) divides by 1 instead. Costs one more simulation per episode (about
-    5 ms for 256 jobs). `policy` None: the episode's own priority policy; `scan` None: the
-    episode's backfill scan order (`backfill_order`), else the base run's (RL backfilling's code
-    compares with FCFS + EASY scanning candidates shortest first: `relative:bsld:pct:fcfs:sjf`)."""
+    """At the end, the episode against the same jobs scheduled by a base policy alone."""
 
     def __init__(self, metric: str, form: str = "pct", policy: str | None = None, scan: str | None = None) -> None:
         self.key, self.scale, self.lower_better = RELATIVE_METRICS[metric]
         self.form, self.policy, self.scan = form, policy, scan
 
     def baseline(self, sim: Any) -> dict[str, Any]:
-        """The base run's summary metrics."""
         from .simulator import simulate
 
         config = sim.config if self.scan is None else replace(sim.config, backfill_order=self.scan)
@@ -296,10 +218,7 @@ def relative_spec(name: str) -> RewardSpec:
 
 
 class DelayPenalty(Reward):
-    """Minus `per_second` for each second an unguarded backfill has moved the reserved job's
-    shadow time later since the previous decision (`Simulation.reservation_delay_s`): RL
-    backfilling's "large negative reward" for delaying the reservation, whose size the paper does
-    not give. Only unguarded candidates can delay it (`backfill_candidates: unguarded`)."""
+    """RL backfilling's penalty for delaying the reserved job by unguarded backfills."""
 
     def __init__(self, per_second: float) -> None:
         self.per_second, self.seen = per_second, 0
@@ -366,8 +285,7 @@ def sum_spec(name: str) -> RewardSpec:
 
 
 class ScaledReward(Reward):
-    """Another reward times a constant (`K*NAME`): returns of very different sizes (eq. 9 of
-    RLSchert reaches -1e6 per episode) brought to where a critic can fit them."""
+    """Another reward times a constant (`K*NAME`), to bring returns where a critic can fit them."""
 
     def __init__(self, factor: float, part: Reward) -> None:
         self.factor, self.part = factor, part
@@ -402,8 +320,7 @@ def _no_requirement(config: Any) -> str | None:
 
 @dataclass(frozen=True)
 class RewardSpec:
-    """A named reward. `requires(config)` says what is wrong with a simulation's options for it
-    (None: nothing); `check` turns that into an error before any episode runs."""
+    """A named reward; `requires(config)` says what is wrong with a simulation's options for it."""
 
     name: str
     description: str

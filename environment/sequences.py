@@ -1,10 +1,6 @@
-"""Job sequences cut from a workload for training and evaluation, all reproducible from a seed.
-
-Windows keep the original submit times (no rebasing): the simulator starts its clock at the first
-job's submit, and every metric (wait, slowdown, utilisation over the window) depends only on
-differences between times, so the offset of a window changes nothing. Keeping the raw times
-lets a reader find the jobs in the source trace.
-"""
+"""Job sequences cut from a workload for training and evaluation, all reproducible from a seed
+(docs/semantics.md section 2). Windows keep the original submit times: metrics depend only on
+differences between times, and raw times let a reader find the jobs in the source trace."""
 
 from __future__ import annotations
 
@@ -35,11 +31,8 @@ def _check_length(workload: Workload, n_jobs: int) -> None:
 
 
 def split(workload: Workload, train: float) -> tuple[Workload, Workload]:
-    """The first `train` fraction of the jobs (in submit order) and the rest.
-
-    A chronological split, so that a policy is evaluated on jobs that come after the ones it
-    was trained on, as in the RL scheduling papers. The cut is at floor(train * jobs).
-    """
+    """The first `train` fraction of the jobs (in submit order) and the rest: a chronological split,
+    so that a policy is evaluated on jobs that come after those it was trained on."""
     if isinstance(train, bool) or not isinstance(train, Real) or not math.isfinite(train) \
             or not 0.0 < float(train) < 1.0:
         raise ConfigError(f"train fraction must be a number strictly between 0 and 1, got "
@@ -68,13 +61,9 @@ def window(workload: Workload, n_jobs: int, start: int) -> Workload:
 
 def random_window(workload: Workload, n_jobs: int, seed: int,
                   accept: Callable[[Workload], bool] | None = None, draws: int = 1) -> Workload:
-    """A contiguous window whose start is drawn uniformly from all that fit (seeded).
-
-    With `accept`, starts are drawn from the same seeded stream until `accept(window)` holds, at
-    most `draws` times (RLScheduler's trajectory filtering); the first draw is the plain one.
-    The RL scheduling papers draw sequences the same way, though with their own generator and
-    start range, so a seed here never reproduces their exact windows (docs/fidelity.md).
-    """
+    """A contiguous window whose start is drawn uniformly from all that fit (seeded); with `accept`,
+    drawn again from the same stream until it holds, at most `draws` times (RLScheduler's
+    trajectory filtering). A seed never reproduces the papers' own windows (docs/fidelity.md)."""
     return window(workload, n_jobs, random_start(workload, n_jobs, seed, accept, draws))
 
 
@@ -97,11 +86,8 @@ PREFILL_STREAM = 1
 
 
 def prefilled(workload: Workload, n_jobs: int, start: int, seed: int) -> Workload:
-    """The window of `n_jobs` jobs from `start`, on a cluster pre-filled as RLScheduler's code
-    fills it (`gen_preworkloads`): walking back from the job before the window, at most
-    n_jobs + U{0..n_jobs-1} of them, each one that fits the processors still free is running, for
-    its request (its run time here), having run U{0..max(request, 1)} s of it (at most all of it);
-    the walk stops at the first that does not fit. Seeded by `seed`."""
+    """The window of `n_jobs` jobs from `start`, on a cluster pre-filled as RLScheduler's code fills
+    it (`gen_preworkloads`; docs/semantics.md section 2), seeded by `seed`."""
     cut = window(workload, n_jobs, start)
     rng = np.random.default_rng([_check_seed(seed), PREFILL_STREAM])
     count = n_jobs + int(rng.integers(0, n_jobs))
@@ -116,14 +102,8 @@ def prefilled(workload: Workload, n_jobs: int, start: int, seed: int) -> Workloa
 
 
 def sampled_jobset(workload: Workload, n_jobs: int, seed: int) -> Workload:
-    """DRAS-style "sampled" jobset: random jobs with Poisson arrivals at the source's rate.
-
-    `n_jobs` jobs are drawn at random (without replacement when the source has enough, else
-    with replacement), keeping run, size, requested time and user, in the drawn order. Arrival
-    times are re-drawn: exponential gaps whose mean is the source's mean inter-arrival time,
-    first submit at 0, rounded to whole seconds. Jobs are renumbered 1..n_jobs since a job can
-    appear twice when drawn with replacement.
-    """
+    """DRAS-style "sampled" jobset: random jobs with Poisson arrivals at the source's rate, renumbered
+    1..n_jobs since drawing with replacement can repeat a job."""
     n_jobs = check_int(n_jobs, "n_jobs", 1)
     rng = np.random.default_rng(_check_seed(seed))
     n = len(workload)

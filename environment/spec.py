@@ -1,9 +1,5 @@
-"""Workload and simulation specifications, shared by the CLI, the protocol and checkpoints.
-
-`hpcgym run --jobs 1024 --sample 7` and a protocol `reset` with
-`{"workload": {"jobs": 1024, "sample": 7}}` go through the same function, so both accept the
-same keys and refuse bad ones with the same messages.
-"""
+"""Workload and simulation specifications, shared by the CLI, the protocol and checkpoints, so
+that all accept the same keys and refuse bad ones with the same messages."""
 
 from __future__ import annotations
 
@@ -11,7 +7,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from numbers import Integral
 from pathlib import Path
@@ -28,7 +24,7 @@ from .priorities import POLICIES
 from .rewards import RewardSpec, get_reward
 from .simulator import simulate
 from .swf import read_swf
-from .work import check as check_work, offload
+from .work import check as check_work
 from .workload import Workload
 
 #: The workload used when no trace is given: the Lublin-Feitelson model with the parameter set
@@ -130,10 +126,7 @@ WORKLOAD_TYPES = {f.name: f.metadata["types"] for f in fields(WorkloadSpec)}
 #: What an unset key means where saying it or not makes no difference.
 IMPLIED = {"cleaning": "hpcgym"}
 WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset", "synthetic", "sjf_range", "prefill")
-CONFIG_KEYS = ("preset", "backfill", "estimate", "overrun", "window", "max_interval", "max_rejections",
-               "exact_requests", "raise_requests", "commit_pick", "backfill_order", "backfill_candidates",
-               "backfill_stop", "easy_extra", "strict_shadow", "keep_shadow", "one_event", "release_order", "backfill_skip_next",
-               "backfill_relax", "prediction")
+CONFIG_KEYS = ("preset", *(f.name for f in fields(SimConfig) if f.name != "seed"))
 #: How many windows `sjf_range` draws at most per episode (each is simulated once with SJF).
 SJF_RANGE_DRAWS = 200
 #: The largest generated workload; larger ones would stall an env serving others.
@@ -278,23 +271,22 @@ def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
         return generate_from_model(_fitted(workload), jobs, sample)
     if spec.get("first_jobs") is not None:
         workload = workload.take(slice(0, spec["first_jobs"]))
-    if spec.get("sjf_range") is not None:  # up to SJF_RANGE_DRAWS simulations: a shared env runs them apart
-        start = offload(_sjf_start, workload, jobs, sample, *spec["sjf_range"])
+    if spec.get("sjf_range") is not None:
+        start = sequences.random_start(workload, jobs, sample, _sjf_within(*spec["sjf_range"]), SJF_RANGE_DRAWS)
     else:
         start = sequences.random_start(workload, jobs, sample)
     return sequences.prefilled(workload, jobs, start, sample) if spec.get("prefill") else \
         sequences.window(workload, jobs, start)
 
 
-def _sjf_start(workload: Workload, jobs: int, sample: int, low: float, high: float) -> int:
-    """The first of `sample`'s random windows on which SJF's mean bsld, under RLScheduler's
-    rules, lies in (low, high)."""
+def _sjf_within(low: float, high: float) -> Callable[[Workload], bool]:
+    """Whether SJF's mean bsld on a window, under RLScheduler's rules, lies in (low, high)."""
     config = SimConfig(**PRESETS["rlscheduler"])
 
     def within(window: Workload) -> bool:
-        check_work()  # bounded in CPU time, and cancelled with its request (environment/work.py)
+        check_work()  # up to SJF_RANGE_DRAWS simulations: a shared env bounds them (environment/work.py)
         return low < simulate(window, config, policy="sjf").summary["mean_bsld"] < high
-    return sequences.random_start(workload, jobs, sample, within, SJF_RANGE_DRAWS)
+    return within
 
 
 #: Models fitted to loaded workloads: a synthetic episode is cut from a cached source each time,

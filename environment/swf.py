@@ -1,12 +1,5 @@
-"""Read, clean and write Standard Workload Format (SWF) traces.
-
-An SWF file holds `;`-prefixed header lines (`; Key: value`) and one data line per job with 18
-whitespace-separated numeric fields; `-1` marks a missing value. `read_swf` turns a trace into a
-cleaned `Workload`, counting every job it leaves out by reason so that papers' trace tables can be
-reproduced and checked. Well-formed traces are parsed as one numpy array (swf_fast.py); anything
-unusual falls back to numpy's line reader and a line-by-line scan, so that an error names the
-exact line while the largest archive traces (~450k jobs) still load in a fraction of a second.
-"""
+"""Read, clean and write Standard Workload Format (SWF) traces (docs/semantics.md section 1): plain
+traces at numpy speed (swf_fast.py), anything unusual line by line so that an error names the line."""
 
 from __future__ import annotations
 
@@ -197,12 +190,8 @@ def _check_line(line: str) -> str | None:
 
 def _parse_rows(lines: list[str], numbers: list[int], path: Path, on_malformed: str,
                 before: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
-    """Data lines -> (n, 18) float array, their line numbers, and how many lines were skipped
-    (errors name line `before` + number).
-
-    numpy's C reader handles the normal case; any failure (including non-finite or huge values
-    it would accept) triggers a Python scan that pins down the exact offending line(s).
-    """
+    """Data lines -> (n, 18) float array, their line numbers and how many were skipped: numpy's C
+    reader, else a Python scan that pins down the offending line (errors name line `before` + number)."""
     line_no = np.asarray(numbers, dtype=np.int64)
     if not lines:
         return np.empty((0, N_FIELDS)), line_no, 0
@@ -229,10 +218,8 @@ def _parse_rows(lines: list[str], numbers: list[int], path: Path, on_malformed: 
 
 def _parse(path: Path, on_malformed: str, max_bytes: int | None,
            max_jobs: int | None = None) -> tuple[dict[str, str], np.ndarray, np.ndarray, int, bool]:
-    """(header, kept columns, job line numbers, lines skipped as malformed, whether every piece
-    was plain), piece by piece: at numpy speed where a piece is plain (swf_fast.py), else line by
-    line, so that an error names the exact line. Refused as soon as the job lines so far pass
-    `max_jobs` (a small file of short lines must not fill memory before its bytes are counted)."""
+    """(header, kept columns, job line numbers, lines skipped, whether every piece was plain), piece
+    by piece; refused as soon as the job lines pass `max_jobs`, before the bytes are all counted."""
     comments: list[bytes] = []
     columns, numbers = [], []
     n_malformed, lines, plain, sniffed, jobs = 0, 0, True, False, 0
@@ -269,10 +256,8 @@ class TooManyJobs(WorkloadError):
 
 def _parse_exact(piece: bytes, path: Path, on_malformed: str, before: int,
                  sniff: bool) -> tuple[list[bytes], np.ndarray, np.ndarray, int]:
-    """(comment lines, kept columns, job line numbers within the piece, lines skipped as
-    malformed) of a piece whose file has `before` lines before it, line by line. With `sniff`
-    (no job line came before), a piece none of whose first job lines is an SWF line is refused
-    as not a trace."""
+    """A piece line by line (`before` lines precede it); with `sniff`, a piece none of whose first
+    job lines is an SWF line is refused as not a trace."""
     comment_lines: list[bytes] = []
     data_lines: list[str] = []
     data_numbers: list[int] = []
@@ -309,17 +294,11 @@ CLEANINGS = ("hpcgym", "rlbf-scw")
 def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: bool = False,
              on_malformed: str = "error", cleaning: str = "hpcgym", max_bytes: int | None = None,
              max_jobs: int | None = None) -> Workload:
-    """Load and clean an SWF trace (plain or gzip) into a `Workload` sorted by submit time, counting
-    each job left out by reason (`DROP_REASONS`) so papers' trace tables can be checked.
-
-    Size is field 5, else field 8; a requested time <= 0 falls back to the run time; the cluster is
-    `procs`, else the header's MaxProcs, else MaxNodes. `strict` makes a job larger than the
-    cluster an error; `on_malformed` "skip" leaves bad lines out. `cleaning="rlbf-scw"` is RL
-    backfilling's SC-W code's (a negative run time becomes 10 s, size = max of fields 5 and 8, a
-    missing request takes the recorded run time, job-id order). `max_bytes` and `max_jobs` refuse
-    a trace as soon as parsing passes them (an env serving others sets them). hpcgym's own header
-    lines (`MACHINE_KEY`, `JOB_KEY`) give back a written sequence's machine and GPU requests.
-    """
+    """Load and clean an SWF trace (plain or gzip) into a `Workload` sorted by submit time, with the
+    dropped jobs counted by `DROP_REASONS` (docs/semantics.md section 1 gives both cleanings).
+    `strict` makes a job larger than the cluster an error; `max_bytes` and `max_jobs` refuse a
+    trace as soon as parsing passes them (an env serving others sets them). hpcgym's own header
+    lines (`MACHINE_KEY`, `JOB_KEY`) give back a written sequence's machine and GPU requests."""
     if cleaning not in CLEANINGS:
         raise WorkloadError(f"unknown cleaning {cleaning!r}; use one of {', '.join(CLEANINGS)}")
     path = Path(path)
@@ -446,17 +425,10 @@ def write_swf(path: str | os.PathLike[str], workload: Workload,
     for comment in comments or []:
         head.extend(f"; {part}".rstrip() for part in str(comment).splitlines() or [""])
     table = np.full((n, N_FIELDS), -1, dtype=np.int64)
-    table[:, _JOB] = workload.job_id
-    table[:, _SUBMIT] = workload.submit
-    table[:, _RUN] = workload.run
-    table[:, _ALLOC] = workload.size
-    table[:, _REQ_TIME] = workload.requested
-    table[:, _USER] = workload.user
-    table[:, _QUEUE] = workload.queue
-    table[:, _GROUP] = workload.group
-    table[:, _EXECUTABLE] = workload.executable
-    table[:, _MEMORY] = workload.memory
-    table[:, _PARTITION] = workload.partition
+    for column, name in ((_JOB, "job_id"), (_SUBMIT, "submit"), (_RUN, "run"), (_ALLOC, "size"),
+                         (_REQ_TIME, "requested"), (_USER, "user"), (_QUEUE, "queue"), (_GROUP, "group"),
+                         (_EXECUTABLE, "executable"), (_MEMORY, "memory"), (_PARTITION, "partition")):
+        table[:, column] = getattr(workload, name)
     fmt = " ".join(["%d"] * N_FIELDS)
     body = "\n".join(fmt % tuple(row) for row in table.tolist())
     text = "\n".join(head) + "\n" + (body + "\n" if n else "")
@@ -472,11 +444,8 @@ def write_swf(path: str | os.PathLike[str], workload: Workload,
 
 
 def trace_stats(workload: Workload) -> dict[str, float | int | str]:
-    """The columns of the RL papers' trace tables, plus what cleaning dropped, for reporting.
-
-    Means are over the kept jobs; the mean inter-arrival is the submit span divided by
-    (jobs - 1), i.e. the mean gap between consecutive submits. NaN where undefined.
-    """
+    """The columns of the RL papers' trace tables (mean inter-arrival: the submit span over jobs - 1),
+    plus what cleaning dropped; NaN where undefined."""
     n = len(workload)
     nan = math.nan
     span = int(workload.submit[-1] - workload.submit[0]) if n else 0

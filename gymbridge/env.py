@@ -1,89 +1,6 @@
-"""`HpcEnv`: one decision kind (or select + backfill) of an hpcgym episode as a Gymnasium environment.
-
-The env owns one decision kind (`select`, `inspect`, `backfill` or `kill`); the others are
-decided by the simulation's built-in defaults (priority policy, accept, EASY, no kill) or by
-in-process agents given as `others={kind: Agent}`. It runs the simulation in this process, or,
-with `remote="tcp://..."`/`"ipc://..."`, drives a running `hpcgym env` over the step/act
-protocol; both give identical trajectories (observations, rewards, masks, metrics).
-
-Actions (an int; `info["action_mask"]` is an int8 vector, 1 = allowed; W = the `window` option):
-
-| kind     | space            | action k                                                          |
-|----------|------------------|-------------------------------------------------------------------|
-| select   | Discrete(W + 1)  | k < W: start (or reserve) the k-th job of the queue window, i.e.  |
-|          |                  | the k-th candidate; k = W: wait (allowed only when `can_wait`)    |
-| backfill | Discrete(W + 1)  | k < W: start the k-th job of the queue window now, allowed when it|
-|          |                  | is a backfill candidate; k = W: stop backfilling (always allowed) |
-| inspect  | Discrete(2)      | 0: accept the pick, 1: reject it                                  |
-| kill     | Discrete(W + 1)  | 0: kill nothing; k >= 1: kill the (k-1)-th running job (running   |
-|          |                  | jobs by estimated end, as `observation["running"]` lists them)    |
-| select_kill | Discrete(2W + 1) | k < W: select the k-th queue-window job (as select); W <= k < 2W: |
-|          |                  | kill the (k-W)-th running job (allowed when offered: one kill per |
-|          |                  | instant); k = 2W: wait (allowed only when `can_wait`)             |
-
-Slot k always names row k of the observation's job table (queue window, or running jobs for
-kill; select_kill: row k of the queue window, slot W + k row k of the running jobs), so a per-row scoring network lines up with the actions. Backfill candidates are the
-queue jobs that fit now without delaying the reservation; one beyond the visible window (only
-when more than W jobs wait) has no row and cannot be chosen. A kill env sees at most W running
-jobs. Multi-job select actions (a list that fits together) are not offered.
-
-An action outside the mask raises `MaskedActionError` (an `InvalidAction` and a `ValueError`);
-nothing changes. `action_space.sample()` without a mask returns an action allowed at every
-decision (select: the first candidate, i.e. the priority policy's pick; backfill: stop; kill:
-none; inspect: either; select_kill: wait, or the first job when it cannot wait); draw a uniformly random allowed action with
-`action_space.sample(mask=info["action_mask"])`.
-
-Reward (the `reward` spec of `environment/rewards.py`, computed as `hpcgym env` does): the
-spec's step reward is taken at every decision that arises (any kind that has an agent), summed
-between this env's decisions, and returned by the `step` that led to it; the spec's end reward
-is added on the terminating step. Reward arising before the first decision belongs to no
-action: it is in reset's `info["initial_reward"]`.
-
-Two kinds in one env (DRAS: level 1 picks the job to start or reserve, level 2 picks backfill
-jobs one at a time until none are left): `kind=("select", "backfill")` (in any order; the only
-combination offered: others raise a `ConfigError`). Both kinds keep their Discrete(W + 1) action
-and mask as above (slot W: wait at a select decision, stop at a backfill one), so the env's action
-space is Discrete(W + 1). The pending decision's kind is `info["kind"]` and is in the
-observation: the encoder's vector followed by a one-hot kind flag, [1, 0] for select and
-[0, 1] for backfill (the final observation: [0, 0]), so the observation space is the encoder's
-size + 2 (a network that reshapes the encoder's part, like DRAS's, splits the last 2 off). The
-mask-free `action_space.sample()` gives the current kind's safe action (first candidate / stop);
-in a vector env, whose action space copy does not follow the decisions, sample with the mask.
-Reward accumulates between this env's decisions whatever their kind. A single kind string keeps
-the observation without a flag; `info["kind"]` is given by every env (None once terminated).
-
-Episodes: `terminated` is True when the job sequence has been run to the end; the final
-observation is all zeros, `info["metrics"]` holds the summary metrics, and the mask then allows
-the no-mask sample actions (so a vector env's masked sampling never sees an empty mask). If
-an episode needs no decision of this kind at all, `reset` returns a zero observation and the one
-`step` after it (any action in the mask) terminates with the whole episode's reward.
-
-Seeds: every episode has an episode seed: `reset(seed=s)` uses s; `reset()` uses the previous
-one plus `seed_stride` (the constructor's `seed` for the first). The episode seed is the
-protocol's `seed` (generated Lublin workload, noisy estimates, random policy), and when the
-workload spec has a `sample` key (any value, e.g. `True`) the sample seed too, so each episode
-draws another window (`{"jobs": 256, "sample": True}`) or sampled jobset. A trace without
-`sample` gives the same job sequence every episode.
-
-Info: `action_mask`, `kind` (the pending decision's kind), `decision` (a `DecisionSnapshot`: the `Decision` with its `kind`, `time`,
-`step`, `candidates`, `context`, `can_wait`, raw `observation`; None once terminated), at the
-end `metrics`, at reset `initial_reward` and `episode_seed`.
-
-Rendering (`render_mode`, `gymbridge/render.py`): "ansi" gives the pending decision as text (time,
-free processors, the queue window with sizes, requested times and waits, the running jobs by
-estimated end, the decision's kind and context; the metrics once ended); "rgb_array" gives the
-Gantt chart of the jobs started so far (processors over hours, colour: kind of start) as an
-H x W x 3 uint8 array, in process only (a remote env renders "ansi"). `render()` reads the state
-after the last reset or step; before the first reset it returns None.
-
-Remote (`gymbridge/remote.py`): the connection says hello with this env's kind(s) (and the `others`'
-kinds, answered here) in a session of its own, and sends reset with the same workload spec, seed,
-reward and the complete simulation options (defaults filled in, so the server's
-`--backfill`/`--policy` defaults do not apply). Workload keys left out do take the server's defaults
-(`hpcgym env --trace/--procs`). The server gives up on a decision after its `--decision-timeout`
-(30 s by default): start it with a timeout longer than the slowest pause between two steps (e.g. a
-training update).
-"""
+"""`HpcEnv`: one decision kind (or select + backfill) of an hpcgym episode as a Gymnasium environment,
+played in process or on a running `hpcgym env`; docs/gymnasium.md gives its actions, masks,
+rewards, seeds and infos."""
 
 from __future__ import annotations
 
@@ -110,8 +27,7 @@ class MaskedActionError(InvalidAction, ValueError):
 
 
 class DecisionSnapshot(Decision):
-    """A pending decision as `info["decision"]` holds it: detached from the simulation (so it
-    pickles, e.g. through a vector env's pipes) and comparable by value."""
+    """A pending decision detached from the simulation, so it pickles (a vector env's pipes)."""
 
     __slots__ = ()
 
@@ -152,8 +68,7 @@ class MaskableDiscrete(gym.spaces.Discrete):
 
 class InProcessEpisodes:
     """The env's episodes played here, with `RemoteEpisodes`' interface, so `HpcEnv` holds "its
-    episodes" whichever side runs them: the next decision of the env's kinds and the reward since
-    the last one; at the end, the end reward added and the metrics kept."""
+    episodes" whichever side runs them."""
 
     def __init__(self, workloads: WorkloadCache, kinds: tuple[str, ...], others: Mapping[str, Any],
                  observed: Mapping[str, tuple[str, ...]] | None = None) -> None:
@@ -188,7 +103,7 @@ class InProcessEpisodes:
 
 
 class HpcEnv(gym.Env):
-    """One decision kind of an hpcgym episode (see the module docstring for every rule)."""
+    """One decision kind of an hpcgym episode (docs/gymnasium.md gives every rule)."""
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": RENDER_FPS}
 
@@ -197,18 +112,10 @@ class HpcEnv(gym.Env):
                  seed: int = 0, remote: str | None = None, *, others: Mapping[str, Any] | None = None,
                  seed_stride: int = 1, remote_timeout: float = 10.0, decision_info: bool = True,
                  encoder_options: Mapping[str, Any] | None = None, render_mode: str | None = None) -> None:
-        """
-        kind: the decision kind this env takes, or ("select", "backfill") for both. workload: a workload spec (`load_workload` keys;
-        default `{}`, the generated Lublin workload). options: `SimConfig` keys (`backfill`,
-        `estimate`, `overrun`, `window`, `max_interval`, `max_rejections`) plus `policy` (the
-        queue's priority policy, default fcfs). reward: reward spec name. encoder: encoder name
-        (`agents.encoders.get_encoder`) or instance; default jobs+nodes (running+nodes for kill).
-        seed: the first episode's seed; seed_stride: added per seedless reset. remote: address of
-        an `hpcgym env` to run the episodes on. others: {kind: Agent} deciding other kinds here.
-        decision_info: put `info["decision"]` in infos (a vector env pickles it every step).
-        encoder_options: options of a named encoder (`agents.encoders.ENCODER_OPTIONS`, e.g.
-        `{"priority_size": 26}` for dras). render_mode: "ansi", "rgb_array" (in process) or None.
-        """
+        """workload: `WorkloadSpec` keys; options: `SimConfig` keys plus `policy`; encoder: a name
+        (`agents.encoders.get_encoder`, with `encoder_options`) or an instance; remote: the address of
+        an `hpcgym env` to play on; others: {kind: Agent} deciding other kinds here; decision_info:
+        whether infos carry the decision (a vector env pickles it every step)."""
         super().__init__()
         self.render_mode = check_render_mode(render_mode, remote)
         #: The kinds this env decides; `kind` is the one kind, or this tuple for a two-kind env.
@@ -262,16 +169,8 @@ class HpcEnv(gym.Env):
         info: dict[str, Any] = {"episode_seed": ep_seed}
         self._empty_episode = decision is None
         if decision is None:  # no decision of this kind in the whole episode: one step ends it
-            self._decision = None
-            info["initial_reward"] = 0.0
             self._pending_reward = earned
-            self._mask = self._safe_mask.copy()
-            self.action_space._safe_mask = self._safe_mask
-            info["action_mask"] = self._mask.copy()
-            info["kind"] = None
-            if self.decision_info:
-                info["decision"] = None
-            return self._zeros(), info
+            return self._zeros(), self._nothing_pending({**info, "initial_reward": 0.0})
         info["initial_reward"] = earned
         obs = self._present(decision, info)
         return obs, info
@@ -290,8 +189,7 @@ class HpcEnv(gym.Env):
         return obs, earned, False, False, info
 
     def render(self) -> str | np.ndarray | None:
-        """The frame of `render_mode` for the state after the last reset or step (module docstring,
-        Rendering); None without a render mode or before the first reset."""
+        """The `render_mode` frame after the last reset or step; None before the first reset."""
         if self.render_mode is None or self._episodes is None:
             return None
         if self.render_mode == "rgb_array":
@@ -322,8 +220,7 @@ class HpcEnv(gym.Env):
 
     # ------------------------------------------------------------------ episodes
     def _start(self, ep_seed: int) -> tuple[Decision | None, float]:
-        """Start an episode (in process, or on the remote env); its first decision of this env's
-        kinds (None: none arises) and the reward earned before it."""
+        """The first decision of this env's kinds (None: none arises) and the reward earned before it."""
         if self._episodes is None:
             # only the encoder reads the observations, unless infos or frames show them or agents here decide
             # other kinds
@@ -347,15 +244,14 @@ class HpcEnv(gym.Env):
         return decision, earned
 
     def _episode(self, ep_seed: int) -> EpisodeSpec:
-        """Episode `ep_seed`: the seed of its rules and, where the workload has a `sample` key (any
-        value), of its window, so each episode draws another."""
+        """Episode `ep_seed`: the seed of its rules and, where the workload has `sample`, of its window."""
         workload = self.episode_spec.workload
         if workload.sample is not None:
             workload = replace(workload, sample=ep_seed)
         return replace(self.episode_spec, workload=workload, config=replace(self.config, seed=ep_seed))
 
     def _load_workload(self, ep_seed: int):
-        """`load_workload(this episode's spec, ep_seed)`; the trace is read once, not every episode."""
+        """Read once here, not every episode."""
         return self._workloads.load(self._episode_spec(ep_seed), ep_seed)
 
     def _episode_spec(self, ep_seed: int) -> dict[str, Any]:
@@ -428,18 +324,20 @@ class HpcEnv(gym.Env):
 
     def _terminate(self, earned: float):
         self._done = True
-        self._decision = None
-        self._mask = self._safe_mask.copy()
+        return self._zeros(), earned, True, False, self._nothing_pending({}, metrics=dict(self._metrics))
+
+    def _nothing_pending(self, info: dict[str, Any], **extra: Any) -> dict[str, Any]:
+        """`info` where no decision is pending: the mask then allows the always-valid actions."""
+        self._decision, self._mask = None, self._safe_mask.copy()
         self.action_space._safe_mask = self._safe_mask
-        info: dict[str, Any] = {"action_mask": self._mask.copy(), "kind": None, "metrics": dict(self._metrics)}
+        info.update(action_mask=self._mask.copy(), kind=None, **extra)
         if self.decision_info:
             info["decision"] = None
-        return self._zeros(), earned, True, False, info
+        return info
 
 
 def _env_kinds(kind: str | tuple[str, ...], others: Mapping[str, Any]) -> tuple[str, ...]:
-    """The kinds an env takes: one kind, or select and backfill together (DRAS's two levels); the
-    kinds `others` decide in process must be other kinds."""
+    """One kind, or select and backfill together (DRAS); `others` must decide other kinds."""
     kinds = (kind,) if isinstance(kind, str) else tuple(kind)
     for k in kinds:
         if not isinstance(k, str) or k not in KINDS:
@@ -472,8 +370,8 @@ def _env_encoder(encoder: str | Encoder | None, kinds: tuple[str, ...], window: 
 
 
 def _action_space(kinds: tuple[str, ...], w: int) -> tuple[MaskableDiscrete, dict[str, np.ndarray]]:
-    """One discrete space over the window's slots for every kind taken, and each kind's safe
-    actions (those always valid: accept, wait, stop), which a mask-free sample draws from."""
+    """One discrete space for every kind taken, and each kind's always-valid actions, which a
+    mask-free sample draws from."""
     safe = {INSPECT: (0, 1), SELECT: (0,), BACKFILL: (w,), KILL: (0,), SELECT_KILL: (2 * w,)}
     n = {INSPECT: 2, SELECT_KILL: 2 * w + 1}.get(kinds[0], w + 1)
     space = MaskableDiscrete(n, tuple(sorted({a for k in kinds for a in safe[k]})))

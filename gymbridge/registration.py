@@ -1,23 +1,6 @@
-"""Gymnasium ids of the hpcgym envs, so that `gymnasium.make("hpcgym/Select-v0", workload=...)`
-works after `import hpcgym.gymbridge` (docs/gymnasium.md).
-
-| id                         | the env's decision kinds                    |
-|----------------------------|---------------------------------------------|
-| `hpcgym/Select-v0`         | select                                      |
-| `hpcgym/Backfill-v0`       | backfill                                    |
-| `hpcgym/Inspect-v0`        | inspect                                     |
-| `hpcgym/Kill-v0`           | kill                                        |
-| `hpcgym/SelectBackfill-v0` | select and backfill (DRAS's two levels)     |
-
-Each is `HpcEnv` (gymbridge/env.py) with that `kind`; the keywords of `gymnasium.make` go to its
-constructor (workload, options, reward, encoder, seed, remote, ...).
-
-Gymnasium registers an outside package's envs when that package is imported (it reads no entry
-points since 1.0). Importing gymnasium takes about as long as starting the `hpcgym` command line,
-which lives in this package too, so `import hpcgym.gymbridge` does not import it: it registers the
-ids at once when gymnasium is already imported, and otherwise as soon as gymnasium is imported
-(a one-shot import hook), whichever order a program imports the two in.
-"""
+"""Gymnasium ids of the hpcgym envs (`ENV_IDS`, docs/gymnasium.md), registered by `import
+hpcgym.gymbridge` without importing gymnasium, which costs as much as starting the command line:
+at once when gymnasium is already imported, else by a one-shot import hook when it is."""
 
 from __future__ import annotations
 
@@ -65,10 +48,9 @@ def _register_or_warn() -> None:
 
 
 class _RegisterAfterImport:
-    """Finds nothing itself: when `gymnasium` is about to be imported, it takes itself off
-    `sys.meta_path`, lets the other finders find gymnasium, and registers the ids once the
-    module has run. A finder by duck typing: subclassing `importlib.abc.MetaPathFinder` would
-    import `importlib.resources` into every start of the command line."""
+    """Finds nothing itself: when `gymnasium` is about to be imported, it steps off `sys.meta_path`
+    and registers the ids once the module has run. A finder by duck typing: subclassing
+    `importlib.abc.MetaPathFinder` would import `importlib.resources` into every start of the CLI."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "gymnasium":

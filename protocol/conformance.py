@@ -1,24 +1,8 @@
-"""Conformance checkers for other implementations of the step/act protocol (PROTOCOL.md).
-
-    hpcgym protocol check-env tcp://127.0.0.1:5555
-    hpcgym protocol check-agent "hpcgym agent sjf --connect {addr}"
-
-`check_env(address)` connects to a running env as a client and plays a scripted session:
-hello (and a hello of another major version), a reset, decisions answered with candidate job
-ids, and wrong things (a stale decision id, a job that is not a candidate, wrong action types,
-unknown types, bytes that are not msgpack); every reply must validate against the reply table,
-every error must carry the documented code and repeat the decision still standing, and the
-episode must end with the documented metrics.
-
-`check_agent(command, env)` serves the given in-process env (a request handler with `handle`
-and `tick`, and the function that serves it on an ipc:// path: the caller brings them, so this
-floor needs nothing above it; `hpcgym protocol check-agent` passes the Python reference, a small
-generated workload), starts the agent command with the address in place of ``{addr}``, records every request and reply, and checks the agent's side:
-hello first, only valid requests, one request at a time, decision ids echoed, actions naming
-candidates of the pending decision, poll after `pending`, the episode finished, bye, exit 0.
-
-Both return a list of `Check` (name, passed, detail); neither raises for a misbehaving peer.
-"""
+"""Conformance checkers for other implementations of the step/act protocol (PROTOCOL.md):
+`hpcgym protocol check-env ADDRESS` plays a scripted session against a running env (right
+answers, wrong ones, other envelopes, every reply validated against the reply table), and
+`hpcgym protocol check-agent "CMD {addr}"` serves an env to an agent and checks its side from
+the recorded traffic. Both return `Check`s and never raise for a misbehaving peer."""
 
 from __future__ import annotations
 
@@ -79,8 +63,8 @@ class Check:
 
 
 def validate_reply(message: Any, strict: bool = True) -> dict[str, Any]:
-    """`messages.validate` against REPLIES. With `strict` false, reply fields the table does not
-    know are ignored, as section 8 asks of readers talking to a newer minor version."""
+    """`messages.validate` against REPLIES; not `strict`: unknown reply fields are ignored, as
+    section 8 asks of readers talking to a newer minor version."""
     return validate(message, REPLIES, ignore_unknown=not strict)
 
 
@@ -103,8 +87,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _of_type(value: Any, type_name: str) -> bool:
-    """Whether a value has a table's type, `int` or `float` (section 3: an env sends the float
-    metrics as floats, also when whole)."""
+    """Whether a value has a table's type (section 3: float metrics are sent as floats, also when whole)."""
     return isinstance(value, float) if type_name == "float" else _is_int(value)
 
 
@@ -130,8 +113,7 @@ class _Client:
         return sock
 
     def follow(self, given: str) -> None:
-        """Go on at the address a `redirect` named (1.6), the first socket kept open as the
-        protocol asks."""
+        """Go on at the address a `redirect` named (1.6), the first socket kept open as the protocol asks."""
         address = redirect_target(self.address, given)
         self.front, self.sock, self.redirected_to = self.sock, self._connect(address), address
 
@@ -215,7 +197,7 @@ class _EnvChecker:
         return msg
 
     def reset(self, c: _Client, fields: dict[str, Any], what: str) -> dict[str, Any]:
-        """The settled reply to a reset; asked again with `SERVING_OPTIONS` if refused with bad_request."""
+        """The settled reply to a reset, asked again with `SERVING_OPTIONS` if refused with bad_request."""
         def request() -> dict[str, Any]:
             options = {**fields.get("options", {}), **self.serving}
             return {"type": "reset", **fields, **({"options": options} if options else {})}
@@ -502,9 +484,8 @@ class _EnvChecker:
             self.expect_error(name, r, code, d)
 
     def play(self, a: _Client, r: dict[str, Any]) -> dict[str, Any] | None:
-        """Answer decisions with their first candidate until the episode ends; to an env of this
-        version, as a standing order of the candidates in window order (1.4), which must then
-        ask again only when a candidate is not in the order."""
+        """Answer decisions until the episode ends: with the first candidate, or to an env of this
+        version with a standing order (1.4), which must then ask again only for a candidate outside it."""
         problems: list[str] = []
         last = None
         n = ordered = 0
@@ -625,8 +606,8 @@ class _EnvChecker:
 
 
     def redirect_address(self, a: _Client) -> None:
-        """1.6: where the env redirected, the worker's address serves only the sessions the env
-        sent there (nothing to check on an env that did not redirect)."""
+        """1.6: a worker's address serves only the sessions the env sent there (nothing to check
+        where the env did not redirect)."""
         if a.redirected_to is None:
             return
         c = _Client(self.ctx, a.redirected_to, self.timeout)
@@ -656,8 +637,8 @@ class _EnvChecker:
         self.ask(owner, {"type": "bye"}, "bye at the redirect's address")
 
     def select_client(self, protocol: str, what: str) -> Any:
-        """A select agent speaking `protocol`, welcomed in a session of its own for check `what`;
-        None (the failed check recorded) when the env does not welcome it."""
+        """A select agent speaking `protocol`, welcomed in a session of its own; None (the failed
+        check recorded) when the env does not welcome it."""
         c = self.client()
         r = self.ask(c, {"type": "hello", "protocol": protocol, "agent": f"conformance-{what.replace('_', '-')}",
                          "kinds": ["select"], "session": f"{self.session}-{what.replace('_', '-')}-{protocol}"},
@@ -666,8 +647,8 @@ class _EnvChecker:
             else None
 
     def predictions(self) -> None:
-        """1.4: a reset's `prediction` option is checked like every option, and the prediction
-        columns go to a 1.4 agent and not to a 1.3 one (each in a session of its own)."""
+        """1.4: the `prediction` option is checked like every option, and its columns go to a 1.4 agent,
+        not to a 1.3 one."""
         for protocol in (PROTOCOL_VERSION, "1.3"):
             c = self.select_client(protocol, "predictions")
             if c is None:
@@ -702,8 +683,7 @@ class _EnvChecker:
 
 
     def job_columns(self) -> None:
-        """1.5: the queue's group, executable and memory columns go to a 1.5 agent (integers, one
-        per job) and not to a 1.4 one (each in a session of its own)."""
+        """1.5: the queue's group, executable and memory columns go to a 1.5 agent, not to a 1.4 one."""
         for protocol in (PROTOCOL_VERSION, "1.4"):
             c = self.select_client(protocol, "job_columns")
             if c is None:
@@ -726,9 +706,8 @@ class _EnvChecker:
             self.ask(c, {"type": "bye"}, "bye after the job columns")
 
     def select_kill(self) -> None:
-        """1.4: the joint kind: candidates are the queue window's ids then the running ids
-        (`context.queued` says how many are queued), a list is refused with invalid_action and
-        the decision stands, and answering the first candidate or nil plays the episode out."""
+        """1.4: the joint kind's candidates are the queue window's ids then running ids, a list is
+        refused with invalid_action, and the episode plays out."""
         c = self.client()
         r = self.ask(c, {"type": "hello", "protocol": PROTOCOL_VERSION, "agent": "conformance-select-kill",
                          "kinds": [SELECT_KILL], "session": f"{self.session}-select-kill"}, "hello select_kill")
@@ -763,10 +742,7 @@ class _EnvChecker:
 def check_env(address: str, timeout: float = 10.0, *, workload: dict[str, Any] | None = None,
               max_decisions: int = 100_000) -> list[Check]:
     """Run the scripted client session against the env at `address`; one Check per property.
-
-    `timeout` bounds every reply. `workload` is the reset's workload map (default: a 24-job
-    window of the env's default workload); keep it small, the episode is played to its end.
-    """
+    `workload`: the resets' workload map (default: a 24-job window); the episode is played out."""
     return _EnvChecker(address, timeout, workload, max_decisions).run()
 
 
@@ -783,12 +759,8 @@ class _Event:
 
 
 class _Recorder:
-    """Wraps an EnvService's handle/tick (the server's only entry points) to record traffic.
-
-    The agent's first reset or join (after a welcome) is answered `pending` by the checker itself,
-    as a slow env would (a heartbeat), and handed to the env when the agent asks again, so every
-    agent is seen handling `pending`.
-    """
+    """Wraps an EnvService's handle/tick to record traffic; the agent's first reset or join is
+    answered `pending` here, as by a slow env, so every agent is seen handling `pending`."""
 
     def __init__(self, service: Any) -> None:
         self.events: list[_Event] = []
@@ -1022,33 +994,24 @@ def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, elaps
     def joined(items: list[str]) -> str:
         return f"{len(items)} violation(s), first: {items[0]}" + (f"; then: {items[1]}" if len(items) > 1 else "")
 
+    def rule(name: str, key: str, fine: str, ok: bool = True) -> Check:
+        return Check(name, ok and not v[key], joined(v[key]) if v[key] else fine)
+
     tail = " | ".join(stderr.strip().splitlines()[-3:])
-    out = []
-    out.append(Check("exits_0", not timed_out and proc_rc == 0,
-                     f"still running after {elapsed:.1f} s (killed)" if timed_out else
-                     f"exit status {proc_rc}" + (f"; stderr: {tail}" if proc_rc and tail else "")))
-    hello_ok = v["first"] == "hello" and v["welcomed"] and not v["hello"]
-    out.append(Check("hello", hello_ok,
-                     joined(v["hello"]) if v["hello"] else
-                     f"protocol 1.x, kinds {v['kinds']}" if hello_ok else
-                     f"first request: {v['first']}, welcomed: {v['welcomed']}"))
-    out.append(Check("valid_requests", v["requests"] > 0 and not v["valid"],
-                     joined(v["valid"]) if v["valid"] else f"{v['requests']} requests, all valid"))
-    out.append(Check("one_request_at_a_time", not v["one_at_a_time"],
-                     joined(v["one_at_a_time"]) if v["one_at_a_time"] else "each request waited for its reply"))
-    out.append(Check("echoes_decision_ids", not v["echo"],
-                     joined(v["echo"]) if v["echo"] else f"{v['answered']} acts echoed the pending decision"))
-    out.append(Check("acts_only_on_pending", not v["on_pending"],
-                     joined(v["on_pending"]) if v["on_pending"] else "no act without a pending decision"))
-    out.append(Check("candidate_actions", not v["candidates"],
-                     joined(v["candidates"]) if v["candidates"]
-                     else "every action fits its decision's kind and candidates"))
-    out.append(Check("polls_after_pending", v["pending_seen"] > 0 and not v["poll"],
-                     joined(v["poll"]) if v["poll"] else
-                     f"{v['pending_seen']} pending replies, each followed by poll" if v["pending_seen"]
-                     else "never asked again after pending (no pending seen)"))
-    out.append(Check("no_error_replies", not v["errors"],
-                     joined(v["errors"]) if v["errors"] else "the env refused nothing"))
+    hello_ok = v["first"] == "hello" and v["welcomed"]
+    out = [Check("exits_0", not timed_out and proc_rc == 0,
+                 f"still running after {elapsed:.1f} s (killed)" if timed_out else
+                 f"exit status {proc_rc}" + (f"; stderr: {tail}" if proc_rc and tail else "")),
+           rule("hello", "hello", f"protocol 1.x, kinds {v['kinds']}" if hello_ok else
+                f"first request: {v['first']}, welcomed: {v['welcomed']}", hello_ok),
+           rule("valid_requests", "valid", f"{v['requests']} requests, all valid", v["requests"] > 0),
+           rule("one_request_at_a_time", "one_at_a_time", "each request waited for its reply"),
+           rule("echoes_decision_ids", "echo", f"{v['answered']} acts echoed the pending decision"),
+           rule("acts_only_on_pending", "on_pending", "no act without a pending decision"),
+           rule("candidate_actions", "candidates", "every action fits its decision's kind and candidates"),
+           rule("polls_after_pending", "poll", f"{v['pending_seen']} pending replies, each followed by poll"
+                if v["pending_seen"] else "never asked again after pending (no pending seen)", v["pending_seen"] > 0),
+           rule("no_error_replies", "errors", "the env refused nothing")]
     takes_kinds = bool(v["kinds"])
     out.append(Check("answers_decisions", v["answered"] > 0 or not takes_kinds,
                      f"{v['decisions']} decisions received, {v['answered']} answered"))
@@ -1059,28 +1022,23 @@ def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, elaps
         detail += f" (the agent joined; the checker reset {controller.episodes} episode(s)" + \
                   (f", controller: {controller.error})" if controller.error else ")")
     out.append(Check("finishes_episode", completed, detail))
-    out.append(Check("says_bye", v["bye_sent"] and v["bye_received"] and not v["after_bye"],
-                     joined(v["after_bye"]) if v["after_bye"] else
-                     "bye sent and answered" if v["bye_sent"] else "never said bye"))
+    out.append(rule("says_bye", "after_bye", "bye sent and answered" if v["bye_sent"] else "never said bye",
+                    v["bye_sent"] and v["bye_received"]))
     return out
 
 
 @dataclass
 class EnvUnderTest:
-    """The env that check_agent serves: `service` answers requests (`handle(peer, body)` and
-    `tick()` return [(peer, reply)], `stop = True` ends serving) and `serve(service, address,
-    ready=event)` runs it on a socket until then."""
+    """The env check_agent serves: `service.handle(peer, body)`/`tick()` answer requests and
+    `serve(service, address, ready=event)` runs it on a socket until `service.stop`."""
 
     service: Any
     serve: Callable[..., None]
 
 
 def check_agent(command: str | Sequence[str], env: EnvUnderTest, timeout: float = 30.0) -> list[Check]:
-    """Serve `env` to the agent `command` and check the agent's side of the protocol.
-
-    `command` is a shell-like string or an argument list; ``{addr}`` is replaced by the env's
-    ipc:// address. The agent must finish within `timeout` seconds.
-    """
+    """Serve `env` to the agent `command` (``{addr}`` replaced by the env's ipc:// address) and
+    check the agent's side of the protocol; the agent must finish within `timeout` seconds."""
     tmp = tempfile.mkdtemp(prefix="hpcgym-conf-")
     addr = f"ipc://{tmp}/env.sock"
     service = env.service

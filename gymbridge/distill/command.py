@@ -1,18 +1,5 @@
 """`hpcgym distill`: distil an agent into decision trees (IRL: DAgger with critical states), and
-`hpcgym tree`: print a tree file's rules, draw its top levels.
-
-    hpcgym distill model:runs/irl-dqn/model.pt --trace SDSC-SP2-1998-4.2-cln.swf.gz \\
-        --train-jobs 10000 --test-jobs 2500 --depth 8,10,12 --iterations 5 --critical 3 --out runs/irl-tree
-    hpcgym distill sjf --trace SDSC-SP2-1998-4.2-cln.swf.gz --train-jobs 2000 --test-jobs 500 --depth 2 --out t
-    hpcgym distill --records recorded.npz --trace ... --out t      # behaviour cloning of a recording
-
-The training jobs are the trace's first `--train-jobs` jobs from `--first` on, as one episode;
-the test jobs the next `--test-jobs`. For each method (irl: critical states only; dagger: all)
-and depth it runs `agents.distill.dagger` and writes OUT/METHOD-dDEPTH.npz (the last tree),
-.txt (its rules) and .png (its top two levels), OUT/iterations.csv (per iteration: tree size,
-agreement with the teacher and R^2 on the test jobs' states, scheduling metrics) and
-OUT/distill.json (the same with the teacher's and FCFS's own metrics on the test jobs).
-"""
+`hpcgym tree`: print a tree file's rules, draw its top levels (docs/irl.md: what they write)."""
 
 from __future__ import annotations
 

@@ -3,24 +3,10 @@
     python protocol/vectors/make_vectors.py           # (re)write NAME.msgpack files and index.json
     python protocol/vectors/make_vectors.py --check   # exit 1 if the files on disk differ
 
-Each vector is the exact bytes of one message body (NAME.msgpack) and an entry in index.json:
-
-- ``name``, ``file``, ``direction`` (``request``: agent to env, ``reply``: env to agent),
-  ``valid`` (bool), ``description``, ``bytes`` (length) and ``sha256`` of the file, ``hex`` for
-  files up to 512 bytes;
-- valid vectors: ``decoded``, the message as JSON. JSON has one number type, so compare with
-  the types in mind: a JSON number written with a decimal point (``0.0``) is a msgpack float,
-  one without is a msgpack integer; ``canonical``: whether the bytes are what a shortest-form
-  encoder writes for ``decoded`` (keeping its map order), so encoders can be tested too;
-- invalid vectors: ``error``, the code the reader must refuse it with (an env answers an
-  ``error`` reply with that code), and ``stage``: where the Python reference refuses it
-  (``decode``: protocol/codec.py, ``validate``: protocol/messages.py). An implementation may
-  split the work differently, but must end with the same code.
-
-The script needs only the ``msgpack`` package. Valid messages are encoded with
-``msgpack.packb(..., use_bin_type=True)`` (shortest forms, map entries in the order written
-here); invalid bodies are spelled out byte by byte where the encoder would not produce them.
-"""
+Each vector is one message body (NAME.msgpack) and an entry of index.json (its `about` says how
+to read one: `decoded` for a valid body, the `error` code and `stage` for an invalid one, its
+`bytes`, `sha256` and, up to 512 bytes, `hex`). Needs only the ``msgpack`` package; invalid
+bodies are spelled out byte by byte where an encoder would not produce them."""
 
 from __future__ import annotations
 
