@@ -109,11 +109,18 @@ class Connection:
         return sock
 
     def request(self, message: dict[str, Any]) -> dict[str, Any]:
-        reply = self._exchange(message)
-        if reply["type"] == "redirect" and message["type"] == "hello" and self._front is None:
-            self._redirect(reply["address"])
+        """The reply to `message`; a refusal that passes by itself (1.7's `retry_s`: no worker
+        ready, a cap full) is asked again after that wait while the agent's timeout allows."""
+        deadline = time.monotonic() + self.timeout
+        while True:
             reply = self._exchange(message)
-        return reply
+            if reply["type"] == "redirect" and message["type"] == "hello" and self._front is None:
+                self._redirect(reply["address"])
+                reply = self._exchange(message)
+            wait = reply.get("retry_s") if reply["type"] == "error" else None
+            if not wait or time.monotonic() + wait > deadline:
+                return reply
+            time.sleep(wait)
 
     def _exchange(self, message: dict[str, Any]) -> dict[str, Any]:
         self._sock.send(encode(message))  # one frame: the env replies in one (PROTOCOL.md section 2)

@@ -61,9 +61,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_env(address: str, *flags: str) -> subprocess.Popen:
+def start_env(address: str, *flags: str, stderr: Any = subprocess.DEVNULL) -> subprocess.Popen:
     env = subprocess.Popen([HPCGYM, "env", "--bind", address, "--max-jobs", "10000000", *flags],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                           stdout=subprocess.DEVNULL, stderr=stderr)
     sock = dealer(address)
     try:
         for _ in range(300):

@@ -1,5 +1,5 @@
 """Worker processes, started, watched and ended one way wherever hpcgym runs work in other
-processes (rollout workers, vector envs, compare's units, the env's workers).
+processes (rollout workers, vector envs, compare's units, the env's workers and its reset work).
 
 A worker is a daemon that ignores SIGINT: Ctrl-C reaches every process of the terminal's group,
 and the parent, which ends its workers, decides. `Workers` waits on a worker's pipe and its
@@ -12,20 +12,26 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import os
+import pickle
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from .errors import HpcgymError
+
 
 def spawn(target: Callable[..., Any], args: tuple, name: str, context: str | None = "spawn",
-          parent_end: Connection | None = None) -> BaseProcess:
-    """A started daemon process running `target(*args)` with SIGINT ignored; `context`: the start
-    method (spawn by default: no fork of a parent holding torch or ZeroMQ threads)."""
+          parent_end: Connection | None = None, daemon: bool = True) -> BaseProcess:
+    """A started process running `target(*args)` with SIGINT ignored; `context`: the start
+    method (spawn by default: no fork of a parent holding torch or ZeroMQ threads). Not a
+    `daemon` if it starts processes of its own (multiprocessing forbids a daemon children)."""
     process = multiprocessing.get_context(context).Process(target=_run, args=(target, args, parent_end), name=name,
-                                                           daemon=True)
+                                                           daemon=daemon)
     process.start()
     return process
 
@@ -104,3 +110,98 @@ class Workers:
         end(self.processes, grace, asked)
         for conn in self.conns:
             conn.close()
+
+
+class CallCancelled(Exception):
+    """A call given up because its caller's `cancelled()` came true: its process was killed."""
+
+
+class Calls:
+    """Picklable calls in up to `size` processes (started when first needed, at `nice`), one a
+    process at a time: CPU-heavy work holds up no thread of the caller's, and a call is stopped
+    at once by killing its process (replaced at the next call). Callers check `cancelled()` every
+    CHECK_S while they wait for a process or an answer."""
+
+    CHECK_S = 0.05
+
+    def __init__(self, size: int, name: str, nice: int = 0) -> None:
+        self.size, self.name, self.nice = size, name, nice
+        self._idle: list[tuple[Connection, BaseProcess]] = []
+        self._started = 0
+        self._ready = threading.Condition()
+
+    def call(self, fn: Callable[..., Any], args: tuple, cancelled: Callable[[], bool]) -> Any:
+        """`fn(*args)`'s value, or the exception it raised; CallCancelled once `cancelled()`;
+        HpcgymError if the process died."""
+        with self._ready:
+            while not self._idle and self._started >= self.size:
+                if cancelled():
+                    raise CallCancelled()
+                self._ready.wait(self.CHECK_S)
+            conn, process = self._idle.pop() if self._idle else (None, None)
+            self._started += conn is None
+        answer, ready = None, conn is not None
+        try:
+            if conn is None:  # a new process says when it reads: a large call sent before would block here
+                conn, child = multiprocessing.Pipe()
+                process = spawn(_serve_calls, (child, self.nice), self.name, parent_end=conn)
+                child.close()
+                ready = self._answered(conn, process, cancelled) and conn.recv_bytes() == b""
+            if ready:
+                conn.send_bytes(pickle.dumps((fn, args)))
+                if self._answered(conn, process, cancelled):
+                    answer = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            pass
+        finally:
+            with self._ready:
+                if answer is not None:
+                    self._idle.append((conn, process))
+                else:  # given up, dead, or not started: never reused
+                    self._started -= 1
+                self._ready.notify()
+            if answer is None:
+                end([process] if process is not None else [], 0.0, asked=False)
+                if conn is not None:
+                    conn.close()
+        if answer is None:
+            if cancelled():
+                raise CallCancelled()
+            raise HpcgymError(f"a {self.name} process died (exit code {process.exitcode}) before it answered")
+        ok, value = answer
+        if ok:
+            return value
+        raise value
+
+    def _answered(self, conn: Connection, process: BaseProcess, cancelled: Callable[[], bool]) -> bool:
+        """Wait for the process's next message: False if the caller gave up or the process died."""
+        while not conn.poll(self.CHECK_S):
+            if cancelled() or not process.is_alive():
+                return False
+        return True
+
+    def end(self) -> None:
+        """End the idle processes (a busy one ends when its caller gives up)."""
+        with self._ready:
+            idle, self._idle = self._idle, []
+        end([process for _, process in idle], 0.0, asked=False)
+        for conn, _ in idle:
+            conn.close()
+
+
+def _serve_calls(conn: Connection, nice: int) -> None:
+    os.nice(nice)
+    conn.send_bytes(b"")
+    while True:
+        try:
+            fn, args = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        try:
+            answer = pickle.dumps((True, fn(*args)))
+        except Exception as exc:
+            try:
+                answer = pickle.dumps((False, exc))
+            except Exception:  # an exception that does not pickle
+                answer = pickle.dumps((False, HpcgymError(f"{type(exc).__name__}: {exc}")))
+        conn.send_bytes(answer)

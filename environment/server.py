@@ -1,18 +1,13 @@
 """The env server process: one ZeroMQ ROUTER socket in front of an `EnvService` (a worker of
-`hpcgym env --workers` serves two sockets, its link to the front and its own address: `Inlet`).
+`hpcgym env --workers` serves two, its link to the front and its own address: `Inlet`). Agents
+connect with DEALER (an empty delimiter frame before the body) or REQ; replies go back with the
+same envelope on the socket the request came from.
 
-Agents connect with DEALER (sending an empty delimiter frame before the body) or REQ (which
-adds it). Replies go back with the same envelope, on the socket the request came from.
-
-Never blocked, and no thread hand-off per request: the loop thread handles a request itself
-(`EnvService.run_sessions_concurrently`: the session's task runs in the calling thread when the
-session is idle). A watchdog thread checks every few milliseconds; when the loop thread has been
-inside one request longer than `TAKEOVER_S`, the watchdog becomes the loop thread (one thread at
-a time uses the socket) and a new watchdog starts; the old one finishes its long task (its
-session's later requests queue behind it) and ends. The main thread only waits for a stop. SIGINT and SIGTERM end the current episodes
-with reason "shutdown", answer every waiting agent, close the socket and remove an ipc file. A
-loop that raises ends the process with its traceback: alive without a loop, it would answer no
-one, and a front replaces only a worker that died.
+Never blocked, with no thread hand-off per request: the loop thread runs a request itself, and a
+watchdog that sees it inside one request longer than `TAKEOVER_S` becomes the loop thread (one
+thread at a time uses the socket) while the old one finishes its task. SIGINT and SIGTERM end the
+episodes with reason "shutdown" and answer every waiting agent. A loop that raises ends the
+process: alive without a loop it would answer no one, and a front replaces only a dead worker.
 """
 
 from __future__ import annotations
@@ -352,9 +347,11 @@ class _Loop:
                     return
 
     def _read(self, inlet: Inlet) -> bool:
-        """Serve the requests waiting on an inlet; False if the loop was taken over meanwhile."""
-        sock = inlet.sock
-        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        """Serve the requests waiting on an inlet for at most a tick; False if the loop was taken
+        over meanwhile. (Reading until none waited, a steady stream on one socket held off the
+        ticks, so the heartbeat's `pending`, the other inlet and a worker's beats, for seconds.)"""
+        sock, until = inlet.sock, time.monotonic() + self.tick_every
+        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN and time.monotonic() < until:
             first = sock.recv(copy=False)
             rest = sock.recv_multipart() if first.more else []
             peer = inlet.tag + first.bytes

@@ -1,25 +1,16 @@
-"""The env side of the protocol as a plain request handler: no sockets in here.
-
-`EnvService.handle(peer, body)` takes one request from one agent and returns the replies it
-causes, addressed to peers (an `act` from the select agent may produce the inspect agent's
-decision). `tick()` sends heartbeats and applies timeouts. The socket server, the in-process
-transport and the tests all call the same two functions, which is why an episode gives the
-same schedule over any transport.
-
-Every peer has at most one unanswered request, and every request is answered within one
-heartbeat interval (with `pending` if nothing else), so neither side can wait forever.
-
-Called from one thread, everything happens inside `handle` and `tick`. The socket server calls
-`run_sessions_concurrently` first: then a session's requests run one at a time and in order
-(`SessionWorker`: in the calling thread when the session is idle, else behind the running one),
-with the simulation outside the service's lock, so that while one thread is caught in a long
-reset another can serve the other sessions and the heartbeats (environment/server.py).
+"""The env side of the protocol as a plain request handler, no sockets: the socket server, the
+in-process transport and the tests all call `handle` (one request in, its replies out) and
+`tick` (heartbeats, timeouts), so an episode gives the same schedule over any transport. Every
+request is answered within one heartbeat (`pending` if nothing else). Under the socket server
+(`run_sessions_concurrently`) a session's requests run one at a time, in order, with the
+simulation outside the service's lock, so a long reset holds up no other session.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hmac
+import os
 import re
 import secrets
 import threading
@@ -42,6 +33,7 @@ from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, REL
 from .limits import Limits, check_reset_size
 from .spec import EpisodeSpec, WorkloadCache, reset_workload
 from .swf import TooManyJobs
+from .processes import Calls
 from .work import Cancelled, Work, running
 from .workload import Workload
 
@@ -64,6 +56,8 @@ RECORD_BYTES_PER_JOB = 16 * 9
 RECORDS_PAGE_JOBS = 50_000
 #: How long an agent refused for a full cap on agents or sessions waits before it tries again (1.7).
 RETRY_S = 5.0
+#: The priority of offloaded reset work: below the serving process's, whose decisions wait on it.
+RESET_WORK_NICE = 10
 
 
 @dataclass(eq=False)
@@ -172,48 +166,41 @@ class EnvService:
         self.defaults = {"workload": {}, "options": {}, "policy": "fcfs", "seed": 0, "reward": "none",
                          **(defaults or {})}
         self.decision_timeout = decision_timeout
-        # How long a reset is held for agents to take its required kinds (the decision timeout
-        # unless a launcher gives its agent processes longer to start).
+        # how long a reset is held for agents to take its required kinds (a launcher may give longer)
         self.start_timeout = decision_timeout if start_timeout is None else start_timeout
         self.heartbeat = heartbeat
         self.on_agent_lost = on_agent_lost
         self.clock = clock
         self.limits = limits
-        # Private sessions: joining one that has agents takes its token (`hpcgym env` by default;
-        # in process, where one program runs all its agents, sessions are open).
+        # joining a session that has agents takes its token (`hpcgym env`; open in process)
         self.private = private
         self._next_sweep = 0.0
         self.sessions: dict[str, Session] = {}
         self.peers: dict[bytes, Peer] = {}
-        # Peers forgotten because they were lost (timed out, or left mid-episode), with why: a late
-        # `act` from one of them is a stale decision (PROTOCOL.md section 7), not an unknown peer.
+        # lost peers, with why: a late `act` of one is a stale decision (section 7), not an unknown peer
         self.lost: OrderedDict[bytes, str] = OrderedDict()
-        # With record_latency: per agent (its kinds joined by "/"), the seconds from handing out
-        # each decision to receiving the act that answered it (opt-in: it grows with every act).
+        # with record_latency: per agent (kinds_key), each decision's seconds until its act (grows with every act)
         self.latency: dict[str, list[float]] | None = {} if record_latency else None
         # With record_latency: per agent, the decisions its standing orders answered (never asked).
         self.answered_by_order: dict[str, int] = {}
         # Called with each simulation run to its end (compare's units read its broken reservations).
         self.on_end = on_end
-        # Called with each decision an agent answered and its action, once the action is taken
-        # (decision records of agents in any language: agents/records.py).
+        # called with each answered decision and its action once taken (agents/records.py)
         self.on_act = on_act
-        # Called with each decision an agent answered and its (valid) answer; what it returns is
-        # applied instead. `hpcgym distill` lets a tree drive while a teacher program answers
-        # (DAgger with a teacher in any language). The agent is not told: it is an advisor.
+        # called with each answered decision and its valid answer; what it returns is applied instead
+        # (`hpcgym distill`: a tree drives while a teacher program answers, unaware)
         self.steer = steer
         self._workloads = WorkloadCache()  # a trace is read once, not at every reset
         self._out: list[Reply] = []
-        # Guards everything but a running episode, which only its session's task touches; held
-        # by the entry points, released around simulation work (`_unlocked`).
+        # guards all but a running episode (only its session's task touches it); released around simulation
         self._lock = threading.Lock()
         self._wake: Callable[[], None] | None = None  # set: sessions run concurrently
+        self._calls: Calls | None = None  # set with it: where reset work is offloaded
         self._deferred: list[tuple[Session, Callable[[], None]]] = []  # session tasks for after the lock
         self.closing: str | None = None  # the reason of a `shutdown`
         self.stop = False  # set: the socket server ends its loop (as on SIGTERM)
         self.workers = 1  # set by `hpcgym env --workers N`'s worker: its caps are a share (welcome says N)
-        # The handler of each request type (those of protocol/messages.py's REQUESTS), in one
-        # table a reader can follow from the type's name.
+        # the handler of each request type (protocol/messages.py's REQUESTS)
         self._handlers: dict[str, Callable[[bytes, Peer | None, dict[str, Any]], None]] = {
             "hello": self._on_hello, "reset": self._on_reset, "join": self._on_join, "poll": self._on_join,
             "act": self._on_act, "records": self._on_records, "bye": self._on_bye}
@@ -233,6 +220,8 @@ class EnvService:
         thread of the session's, which calls `wake()` when it has replies (collect them with
         `tick`). The caller (the socket server) makes sure a long task does not hold it up."""
         self._wake = wake
+        # the simulations an sjf_range reset runs go to processes of their own (environment/work.py)
+        self._calls = Calls(max(1, (os.cpu_count() or 2) // 2), "hpcgym-reset-work", nice=RESET_WORK_NICE)
 
     # ---------------------------------------------------------------- entry points
     def handle(self, peer_id: bytes, body: bytes) -> list[tuple[bytes, bytes]]:
@@ -437,6 +426,8 @@ class EnvService:
         request is answered with its agent's episode end, if it has not fetched it, or `shutdown`."""
         with self._lock:
             self.closing = reason
+            if self._calls is not None:
+                self._calls.end()
             for session in self.sessions.values():
                 if session.work is not None:
                     session.work[1].cancel("the env is shutting down")
@@ -647,7 +638,7 @@ class EnvService:
         owners = {kind: p for p in participants for kind in p.kinds}
         # Everything but the bookkeeping runs without the lock (paths are resolved on the file system,
         # windows drawn and simulated), bounded in CPU time and cancelled if the controller leaves.
-        work = Work(self.limits.max_reset_cpu, "reset", "--max-reset-cpu")
+        work = Work(self.limits.max_reset_cpu, "reset", "--max-reset-cpu", self._calls)
         session.work = (controller, work)
         try:
             with self._unlocked(), running(work):

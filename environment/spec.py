@@ -7,7 +7,7 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from numbers import Integral
 from pathlib import Path
@@ -24,7 +24,7 @@ from .priorities import POLICIES
 from .rewards import RewardSpec, get_reward
 from .simulator import simulate
 from .swf import read_swf
-from .work import check as check_work
+from .work import check as check_work, offload
 from .workload import Workload
 
 #: The workload used when no trace is given: the Lublin-Feitelson model with the parameter set
@@ -271,22 +271,23 @@ def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
         return generate_from_model(_fitted(workload), jobs, sample)
     if spec.get("first_jobs") is not None:
         workload = workload.take(slice(0, spec["first_jobs"]))
-    if spec.get("sjf_range") is not None:
-        start = sequences.random_start(workload, jobs, sample, _sjf_within(*spec["sjf_range"]), SJF_RANGE_DRAWS)
+    if spec.get("sjf_range") is not None:  # up to SJF_RANGE_DRAWS simulations: a shared env runs them apart
+        start = offload(_sjf_start, workload, jobs, sample, *spec["sjf_range"])
     else:
         start = sequences.random_start(workload, jobs, sample)
     return sequences.prefilled(workload, jobs, start, sample) if spec.get("prefill") else \
         sequences.window(workload, jobs, start)
 
 
-def _sjf_within(low: float, high: float) -> Callable[[Workload], bool]:
-    """Whether SJF's mean bsld on a window, under RLScheduler's rules, lies in (low, high)."""
+def _sjf_start(workload: Workload, jobs: int, sample: int, low: float, high: float) -> int:
+    """The first of `sample`'s random windows on which SJF's mean bsld, under RLScheduler's
+    rules, lies in (low, high)."""
     config = SimConfig(**PRESETS["rlscheduler"])
 
     def within(window: Workload) -> bool:
-        check_work()  # up to SJF_RANGE_DRAWS simulations: a shared env bounds them (environment/work.py)
+        check_work()  # bounded in CPU time, and cancelled with its request (environment/work.py)
         return low < simulate(window, config, policy="sjf").summary["mean_bsld"] < high
-    return within
+    return sequences.random_start(workload, jobs, sample, within, SJF_RANGE_DRAWS)
 
 
 #: Models fitted to loaded workloads: a synthetic episode is cut from a cached source each time,

@@ -1,35 +1,16 @@
 """`hpcgym env --workers N`: the sessions of one env spread over N worker processes.
 
-One process, the front, owns the socket agents connect to (its CURVE keys, its cap on
-connections, its check of routing ids: server.py). Each worker is an `EnvService` served by
-server.py's loop over a DEALER socket linked to the front. A session lives in one worker: the
-front sends a `hello` to the worker that holds the session's name (a new name goes to the worker
-with the fewest agents), and every later request of that agent to the same worker; replies come
-back the same way. The front reads only the first entries of a message (its `type`, and a reply's
-`episode`); everything else is the worker's, so the protocol, its tokens and bounds are those of
-a single env, and every episode is the one `hpcgym run` simulates.
-
-Redirects (protocol 1.6). Forwarding costs every message a hop through the front, about as much
-CPU as the env spends on a decision. So each worker also listens at an address of its own (the
-front's host with a free port, or the front's ipc path with a suffix, same CURVE keys and caps),
-and a hello from a 1.6 agent is not forwarded: the front asks the worker that will hold the
-session to claim it, and the worker answers `redirect` with its address; the agent says hello
-there and talks to the worker alone. A worker serves at its own address only the sessions it
-claimed (until their last agent has gone, then it tells the front), so a name is one session
-wherever its agents come from. Agents of older versions are forwarded as before; both kinds may
-share a session.
-
-A worker that dies ends only its own agents' episodes: each of them gets an `episode_end` whose
-reason says so (a forwarded agent at once if it waits for a reply, else as the reply to its next
-request; a redirected one at once, on its connection to the front, which it keeps open for
-this) and must say hello again; a new worker takes the dead one's place. A worker whose loop
-raises ends its process (environment/server.py), so that it is replaced as one that died.
-
-Stopping (SIGINT/SIGTERM). The front passes the signal on, goes on relaying while the workers
-end their episodes, answers itself (`shutdown`) every request a worker can no longer answer, kills
-a worker still alive after `KILL_AFTER_S`, and ends after about a second. The ipc files of a
-front or a worker that was killed are removed by the next env that starts at the same address
-(`_remove_stale_ipc`).
+The front owns the agents' socket (CURVE keys, connection caps, routing ids: server.py); each
+worker is an `EnvService` on server.py's loop, linked to the front by a DEALER. A session lives
+in one worker (a new name goes to the one with the fewest agents). Forwarding costs each message
+a hop through the front, so a 1.6+ agent's hello is answered `redirect` to the worker's own
+address, which serves only the sessions the front sent there; older agents are forwarded, and
+both kinds may share a session. The front reads only a message's `type` (and a reply's
+`episode`): the protocol, tokens and bounds are the single env's, and every episode the one
+`hpcgym run` simulates. A worker that dies, or is silent for HUNG_AFTER_S, ends only its own
+agents' episodes (each hears why) and is replaced. On SIGINT/SIGTERM the front passes the
+signal on, answers what workers no longer can, kills laggards after KILL_AFTER_S and ends in
+about a second; ipc files killed processes left are removed by the next env at that address.
 """
 
 from __future__ import annotations
@@ -69,12 +50,16 @@ DISCONNECTED = b"\x00disconnected"
 CLAIM = b"\x00claim"
 #: Worker to front, then a session name and the serial of its claim: its last agent has gone.
 RELEASED = b"\x00released"
+#: Worker to front, at each tick of its loop: it is alive and its loop turns.
+BEAT = b"\x00beat"
 #: The tags of a worker's two inlets (environment/server.py): the front's link and its own address.
 FROM_FRONT, DIRECT = b"f", b"d"
 #: How long a claimed session waits for its first agent at the worker's address.
 CLAIM_WITHIN_S = 30.0
 #: How often the front looks for workers that died.
 CHECK_EVERY_S = 0.2
+#: A ready worker silent this long (stopped, or its loop hung) is killed and replaced.
+HUNG_AFTER_S = 5.0
 #: After a stop signal: how long the front goes on answering (a worker's own grace is a second).
 STOP_WITHIN_S = 1.0
 #: After a stop signal: when a worker still alive is killed (its agents get `shutdown` from the front).
@@ -93,6 +78,7 @@ class _Worker:
     ready: bool = False
     agents: set[bytes] = field(default_factory=set)  # forwarded and redirected
     address: str | None = None  # where it serves redirected agents
+    beat: float = 0.0  # when it was last heard from (its ticks beat)
     answered_stop: bool = False  # stopping: its agents still waiting were answered when it ended
 
 
@@ -200,15 +186,21 @@ class _Front:
     def _start(self, index: int) -> _Worker:
         self.generation += 1
         identity = f"w{index}.{self.generation}".encode()
-        process = spawn(_worker_main, (self.setup, identity, os.getpid()), f"hpcgym-env-worker-{index}")
+        process = spawn(_worker_main, (self.setup, identity, os.getpid()), f"hpcgym-env-worker-{index}", daemon=False)
         return _Worker(index, process, identity)
 
     def _replace_dead(self) -> None:
+        """Replace the workers that died, and those silent for HUNG_AFTER_S (killed first)."""
         for k, worker in enumerate(self.workers):
+            hung = worker.ready and worker.process.is_alive() and time.monotonic() - worker.beat > HUNG_AFTER_S
+            if hung:
+                worker.process.kill()
+                worker.process.join(1)
             if worker.process.is_alive():
                 continue
-            why = (f"the env's worker process {worker.index} failed (exit code {worker.process.exitcode}) and took "
-                   "its sessions with it: say hello again")
+            failed = f"was silent for {HUNG_AFTER_S:g} s (stopped or hung), was killed" if hung else \
+                f"failed (exit code {worker.process.exitcode})"
+            why = f"the env's worker process {worker.index} {failed} and took its sessions with it: say hello again"
             self._end_agents_of(worker, why)
             _unlink_ipc(worker.address)
             self.workers[k] = self._start(worker.index)
@@ -419,7 +411,7 @@ class _Front:
         while self.inner.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             frames = self.inner.recv_multipart()
             identity, agent, body = frames[0], frames[1], frames[-1]
-            if agent in (READY, RELEASED):
+            if agent in (READY, RELEASED, BEAT):
                 self._from_worker(identity, agent, frames[2:])
                 continue
             worker = self.route.get(agent)
@@ -438,10 +430,11 @@ class _Front:
             self._reply(agent, body)
 
     def _from_worker(self, identity: bytes, kind: bytes, frames: list[bytes]) -> None:
-        """A worker's own message: READY (and its address), or RELEASED (a name and a serial)."""
+        """A worker's own message: READY (and its address), BEAT, or RELEASED (a name and a serial)."""
         sender = next((w for w in self.workers if w.identity == identity), None)
         if sender is None:
             return  # a replaced worker's last words
+        sender.beat = time.monotonic()
         if kind == READY:
             sender.ready, sender.address = True, (frames[0].decode() if frames else None)
         elif len(frames) == 2 and frames[1].isdigit():
@@ -556,10 +549,14 @@ class _FrontMessages:
 
     def tick(self) -> None:
         """A worker whose front is gone (killed, so it could not stop its workers) stops too;
-        else the claims it can release are released."""
+        else it beats and releases the claims it can."""
         if os.getppid() != self.front_pid:
             self.service.stop = True
         else:
+            try:
+                self.link.send(BEAT, zmq.NOBLOCK)
+            except zmq.Again:
+                pass  # the front is behind: it has our beats queued
             self.release()
 
     def screen(self, peer: bytes, rest: list[bytes]) -> bool | None:

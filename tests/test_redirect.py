@@ -172,3 +172,39 @@ def test_a_tcp_redirect_names_a_port_on_the_host_the_agent_reached(children, tra
     assert reply["type"] == "redirect" and reply["address"].startswith("tcp://*:"), reply
     assert reply["address"].rsplit(":", 1)[1] != bind.rsplit(":", 1)[1], reply
     assert ask(connect(redirect_target(bind, reply["address"])), hello("over-tcp", []))["type"] == "welcome"
+
+
+def test_the_agent_runtime_says_hello_again_after_a_refusals_retry_s(ipc_dir):
+    """PROTOCOL 1.7: a refusal with `retry_s` (no worker ready) passes by itself; the runtime
+    gave up at the first one. A stand-in env refuses the first hello so, then welcomes."""
+    import threading
+
+    import zmq
+
+    from hpcgym.agents.runtime import Connection
+
+    address = f"ipc://{ipc_dir / 'fake.ipc'}"
+    router = zmq.Context.instance().socket(zmq.ROUTER)
+    router.bind(address)
+    heard: list[float] = []
+
+    def env() -> None:
+        for reply in ({"type": "error", "code": "not_allowed", "message": "no worker ready", "recoverable": True,
+                       "pending": None, "retry_s": 0.3},
+                      {"type": "welcome", "protocol": PROTOCOL_VERSION, "session": "s", "env": {}}):
+            peer, body = router.recv_multipart()
+            heard.append(time.monotonic())
+            assert msgpack.unpackb(body)["type"] == "hello"
+            router.send_multipart([peer, msgpack.packb(reply)])
+
+    thread = threading.Thread(target=env, daemon=True)
+    thread.start()
+    conn = Connection(address, timeout=5)
+    try:
+        reply = conn.request(hello("s", []))
+    finally:
+        conn.close()
+        thread.join(5)
+        router.close(0)
+    assert reply["type"] == "welcome", reply
+    assert len(heard) == 2 and heard[1] - heard[0] >= 0.3, heard

@@ -131,3 +131,43 @@ def test_an_env_of_workers_says_its_caps_are_each_workers_share_and_when_to_try_
     refused = ask(connect(bind), hello("full", ["kill"], OLD, token=welcome["token"]))
     assert refused["type"] == "error" and refused["retry_s"] > 0, refused
     assert "worker process" in refused["message"] and "2 agents" in refused["message"], refused
+
+
+def test_stopped_workers_are_replaced_and_their_agents_hear_why(children, ipc_dir, trace, connect):  # noqa: F811
+    """A worker stopped with SIGSTOP was never noticed: its agents waited for ever and new sessions
+    went on being placed on it. Silent for HUNG_AFTER_S, a worker is now killed and replaced: its
+    redirected agent (on its first socket) and its forwarded one waiting for a reply get an
+    `episode_end` saying so, and a new agent's episode completes."""
+    from hpcgym.environment.workers import HUNG_AFTER_S
+
+    bind = f"ipc://{ipc_dir / 'env.ipc'}"
+    env = start_env(children, bind, "--trace", str(trace), "--workers", "2")
+    front, stepper, _ = redirected(connect, bind, hello("s", ["select"]))
+    welcome = ask(stepper, hello("s", ["select"]))
+    joiner = connect(bind)
+    assert ask(joiner, hello("s", ["kill"], OLD, token=welcome["token"]))["type"] == "welcome"
+    assert ask(stepper, {"type": "reset", "seed": 1})["type"] == "decision"
+    assert ask(joiner, {"type": "join"})["type"] == "pending"
+    stopped = worker_pids(env.pid)
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    started = time.monotonic()
+    joiner.send_multipart([b"", msgpack.packb({"type": "poll"})])
+    ends = {}
+    while time.monotonic() < started + HUNG_AFTER_S + 10 and len(ends) < 2:
+        for name, sock in (("joiner", joiner), ("stepper", front)):
+            if sock.poll(10):
+                ends[name] = msgpack.unpackb(sock.recv_multipart()[-1])
+    assert {name: reply["type"] for name, reply in ends.items()} == {"joiner": "episode_end", "stepper": "episode_end"}, ends
+    assert all("silent" in reply["reason"] for reply in ends.values()), ends
+    assert not set(stopped) & set(worker_pids(env.pid))
+    fresh = connect(bind)
+    welcome = ask(fresh, hello("t", ["select"], OLD), timeout_s=30)
+    while welcome["type"] == "error" and welcome.get("retry_s"):  # a new worker is still starting
+        time.sleep(welcome["retry_s"])
+        welcome = ask(fresh, hello("t", ["select"], OLD), timeout_s=30)
+    assert welcome["type"] == "welcome", welcome
+    reply = ask(fresh, {"type": "reset", "seed": 1, "workload": {"jobs": 30}})
+    while reply["type"] == "decision":
+        reply = ask(fresh, {"type": "act", "decision": reply["decision"], "action": reply["candidates"][0]})
+    assert reply["type"] == "episode_end" and reply["metrics"]["jobs"] == 30, reply
