@@ -410,7 +410,7 @@ HOLDS = "beat the base (CI below 0, utilization within 5 points)"
 SI_BUDGET = "60 epochs x 100 traj. (SDSC-SP2, Lublin), 40 (CTC-SP2, HPC2N); paper: converged within about 40"
 T4 = "schedinspector/seeds/results.json"
 #: IRL's distillations, one distill.json per teacher seed (seed 0 the first).
-IRL_SP2 = ("irl/sdsc-sp2/distill/distill.json", "irl/seeds/sdsc-sp2-s1/distill.json")
+IRL_SP2 = ("irl/sdsc-sp2/distill/distill.json", "irl/seeds/sdsc-sp2-s1/distill.json", "irl/seeds/sdsc-sp2-s2/distill.json")
 IRL_DS = ("irl/sdsc-ds/distill/distill.json",)
 IRL_BUDGET = "teachers 12 episodes each (3 epochs); paper: trained DQN"
 CLAIMS: tuple[Claim, ...] = (
@@ -574,6 +574,28 @@ def link(name: str) -> str:
     return f"[{name}](results/{name})"
 
 
+def reruns() -> list[str]:
+    """The Reruns section: results files rerun from their recorded commands (benchmarks/rerun.py)."""
+    if not (RESULTS / "reruns.json").is_file():
+        return []
+    lines = ["", "## Reruns", "", "Results files rerun from their own recorded command at a later commit, their numbers",
+             "compared leaf by leaf with the committed file (`python benchmarks/rerun.py FILE...`,",
+             f"{link('reruns.json')}; timings left out).", "",
+             "| file | recorded at | rerun at | numbers | result |", "|---|---|---|---:|---|"]
+    for r in load("reruns.json")["reruns"]:
+        name = r["file"].removeprefix("docs/results/")
+        if "error" in r:
+            result = "failed: " + r["error"][-1]
+        elif r["identical"]:
+            result = "**identical**"
+        else:
+            result = (f"**differs** in {r['differ']:,} of {r['compared']:,} (largest {r['max_abs']:.3g}, "
+                      f"{100 * r['max_rel']:.3g}% relative)")
+        lines.append(f"| {link(name)} | {(r['recorded_commit'] or '?')[:7]} | {r['commit'][:7]} | "
+                     f"{r.get('numbers', 0):,} | {result} |")
+    return lines
+
+
 def ledger() -> str:
     """docs/claims.md, from the results files."""
     rows = [(claim, *row(claim)) for claim in CLAIMS]
@@ -609,6 +631,7 @@ def ledger() -> str:
     for name in dict.fromkeys(f for c in CLAIMS for f in c.files):
         prov = load(name)["provenance"]
         lines.append(f"| {link(name)} | {prov['commit'][:7]} | `{prov['command']}` |")
+    lines += reruns()
     open_rows = [(c, label, reason) for c, _, label, reason in rows
                  if label in ("one seed: not a headline", "untestable here", "pending")]
     lines += ["", "## Open work", "", "Rows that are not yet a headline verdict (issue 43 items 1, 7 and 12):", ""]
