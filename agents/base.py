@@ -19,6 +19,9 @@ class Agent:
     """Base class: subclasses set `kinds` and implement `act`."""
 
     kinds: tuple[str, ...] = ()
+    #: The only queue and running columns `act` reads, e.g. {"queue": ("size",)} (`id` always comes):
+    #: over the protocol (1.8) the env then gathers and sends no others; None: it may read any.
+    reads: dict[str, tuple[str, ...]] | None = None
 
     def act(self, decision: Decision) -> Action:
         raise NotImplementedError
@@ -58,6 +61,11 @@ class PriorityAgent(Agent):
         if self.policy.dynamic or type(self).act is not PriorityAgent.act:
             return None
         return self._ranking(decision)
+
+    @property
+    def reads(self) -> dict[str, tuple[str, ...]] | None:  # type: ignore[override]
+        """The columns a score reads; a subclass that changes `act` may read others."""
+        return {"queue": ("submit", "requested", "size")} if type(self).act is PriorityAgent.act else None
 
     def _ranking(self, decision: Decision) -> list[int]:
         queue = decision.observation["queue"]

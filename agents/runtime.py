@@ -183,18 +183,23 @@ def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str =
         welcome = conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": name,
                                 "kinds": list(agent.kinds), "session": session, **({"token": token} if token else {})})
         _expect(welcome, "welcome")
-        orders = orders and _minor(welcome["protocol"]) >= 4
+        minor = _minor(welcome["protocol"])
+        orders = orders and minor >= 4
+        reads = getattr(agent, "reads", None) if minor >= 8 else None  # only what it reads is sent (1.8)
+        start = {"type": "reset", **reset} if reset is not None else {"type": "join"}
+        if reads is not None:
+            start["columns"] = {table: list(columns) for table, columns in reads.items()}
         for _ in range(episodes):
-            _serve_episode(conn, agent, run, reset, address, timeout, progress, orders)
+            _serve_episode(conn, agent, run, start, address, timeout, progress, orders)
     finally:
         conn.leave()  # on every way out, so that its kinds are free for the next agent at once
         conn.close()
     return run
 
 
-def _serve_episode(conn: Connection, agent: Agent, run: AgentRun, reset: dict[str, Any] | None, address: str,
+def _serve_episode(conn: Connection, agent: Agent, run: AgentRun, start: dict[str, Any], address: str,
                    timeout: float, progress: Callable[[AgentRun, Decision], None] | None, orders: bool) -> None:
-    reply = conn.request({"type": "reset", **reset} if reset is not None else {"type": "join"})
+    reply = conn.request(start)
     asked = time.monotonic()
     while True:
         kind = _expect(reply, "decision", "pending", "episode_end")

@@ -50,6 +50,7 @@ from hpcgym.agents.runtime import run_agent
 from hpcgym.environment.decisions import Decision
 from hpcgym.environment.service import EnvService
 from hpcgym.protocol.codec import decode, encode
+from hpcgym.protocol.messages import PROTOCOL_VERSION
 
 HPCGYM = str(Path(sys.executable).parent / "hpcgym")
 HELLO = {"type": "hello", "protocol": "1.3", "agent": "bench", "kinds": []}
@@ -178,14 +179,14 @@ def play_socket(address: str, env: subprocess.Popen, jobs: int, orders: bool) ->
 
 
 def play_in_process(jobs: int) -> tuple[int, int, float, float, float]:
-    svc, agent = EnvService(), PriorityAgent("sjf")
-    svc.handle(b"me", encode({**HELLO, "kinds": ["select"]}))
+    svc, agent = EnvService(), PriorityAgent("sjf")  # the messages `run_agent` sends
+    svc.handle(b"me", encode({**HELLO, "protocol": PROTOCOL_VERSION, "kinds": ["select"]}))
     env_cpu = agent_cpu = 0.0
     decisions = 0
     t0 = time.perf_counter()
     c = time.process_time()
     (_, body), = svc.handle(b"me", encode({"type": "reset", "workload": {"generate_jobs": jobs},
-                                           "options": {"policy": "sjf"}}))
+                                           "options": {"policy": "sjf"}, "columns": agent.reads}))
     env_cpu += time.process_time() - c
     while True:
         c = time.process_time()

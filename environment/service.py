@@ -16,8 +16,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +70,7 @@ class Peer:
     arrived: int = 0                        # its requests so far, counted as they arrive
     answered: int = 0                       # `arrived` when it was last sent a reply
     refused: bool = False                   # its last reset could not start (its kinds are up for grabs)
+    columns: dict[str, frozenset[str]] | None = None  # the only job-table columns it is sent (1.8); None: all
     detached: bool = False                  # its connection closed mid-episode: a hello with the token resumes it
     last_seen: float = 0.0                  # time of its last request
     # replies it has no request waiting for (an episode end, a refused held reset): sent with its next join/poll
@@ -194,6 +194,7 @@ class EnvService:
         self._out: list[Reply] = []
         # guards all but a running episode (only its session's task touches it); released around simulation
         self._lock = threading.Lock()
+        self._unlock = _Unlocked(self._lock)  # one, not a generator per use (two per act)
         self._wake: Callable[[], None] | None = None  # set: sessions run concurrently
         self._calls: Calls | None = None  # set with it: where reset work is offloaded
         self._deferred: list[tuple[Session, Callable[[], None]]] = []  # session tasks for after the lock
@@ -355,14 +356,9 @@ class EnvService:
         if woken:  # it ran on the session's thread: the caller has moved on
             self._wake()
 
-    @contextmanager
-    def _unlocked(self) -> Iterator[None]:
+    def _unlocked(self) -> _Unlocked:
         """Simulation work of the calling session's task, with the other sessions free to go on."""
-        self._lock.release()
-        try:
-            yield
-        finally:
-            self._lock.acquire()
+        return self._unlock
 
     def tick(self) -> list[tuple[bytes, bytes]]:
         """Heartbeats for requests that have waited a heartbeat interval; agent timeouts; and,
@@ -530,6 +526,7 @@ class EnvService:
 
     def _on_reset(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
         peer = self._registered(peer)
+        _take_columns(peer, msg)
         session = peer.session
         # Check `require` now: a non-string entry used to crash tick() (sorting/joining the missing
         # kinds) when the held reset timed out, and an unknown kind can never be taken.
@@ -547,6 +544,8 @@ class EnvService:
 
     def _on_join(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
         peer = self._registered(peer)
+        if msg["type"] == "join":
+            _take_columns(peer, msg)
         self._deliver_or_dispatch(peer)
 
     def _on_act(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
@@ -751,10 +750,13 @@ class EnvService:
 
     def _decision_message(self, ep: SessionEpisode, decision: Decision, owner: Peer) -> dict[str, Any]:
         reward = ep.core.collect(owner.id)
-        observation = decision.observation
-        newer = columns_newer_than(owner.minor)  # columns an older agent never asked for (PROTOCOL.md section 6)
-        if newer:
-            observation = _without(observation, newer)
+        if owner.columns is not None:
+            observation = ep.core.sim.observe(decision, owner.columns)
+        else:
+            observation = decision.observation
+            newer = columns_newer_than(owner.minor)  # columns an older agent never asked for (PROTOCOL.md section 6)
+            if newer:
+                observation = _without(observation, newer)
         message = {"type": "decision", "episode": ep.number, "decision": ep.decision_id, "step": decision.step,
                    "time": decision.time, "kind": decision.kind, "observation": observation,
                    "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": float(reward)}
@@ -897,6 +899,19 @@ class EnvService:
                 **({"workers": self.workers} if self.workers > 1 else {})}
 
 
+class _Unlocked:
+    """`with` it: the lock released inside, held again after."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.lock = lock
+
+    def __enter__(self) -> None:
+        self.lock.release()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.acquire()
+
+
 def parse_request(body: bytes | dict[str, Any]) -> Request:
     """A request decoded, validated and held to the bounds that need no state (the sizes of a
     reset's maps and paths), so that the work a request may cost is bounded before the service
@@ -960,6 +975,14 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+def _take_columns(peer: Peer, msg: dict[str, Any]) -> None:
+    """The columns a reset or join asks for (1.8: its agent's own, for the decisions that follow),
+    less those newer than the agent's version; absent: all."""
+    columns, newer = msg.get("columns"), columns_newer_than(peer.minor)
+    peer.columns = None if columns is None else {
+        table: frozenset(["id", *columns.get(table, ())]) - set(newer.get(table, ())) for table in ("queue", "running")}
 
 
 def _without(observation: dict[str, Any], columns: dict[str, tuple[str, ...]]) -> dict[str, Any]:

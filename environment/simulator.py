@@ -915,39 +915,39 @@ class Simulation:
         self._steps += 1
         return Decision(self, kind, self.now, self._steps, candidates, context, can_wait)
 
-    def observe(self, decision: Decision) -> dict[str, Any]:
-        """The raw state an external agent sees: queue window, running jobs, cluster (only the
-        columns `observed` names, if it was given)."""
+    def observe(self, decision: Decision, observed: Mapping[str, Collection[str]] | None = None) -> dict[str, Any]:
+        """The raw state an external agent sees: queue window, running jobs, cluster; of the job
+        tables only the columns `observed` (else the constructor's `observed`) names, if any."""
+        keep = self._observed if observed is None else observed
         now = self.now
-        window = self._queue[:self.config.window]
-        running = [i for _, i in self._running]
-        ids, submit, size, req, est = self._ids, self._submit, self._size, self._req, self._est
-        queued, run = _gather(window), _gather(running)
-        keep = self._observed
+        queued, run = _gather(self._queue[:self.config.window]), _gather([i for _, i in self._running])
+        submit, est, predicted = self._submit, self._est, self.config.prediction.on
         waiting_since = queued(submit)
-        queue = {"id": list(decision.candidates) if decision.kind == SELECT else queued(ids), "submit": waiting_since}
-        for name, column in (("size", size), ("requested", req), ("estimate", est), ("wait", None),
-                             ("rejections", self._rejections), ("user", self._user), ("group", self._group),
-                             ("executable", self._executable), ("memory", self._memory), ("gpus", self._gpus),
-                             ("exclusive", self._exclusive), ("partition", self._partition)):
+        queue = {"id": list(decision.candidates) if decision.kind == SELECT else queued(self._ids)}
+        for name, column in (("submit", None), ("size", self._size), ("requested", self._req), ("estimate", est),
+                             ("wait", None), ("rejections", self._rejections), ("user", self._user),
+                             ("group", self._group), ("executable", self._executable), ("memory", self._memory),
+                             ("gpus", self._gpus), ("exclusive", self._exclusive), ("partition", self._partition),
+                             ("prediction", self._pred0 if predicted else None)):
             if keep is None or name in keep["queue"]:
-                queue[name] = [now - t for t in waiting_since] if column is None else queued(column)
-        if keep is None or {"start", "estimated_end"} & keep["running"]:
-            started = run(self._start)
-            running_table = {"id": run(ids), "start": started, "size": run(size), "requested": run(req),
-                             "estimated_end": [s + e for s, e in zip(started, run(est))]}
-        else:
-            running_table = {"id": run(ids)}
-            for name, column in (("size", size), ("requested", req)):
-                if name in keep["running"]:
-                    running_table[name] = run(column)
+                if column is not None:
+                    queue[name] = queued(column)
+                elif name != "prediction":
+                    queue[name] = waiting_since if name == "submit" else [now - t for t in waiting_since]
+        running = {"id": run(self._ids)}
+        for name, column in (("start", self._start), ("size", self._size), ("requested", self._req),
+                             ("estimated_end", None), ("submit", submit if predicted else None),
+                             ("prediction0", self._pred0 if predicted else None),
+                             ("prediction", self._pred if predicted else None)):
+            if keep is None or name in keep["running"]:
+                if column is not None:
+                    running[name] = run(column)
+                elif name == "estimated_end":
+                    running[name] = [s + e for s, e in zip(run(self._start), run(est))]
         obs = {"time": now, "procs": self.procs, "free": self.free, "queue_length": len(self._queue),
-               "max_run": self._max_run, "queue": queue, "running": running_table, "context": dict(decision.context)}
+               "max_run": self._max_run, "queue": queue, "running": running, "context": dict(decision.context)}
         if self._nodes is not None:  # PROTOCOL.md section 6 (1.7)
             obs["machine"] = self._nodes.table()
-        if self.config.prediction.on:  # PROTOCOL.md section 6 (1.4)
-            obs["queue"]["prediction"] = queued(self._pred0)
-            obs["running"].update(submit=run(submit), prediction0=run(self._pred0), prediction=run(self._pred))
         return obs
 
     def prerun_predictions(self) -> list[int]:

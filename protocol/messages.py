@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-PROTOCOL_VERSION = "1.7"
+from .tables import JOB_TABLES
+
+PROTOCOL_VERSION = "1.8"
 MAJOR = PROTOCOL_VERSION.split(".")[0]
 
 # Error codes (PROTOCOL.md section 6). Only version_mismatch and shutdown are not recoverable.
@@ -68,8 +70,9 @@ NIL = type(None)
 REQUESTS: dict[str, tuple[Field, ...]] = {
     "hello": (_str("protocol"), _str("agent"), Field("kinds", (list,)), _str("session", False), _str("token", False)),
     "reset": (Field("workload", (dict,), False), _int("seed", False), Field("options", (dict,), False),
-              _str("reward", False), Field("require", (list,), False), Field("records", (bool,), False)),
-    "join": (),
+              _str("reward", False), Field("require", (list,), False), Field("records", (bool,), False),
+              Field("columns", (dict,), False)),
+    "join": (Field("columns", (dict,), False),),
     "poll": (),
     "act": (_int("decision"), Field("action", (int, list, bool, NIL, dict))),
     "records": (_int("episode"), _int("page")),
@@ -93,13 +96,14 @@ REPLIES: dict[str, tuple[Field, ...]] = {
 }
 
 
+_ABSENT = object()
+
+
 def validate(message: Any, table: dict[str, tuple[Field, ...]] = REQUESTS, *,
              ignore_unknown: bool = False) -> dict[str, Any]:
-    """Check a decoded message against `table`; return it, or raise ProtocolError.
-
-    With `ignore_unknown` fields the table does not list are dropped instead of refused: what
-    PROTOCOL.md section 8 asks of a reader facing a newer minor version.
-    """
+    """Check a decoded message against `table`; return it, or raise ProtocolError. With
+    `ignore_unknown` fields the table does not list are dropped, as PROTOCOL.md section 8 asks of
+    a reader facing a newer minor version."""
     if not isinstance(message, dict):
         raise ProtocolError(BAD_MESSAGE, f"a message must be a map, got {type(message).__name__}")
     kind = message.get("type")
@@ -108,27 +112,27 @@ def validate(message: Any, table: dict[str, tuple[Field, ...]] = REQUESTS, *,
     fields = table.get(kind)
     if fields is None:
         raise ProtocolError(UNKNOWN_TYPE, f"unknown message type {kind!r}; expected one of {', '.join(table)}")
+    present = 1  # `type`
     for f in fields:
-        if f.name not in message:
+        value = message.get(f.name, _ABSENT)
+        if value is _ABSENT:
             if f.required:
                 raise ProtocolError(BAD_FIELD, f"{kind}: missing field {f.name!r}")
             continue
-        value = message[f.name]
-        if isinstance(value, bool) and bool not in f.types:
-            ok = False
-        else:
-            ok = isinstance(value, f.types)
-        if not ok:
+        present += 1
+        if not isinstance(value, f.types) or (value is True or value is False) and bool not in f.types:
             wanted = " or ".join("nil" if t is NIL else t.__name__ for t in f.types)
             raise ProtocolError(BAD_FIELD, f"{kind}: field {f.name!r} must be {wanted}, got {_describe(value)}")
-    known = {f.name for f in fields} | {"type"}
-    extra = sorted(str(k) for k in message if k not in known)
-    if extra and ignore_unknown:
-        return {k: v for k, v in message.items() if k in known}
-    if extra:
-        raise ProtocolError(BAD_FIELD, f"{kind}: unknown field(s) {', '.join(extra)}")
-    if kind == "act" and isinstance(message["action"], dict) and table is REQUESTS:
-        _check_order(message["action"])
+    if len(message) > present:  # fields the table does not list
+        known = {f.name for f in fields} | {"type"}
+        if ignore_unknown:
+            return {k: v for k, v in message.items() if k in known}
+        raise ProtocolError(BAD_FIELD, f"{kind}: unknown field(s) {', '.join(sorted(str(k) for k in message if k not in known))}")
+    if table is REQUESTS:
+        if kind == "act" and isinstance(message["action"], dict):
+            _check_order(message["action"])
+        elif "columns" in message:
+            _check_columns(kind, message["columns"])
     return message
 
 
@@ -137,6 +141,16 @@ def _check_order(action: dict[Any, Any]) -> None:
     if list(action) != ["order"] or not isinstance(action["order"], list) or not action["order"]:
         raise ProtocolError(BAD_FIELD, "act: a map action must be a standing order {'order': [job ids, best first]} "
                                        f"(protocol 1.4), got {_describe(action)}")
+
+
+def _check_columns(kind: str, columns: dict[Any, Any]) -> None:
+    """`columns` (1.8): per job table, the only columns the agent reads (`id` always comes)."""
+    for name, wanted in columns.items():
+        known = JOB_TABLES.get(name) if isinstance(name, str) else None
+        names = {c.name for c in known} if known else set()
+        if not known or not isinstance(wanted, list) or not all(isinstance(c, str) and c in names for c in wanted):
+            raise ProtocolError(BAD_FIELD, f"{kind}: columns maps a job table ({', '.join(JOB_TABLES)}) to names of "
+                                           f"its columns (PROTOCOL.md section 6), got {_describe({name: wanted})}")
 
 
 def _describe(value: Any) -> str:

@@ -20,6 +20,7 @@ from hpcgym.environment.limits import Limits
 from hpcgym.environment.machine import load_machine
 from hpcgym.environment.simulator import Simulation
 from hpcgym.environment.spec import WorkloadSpec, load_workload
+from hpcgym.protocol.messages import PROTOCOL_VERSION
 
 from .test_sockets import ask, children, dealer, free_tcp, start_env  # noqa: F401 (children: a fixture)
 
@@ -148,7 +149,7 @@ def test_an_external_agent_sees_each_jobs_gpu_request_over_a_socket(children):
         try:
             welcome = ask(sock, {"type": "hello", "protocol": version, "agent": "gpu-reader", "kinds": ["select"],
                                  "session": session}, 10)
-            assert welcome["type"] == "welcome" and welcome["protocol"] == "1.7", welcome
+            assert welcome["type"] == "welcome" and welcome["protocol"] == PROTOCOL_VERSION, welcome
             reply = ask(sock, {"type": "reset", "workload": SPEC, "seed": 0}, 30)
             seen_gpu_jobs = 0
             for _ in range(40):

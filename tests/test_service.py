@@ -180,6 +180,21 @@ def test_episode_through_the_handler_equals_the_in_process_simulation(trace, opt
     assert expected.jobs["start"].tolist() != in_process(trace, {}).jobs["start"].tolist()
 
 
+def test_an_agent_naming_its_columns_is_sent_only_those_and_plays_the_same_episode(trace):
+    """1.8: a reset naming the queue columns SJF reads gets decisions with just them and `id`, and
+    the schedule of an agent sent every column; a column no table has is a bad_field."""
+    net = Net()
+    columns = {"queue": ["submit", "requested", "size"]}
+    bot = Bot(b"sjf", PriorityAgent("sjf"), "sjf", reset={"workload": {"trace": str(trace)}, "records": True,
+                                                          "columns": columns})
+    run_bots(net, [bot], max_ticks=1)
+    assert bot.decisions and all(set(d["observation"]["queue"]) == {"id", "submit", "requested", "size"}
+                                 and set(d["observation"]["running"]) == {"id"} for d in bot.decisions)
+    assert_same_records(bot.end["jobs"], in_process(trace, {"select": PriorityAgent("sjf")}))
+    err = net.request(b"sjf", {"type": "join", "columns": {"queue": ["size", "colour"]}})
+    assert err["type"] == "error" and err["code"] == "bad_field" and "columns" in err["message"], err
+
+
 def test_records_are_nil_unless_asked(trace):
     net = Net()
     bot = Bot(b"a", PriorityAgent("sjf"), "sjf", reset={"workload": {"trace": str(trace)}})

@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 
 HERE = Path(__file__).resolve().parent
-PROTOCOL = "1.7"
+PROTOCOL = "1.8"
 HEX_UP_TO = 512
 ABOUT = ("Each vector is one message body (file) and its expected outcome. valid: decoded is the message as "
          "JSON (a number with a decimal point is a msgpack float, one without an integer). invalid: error is "
@@ -126,7 +126,8 @@ valid("reset_empty", "request", {"type": "reset"}, "reset with every optional fi
 valid("reset_full", "request",
       {"type": "reset", "workload": {"trace": "/data/SDSC-SP2.swf.gz", "procs": 128, "jobs": 1024, "sample": 7},
        "seed": 3, "options": {"policy": "sjf", "backfill": "easy", "estimate": "noisy:0.2", "window": 64},
-       "reward": "bsld", "require": ["select", "inspect"], "records": True},
+       "reward": "bsld", "require": ["select", "inspect"], "records": True,
+       "columns": {"queue": ["submit", "requested", "size"], "running": ["estimated_end"]}},
       "reset with every optional field present")
 valid("reset_records_false", "request", {"type": "reset", "seed": -1, "records": False},
       "records false; a negative seed is an integer like any other (the env may refuse its value)")
@@ -135,7 +136,9 @@ valid("records_request", "request", {"type": "records", "episode": 4, "page": 0}
 valid("reset_window_start", "request",
       {"type": "reset", "workload": {"jobs": 256, "start": 1000}, "options": {"policy": "sjf"}},
       "a window from the trace's job 1000 (start, by position), queued in SJF order (the policy option)")
-valid("join", "request", {"type": "join"}, "join has no fields")
+valid("join", "request", {"type": "join"}, "join without its optional columns")
+valid("join_columns", "request", {"type": "join", "columns": {"queue": ["size", "wait"]}},
+      "1.8: only the queue's id, size and wait (and the running jobs' id) are sent to this agent")
 valid("poll", "request", {"type": "poll"}, "poll has no fields")
 valid("bye_request", "request", {"type": "bye"}, "bye has no fields")
 valid("act_int", "request", {"type": "act", "decision": 7, "action": 42},
@@ -240,7 +243,9 @@ invalid("reset_unknown_field", "request", {"type": "reset", "policy": "sjf"}, "b
 invalid("records_page_missing", "request", {"type": "records", "episode": 4}, "bad_field", "validate",
         "records without page")
 invalid("join_unknown_field", "request", {"type": "join", "session": "default"}, "bad_field", "validate",
-        "join has no fields (the session is chosen at hello)")
+        "join takes no session (the session is chosen at hello)")
+invalid("join_columns_unknown", "request", {"type": "join", "columns": {"queue": ["size", "colour"]}}, "bad_field",
+        "validate", "1.8: columns names a column the queue table does not have")
 invalid("poll_unknown_field", "request", {"type": "poll", "decision": 3}, "bad_field", "validate",
         "poll has no fields")
 invalid("bye_unknown_field", "request", {"type": "bye", "reason": "done"}, "bad_field", "validate",
