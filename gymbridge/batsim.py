@@ -1,12 +1,5 @@
-"""`hpcgym batsim`: Batsim's schedulers (pybatsim, batsched) on hpcgym's workloads (docs/batsim.md).
-
-    hpcgym batsim run --trace T [--jobs N --start K] -- PROGRAM ARGS   (PROGRAM binds; we connect)
-    hpcgym batsim run --trace T --connect ADDR                          (a scheduler already running)
-    hpcgym batsim export --trace T [--jobs N ...] --out DIR             (workload JSON + platform for real Batsim)
-
-The scheduler's address goes where PROGRAM's arguments say `{addr}`; with no `{addr}`, it is
-appended as `-s ADDR`, the socket option of pybatsim, batsched and Batsim alike.
-"""
+"""`hpcgym batsim`: Batsim's schedulers (pybatsim, batsched) on hpcgym's workloads, run or exported
+for a real Batsim (docs/batsim.md)."""
 
 from __future__ import annotations
 

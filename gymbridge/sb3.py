@@ -1,19 +1,6 @@
-"""Stable-Baselines3 (and sb3-contrib's MaskablePPO) on a `make_vector` env: `SB3VecEnv`.
-
-    from sb3_contrib import MaskablePPO
-    from hpcgym.gymbridge.sb3 import SB3VecEnv
-    from hpcgym.gymbridge.vector import make_vector
-
-    envs = SB3VecEnv(make_vector(8, "select", seed=0, autoreset_mode="same_step",
-                                 workload={"jobs": 256, "sample": True}))
-    MaskablePPO("MlpPolicy", envs, seed=0).learn(100_000)
-
-SB3 has its own vector-env interface, which resets an ended env in the same step and hands the
-terminal observation over in that env's info; `SB3VecEnv` puts that interface on a Gymnasium
-vector env made with `autoreset_mode="same_step"`. MaskablePPO asks for the action masks every
-step (`env_method("action_masks")`): they are answered from the last step's `info["action_mask"]`,
-so they cost no round trip to the workers. Needs the `sb3` extra (`pip install sb3-contrib`).
-"""
+"""Stable-Baselines3 (and sb3-contrib's MaskablePPO) on a `make_vector(..., autoreset_mode="same_step")`
+env: `SB3VecEnv` (docs/gymnasium.md shows it). MaskablePPO's per-step `env_method("action_masks")`
+is answered from the last step's `info["action_mask"]`, so it costs no round trip to the workers."""
 
 from __future__ import annotations
 
