@@ -1,12 +1,7 @@
-"""A vectorised reader for the common case of an SWF trace: every job line 18 plain numbers.
-
-Archive traces hold a few hundred thousand job lines; parsing them number by number (even with
-numpy's C text reader) takes about a second. Here the bytes are looked at as one numpy array:
-tokens are found from whitespace boundaries and the needed columns are assembled digit by digit.
-Anything unusual (an exponent, a stray character, a line of the wrong length, a huge value)
-returns None, and `swf.read_swf` falls back to its exact line-by-line reader, which names the
-offending line.
-"""
+"""A vectorised reader for the common SWF trace, every job line 18 plain numbers: the bytes as one
+numpy array, tokens found from whitespace and columns assembled digit by digit (number-by-number
+parsing takes about a second for an archive trace). Anything unusual returns None, and
+`swf.read_swf` falls back to its exact reader, which names the offending line."""
 
 from __future__ import annotations
 

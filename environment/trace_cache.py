@@ -1,14 +1,7 @@
-"""Parsed SWF traces kept on disk, so that each trace file is parsed once per machine.
-
-An entry is keyed by the sha256 of the file's bytes as stored (gzip or not): a changed file has
-another key, so nothing is ever stale. It holds what parsing gives before cleaning (the header,
-the kept columns, the job lines' numbers); cleaning, which depends on the caller's options, runs
-every time. The folder is $HPCGYM_CACHE, else $XDG_CACHE_HOME/hpcgym, else ~/.cache/hpcgym;
-HPCGYM_CACHE set to an empty string turns the cache off. A folder that cannot be written only
-means no caching. The entries take at most `max_bytes()` together (HPCGYM_CACHE_BYTES): the least
-recently used are evicted to make room, and an entry larger than the bound is not written, so a
-trace an env refuses, or a huge one, cannot fill the disk.
-"""
+"""Parsed SWF traces kept on disk, so that each trace file is parsed once per machine. Entries are
+keyed by the sha256 of the stored bytes (never stale) and hold what parsing gives before cleaning;
+the folder is $HPCGYM_CACHE (empty: off), else $XDG_CACHE_HOME/hpcgym, else ~/.cache/hpcgym, and
+the entries take at most HPCGYM_CACHE_BYTES, least recently used evicted, so no trace fills the disk."""
 
 from __future__ import annotations
 

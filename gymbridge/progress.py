@@ -1,10 +1,6 @@
-"""Progress of long commands (compare, train, distill) on stderr.
-
-On a terminal it is a tqdm bar. Elsewhere (a batch job's log, a pipe) a bar's carriage returns
-would pile up in one endless line, so it is a plain line at the start and then one every `EVERY`
-seconds (a heartbeat while nothing ends, so a log shows the command alive before its first unit
-does) and the last, in tqdm's words: `compare: 12/40 units (30%), 01:21 elapsed, 03:09 left`.
-"""
+"""Progress of long commands (compare, train, distill) on stderr: a tqdm bar on a terminal; elsewhere
+(a log, a pipe), where carriage returns would pile up, a plain line at the start, then one every
+`EVERY` seconds and the last (`compare: 12/40 units (30%), 01:21 elapsed, 03:09 left`)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""`hpcgym protocol`: conformance checks for other implementations of the step/act protocol.
-
-    hpcgym protocol check-env tcp://127.0.0.1:5555
-    hpcgym protocol check-agent "python my_agent.py --env {addr}"
-
-Each prints one line per check (PASS/FAIL name: detail) and exits 0 if all passed, 1 if not.
-The message vectors for codec tests live in protocol/vectors/ (index.json describes them).
-"""
+"""`hpcgym protocol check-env ADDRESS` and `check-agent "CMD {addr}"`: conformance checks for other
+implementations of the protocol, one line per check (PASS/FAIL name: detail), exit 1 on a
+failure. The codec's message vectors are protocol/vectors/ (index.json describes them)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""The Gymnasium env's episodes on a running `hpcgym env`, over the step/act protocol.
-
-`RemoteEpisodes` says hello with the env's kind(s) (and those of its in-process `others`, which
-it answers here) in a session of its own, then plays one episode per `reset`. It hands back what
-the in-process path of `HpcEnv` does: the next decision of the env's own kinds and the reward
-earned since the previous one (the server sums the rewards, as `environment.episode` does in
-process), so both give the same trajectories.
-"""
+"""The Gymnasium env's episodes on a running `hpcgym env`: `RemoteEpisodes` says hello with the
+env's kinds (and its in-process `others'`, answered here) in a session of its own and hands back
+what `InProcessEpisodes` does (the next decision, the reward since), so both give the same
+trajectories."""
 
 from __future__ import annotations
 

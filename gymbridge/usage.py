@@ -1,13 +1,6 @@
-"""What several commands share: options declared once, and checks of options that only mean
-something together.
-
-`--trace`, `--jobs`, `--seed`, `--procs`, `--model` and `--machine` mean the same everywhere (a
-trace found as `environment.spec.resolve_trace` finds it, a window length, a non-negative seed, a
-cluster size), so their names, types and common help live here; a command adds only what truly
-differs for it (its default, or what its jobs or seed are for). The other workload keys'
-options (`--start`, `--sample`, `--cleaning`, `--train-fraction`, ...) are made from the keys'
-own declarations in `environment/spec.py` (`workload_option`).
-"""
+"""What several commands share: options declared once (`--trace`, `--jobs`, `--seed`, `--procs`,
+`--model`, `--machine`; the other workload keys' options made from `environment/spec.py`'s
+declarations), and checks of options that only mean something together."""
 
 from __future__ import annotations
 
