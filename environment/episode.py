@@ -1,13 +1,7 @@
-"""One episode as both faces of hpcgym play it: the protocol service and the Gymnasium env.
-
-An `Episode` holds the simulation, the reward accounting and who decides each kind. A kind is
-decided by an outside agent (its decisions come out of `next_decision`), by an in-process
-decider given at the start (`deciders`: kind -> function of the decision), or, once its agent is
-lost, by the built-in default (`fall_back`). The reward spec's step reward is taken once at every
-decision that arises, whoever decides it, and added to every account; `collect` pays one
-account out. Both faces go through this one loop, which is why an episode earns the same
-rewards, bit for bit, in process and over sockets.
-"""
+"""One episode as both faces play it (the protocol service and the Gymnasium env): the simulation,
+the reward accounts and who decides each kind (an outside agent, an in-process decider, or the
+built-in default once an agent is lost). One loop for both is why an episode earns the same
+rewards, bit for bit, in process and over sockets."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""What a result file records so that it can be remade: the hpcgym commit, the exact command,
-the settings it ran with and a hash of every checkpoint it read.
-
-Every writer of a result (`hpcgym compare`/`train`/`distill`, the paper benchmarks) puts this
-block under the key `provenance`; tests/test_provenance.py checks that every JSON under
-docs/results/ has one with a commit and a command.
-"""
+"""What a result file records under `provenance` so that it can be remade: the hpcgym commit, the
+exact command, the settings and a hash of every checkpoint read (tests/test_provenance.py checks
+every JSON under docs/results/)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The protocol's data tables, held once: the observation's fields, the columns of its job tables,
-the episode's metrics and the per-job record columns.
-
-PROTOCOL.md (sections 5 and 6) prints these tables and tests/test_protocol_tables.py checks that
-the text says what is here; the env declares what it sends from here (which columns an older
-agent is not sent, the per-job record columns) and the conformance checker checks an env's
-messages against it. A new column is added here, then to the text, in one change.
-"""
+"""The protocol's data tables, held once: the observation's fields, its job tables' columns, the
+episode's metrics and the per-job records. PROTOCOL.md prints them (tests/test_protocol_tables.py
+keeps the text equal), the env sends from them and the conformance checker checks against them."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""A teacher program in any language, over the protocol, for DAgger (`hpcgym distill cmd:...`).
-
-DAgger asks the teacher about the states the tree visits: decisions the teacher does not drive.
-A protocol agent answers only the decisions of episodes it takes part in, so each episode runs
-on an env in this process where the program takes the distilled kinds and answers every decision,
-and the env's `steer` applies the driver's choice (the tree's, or the program's own in the
-teacher's episodes) instead of the answer, which becomes the label: the program advises, the
-tree drives. The program is not told; it must decide from each decision's observation, as
-protocol agents do. One that remembers its own past choices would be labelled on a schedule it
-did not make.
-"""
+"""A teacher program in any language, over the protocol, for DAgger (`hpcgym distill cmd:...`). DAgger
+asks about states the tree visits, so each episode runs on an env here where the program answers
+every decision of the distilled kinds and the env's `steer` applies the driver's choice instead:
+the program advises (its answer is the label), the tree drives (docs/irl.md: the caveats)."""
 
 from __future__ import annotations
 
