@@ -402,15 +402,11 @@ class _Loop:
 
 
 class _Connections:
-    """The connections of the socket, as its monitor reports them (each by its file descriptor,
-    the how-manieth accepted connection it is, and its peer's host) and as they speak. A
-    connection counts toward the caps (`cap` in all, `per_peer` from one host) from its first
-    request on: until then it is silent (idle, mid-handshake, or with CURVE unable to speak at all
-    without a key), held apart, at most MAX_SILENT of them and MAX_SILENT_PER_PEER from one host,
-    the oldest beyond either closed, so that connections which never speak cannot keep out the
-    clients that do. A routing id belongs to the connection that first used it, and the service
-    hears when a connection closes (its agent's routing id then needs its session's token to be
-    used again: PROTOCOL.md section 9). Used by the loop's holder only."""
+    """The socket's connections, as its monitor reports them and as they speak (the loop's holder
+    only). One counts toward the caps (`cap`, `per_peer` from one host) from its first request:
+    silent ones (idle, mid-handshake, CURVE without a key) are held apart, the oldest beyond
+    MAX_SILENT (MAX_SILENT_PER_PEER a host) closed, so they cannot keep out clients that speak. A
+    routing id belongs to the connection that first used it; the service hears when one closes."""
 
     def __init__(self, sock: zmq.Socket, service: Any, cap: int, per_peer: int | None = None) -> None:
         self.service, self.cap, self.per_peer = service, cap, min(per_peer or cap, cap)

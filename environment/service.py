@@ -207,21 +207,18 @@ class EnvService:
             "act": self._on_act, "records": self._on_records, "bye": self._on_bye}
 
     def check_defaults(self) -> None:
-        """Read the env's own trace within its limits and check its options and reward, as a reset
-        would: a bad `--trace`, option or `--reward` fails at start-up, not at the first reset, and
-        the first reset finds the trace already parsed."""
+        """Check the env's own trace, options and reward as a reset would: a bad one fails at
+        start-up, not at the first reset (which then finds the trace parsed)."""
         d = self.defaults
         if d["workload"].get("trace") is not None:
             self._load(self.limits.workload(d["workload"]), d["seed"])
         EpisodeSpec.from_reset(d["workload"], {**d["options"], "policy": d["policy"]}, d["reward"], d["seed"])
 
     def run_sessions_concurrently(self, wake: Callable[[], None]) -> None:
-        """From now on a session's tasks run outside the service lock (but its simulation work),
-        one at a time per session: in the calling thread when the session is idle, else on a
-        thread of the session's, which calls `wake()` when it has replies (collect them with
-        `tick`). The caller (the socket server) makes sure a long task does not hold it up."""
+        """From now on a session's tasks run one at a time per session, in the calling thread when
+        it is idle, else on the session's thread, which calls `wake()` for `tick` to collect its
+        replies; and an sjf_range reset's simulations run in processes of their own (work.py)."""
         self._wake = wake
-        # the simulations an sjf_range reset runs go to processes of their own (environment/work.py)
         self._calls = Calls(max(1, (os.cpu_count() or 2) // 2), "hpcgym-reset-work", nice=RESET_WORK_NICE)
 
     # ---------------------------------------------------------------- entry points
@@ -258,9 +255,8 @@ class EnvService:
             return {name for name, session in self.sessions.items() if session.peers}
 
     def disconnected(self, peer_id: bytes) -> None:
-        """The connection of this routing id closed (the socket server saw it). Outside an episode
-        the agent is gone, as after `bye`; in one, it may come back on a new connection by a hello
-        with its session's token (anyone could connect with its routing id), or time out."""
+        """The connection of this routing id closed: outside an episode the agent is gone, as after
+        `bye`; in one, a hello with its session's token on a new connection resumes it."""
         with self._lock:
             peer = self.peers.get(peer_id)
             if peer is None:
@@ -668,9 +664,8 @@ class EnvService:
             self._dispatch(session)
 
     def _load(self, workload: dict[str, Any], seed: int) -> Workload:
-        """A reset's job sequence, its trace read within the operator's bounds on bytes and jobs. A
-        refusal is raised anew once the failed load's frames (and the arrays they held) are gone,
-        and their memory is handed back: nothing of a refused trace stays."""
+        """A reset's job sequence within the bounds on trace bytes and jobs; a refusal is raised
+        anew once the failed load's frames are gone and its memory handed back."""
         try:
             return self._workloads.load(workload, seed, self.limits.max_trace_bytes, self.limits.max_trace_jobs)
         except TooManyJobs as exc:
@@ -913,10 +908,8 @@ class _Unlocked:
 
 
 def parse_request(body: bytes | dict[str, Any]) -> Request:
-    """A request decoded, validated and held to the bounds that need no state (the sizes of a
-    reset's maps and paths), so that the work a request may cost is bounded before the service
-    lock is taken. The one validation of a request: the front and the workers of `hpcgym env
-    --workers` read a hello's fields only once it has passed this and `check_hello`."""
+    """A request decoded, validated and held to the stateless bounds before the service lock is
+    taken: the one validation, which the front and workers also pass a hello through."""
     msg: dict[str, Any] = {}
     try:
         msg = m.validate(decode(body) if isinstance(body, (bytes, bytearray)) else body)

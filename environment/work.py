@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from .errors import HpcgymError
 from .processes import CallCancelled, Calls
@@ -36,8 +36,8 @@ class Cancelled(Exception):
 
 class Work:
     """One request's work: at most `cpu_s` seconds of its thread's CPU time (None: no bound),
-    `what` naming it and `setting` the option that sets the bound, in the refusal; its offloaded
-    parts run in `calls`' processes (None: in its thread)."""
+    `what` naming it and `setting` the option that sets the bound, in the refusal; `spent`: CPU
+    seconds it used elsewhere; its offloaded parts run in `calls`' processes (None: here)."""
 
     def __init__(self, cpu_s: float | None, what: str, setting: str = "", calls: Calls | None = None,
                  spent: float = 0.0) -> None:

@@ -98,9 +98,8 @@ def serve_workers(service_options: dict[str, Any], workers: int, bind: str, *, c
 
 
 def _remove_stale_ipc(bind: str) -> None:
-    """Remove what killed envs of this naming left: the link folders of fronts that are gone, and
-    the ipc files of workers at this address that nothing listens on any more (a killed process
-    cannot remove its own; a worker that ends normally does)."""
+    """Remove what killed envs left (a killed process cannot): link folders of fronts that are
+    gone, and worker ipc files at this address nothing listens on."""
     for folder in Path(tempfile.gettempdir()).glob(f"{LINK_FOLDER}*-*"):
         pid = folder.name[len(LINK_FOLDER):].split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
@@ -442,11 +441,8 @@ class _Front:
 
 
 def _hello(body: bytes) -> dict[str, Any] | None:
-    """A request that is a hello the service would take, decoded and checked by the service's own
-    validation (a hello whose session was a list killed the loop of a worker that looked the name
-    up); None for any other, which goes on to the service, and it says what is wrong. Looked for
-    in its first bytes (where `type` and its value are, whatever the order of a hello's few short
-    entries), then read to be sure."""
+    """A hello the service would take, checked by its own validation (a hello whose session was a
+    list killed a worker's loop); None for any other request, which the service answers."""
     if b"\xa5hello" not in body[:96]:
         return None
     message, refusal = parse_request(body)
@@ -576,10 +572,8 @@ class _FrontMessages:
 
     def admit(self, peer: bytes, rest: list[bytes]) -> bytes | None:
         """At the worker's own address: a hello only into a session the front sent here, with the
-        token of the hello the front redirected (if it gave one: anyone who reaches this address
-        could otherwise take the name first). Its claim is held from then on until a tick finds the
-        session without agents (an agent that came and went between two ticks must not leave it
-        held until the claim's deadline)."""
+        redirected hello's token if it gave one (else anyone reaching this address could take the
+        name first); the claim is then held until a tick finds the session without agents."""
         hello = _hello(rest[-1]) if rest else None
         if hello is None:
             return None
