@@ -321,15 +321,9 @@ def _program_here(spec: str) -> HpcgymError:
 
 
 def load_agent(spec: str | AgentRef, **kwargs: Any) -> Agent:
-    """An agent by spec (`resolve_agent`): a built-in name (a priority policy such as `sjf`, or one of
-    `BUILTIN_AGENTS` such as `knapsack`), `module:Class`, `model:PATH`: a trained checkpoint
-    (`hpcgym train`), served greedily unless `greedy=False` is passed, taking the checkpoint's
-    kind, `sampled:PATH`: the same checkpoint sampling its actions from the policy (a generator
-    seeded with 0 for each agent, so a window's schedule repeats), `tree:PATH`: a tree file
-    (`hpcgym distill`, `agents.tree.TreeAgent`), or `online:PATH`:
-    the same checkpoint adapting online (`OnlineRLAgent`, keyword arguments pass on), scoring its
-    episodes from their end metrics (`reward="metrics"`), since in process and in `hpcgym compare`
-    no env reward reaches it."""
+    """An agent by spec (`resolve_agent`; docs/compare.md lists the specs). `sampled:` seeds each agent's
+    sampling with 0, so a window's schedule repeats; `online:` scores its episodes by their end
+    metrics, since in process and in `hpcgym compare` no env reward reaches it."""
     ref = spec if isinstance(spec, AgentRef) else resolve_agent(spec)
     check_agent_file(ref)
     if ref.source == "builtin":

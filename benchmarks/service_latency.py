@@ -12,7 +12,7 @@ cost of a decision over ipc:// beside the same decisions in process.
 2. Decisions. The SJF agent (`agents.runtime.run_agent`, the code behind `hpcgym agent sjf`) plays
    one episode of a --jobs-job generated workload against `hpcgym env` over ipc://, with standing
    orders (protocol 1.4, the default) and asked at every decision, then the same episode through
-   `EnvService.handle` in this process. Printed per transport: decisions, how many the agent was
+   `EnvService.handle` in this process (the messages `run_agent` sends: 1.8, the columns SJF reads). Printed per transport: decisions, how many the agent was
    asked (messages), decisions/s, the env's CPU per decision (over ipc:// read from /proc for the
    env process, all its threads) and the agent's (this process's CPU, the runtime's validation
    included), and the env's CPU per message.

@@ -23,7 +23,7 @@ from typing import Any
 from .priorities import POLICIES
 from ..protocol import messages as m
 from ..protocol.codec import MAX_MESSAGE_BYTES, decode, encode
-from ..protocol.tables import columns_newer_than
+from ..protocol.tables import JOB_TABLES, columns_newer_than, names
 from .decisions import KINDS, SELECT, Decision
 from .episode import Episode
 from .errors import HpcgymError, InvalidAction
@@ -70,11 +70,14 @@ class Peer:
     arrived: int = 0                        # its requests so far, counted as they arrive
     answered: int = 0                       # `arrived` when it was last sent a reply
     refused: bool = False                   # its last reset could not start (its kinds are up for grabs)
-    columns: dict[str, frozenset[str]] | None = None  # the only job-table columns it is sent (1.8); None: all
+    columns: dict[str, frozenset[str]] | None = None  # the only job-table columns it is sent; None: all
     detached: bool = False                  # its connection closed mid-episode: a hello with the token resumes it
     last_seen: float = 0.0                  # time of its last request
     # replies it has no request waiting for (an episode end, a refused held reset): sent with its next join/poll
     undelivered: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.columns = sent_columns(self.minor, None)
 
 
 @dataclass(eq=False)
@@ -522,7 +525,7 @@ class EnvService:
 
     def _on_reset(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
         peer = self._registered(peer)
-        _take_columns(peer, msg)
+        peer.columns = sent_columns(peer.minor, msg.get("columns"))
         session = peer.session
         # Check `require` now: a non-string entry used to crash tick() (sorting/joining the missing
         # kinds) when the held reset timed out, and an unknown kind can never be taken.
@@ -541,7 +544,7 @@ class EnvService:
     def _on_join(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
         peer = self._registered(peer)
         if msg["type"] == "join":
-            _take_columns(peer, msg)
+            peer.columns = sent_columns(peer.minor, msg.get("columns"))
         self._deliver_or_dispatch(peer)
 
     def _on_act(self, peer_id: bytes, peer: Peer | None, msg: dict[str, Any]) -> None:
@@ -745,13 +748,8 @@ class EnvService:
 
     def _decision_message(self, ep: SessionEpisode, decision: Decision, owner: Peer) -> dict[str, Any]:
         reward = ep.core.collect(owner.id)
-        if owner.columns is not None:
-            observation = ep.core.sim.observe(decision, owner.columns)
-        else:
-            observation = decision.observation
-            newer = columns_newer_than(owner.minor)  # columns an older agent never asked for (PROTOCOL.md section 6)
-            if newer:
-                observation = _without(observation, newer)
+        columns = owner.columns
+        observation = decision.observation if columns is None else ep.core.sim.observe(decision, columns)
         message = {"type": "decision", "episode": ep.number, "decision": ep.decision_id, "step": decision.step,
                    "time": decision.time, "kind": decision.kind, "observation": observation,
                    "candidates": decision.candidates, "can_wait": decision.can_wait, "reward": float(reward)}
@@ -970,15 +968,11 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def _take_columns(peer: Peer, msg: dict[str, Any]) -> None:
-    """The columns a reset or join asks for (1.8: its agent's own, for the decisions that follow),
-    less those newer than the agent's version; absent: all."""
-    columns, newer = msg.get("columns"), columns_newer_than(peer.minor)
-    peer.columns = None if columns is None else {
-        table: frozenset(["id", *columns.get(table, ())]) - set(newer.get(table, ())) for table in ("queue", "running")}
-
-
-def _without(observation: dict[str, Any], columns: dict[str, tuple[str, ...]]) -> dict[str, Any]:
-    """The observation less some columns of its job tables (those an older agent never asked for)."""
-    return {**observation, **{table: {k: v for k, v in observation[table].items() if k not in dropped}
-                              for table, dropped in columns.items()}}
+def sent_columns(minor: int, asked: dict[str, list[str]] | None) -> dict[str, frozenset[str]] | None:
+    """The job-table columns an agent is sent: those its reset or join asked for (1.8; `id` always),
+    less those newer than its version (PROTOCOL.md section 6); None: all."""
+    newer = columns_newer_than(minor)
+    if asked is None and not newer:
+        return None
+    return {table: frozenset(["id", *asked.get(table, ())] if asked is not None else names(columns))
+            - set(newer.get(table, ())) for table, columns in JOB_TABLES.items()}
