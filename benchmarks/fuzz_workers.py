@@ -40,14 +40,20 @@ def main(messages: int, parallel: int, seed: int) -> None:
         env = start_env(bind, "--workers", "2", "--max-agents", "100000", "--max-sessions", "100000")
         try:
             workers = sorted(worker_pids(env.pid))
-            addresses = []
-            for k in range(40):
-                reply = ask(dealer(bind), {"type": "hello", "protocol": "1.7", "agent": "a", "kinds": ["select"],
-                                           "session": f"claimed-{k}"})
-                if reply["address"] not in addresses:
-                    addresses.append(reply["address"])
-                if len(addresses) == 2:
-                    break
+            opened: list = []  # kept open: the front places a session by its worker's connected agents
+
+            def claimed_at_each_worker(prefix: str) -> dict[str, str]:
+                held: dict[str, str] = {}
+                for k in range(40):
+                    opened.append(dealer(bind))
+                    reply = ask(opened[-1], {"type": "hello", "protocol": "1.7", "agent": "a", "kinds": ["select"],
+                                             "session": f"{prefix}-{k}"})
+                    held.setdefault(reply["address"], f"{prefix}-{k}")
+                    if len(held) == 2:
+                        return held
+                raise AssertionError(f"40 sessions went to one worker: {held}")
+
+            addresses = list(claimed_at_each_worker("claimed"))
 
             def client(serial: int) -> None:
                 rng = random.Random(seed * 1_000_003 + serial)
@@ -81,14 +87,14 @@ def main(messages: int, parallel: int, seed: int) -> None:
             now = sorted(worker_pids(env.pid))
             crashes = len(set(workers) - set(now))
             played = 0
-            for k in range(len(addresses)):
-                # a fresh session at each worker: redirected by the front to whichever holds it
-                reply = ask(dealer(bind), {"type": "hello", "protocol": "1.7", "agent": "a", "kinds": ["select"],
-                                           "session": f"after-{k}"})
-                agent = dealer(reply["address"])
-                if ask(agent, {"type": "hello", "protocol": "1.7", "agent": "a", "kinds": ["select"],
-                               "session": f"after-{k}"})["type"] == "welcome":
-                    played += sjf_episode(agent, 3)["reason"] == "completed"
+            for address, name in claimed_at_each_worker("after").items():  # a fresh agent plays at each worker
+                agent = dealer(address)
+                welcome = ask(agent, {"type": "hello", "protocol": "1.7", "agent": "a", "kinds": ["select"],
+                                      "session": name})
+                end = sjf_episode(agent, 3) if welcome["type"] == "welcome" else welcome
+                played += end.get("reason") == "completed"
+                if end.get("reason") != "completed":
+                    print(f"{name} at {address}: {end}")
         finally:
             env.terminate()
             env.wait(10)
