@@ -78,9 +78,10 @@ def policies(objective: str, folder: Path, algorithms: list[str]) -> list[str]:
 
 
 def read_jobs(path: Path) -> dict[str, np.ndarray]:
+    """A per-job CSV's numeric columns (`allocated_resources`, an interval set, is left out)."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
-    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0]}
+    return {k: np.array([float(r[k]) for r in rows]) for k in rows[0] if k != "allocated_resources"}
 
 
 def job_tables(compare: Path, procs: int) -> dict[str, dict[str, float]]:
