@@ -226,6 +226,7 @@ def test_compare_on_the_mixed_workload_is_hpcgym_run_of_it(tmp_path):
     assert "utilization_gpus" in unit["summary"]
     assert {k: summary[k] for k in unit["summary"]} == unit["summary"]
     assert (tmp_path / "run.csv").read_text() == (out / unit["jobs_csv"]).read_text()
+    assert "generated gpu-mixed workload" in (out / "summary.md").read_text()
 
 
 def test_the_resources_encoder_tells_a_gpu_job_from_a_cpu_job():

@@ -30,7 +30,7 @@ from .policy import PolicySpec
 class SequenceSpec:
     """How the job sequences are drawn from the source."""
 
-    trace: str | None          # SWF path; None: the generated Lublin workload
+    trace: str | None          # SWF path; None: a generated workload (`model`, Lublin's by default)
     procs: int | None = None
     strict: bool = False
     skip_malformed: bool = False

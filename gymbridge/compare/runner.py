@@ -312,7 +312,9 @@ def _latency_rows(p: PolicySpec, results: list[dict[str, Any]]) -> list[dict[str
 
 def _title(c: Comparison, sequences: list[dict[str, Any]], baseline: str) -> tuple[str, list[str]]:
     s = c.sequences
-    source = Path(s.trace).name if s.trace else "generated Lublin workload"
+    source = Path(s.trace).name if s.trace else f"generated {s.model or 'Lublin'} workload"
+    if s.machine:
+        source += f" on --machine {s.machine}"
     if s.train_fraction is not None:
         source += f" ({s.part} part, train fraction {s.train_fraction:g})"
     if s.jobs is None:
