@@ -1,44 +1,9 @@
-"""Policy specifications for `hpcgym compare`: what decides each decision kind in one policy.
-
-    --policy NAME=SPEC        SPEC: items separated by `,` or `+`
-
-Items:
-
-- a priority policy name (`fcfs`, `sjf`, `wfp3`, ...): the env's built-in priority order, which
-  orders the queue and decides `select` when no agent takes it (default `fcfs`);
-  `priority:NAME` says the same explicitly;
-- a backfill mode (`easy`, `conservative`, `none`), or `backfill:MODE` (default `easy`);
-- `estimate:E`, `overrun:O`, `window:N`, `max_interval:N`, `max_rejections:N` (or `none`: no cap), `exact_requests:true`,
-  `commit_pick:true`, the EASY variants (`backfill_order:submit`, `backfill_candidates:unguarded`,
-  `backfill_stop:false`, `easy_extra:false`, `strict_shadow:true`, `keep_shadow:true`, `one_event:true`),
-  `prediction:P` (a run-time predictor, docs/semantics.md section 12) and `preset:NAME` (a named set
-  of them, `environment.config.PRESETS`): simulation options;
-- `KIND:AGENT` (KIND one of select, inspect, backfill, kill, select_kill; several joined by `/`): an agent
-  process that takes those kinds. AGENT is a built-in agent name (a priority name: a `select`
-  agent that applies it to the visible window; `accept-all` and `reject-large` take `inspect`;
-  `hpcgym agent --help` lists them all), `module:Class`, `model:PATH` (a checkpoint of
-  `hpcgym train`, served greedily), `sampled:PATH` (the same checkpoint sampling its actions from
-  the policy, seeded alike for every window), `online:PATH` (the same checkpoint adapting online while it
-  serves, `agents/rl/online.py`, with its defaults), `tree:PATH` (a tree file of `hpcgym
-  distill`), or `cmd:COMMAND LINE`, an external program
-  started with `{addr}` replaced by the env's address;
-- a bare built-in agent name that is no priority name (`reject-large`, as `hpcgym agent` takes it):
-  that agent, taking its own kinds;
-- `agent:module:Class` or a bare `module:Class`: a Python agent taking the kinds its class declares;
-- a bare `model:PATH`, `sampled:PATH`, `online:PATH` or `tree:PATH`: a trained checkpoint (or tree) taking the decision
-  kinds it was trained on;
-- a bare `cmd:COMMAND LINE`: an external program taking `select`;
-- `batsim:COMMAND LINE`, alone: a Batsim scheduler (pybatsim, batsched) that decides everything
-  itself, hpcgym playing Batsim 4 for it (docs/batsim.md); `{addr}` is replaced by the address it
-  listens on (without `{addr}`, `-s ADDRESS` is appended).
-
-A separator splits only where the text after it starts a new item (a known word, `KEY:` or
-`module:Class`), so a comma inside a command line stays part of it.
-
-Examples: `fcfs+easy`, `sjf,backfill:none`, `select:sjf,easy`, `select:sjf,inspect:my.mod:Inspector`,
-`inspect:reject-large`,
-`ppo=select:model:runs/ppo/model.pt`, `ppo-online=online:runs/ppo/model.pt`,
-`c-sjf=cmd:examples/c-sjf/build/sjf_agent {addr} --join`, `pyb-easy=batsim:pybatsim easyBackfill -t 0 -s {addr}`.
+"""Policy specifications for `hpcgym compare` (`--policy NAME=SPEC`, items joined by `,` or `+`):
+what decides each decision kind in one policy, parsed once and checked before any unit runs.
+docs/compare.md ("Policy syntax") lists the items: a priority, a backfill mode, simulation
+options, `KIND:AGENT` agents (built-in names, `module:Class`, `model:`, `sampled:`, `online:`,
+`tree:`, `cmd:`), bare agents taking their own kinds, and `batsim:` alone. E.g. `fcfs+easy`,
+`sjf,backfill:none`, `ppo=select:model:runs/ppo/model.pt`, `pyb=batsim:pybatsim easyBackfill -t 0 -s {addr}`.
 """
 
 from __future__ import annotations

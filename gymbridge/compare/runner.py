@@ -1,20 +1,6 @@
-"""Run a comparison: plan, execute the units not done yet, write every output.
-
-Output folder:
-
-    run.json                     command line, versions, seeds, checksums, plan, unit counts
-    sequences/seq-NNN.swf        the job sequences every policy replays
-    units/POLICY/seq-NNN.json    one finished unit: summary metrics, latencies (the resume marker)
-    units/POLICY/seq-NNN.error.json  a failed unit (retried by --resume)
-    units/POLICY/seq-NNN.records.npz  with --record: the unit's decision records (agents/records.py)
-    jobs/POLICY/seq-NNN.csv      per-job records of that unit
-    summary.md, summary.csv      the table
-    latency.md, latency.csv      decision latency per agent
-    plots/bsld.png, plots/wait.png, plots/radar.png
-    report.html                  the first windows' schedules, policies side by side (plotly, offline)
-
-A unit's files are written atomically (a temporary file, then a rename) as soon as it finishes,
-its JSON last, so an interrupted comparison resumes from exactly the units that finished.
+"""Run a comparison: plan, execute the units not done yet, write every output (docs/compare.md
+lists the output folder). A unit's files are written atomically, its JSON last, so an
+interrupted comparison resumes from exactly the units that finished.
 """
 
 from __future__ import annotations
