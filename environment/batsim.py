@@ -1,25 +1,9 @@
-"""hpcgym as Batsim 4 for an external scheduler: Batsim's event loop over an hpcgym workload.
-
-Batsim's schedulers ("decision processes": pybatsim, batsched) bind a ZeroMQ REP socket and answer
-Batsim's JSON messages `{"now": t, "events": [...]}` with their own. Here the cluster is
-homogeneous, one processor (on a machine of whole nodes, one node: `on_hosts`) is one host,
-every job is a delay profile whose delay is its run time, and its walltime is its requested time
-(a job that would run longer is killed there, as with hpcgym's `overrun: kill`). docs/batsim.md has the full mapping and what is out of scope.
-
-Every decision is checked, and a wrong one ends the run with one line (`SchedulerFailed`)
-naming the job and what was wrong: an allocation outside the cluster, over a running job's
-host, of the wrong size, for a job not submitted or already started; a kill of a job that is
-not running; a message that is not Batsim's. A scheduler that leaves jobs waiting with nothing
-left to happen (real Batsim would wait forever) fails the same way.
-
-Events of one instant go in one message, completions before submissions (hpcgym's order), then
-requested calls, then the end-of-submissions notice. Decisions take effect at the instant of the
-message they answer: the decision time a scheduler claims by answering with a later `now` is not
-simulated. Run times are hidden from the scheduler unless `reveal_run_times` (Batsim itself
-reveals each job's profile at the start): every job then names one profile that tells nothing.
-
-The loop has no sockets: `run(exchange)` sends each message through `exchange`, a function from
-a message to the scheduler's decoded reply; `SchedulerSocket` is the ZeroMQ one.
+"""hpcgym as Batsim 4 for an external scheduler (pybatsim, batsched): Batsim's event loop over an
+hpcgym workload, since those schedulers decide whole host allocations in Batsim's JSON messages
+rather than answer hpcgym's decisions. Hosts are processors (on whole nodes, nodes: `on_hosts`),
+jobs delay profiles killed at their walltime; every decision is checked and a wrong one ends the
+run in one line (`SchedulerFailed`). docs/batsim.md has the mapping, message order and scope.
+`run(exchange)` has no sockets (`exchange`: message -> decoded reply); `SchedulerSocket` is ZeroMQ's.
 """
 
 from __future__ import annotations
