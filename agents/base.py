@@ -1,8 +1,5 @@
-"""The agent interface: the decision kinds an agent takes and `act(decision) -> action`.
-
-Built-in defaults and external agents share it, so a heuristic can run in-process or be served
-over the protocol unchanged. Learners override the hooks to see rewards and episode ends.
-"""
+"""The agent interface (`kinds`, `act(decision) -> action`), shared by built-in defaults and external
+agents, so a heuristic runs in process or over the protocol unchanged."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""What one agent may ask of an env: the bounds every reset is held to, and the operator's limits.
-
-`check_reset_size` bounds what a reset may cost before any state is looked at (the sizes of its
-maps and paths); `Limits` holds `hpcgym env`'s operator options (folders traces and models may
-come from, file sizes, jobs, agents, sessions) and applies them to a reset's workload and options.
-"""
+"""What one agent may ask of an env: `check_reset_size` bounds what a reset may cost before any
+state is looked at, and `Limits` applies `hpcgym env`'s operator options to a reset."""
 
 from __future__ import annotations
 

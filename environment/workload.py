@@ -1,9 +1,5 @@
-"""The cleaned job list a simulation replays.
-
-Every source of jobs (an SWF trace, the Lublin generator, a sampled jobset) produces a
-`Workload`: parallel integer arrays sorted by submit time, so slicing a window or drawing a
-sample is cheap and the simulator never re-parses text.
-"""
+"""The cleaned job list a simulation replays: every job source gives parallel integer arrays sorted
+by submit time, so cutting a window or drawing a sample is cheap and nothing re-parses text."""
 
 from __future__ import annotations
 

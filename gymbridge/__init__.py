@@ -1,10 +1,6 @@
-"""Gymnasium bridge: `make(kind=...)` gives an `HpcEnv` for one decision kind of an episode,
-in process or against a running `hpcgym env`; `gymbridge.vector.make_vector` steps several.
-
-Nothing here imports gymnasium until it is used, so the `hpcgym` command line (which lives in
-this package) runs without the `rl` extra. The Gymnasium ids (`gymnasium.make("hpcgym/Select-v0")`,
-gymbridge/registration.py) are registered as soon as gymnasium is imported, before or after this.
-"""
+"""Gymnasium bridge: `make(kind=...)` gives an `HpcEnv`, in process or on a running `hpcgym env`.
+Nothing here imports gymnasium until used, so the command line (in this package) runs without
+the `rl` extra; the Gymnasium ids are registered whenever gymnasium is imported."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The `hpcgym` command line: run a simulation, inspect or generate traces.
-
-Every user mistake (bad option, missing or malformed file) ends in one line on stderr and exit
-status 2; nothing here prints a traceback for a problem the user can fix.
-"""
+"""The `hpcgym` command line. Every user mistake (bad option, missing or malformed file) ends in one
+line on stderr and exit status 2, never a traceback for a problem the user can fix."""
 
 from __future__ import annotations
 

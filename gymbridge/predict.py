@@ -1,8 +1,5 @@
-"""`hpcgym predict`: fit the learned pre-run run-time predictor and measure predictors' errors.
-
-    hpcgym predict fit --trace SDSC-SP2-1998-4.2-cln.swf.gz --train-fraction 0.8 --out sp2.json
-    hpcgym predict score --trace SDSC-SP2-1998-4.2-cln.swf.gz --train-fraction 0.8 --prediction learned:sp2.json
-"""
+"""`hpcgym predict fit|score`: fit the learned pre-run run-time predictor and measure predictors'
+errors (docs/semantics.md section 12)."""
 
 from __future__ import annotations
 

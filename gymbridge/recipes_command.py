@@ -1,8 +1,5 @@
-"""`hpcgym recipes`: the seed papers' runs (agents/recipes.py), listed or shown resolved.
-
-    hpcgym recipes                 # one line per recipe, with its variants
-    hpcgym recipes show rlbf:scw   # every setting of RL backfilling in the scw variant
-"""
+"""`hpcgym recipes [show NAME[:VARIANT]]`: the seed papers' runs (agents/recipes.py), listed or one
+shown resolved."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""msgpack encoding with limits (PROTOCOL.md section 3).
-
-Decoding caps every container and string so one bad peer cannot make the env allocate
-without bound; anything that is not a well-formed message becomes a `bad_message` error.
-"""
+"""msgpack encoding with limits (PROTOCOL.md section 3): decoding caps every container and string,
+so one bad peer cannot make the env allocate without bound."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Message types of the step/act protocol and their validation (PROTOCOL.md, sections 4-6).
-
-Every message is a map with a string `type`. `validate(message)` checks a decoded message
-against the table of its type and raises `ProtocolError` naming the first problem, so a peer
-always learns exactly what was wrong.
-"""
+"""Message types of the step/act protocol and their validation (PROTOCOL.md sections 4-6): a
+refused message raises `ProtocolError` naming the first problem, so a peer learns what was wrong."""
 
 from __future__ import annotations
 
