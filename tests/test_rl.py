@@ -776,3 +776,40 @@ def test_learning_curve_figures_read_every_run_and_keep_resumed_gaps(tmp_path):
     assert panel.lines == {"seed a": ([1.0, 2.0], [-3.5, -2.0]), "seed b": ([1.0, 2.0], [1.0, 0.5])}
     write_curves([panel, Panel("kills").runs({"a": tmp_path / "a"}, y="kills")], tmp_path / "f.png")
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_adam_steps_as_torchs_without_importing_dynamo():
+    # the same updates bit for bit as torch.optim.Adam, and no torch._dynamo import (1.3 s a
+    # process) on the way: checked in a fresh interpreter
+    code = ("import sys, torch\n"
+            "from hpcgym.agents.rl.algorithm import Adam\n"
+            "torch.manual_seed(0)\n"
+            "x, nets = torch.randn(16, 5), [torch.nn.Linear(5, 3) for _ in range(2)]\n"
+            "nets[1].load_state_dict(nets[0].state_dict())\n"
+            "start = nets[0].weight.detach().clone()\n"
+            "def train(net, opt):\n"
+            "    for _ in range(20):\n"
+            "        opt.zero_grad(); (net(x) ** 2).mean().backward(); opt.step()\n"
+            "train(nets[0], Adam(nets[0].parameters(), lr=1e-2))\n"
+            "assert 'torch._dynamo' not in sys.modules\n"
+            "train(nets[1], torch.optim.Adam(nets[1].parameters(), lr=1e-2))\n"
+            "assert not torch.equal(nets[0].weight, start)\n"
+            "assert all(torch.equal(a, b) for a, b in zip(nets[0].parameters(), nets[1].parameters()))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_free_threads_caps_by_affinity_and_idle_cores(monkeypatch):
+    from hpcgym.gymbridge.training import trainer
+
+    monkeypatch.setattr(trainer.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(trainer.time, "sleep", lambda s: None)
+    # /proc/stat: 4 cores; between the two reads 400 ticks, 150 idle and 50 iowait: 4 * 200/400 = 2 cores idle
+    stats = iter(["cpu 100 0 100 100 0 0 0 0\ncpu0 1\ncpu1 1\ncpu2 1\ncpu3 1\n",
+                  "cpu 200 0 200 250 50 0 0 0\ncpu0 1\ncpu1 1\ncpu2 1\ncpu3 1\n"])
+    monkeypatch.setattr("builtins.open", lambda *a, **k: __import__("io").StringIO(next(stats)))
+    assert trainer.free_threads(8) == 2
+    assert trainer.free_threads(1) == 1   # one thread asked: nothing read
+    monkeypatch.setattr(trainer.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert trainer.free_threads(8) == 1   # one usable core (taskset): nothing read

@@ -8,6 +8,7 @@ on its own; this module only holds the plumbing around them.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -16,6 +17,21 @@ import torch
 from torch import nn
 
 from .runner import EpisodeRecord, Runner
+
+
+class Adam(torch.optim.Adam):
+    """torch's Adam, bit for bit, without the guards against torch.compile that import
+    torch._dynamo (1.3 s of every training process; hpcgym never compiles)."""
+
+    add_param_group = inspect.unwrap(torch.optim.Adam.add_param_group)
+    zero_grad = inspect.unwrap(torch.optim.Adam.zero_grad)
+    state_dict = inspect.unwrap(torch.optim.Adam.state_dict)
+    load_state_dict = inspect.unwrap(torch.optim.Adam.load_state_dict)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        inspect.unwrap(torch.optim.Adam.step)(self)
+
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """`auto`: CUDA when present, else CPU; anything else as torch reads it."""
@@ -178,7 +194,7 @@ class ActorCriticAlgorithm(Algorithm):
             raise ValueError(f"vf_lr needs separate actor and critic networks; net {c.net!r} shares one body")
         groups = ([{"params": self.model.actor.parameters()}, {"params": self.model.critic.parameters(), "lr": vf_lr}]
                   if vf_lr is not None else self.model.parameters())
-        self.optimizer = torch.optim.Adam(groups, lr=c.lr, eps=1e-5)
+        self.optimizer = Adam(groups, lr=c.lr, eps=1e-5)
 
     def acting_network(self) -> nn.Module:
         return self.model
@@ -187,15 +203,16 @@ class ActorCriticAlgorithm(Algorithm):
     def sample(self, obs: np.ndarray, mask: np.ndarray, rngs: Sequence[np.random.Generator] | None = None
                ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """A runner policy: sampled actions (row r's from rngs[r]; without them, from the
-        algorithm's generator), with their log-probabilities and the values. In inference mode:
-        the same numbers as under no_grad, each of its ~30 small torch calls a round cheaper."""
-        from .policy import choose
+        algorithm's generator), with their log-probabilities and the values, from one call of the
+        model (a shared body runs once). In inference mode: the same numbers as under no_grad, each
+        small torch call cheaper."""
+        from .policy import choose, masked_logits
 
-        obs_t, mask_t = self.tensor(obs), self.tensor(mask, torch.bool)
-        logits = self.model.scores(obs_t, mask_t)
+        logits, values = self.model(self.tensor(obs))
+        logits = masked_logits(logits, self.tensor(mask, torch.bool))
         actions = choose(logits.float().cpu().numpy(), mask, self.rng if rngs is None else rngs)
-        logp = torch.log_softmax(logits, -1).gather(-1, self.tensor(actions, torch.long).unsqueeze(-1))
-        return actions, {"logp": logp.squeeze(-1).cpu().numpy(), "value": self.model.value(obs_t).cpu().numpy()}
+        logp = torch.log_softmax(logits, -1).cpu().numpy()[np.arange(len(actions)), actions]
+        return actions, {"logp": logp, "value": values.cpu().numpy()}
 
     @torch.no_grad()
     def values(self, obs: np.ndarray) -> np.ndarray:
@@ -244,9 +261,8 @@ CURVE_METRICS = ("mean_bsld", "mean_wait", "utilization", "kills")
 
 
 def episode_stats(ended: list) -> dict[str, float]:
-    """Mean return and length of the episodes an epoch collected, the share of them cut at the
-    step cap (a policy that stalls its schedule shows here first), and the means of their
-    scheduling metrics when the env reports them."""
+    """An epoch's episodes: mean return and length, the share cut at the step cap (where a policy
+    that stalls its schedule shows first), and their scheduling metrics' means."""
     if not ended:
         return {"episodes": 0}
     stats = {"episodes": len(ended), "return": float(np.mean([e.ret for e in ended])),

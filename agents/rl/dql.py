@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .algorithm import Algorithm, NetworkConfig, episode_stats
+from .algorithm import Adam, Algorithm, NetworkConfig, episode_stats
 from .policy import QNetwork, choose, masked_logits
 from .storage import NStepReturns, ReplayBuffer
 
@@ -95,7 +95,7 @@ class DQL(Algorithm):
         else:
             self.q = QNetwork(self.obs_shape, self.n_actions, c.net, c.hidden, c.activation, c.table).to(self.device)
         self.target = copy.deepcopy(self.q)
-        self.optimizer = torch.optim.Adam(self.q.parameters(), lr=c.lr)
+        self.optimizer = Adam(self.q.parameters(), lr=c.lr)
         self.buffer = ReplayBuffer(c.buffer_size, self.obs_shape, self.n_actions)
         self.env_steps = 0
 

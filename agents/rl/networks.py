@@ -1,15 +1,8 @@
-"""Networks: a plain MLP, and a small convolution over the window's slots.
-
-Both map an observation batch of shape (B, *obs_shape) to (B, out). `build_network` picks one
-by name, so a checkpoint can rebuild its network from the name and sizes it stores.
-
-- `mlp`: flattens the observation; fully connected layers. Works for any observation shape.
-- `conv`: for a job table of (slots, features), e.g. the `jobs` encoder's. A 1-D convolution
-  along the slots with kernel size 1 applies the same small network to every job (the "kernel"
-  policy of the RL scheduling papers): a per-slot score, so the policy does not depend on where
-  a job sits in the window. Features outside the table (e.g. the `nodes` encoder's) reach every
-  slot. Outputs beyond the slots (e.g. the wait action), and the value (`per_slot=False`), come
-  from the features averaged over the slots.
+"""Networks mapping (B, *obs_shape) to (B, out), built by name so a checkpoint can rebuild them:
+`mlp` (flattened, fully connected; any observation) and `conv`, kernel-size-1 convolutions over a
+(slots, features) job table: the same small network scores every job (the papers' "kernel"
+policy), so a score does not depend on where the job sits; features outside the table reach every
+slot, and outputs past the slots (the wait action, a value) come from the slot-averaged features.
 """
 
 from __future__ import annotations
@@ -46,7 +39,11 @@ class MLP(nn.Module):
         self.body = nn.Sequential(*layers)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.body(obs)
+        """The layers' functions called directly: the same numbers, without each module call's hook checks."""
+        h = obs.flatten(1)
+        for layer in self.body[1:]:
+            h = nn.functional.linear(h, layer.weight, layer.bias) if isinstance(layer, nn.Linear) else layer.forward(h)
+        return h
 
 
 class SlotConv(nn.Module):
@@ -104,7 +101,7 @@ class SlotConv(nn.Module):
         source = torch.where(distinct, order, order[:, -1:])
         h = rows[distinct]
         for layer in self.body:
-            h = _per_row(layer, h) if isinstance(layer, nn.Conv1d) else layer(h)   # (distinct rows, hidden)
+            h = _per_row(layer, h) if isinstance(layer, nn.Conv1d) else layer.forward(h)   # (distinct rows, hidden)
         h = h[source]                                                              # (B, slots, hidden)
         pooled = self.pooled(h.mean(dim=1)) if self.pooled is not None else None   # (B, extra)
         if self.score is None:

@@ -98,6 +98,10 @@ class ActorCritic(nn.Module):
         self.critic = build_network(value_net or net, obs_shape, 1, hidden, activation, out_gain=1.0, per_slot=False,
                                     table=table)
 
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, values): what sampling reads, as DRAS's one-body network gives them."""
+        return self.actor(obs), self.value(obs)
+
     def scores(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Masked logits: what greedy or sampled acting reads."""
         return masked_logits(self.actor(obs), mask)

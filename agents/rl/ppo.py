@@ -1,31 +1,16 @@
-"""Proximal policy optimisation (PPO, clipped objective), as the RL scheduling papers train.
+"""Proximal policy optimisation (clipped objective), as the RL scheduling papers train.
 
-Per epoch: collect whole episodes, compute GAE advantages A and return targets R = A + V_old,
-then several passes of minibatch gradient steps on
-
-    ratio = pi(a|s) / pi_old(a|s)
-    loss  = -mean(min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A))
-            + vf_coef * mean((V(s) - R)^2)  -  ent_coef * mean(H(pi(.|s)))
-
-The passes stop early once the approximate KL divergence from the collecting policy,
-mean((ratio - 1) - log ratio), exceeds target_kl (checked after every minibatch): the clip
-bounds each step, the KL stop bounds the whole update.
-
-With `imitation_coef` > 0 (RLSchert's eq. 11) the loss also has alpha_t * mean(-log pi(a_T|s))
-over the steps a teacher labelled (a_T: the teacher agent's action there, agents/rl/imitation.py),
-alpha_t = imitation_coef * max(0, 1 - t / imitation_epochs) at the t-th update epoch (0-based):
-the teacher guides the first updates and none after `imitation_epochs`. With `pretrain_epochs`
-= K > 0 the paper's two stages instead of one blended loss: the first K update epochs fit the
-policy to the teacher's actions alone (behaviour cloning on the states the policy visits; the
-critic is fitted alongside, no KL stop), and PPO starts after them (its t counted from there).
-
-With `value_target="monte_carlo"` the critic fits the discounted return itself instead of A + V_old:
-a critic whose targets are its own bootstrapped values learns the level of a reward that comes only
-at the end of long episodes slowly, epoch after epoch (docs/schedinspector.md).
-
-With `value_epochs` set, the value loss leaves that sum and gets its own passes afterwards, which
-the KL stop does not cut short, and `vf_lr` gives the critic its own learning rate: Spinning Up's
-PPO, which SchedInspector trains with (80 policy and 80 value iterations, 3e-4 and 1e-3).
+Per epoch: whole episodes, GAE advantages A and targets R = A + V_old, then minibatch passes on
+-mean(min(ratio A, clip(ratio) A)) + vf_coef mean((V - R)^2) - ent_coef mean(H), stopped once the
+approximate KL from the collecting policy exceeds target_kl (the clip bounds a step, the stop the
+update). Options, each for a paper that needs it:
+- `imitation_coef` (RLSchert's eq. 11): plus alpha_t mean(-log pi(a_T|s)) over teacher-labelled
+  steps, alpha_t falling linearly to 0 over `imitation_epochs`; `pretrain_epochs` K: the first K
+  updates fit the teacher alone (behaviour cloning, critic alongside, no KL stop), PPO after.
+- `value_target="monte_carlo"`: the critic fits the return itself, since bootstrapped targets learn
+  a reward that comes only at a long episode's end slowly (docs/schedinspector.md).
+- `value_epochs` and `vf_lr`: separate value passes the KL stop does not cut, at their own rate
+  (Spinning Up's PPO, which SchedInspector trains with).
 """
 
 from __future__ import annotations
@@ -87,12 +72,6 @@ class PPOConfig(PolicyNetworkConfig):
         return epoch < self.pretrain_epochs
 
 
-def minibatch(batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The rows `idx` of every column, each gathered once: `index_select` copies rows several times
-    faster than advanced indexing on CPU, and the observations are most of an update's memory traffic."""
-    return {key: column.index_select(0, idx) for key, column in batch.items()}
-
-
 def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages: torch.Tensor,
                returns: torch.Tensor, config: PPOConfig, rng: np.random.Generator,
                imitation: float = 0.0, clone: bool = False) -> dict[str, float]:
@@ -100,6 +79,9 @@ def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages
     with `clone`, the imitation term alone, without the clipped objective and the KL stop);
     returns the last minibatch's statistics."""
     n = len(advantages)
+    batch = {**batch, "adv": advantages, "ret": returns}
+    keys = ("obs", "mask", "action", "logp", "adv", *(("teacher",) if imitation > 0 else ()),
+            *(("ret",) if config.value_epochs is None else ()))
     stats: dict[str, float] = {}
     stepped = None   # the distribution of the last minibatch stepped on, whose entropy `stats` reports
     stopped = False
@@ -107,8 +89,9 @@ def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages
         order = rng.permutation(n)
         for start in range(0, n, config.minibatch_size):
             idx = torch.as_tensor(order[start:start + config.minibatch_size], device=advantages.device)
-            mb = minibatch(batch, idx)
-            adv = advantages.index_select(0, idx)
+            # the columns read, each gathered once (index_select: several times faster than indexing)
+            mb = {key: batch[key].index_select(0, idx) for key in keys}
+            adv = mb["adv"]
             if config.normalize_advantages and len(idx) > 1:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
             dist = model.distribution(mb["obs"], mb["mask"])
@@ -127,7 +110,7 @@ def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages
                 imitated = imitation_loss(dist, mb["teacher"])
                 loss = loss + imitation * imitated
             if config.value_epochs is None:
-                value_loss = ((model.value(mb["obs"]) - returns.index_select(0, idx)) ** 2).mean()
+                value_loss = ((model.value(mb["obs"]) - mb["ret"]) ** 2).mean()
                 loss = loss + config.vf_coef * value_loss
             with torch.no_grad():
                 approx_kl = float(((ratio - 1) - log_ratio).mean())

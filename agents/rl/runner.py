@@ -1,22 +1,12 @@
-"""Steps several Gymnasium envs in lockstep, one batched forward pass per round.
+"""Steps several Gymnasium envs (`info["action_mask"]`: True or 1 valid) in lockstep, one batched
+forward pass per round, and keeps the episodes' books.
 
-Each env is a plain `gymnasium.Env` whose `info` holds `action_mask` (True or 1: valid). The
-runner owns the episode bookkeeping every algorithm needs: episode j (counted over the whole
-training run) is reset with `seed_of(j)` (and `options_of(j)`, e.g. a curriculum's phase), and
-its actions are sampled from its own generator, `sampling_rng(sampling_seed, j)`, so which
-sequences are trained on and what is sampled in them depend only on the seed, not on timing,
-on which env runs the episode or on how many envs (or rollout workers) there are, and a resumed
-run goes on with the very next episodes.
-
-An epoch asks for a number of episodes: envs start new episodes until that many have started,
-and the epoch is over when they have all ended, so no episode spans two epochs. With
-`max_steps`, an episode still running after that many steps is cut there (truncated, as
-Gymnasium's TimeLimit does): a policy that kills jobs at random may never finish its sequence.
-With `discard_after`, such an episode is instead thrown away: the caller drops its steps
-(`on_discard(env)`), it does not count towards the epoch, and another episode takes its place
-(SchedInspector's code discards trajectories past 10 inspections per job). With `teacher`, each
-state's env `info` is shown to it and its answer (the action a teacher agent would take there,
--1: none) rides on the step's transition, for imitation (agents/rl/imitation.py).
+Episode j of a run is reset with `seed_of(j)` (and `options_of(j)`, e.g. a curriculum phase) and
+samples from its own generator `sampling_rng(sampling_seed, j)`, so what is trained on depends on
+the seed alone, not on timing, env or worker counts, and a resumed run goes on exactly. An epoch
+starts a number of episodes and ends when all have ended. `max_steps` truncates an episode (as
+Gymnasium's TimeLimit); `discard_after` throws it away instead and starts another
+(SchedInspector's code); a `teacher` labels each state with its action, for imitation.
 """
 
 from __future__ import annotations

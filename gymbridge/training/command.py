@@ -142,9 +142,9 @@ REMAKE_MAY_CHANGE = RESUME_MAY_CHANGE - {"resume"} | {"seed"}
                    "(repeat it; the first is the baseline of the paired differences; default fcfs and sjf).")
 @click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
-              help="The learner's CPU threads for torch; with --workers, the update's alone (each worker acts "
-                   "on one), so on idle cores more threads shorten the update. A run repeats bit for bit only "
-                   "with the same count.")
+              help="The learner's CPU threads for torch at most: each epoch takes those of them whose cores "
+                   "are idle; with --workers, the update's alone (each worker acts on one), so on idle cores more "
+                   "threads shorten the update. A run repeats bit for bit only with the same count.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar (default: a bar when stderr is a terminal, else one line per epoch; "
                    "--no-progress: neither).")
@@ -212,7 +212,8 @@ def train(ctx, algorithm, recipe, **flags) -> None:
                    "trace, which may overlap the training ones; --train-fraction 0.8 trains on the first 80% "
                    "and evaluates on the rest (a chronological split)", err=True)
     trainer = Trainer(settings, out, device=str(dev), progress=flags["progress"], log=lambda m: click.echo(m, err=True),
-                      workers=workers, executor=executor, address=address, worker_timeout=flags["worker_timeout"])
+                      workers=workers, executor=executor, address=address, worker_timeout=flags["worker_timeout"],
+                      threads=flags["threads"])
     try:
         history = trainer.train(resume=flags["resume"])
     except ValueError as exc:  # bad algorithm options surface as ValueError from the config dataclasses

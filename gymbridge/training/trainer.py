@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
+import torch
 
 from ...agents.rl.algorithm import Algorithm, config_from_dict
 from ...agents.rl.algorithms import get_algorithm
@@ -257,8 +259,9 @@ class Trainer:
     def __init__(self, settings: TrainSettings, out: str | Path, *, device: str = "auto",
                  env_fn: Callable[[int], Any] | None = None, progress: bool | None = None,
                  log: Callable[[str], None] | None = None, workers: int = 1, executor: str = "local",
-                 address: str | None = None, worker_timeout: float = 600.0) -> None:
+                 address: str | None = None, worker_timeout: float = 600.0, threads: int | None = None) -> None:
         self.settings = settings
+        self.threads = threads   # the learner's torch threads at most (None: torch's setting, untouched)
         self.out = Path(out)
         self.device = device
         # rollout workers (gymbridge/training/workers.py): 1 local one is this process's own runner
@@ -287,8 +290,6 @@ class Trainer:
             ckpt = load_checkpoint(ckpt_path)
             replay = ckpt_path.with_suffix(".replay.pt")
             if replay.exists():  # DQL's replay buffer, kept beside the newest checkpoint only
-                import torch
-
                 ckpt.state["extra"]["buffer"] = torch.load(replay, map_location="cpu", weights_only=True)
             if ckpt.algorithm != s.algorithm.lower():
                 raise CheckpointError(f"{ckpt_path} was trained with {ckpt.algorithm}, not {s.algorithm}")
@@ -372,6 +373,8 @@ class Trainer:
         self.runner.on_episode_end = episode_ended
         try:
             while self.epoch < s.epochs:
+                if self.threads is not None:
+                    torch.set_num_threads(free_threads(self.threads))
                 t0, steps_before, discarded = time.perf_counter(), self.runner.steps, self.runner.discarded
                 stats = self.algo.train_epoch(self.runner, s.trajectories)
                 if s.discard_after is not None:
@@ -415,8 +418,6 @@ class Trainer:
     def save(self) -> Path:
         """epoch_NNNNNN.pt; a replay buffer (DQL) goes beside it in epoch_NNNNNN.replay.pt, and
         only the newest is kept (it is large, and only resuming needs it)."""
-        import torch
-
         ckpt = self.checkpoint()
         path = self.out / f"epoch_{self.epoch:06d}.pt"
         buffer = ckpt.state.get("extra", {}).get("buffer")
@@ -493,6 +494,28 @@ class Trainer:
         return result
 
 
+def free_threads(requested: int, window: float = 0.05) -> int:
+    """`requested` torch threads, capped by the cores this process may use and by the cores idle
+    now (/proc/stat over `window` s): a thread on a busy core stalls every parallel step, and made
+    an epoch 4x slower on a shared machine (issue 46)."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if min(requested, usable) <= 1:
+        return 1
+
+    def times() -> tuple[list[int], int]:
+        with open("/proc/stat") as f:
+            lines = f.read().splitlines()
+        return [int(v) for v in lines[0].split()[1:]], sum(line.startswith("cpu") for line in lines) - 1
+
+    try:
+        (before, cores), (after, _) = times(), (time.sleep(window), times())[1]
+    except (OSError, ValueError, IndexError):
+        return min(requested, usable)
+    spent = [b - a for a, b in zip(before, after)]
+    idle = cores * (spent[3] + spent[4]) / max(1, sum(spent))   # idle + iowait
+    return max(1, min(requested, usable, round(idle)))
+
+
 def teacher_for(settings: TrainSettings):
     """The labeller of the settings' teacher agent (in the learner, and in each rollout worker)."""
     from ...agents.rl.imitation import teacher_labeller
@@ -524,11 +547,9 @@ EVAL_METRICS = ("mean_bsld", "mean_wait", "utilization", "max_bsld")
 
 
 def eval_sequences(workload: dict[str, Any], episodes: int, seed: int) -> SequenceSpec:
-    """The held-out sequences of a training run, as `hpcgym compare` draws them from its evaluation
-    workload: `episodes` random windows (or sampled jobsets) of the episodes' length, sequence k
-    with sample seed eval_seed(seed) + k, cut from the trace (or its part), or from one
-    workload generated with seed eval_seed(seed). A fixed training window (`start`) gives way to
-    random windows of its length; a workload without a length is one sequence, the whole of it."""
+    """The held-out sequences, as `hpcgym compare` draws them: `episodes` windows (or sampled jobsets)
+    of the episodes' length, sequence k with seed eval_seed(seed) + k (a fixed `start` gives way to
+    random windows; a workload without a length is one sequence, all of it)."""
     from ..compare.plan import SequenceSpec
 
     unknown = sorted(set(workload) - {"trace", "procs", "strict", "skip_malformed", "train_fraction", "part",
