@@ -411,7 +411,7 @@ SI_BUDGET = "60 epochs x 100 traj. (SDSC-SP2, Lublin), 40 (CTC-SP2, HPC2N); pape
 T4 = "schedinspector/seeds/results.json"
 #: IRL's distillations, one distill.json per teacher seed (seed 0 the first).
 IRL_SP2 = ("irl/sdsc-sp2/distill/distill.json", "irl/seeds/sdsc-sp2-s1/distill.json", "irl/seeds/sdsc-sp2-s2/distill.json")
-IRL_DS = ("irl/sdsc-ds/distill/distill.json", "irl/seeds/sdsc-ds-s1/distill.json")
+IRL_DS = ("irl/sdsc-ds/distill/distill.json", "irl/seeds/sdsc-ds-s1/distill.json", "irl/seeds/sdsc-ds-s2/distill.json")
 IRL_BUDGET = "teachers 12 episodes each (3 epochs); paper: trained DQN"
 CLAIMS: tuple[Claim, ...] = (
     Claim("si-t4-sdsc", SI, "Table 4: the inspector lowers SJF's bsld on SDSC-SP2",
