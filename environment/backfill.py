@@ -103,50 +103,37 @@ class Profile:
         times[lo:hi] = new_times
         free[lo:hi] = new_free
 
-    def move(self, start: int, new: int, duration: int, size: int) -> None:
-        """Move a reservation of `size` processors for `duration` from `start` to `new` (< start):
-        only the parts the two runs do not share change."""
-        if new + duration > start:
-            times = self.times
-            k = bisect_left(times, new)
+    def move(self, k: int, new: int, start: int, duration: int, size: int) -> None:
+        """Move a reservation of `size` processors for `duration` from `start` to `new` (< start,
+        the boundary at `k`): only the parts the two runs do not share change."""
+        end = new + duration
+        if end > start:
             self._carve(k, new, start, -size)
-            self._carve(bisect_left(times, new + duration, k), new + duration, start + duration, size)
+            self._carve(bisect_left(self.times, end, k), end, start + duration, size)
         else:
             self.add(start, start + duration, size)
-            self.add(new, new + duration, -size)
-
-    def most_free(self, start: int, end: int) -> int:
-        """The most processors free at any time in [start, end)."""
-        times = self.times
-        return max(self.free[bisect_right(times, start) - 1:bisect_left(times, end)])
+            self._carve(k, new, end, -size)
 
     def least_free(self, start: int, end: int) -> int:
         """The fewest processors free at any time in [start, end) (negative: overdrawn)."""
         times = self.times
         return min(self.free[bisect_right(times, start) - 1:bisect_left(times, end)])
 
-    def earliest(self, size: int, duration: int, held: int = FOREVER, before: int = FOREVER,
-                 since: int = 0) -> int | None:
-        """The earliest time at which `size` processors stay free for `duration`.
-
-        For a job that already holds [held, held + duration), only starts before `before`
-        (<= held) are looked at and None means none fits. Its own processors are free to it:
-        any segment from `held` on, within its run, has room for it. A caller that knows no start
-        before `since` fits passes it to skip them.
-        """
-        k = self._fit(size, duration, held, before, since)
-        return None if k is None else self.times[k]
-
     def place(self, size: int, duration: int, since: int = 0) -> int:
         """Reserve `size` processors for `duration` at the earliest time they stay free (none
         fits before `since`, the caller knows), found and carved out in one pass; return it."""
-        k = self._fit(size, duration, FOREVER, FOREVER, since)
+        k = self.fit(size, duration, FOREVER, FOREVER, since)
         start = self.times[k]
         self._carve(k, start, start + duration, -size)
         return start
 
-    def _fit(self, size: int, duration: int, held: int, before: int, since: int) -> int | None:
-        """`earliest`'s search: the segment the fit starts at, or None."""
+    def fit(self, size: int, duration: int, held: int = FOREVER, before: int = FOREVER,
+            since: int = 0) -> int | None:
+        """The segment at whose start `size` processors first stay free for `duration`.
+
+        For a job that already holds [held, held + duration), only starts before `before`
+        (<= held) are looked at and None means none fits; its own processors are free to it from
+        `held` on. A caller that knows no start before `since` fits passes it to skip them."""
         times, free = self.times, self.free
         n = len(times)
         k = bisect_right(times, since) - 1 if since > times[0] else 0

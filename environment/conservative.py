@@ -9,10 +9,10 @@ them; the plan only says when each may.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable
 
-from .backfill import Blocked, Profile
+from .backfill import FOREVER, Blocked, Profile
 
 
 class ConservativePlan:
@@ -46,39 +46,32 @@ class ConservativePlan:
         """One pass: the jobs whose place is `now`, in placement order, and the jobs placed for
         the first time. free, running: the cluster now ((estimated end, index) of every running
         job, sorted); rank: a queued job's position in the priority order; reranked: that order
-        changed since the last pass (a dynamic policy).
-
-        Re-placing is incremental and gives what re-placing every job from scratch gives. With
-        the profile unchanged since the last pass, every reservation stays where it is (it was
-        the earliest then, and what lies after it cannot block an earlier start). Processors
-        handed back early can only pull reservations earlier, and only into the time they free.
-        A reservation left in the past (a running job outlived its estimate) is placed again and
-        can push others later. `_replace` handles both.
+        changed since the last pass (a dynamic policy). With the profile unchanged since the last
+        pass every reservation stays (it was the earliest then); otherwise `_replace`.
         """
         if reranked:
             self._reserved = sorted((t, rank(i), i) for t, _, i in self._reserved)
         self._profile.advance(now)
         reserved = self._reserved
+        moved = False
         if reserved and (reserved[0][0] < now or self._freed_until > now):
-            reserved = self._replace(now, free, running, reserved)
-            due = [i for t, _, i in reserved if t == now]
+            due, moved = self._replace(now, free, running, reserved)
         else:
             due = [i for t, _, i in reserved[:bisect_left(reserved, (now + 1,))]]
         self._freed_until = -1
-        profile = self._profile
-        new = sorted(self._unplaced, key=rank)
+        new = sorted(self._unplaced, key=rank) if self._unplaced else []
         self._unplaced = []
         size, est = self._size, self._est
         blocked = Blocked()  # a placed job cannot start before its place: nor can a larger, longer one
         for i in new:
             s, e = size[i], est[i]
-            t = profile.place(s, e, blocked.since(s, e, now))
+            t = self._profile.place(s, e, blocked.since(s, e, now))
             blocked.add(s, e, t)
-            reserved.append((t, rank(i), i))
+            insort(reserved, (t, rank(i), i))  # in order unless `moved` (sorted below)
             if t == now:
                 due.append(i)
-        reserved.sort()
-        self._reserved = reserved
+        if moved:
+            reserved.sort()
         return due, new
 
     def started(self, now: int, started: list[int]) -> None:
@@ -89,98 +82,137 @@ class ConservativePlan:
         reserved[:k] = [entry for entry in reserved[:k] if entry[2] not in gone]
 
     def _replace(self, now: int, free: int, running: list[tuple[int, int]],
-                 reserved: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-        """Re-place the reservations in order, as if into a profile rebuilt from the running jobs,
-        after processors came back early or a reservation was left in the past.
-
-        A reservation in the past (`stale`: a running job outlived its estimate) comes first in
-        the order, so it is placed exactly, among the running jobs and the stale ones before it;
-        its new place, later than its old one, takes processors from time after its old end
-        (`lost`). Then, in order, every other job:
-        - whose reserved run no longer fits there (the profile, still holding it and the jobs
-          after it, is overdrawn over its run: only lost time can do that) is placed afresh at
-          its earliest fit. Jobs after it in the order must not stand in its way: every job
-          reserved to start before the end of that fit is taken out of the profile first (below
-          `horizon` the profile then holds placed jobs only), and in its turn each of them
-          (`loose`: its own processors out of the profile) is judged like any other job;
-        - otherwise it stays, or moves earlier (what comes after it cannot change that: it still
-          fits its old place). It was blocked everywhere before its reservation, so it can move
-          only into time that gained processors since (before `until`), and only if it is no
-          larger than the most processors free there (`room`). A job no smaller and no shorter
-          than one that found no earlier place cannot start where that one could not (`failed`):
-          that one was blocked before its own reserved start, and time gains processors only
-          from a later reserved start on.
+                 reserved: list[tuple[int, int, int]]) -> tuple[list[int], bool]:
+        """Re-place the reservations in order, in place, as re-placing every job from scratch
+        into a profile of the running jobs would; returns the jobs placed at `now`, in order, and
+        whether any reservation moved. Only what can move is searched:
+        - a stale reservation (in the past: a running job outlived its estimate) is placed first,
+          exactly, among the running jobs and the stale ones before it; only where its new run
+          reaches past its old end (`lost_from`..`lost_to`) can the profile be overdrawn;
+        - a job whose run meets overdrawn time is placed afresh, with every job reserved to start
+          before the end of its fit taken out of the profile first (`loose`, up to `horizon`):
+          each of those, in its turn, is placed afresh if its old place no longer fits;
+        - any other job stays or moves earlier. It was blocked everywhere before its start, so it
+          can only move into time that gained processors (before `until`; at most `room` free
+          there, brought up to date from the `gained` runs when a larger job asks), not onto
+          the time just before its start unless that gained, and not where a job no larger and
+          no shorter found no place (`failed`: time gains only after a reserved start).
         """
         profile, size, est = self._profile, self._size, self._est
-        earliest, add, most_free = profile.earliest, profile.add, profile.most_free
+        times, free_at, carve, fit, move = profile.times, profile.free, profile._carve, profile.fit, profile.move
         until = self._freed_until
         stale = bisect_left(reserved, (now,))
-        lost = False
-        placed = []
+        due: list[int] = []
+        lost_from, lost_to = FOREVER, now
         if stale:
             exact = Profile(now, free, ((max(e, now), size[i]) for e, i in running))
-            for t, key, i in reserved[:stale]:
+            for k in range(stale):
+                t, key, i = reserved[k]
                 s, e = size[i], est[i]
                 new = exact.place(s, e)
                 if t + e > now:
-                    add(now, t + e, s)
-                add(new, new + e, -s)
+                    profile.add(now, t + e, s)
+                profile.add(new, new + e, -s)
                 until = max(until, min(new, t + e))
-                lost = lost or new + e > t + e
-                placed.append((new, key, i))
-        room = most_free(now, until) if until > now else 0
+                if new + e > t + e:
+                    lost_from, lost_to = min(lost_from, max(new, t + e)), max(lost_to, new + e)
+                reserved[k] = (new, key, i)
+                if new == now:
+                    due.append(i)
+        room = 0
+        gained = [(now, until)] if until > now else []
         failed = Blocked()
+        moved = bool(stale)
         horizon, loose = now, stale  # reserved[k + 1:loose], if any, are out of the profile
         for k in range(stale, len(reserved)):
-            entry = reserved[k]
-            t, key, i = entry
+            t, key, i = reserved[k]
             s, e = size[i], est[i]
-            if not lost and (s > room or t == now):
-                placed.append(entry)
-                continue
-            held = k >= loose  # still in the profile
-            fits = True
-            if lost and profile.least_free(t, t + e) < (0 if held else s):
-                if held or t + e > horizon:
+            if k >= loose:  # held in the profile
+                if t < lost_to and t + e > lost_from and profile.least_free(t, t + e) < 0:
                     horizon = t + e
-                    loose = self._loosen(reserved, k if held else loose, horizon)
-                    held = False
-                fits = profile.least_free(t, t + e) >= s
-            if not fits:  # placed afresh, later or earlier
-                since = failed.since(s, e, now)
-                new = earliest(s, e, since=since)
-                while new + e > horizon:  # the fit reaches jobs still in the profile
-                    horizon = new + e
-                    loose = self._loosen(reserved, loose, horizon)
-                    new = earliest(s, e, since=since)
-                add(new, new + e, -s)
-                lost = lost or new > t
-            else:
-                new = t
-                if s <= room and t > now:
-                    before = until if until < t else t
-                    since = failed.since(s, e, now)
-                    if since < before:
-                        found = earliest(s, e, t, before, since)
-                        if found is None:
-                            failed.add(s, e, before)
-                        else:
-                            new = found
-                if held:
-                    if new != t:
-                        profile.move(t, new, e, s)
+                    loose = self._loosen(reserved, k, horizon)
+                    fits = profile.least_free(t, t + e) >= s
                 else:
-                    add(new, new + e, -s)
+                    if t == now:
+                        due.append(i)
+                        continue
+                    if s > room:
+                        for lo, hi in gained:
+                            more = max(free_at[bisect_right(times, lo) - 1:bisect_left(times, hi)])
+                            if more > room:
+                                room = more
+                        gained = []
+                        if s > room:
+                            continue
+                    since = now
+                    for b, bs, bd in failed.records:
+                        if bs <= s and bd <= e:
+                            since = b
+                            break
+                    before = until if until < t else t
+                    if since >= before:
+                        continue
+                    # fewer than s free just before t (it would have started there): a run that
+                    # reaches that time cannot start, so only runs ending before it are searched
+                    reach = before
+                    j = bisect_left(times, t) - 1
+                    if free_at[j] < s and times[j] - e < before:
+                        reach = times[j] - e + 1
+                        if reach <= since:
+                            continue
+                    j = fit(s, e, t, reach, since)
+                    if j is None:
+                        failed.add(s, e, before)
+                        continue
+                    start = times[j]
+                    move(j, start, t, e, s)
+                    if t + e > until:
+                        until = t + e
+                    gained.append((max(start + e, t), t + e))
+                    reserved[k] = (start, key, i)
+                    moved = True
+                    if start == now:
+                        due.append(i)
+                    continue
+            else:  # loose (out of the profile): judged against its old place
+                fits = True
+                if profile.least_free(t, t + e) < s:
+                    if t + e > horizon:
+                        horizon = t + e
+                        loose = self._loosen(reserved, loose, horizon)
+                    fits = profile.least_free(t, t + e) >= s
+            new = t
+            if not fits:  # placed afresh, with the jobs its fit reaches taken out first
+                since = failed.since(s, e, now)
+                j = fit(s, e, FOREVER, FOREVER, since)
+                while times[j] + e > horizon:
+                    horizon = times[j] + e
+                    loose = self._loosen(reserved, loose, horizon)
+                    j = fit(s, e, FOREVER, FOREVER, since)
+                new = times[j]
+            elif t > now:  # or earlier, as a held job
+                if s > room:
+                    for lo, hi in gained:
+                        room = max(room, *free_at[bisect_right(times, lo) - 1:bisect_left(times, hi)])
+                    gained = []
+                before = until if until < t else t
+                since = failed.since(s, e, now)
+                if s <= room and since < before:
+                    j = fit(s, e, t, before, since)
+                    if j is None:
+                        failed.add(s, e, before)
+                    else:
+                        new = times[j]
+            profile.add(new, new + e, -s)
             if new != t:  # the part of its old place it left gained processors
-                gain_start, gain_end = (t, min(new, t + e)) if new > t else (max(new + e, t), t + e)
-                if gain_end > until:
-                    until = gain_end
-                more = most_free(gain_start, gain_end)
-                if more > room:
-                    room = more
-                entry = (new, key, i)
-            placed.append(entry)
-        return placed
+                gain = (t, min(new, t + e)) if new > t else (max(new + e, t), t + e)
+                until = max(until, gain[1])
+                gained.append(gain)
+                reserved[k] = (new, key, i)
+                moved = True
+            if new == now:
+                due.append(i)
+        return due, moved
 
     def _loosen(self, reserved: list[tuple[int, int, int]], loose: int, horizon: int) -> int:
         """Take the reservations from position `loose` on that start before `horizon` out of the

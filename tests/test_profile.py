@@ -38,16 +38,19 @@ def test_place_takes_the_earliest_fit_and_carves_it_out():
 
 
 def test_move_changes_only_what_the_two_runs_do_not_share():
-    # 2 of 5 reserved over [10, 20), moved to [6, 16): taken over [6, 10), given back over [16, 20)
+    # 5 processors, 1 busy over [0, 6), 2 reserved over [10, 20): 4, 5 from 6, 3 from 10, 5 from 20
     p = Profile(0, 5)
+    p.add(0, 6, -1)
     p.add(10, 20, -2)
-    p.move(10, 6, 10, 2)
-    assert steps(p) == [(0, 5), (6, 3), (16, 5)]
-    # 2 over [10, 14) moved to [2, 6): the runs share nothing
+    # moved to [6, 16) (the boundary at index 1): taken over [6, 10), given back over [16, 20)
+    p.move(1, 6, 10, 10, 2)
+    assert steps(p) == [(0, 4), (6, 3), (16, 5)]
+    # 1 busy over [0, 2), 2 over [10, 14) moved to [2, 6): the runs share nothing
     q = Profile(0, 5)
+    q.add(0, 2, -1)
     q.add(10, 14, -2)
-    q.move(10, 2, 4, 2)
-    assert steps(q) == [(0, 5), (2, 3), (6, 5)]
+    q.move(1, 2, 10, 4, 2)
+    assert steps(q) == [(0, 4), (2, 3), (6, 5)]
 
 
 def test_add_many_gives_what_the_adds_one_by_one_give():
@@ -63,18 +66,18 @@ def test_add_many_gives_what_the_adds_one_by_one_give():
     assert steps(p) == [(0, 10)]
 
 
-def test_earliest_counts_a_held_reservation_as_free_to_its_own_job():
+def test_fit_counts_a_held_reservation_as_free_to_its_own_job():
     # 4 processors: 3 busy until 5, and a job of 3 holds [10, 20): 1, 4 from 5, 1 from 10, 4 from 20
     p = Profile(0, 4)
     p.add(0, 5, -3)
     p.add(10, 20, -3)
     assert steps(p) == [(0, 1), (5, 4), (10, 1), (20, 4)]
     # that job (3 for 10) can start at 5: [5, 10) has 4, and from 10 on its own 3 are its
-    assert p.earliest(3, 10, held=10, before=10) == 5
+    assert p.times[p.fit(3, 10, held=10, before=10)] == 5
     # another job of 3 for 10 cannot: [5, 15) meets the 1 free at 10; the first fit is 20
-    assert p.earliest(3, 10) == 20
+    assert p.times[p.fit(3, 10)] == 20
     # looking only before 5, the held job finds nothing (1 free at 0)
-    assert p.earliest(3, 10, held=10, before=5) is None
+    assert p.fit(3, 10, held=10, before=5) is None
 
 
 def test_blocked_rules_out_jobs_no_smaller_and_no_shorter():
