@@ -197,6 +197,28 @@ def dynamic(args, objective: str, folder: Path) -> dict[str, dict]:
     return out
 
 
+def compare_test(args, specs: list[str], out: Path) -> dict[str, dict]:
+    """`hpcgym compare` of `specs` on the test windows every table here uses; its summary rows by policy."""
+    cmd = [HPCGYM, "compare", "--trace", str(args.trace), "--train-fraction", str(args.train_fraction),
+           "--part", "test", "--jobs", str(args.jobs), "--samples", str(args.samples), "--seed", "7",
+           "--workers", str(args.workers), "--out", str(out), "--force"]
+    run(cmd + [x for spec in specs for x in ("--policy", spec)])
+    with open(out / "summary.csv", newline="") as f:
+        return {r["policy"]: r for r in csv.DictReader(f)}
+
+
+def start_kinds(args) -> None:
+    """Table 4 for already trained agents (`--agent`): FCFS/B and the agents on the same test
+    windows, no training; writes `--json`."""
+    agents = dict(a.split("=", 1) for a in args.agent)
+    specs = ["fcfs-easy=fcfs,easy,window:50"] + [f"{n}=select/backfill:model:{m},easy,window:50" for n, m in agents.items()]
+    summary = compare_test(args, specs, args.out / "compare")
+    settings = {k: str(v) for k, v in vars(args).items()}
+    results = {"settings": settings, "summary": summary, "jobs": job_tables(args.out / "compare", args.procs),
+               "provenance": provenance(settings, agents.values())}
+    args.json.write_text(json.dumps(results, indent=1) + "\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
@@ -217,7 +239,14 @@ def main() -> None:
     p.add_argument("--skip-training", action="store_true")
     p.add_argument("--skip-dynamic", action="store_true", help="no static vs dynamic DRAS-PPO run")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--agent", action="append", default=[], metavar="NAME=MODEL",
+                   help="only count start kinds (Table 4) of these trained agents, no training; needs --json")
+    p.add_argument("--json", type=Path, help="with --agent: the results file")
     args = p.parse_args()
+    if args.agent:
+        if args.json is None or any("=" not in a for a in args.agent):
+            p.error("--agent takes NAME=MODEL (repeat it) and needs --json FILE for the results")
+        return start_kinds(args)
     algorithms = args.algorithms.split(",")
     results: dict = {"settings": {k: str(v) for k, v in vars(args).items()}, "objectives": {}}
     for objective in args.objectives.split(","):
@@ -230,14 +259,7 @@ def main() -> None:
         seconds = {a: training_seconds(folder / a) for a in algorithms}
         plot_curves(folder, algorithms, objective, args.out / f"curves-{objective}.png", args)
         compare = folder / "compare"
-        cmd = [HPCGYM, "compare", "--trace", str(args.trace), "--train-fraction", str(args.train_fraction),
-               "--part", "test", "--jobs", str(args.jobs), "--samples", str(args.samples), "--seed", "7",
-               "--workers", str(args.workers), "--out", str(compare), "--force"]
-        for spec in policies(objective, folder, algorithms):
-            cmd += ["--policy", spec]
-        run(cmd)
-        with open(compare / "summary.csv", newline="") as f:
-            summary = {r["policy"]: r for r in csv.DictReader(f)}
+        summary = compare_test(args, policies(objective, folder, algorithms), compare)
         results["objectives"][objective] = {"train_seconds": seconds, "summary": summary,
                                             "jobs": job_tables(compare, args.procs)}
         if "ppo" in algorithms and not args.skip_dynamic:
