@@ -7,6 +7,7 @@ job size class (Fig. 8, starvation).
 
     python benchmarks/dras_eval.py --out runs/dras-eval               # SDSC-SP2, both objectives
     python benchmarks/dras_eval.py --out runs/dras-eval --skip-training   # re-run the comparison
+    python benchmarks/dras_eval.py --out runs/t4 --json T4.json --agent NAME=MODEL ...  # Table 4 only
 
 Every step is an `hpcgym` command (printed before it runs), so each can be repeated by hand.
 Outputs in OUT: OBJECTIVE/ALGO/ (training runs: curve.csv, model.pt), OBJECTIVE/compare/,
