@@ -255,6 +255,19 @@ def test_train_remakes_a_recorded_run_on_another_seed(settings_of):
     assert remade == {**recorded, "seed": 3, "epochs": 4, "eval_episodes": 10}
 
 
+
+def test_a_run_recorded_before_a_config_field_existed_is_remade_as_it_was_trained(settings_of):
+    """The SDSC-DS IRL teacher was trained before DQL had `n_step`, with one-step targets (the only
+    rule DQL had then); its remake and its rebuilt algorithm must use them, not today's default
+    (None, Monte Carlo returns), which a remake took before."""
+    pytest.importorskip("torch")
+    from hpcgym.agents.rl.checkpoint import load_checkpoint
+
+    teacher = Path(__file__).resolve().parents[1] / "docs/results/irl/sdsc-ds/teacher/model.pt"
+    assert "n_step" not in load_checkpoint(teacher).trainer["settings"]["config"]  # the record predates it
+    assert load_checkpoint(teacher).build().config.n_step == 1
+    assert settings_of(["--recipe", str(teacher), "--seed", "1"], with_trace=False)["config"]["n_step"] == 1
+
 @pytest.mark.parametrize("content, words", [(None, "no such file"), ("[1, 2]", "records no training run"),
                                             ("{not json", "not a JSON results file")])
 def test_a_recipe_file_that_records_no_run_is_one_line(tmp_path, content, words):

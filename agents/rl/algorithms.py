@@ -6,6 +6,8 @@ the rules that import it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .a2c import A2C
 from .algorithm import Algorithm
 from .dql import DQL
@@ -21,3 +23,9 @@ def get_algorithm(name: str) -> type[Algorithm]:
         return ALGORITHMS[name.lower()]
     except KeyError:
         raise ValueError(f"unknown algorithm {name!r}; use one of {', '.join(sorted(ALGORITHMS))}") from None
+
+
+def recorded_config(algorithm: str, values: dict[str, Any] | None) -> dict[str, Any]:
+    """A config map as a run recorded it, with each field added since set to what that run did
+    (`Config.RECORDED_BEFORE`), not to today's default: a resume or remake trains as it did."""
+    return {**getattr(get_algorithm(algorithm).Config, "RECORDED_BEFORE", {}), **(values or {})}

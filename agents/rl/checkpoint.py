@@ -26,7 +26,7 @@ import torch
 from ...environment.errors import HpcgymError
 from ...environment.spec import WorkloadSpec
 from .algorithm import Algorithm, config_to_dict
-from .algorithms import get_algorithm
+from .algorithms import get_algorithm, recorded_config
 
 FORMAT = "hpcgym-rl/1"
 
@@ -123,6 +123,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"{path} is not an hpcgym checkpoint (format {FORMAT})")
     fields = {k: data[k] for k in Checkpoint.__dataclass_fields__ if k in data}
     fields["obs_shape"] = tuple(fields["obs_shape"])
+    fields["config"] = recorded_config(fields["algorithm"], fields["config"])
     return Checkpoint(**fields)
 
 

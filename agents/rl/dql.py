@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -49,6 +49,8 @@ class DQLConfig(NetworkConfig):
     double: bool = False            # Double DQN: pick a' with the online net, value it with the target
     n_step: int | None = None       # steps summed before bootstrapping (None: the whole episode, Monte Carlo; 1: DQN)
     max_grad_norm: float = 10.0
+    # runs recorded before n_step existed (713fd18) bootstrapped after one step
+    RECORDED_BEFORE: ClassVar[dict[str, Any]] = {"n_step": 1}
 
 
 def epsilon(config: DQLConfig, step: int, updates: int = 0) -> float:

@@ -97,8 +97,11 @@ class TrainSettings:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], **overrides: Any) -> TrainSettings:
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{**{k: v for k, v in data.items() if k in known}, **overrides})
+        from ...agents.rl.algorithms import recorded_config
+
+        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        values["config"] = recorded_config(values["algorithm"], values.get("config"))
+        return cls(**{**values, **overrides})
 
 
 def make_env(settings: TrainSettings, workload: dict[str, Any] | None = None, remote: str | None = None):
