@@ -137,14 +137,17 @@ def test_scw_training_ends_with_its_held_out_evaluation(tmp_path, traces_dir):
 
 
 @pytest.mark.slow
-def test_an_evaluation_it_cannot_make_stops_the_training_before_it_starts(tmp_path):
-    """A workload the held-out evaluation cannot draw from (a generated one given by its size) is
+def test_an_evaluation_it_cannot_make_stops_the_training_before_it_starts(tmp_path, traces_dir):
+    """A workload the held-out evaluation cannot draw from (jobs sampled from a model fitted to the
+    trace, DRAS's `synthetic`; generated workloads given by their size it draws since 80ac646) is
     refused before the first epoch, not after the last, naming --eval-episodes 0."""
     pytest.importorskip("torch")
     from hpcgym.gymbridge.training.trainer import Trainer
 
     settings = textbook_settings(generate_jobs=500, epochs=1, trajectories=1, envs=1, eval_episodes=1)
+    settings.workload = {"trace": str(traces_dir / "lublin_256.swf.gz"), "jobs": 64, "sample": True,
+                         "synthetic": True}
     trainer = Trainer(settings, tmp_path / "run", progress=False)
-    with pytest.raises(ConfigError, match="generate_jobs; train with --eval-episodes 0"):
+    with pytest.raises(ConfigError, match="synthetic; train with --eval-episodes 0"):
         trainer.train()
     assert not list((tmp_path / "run").glob("epoch_*.pt"))
