@@ -43,6 +43,15 @@ def _run(target: Callable[..., Any], args: tuple, parent_end: Connection | None)
     target(*args)
 
 
+def piped(target: Callable[..., Any], args: tuple, name: str, context: str | None = "spawn"
+          ) -> tuple[Connection, BaseProcess]:
+    """A started process running `target(conn, *args)`, and this side's end of its pipe `conn`."""
+    conn, child = multiprocessing.Pipe()
+    process = spawn(target, (child, *args), name, context, conn)
+    child.close()
+    return conn, process
+
+
 def end(processes: Iterable[BaseProcess], grace: float, asked: bool = True) -> None:
     """End `processes`: if `asked` to stop, they get `grace` seconds to exit; then those still
     alive get SIGTERM and `grace` seconds more, then SIGKILL."""
@@ -71,10 +80,7 @@ class Workers:
         return len(self.processes)
 
     def _started(self, w: int, args: tuple) -> tuple[Connection, BaseProcess]:
-        conn, child = multiprocessing.Pipe()
-        process = spawn(self.target, (child, *args), f"{self.name}-{w}", self.context, conn)
-        child.close()
-        return conn, process
+        return piped(self.target, args, f"{self.name}-{w}", self.context)
 
     def restart(self, w: int, args: tuple) -> None:
         """A new worker w, with a new pipe, in the place of one that died."""
@@ -143,9 +149,7 @@ class Calls:
         answer, ready = None, conn is not None
         try:
             if conn is None:  # a new process says when it reads: a large call sent before would block here
-                conn, child = multiprocessing.Pipe()
-                process = spawn(_serve_calls, (child, self.nice), self.name, parent_end=conn)
-                child.close()
+                conn, process = piped(_serve_calls, (self.nice,), self.name)
                 ready = self._answered(conn, process, cancelled) and conn.recv_bytes() == b""
             if ready:
                 conn.send_bytes(pickle.dumps((fn, args)))

@@ -28,9 +28,7 @@ class Adam(torch.optim.Adam):
     state_dict = inspect.unwrap(torch.optim.Adam.state_dict)
     load_state_dict = inspect.unwrap(torch.optim.Adam.load_state_dict)
 
-    @torch.no_grad()
-    def step(self) -> None:
-        inspect.unwrap(torch.optim.Adam.step)(self)
+    step = torch.no_grad()(inspect.unwrap(torch.optim.Adam.step))
 
 
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
