@@ -125,10 +125,11 @@ def study_windows(checkpoint, jobs: int, seeds: str | list[int]) -> list:
     return [trained.with_window(jobs=jobs, sample=seed) for seed in seeds]
 
 
-def reservation_delays(args, base: str, agent_file: Path, seeds: str | list[int]) -> dict | None:
+def reservation_delays(args, base: str | None, agent_file: Path, seeds: str | list[int]) -> dict | None:
     """An unguarded agent in process on `study_windows`, in the simulation options it was trained
     in: its bsld per window, how many of its backfills delayed the reservation, by how much, and
-    the max wait of jobs larger than a quarter of the cluster, beside the base + EASY alone."""
+    the max wait of jobs larger than a quarter of the cluster, beside the base + EASY alone (the
+    base the agent was trained on where `base` is None)."""
     from hpcgym.agents.rl.checkpoint import load_checkpoint
     from hpcgym.agents.rl.serve import RLAgent
     from hpcgym.environment.simulator import Simulation
@@ -138,6 +139,7 @@ def reservation_delays(args, base: str, agent_file: Path, seeds: str | list[int]
         return None
     checkpoint = load_checkpoint(loaded(agent_file))
     options = {k: v for k, v in checkpoint.trained_options().items() if k not in ("window", "policy")}
+    base = base or checkpoint.trained_options().get("policy", "fcfs")
     windows = study_windows(checkpoint, args.jobs, seeds)
     print(f"{agent_file}: its training workload with {windows[0].changes_from(checkpoint.trained_workload())}",
           flush=True)
@@ -164,11 +166,10 @@ def reservation_delays(args, base: str, agent_file: Path, seeds: str | list[int]
 
 
 def delay_study(args, folders: list[Path]) -> dict:
-    """`reservation_delays` of the given agent folders (each trained by `hpcgym train rlbf` with an
-    FCFS base: a delay penalty, the stop action) on the paper's windows and on both seed sets of
-    the training distribution."""
+    """`reservation_delays` of the given agent folders (each trained by `hpcgym train rlbf`, on its
+    own base) on the paper's windows and on both seed sets of the training distribution."""
     seed_sets = {str(s): list(range(int(s), int(s) + args.samples)) for s in args.seeds.split(",")}
-    return {folder.name: {name: reservation_delays(args, "fcfs", folder / "model.pt", seeds)
+    return {folder.name: {name: reservation_delays(args, None, folder / "model.pt", seeds)
                           for name, seeds in {"paper": "paper", **seed_sets}.items()} for folder in folders}
 
 
@@ -198,6 +199,7 @@ def decision_rate(args, trace: str, base: str, semantics: str, windows: int = 5)
 
     workloads = [WORKLOADS.load(spec.to_dict()) for spec in study_windows(checkpoint, 256, list(range(windows)))]
     options = {k: v for k, v in checkpoint.trained_options().items() if k not in ("window", "policy")}
+    base = base or checkpoint.trained_options().get("policy", "fcfs")
     t0 = time.perf_counter()
     for workload in workloads:
         simulate(workload, sim_config(options), policy=base, agents={"backfill": Counting()})
@@ -264,7 +266,7 @@ def main() -> None:
     parser = argument_parser(__doc__, "rlbf-eval", 50, 10, 1024, "0,100", list(TRACES))
     parser.add_argument("--semantics", default=",".join(SEMANTICS), help="Comma-separated: scw, public.")
     parser.add_argument("--delay-study", nargs="+", type=Path, metavar="AGENT_DIR",
-                        help="Only this: the given FCFS agents' bsld and reservation delays on the paper's 10 windows "
+                        help="Only this: the given agents' bsld and reservation delays on the paper's 10 windows "
                              "and both seed sets, on the workload and in the options each was trained in "
                              "(OUT/delay-study.json).")
     parser.add_argument("--no-fig1", action="store_true", help="Leave Fig. 1 (noisy estimates) out.")

@@ -95,6 +95,19 @@ def test_the_delay_studys_paper_windows_give_the_papers_easy(traces_dir, monkeyp
     assert totals["mean_bsld_rl"] == pytest.approx(float(np.mean(totals["bsld_rl"])))
 
 
+@pytest.mark.slow  # the agent decides every backfill of 10 windows of 1,024 jobs
+def test_the_delay_study_plays_an_sjf_agent_on_its_own_base(traces_dir, monkeypatch):
+    """An agent trained on an SJF base is measured against SJF+EASY: on the paper's windows Table
+    4's SJF+EASY for SDSC-SP2, 2,167.83 to the paper's truncated digits (docs/fidelity.md step L4;
+    FCFS's 1,595.11 before the study read the base from the checkpoint)."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("HPCGYM_TRACES", str(traces_dir))
+    args = type("Args", (), {"jobs": 1024})()
+    agent = ROOT / "docs/results/rlbf/agents/rlbf-SDSC-SP2-1998-4.2-cln-sjf-scw/model.pt"
+    totals = _delay_study().reservation_delays(args, None, agent, "paper")
+    assert abs(totals["mean_bsld_easy"] - 2167.83) < 0.01
+
+
 def test_compare_names_what_differs_from_a_models_training_workload(traces_dir, monkeypatch):
     """Every policy of a comparison plays the comparison's sequences; a checkpoint trained on other
     jobs gets one line naming the difference, and none when the jobs are the same kind."""

@@ -43,7 +43,7 @@ def mismatches(ledger: str) -> list[str]:
         if linked != claim.files:
             found.append(f"{claim.key}: links {linked}, declared {claim.files}")
             continue
-        ours = claim.ours([json.loads((DOCS / "results" / name).read_text()) for name in linked])
+        ours = claims.read(claim)
         found += [f"{claim.key}: {number}" for number in NUMBER.findall(cells[2].replace(claims.PENDING, ""))
                   if not derivable(number, ours.numbers)]
     return found
@@ -72,7 +72,7 @@ def test_a_number_edited_by_hand_is_caught():
 
 def test_paper_pages_quote_the_ledger():
     """A paper page that links a ledger row quotes the row's headline number in the same paragraph."""
-    quotes = {c.key: c.ours([claims.load(f) for f in c.files]).quote for c in claims.CLAIMS}
+    quotes = {c.key: claims.read(c).quote for c in claims.CLAIMS}
     linked = 0
     for page in PAGES:
         text = (DOCS / page).read_text()
