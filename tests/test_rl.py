@@ -327,6 +327,20 @@ def test_slot_conv_puts_its_row_scores_after_the_first_outputs_it_is_told():
     assert not torch.allclose(out[1], out[3])
 
 
+def test_a_greedy_pick_among_equal_job_rows_takes_the_first_valid_one():
+    """A kernel network scores equal rows alike in exact arithmetic; a build whose kernels round
+    them apart must not decide which equal job runs (docs/irl.md). Rows 1 and 3 are equal, as are
+    0 and 2; an MLP weighs every slot apart, so its pick stands."""
+    from hpcgym.agents.rl.networks import first_equal_slot
+
+    obs = np.array([[0.1, 0.2, 0.3], [0.5, 0.5, 0.5], [0.1, 0.2, 0.3], [0.5, 0.5, 0.5], [0, 0, 0]], np.float32)
+    mask = np.array([True, True, True, True, False])
+    conv = QNetwork((5, 3), 5, net="conv", hidden=(4,))
+    assert [first_equal_slot(conv, obs, mask, s) for s in range(4)] == [0, 1, 0, 1]
+    assert first_equal_slot(conv, obs, np.array([True, False, True, True, False]), 3) == 3   # row 1 not valid
+    assert first_equal_slot(QNetwork((5, 3), 5, net="mlp", hidden=(4,)), obs, mask, 3) == 3
+
+
 def test_monte_carlo_targets_value_a_long_episode_with_a_reward_only_at_its_end():
     """A 60-step episode, 16 equivalent actions at every step, reward -1 on the last step only
     (gamma 1): every Q(s, a) is -1. Twenty random episodes in the replay buffer, 1,000 updates.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -117,6 +118,18 @@ def _per_row(conv: nn.Conv1d, rows: torch.Tensor) -> torch.Tensor:
     the same function as `conv` on the transposed batch, 1.4-1.7x faster forward and backward on
     CPU (the convolution's weights stay as they are, so checkpoints are unchanged)."""
     return nn.functional.linear(rows, conv.weight[:, :, 0], conv.bias)
+
+
+def first_equal_slot(net: nn.Module, obs: np.ndarray, mask: np.ndarray, slot: int) -> int:
+    """The first valid slot whose job row equals `slot`'s: a kernel network scores equal rows alike,
+    so which of them a greedy pick takes must not follow the last bits of a build's matrix kernels
+    (IRL's reward-A teachers see no wait, so equal rows are common: docs/irl.md, rerun tolerance)."""
+    conv = next((m for m in net.modules() if isinstance(m, SlotConv) and m.score is not None), None)
+    if conv is None or not conv.first <= slot < conv.first + conv.slots:
+        return slot
+    rows = np.asarray(obs).reshape(-1)[conv.offset:conv.offset + conv.slots * conv.features].reshape(conv.slots, -1)
+    valid = np.asarray(mask, bool)[conv.first:conv.first + conv.slots]
+    return conv.first + int(np.argmax((rows == rows[slot - conv.first]).all(axis=1) & valid))
 
 
 def build_network(name: str, obs_shape: Sequence[int], out: int, hidden: Sequence[int],

@@ -21,6 +21,7 @@ from ...environment.errors import HpcgymError
 from ..base import Agent
 from ..slots import drop_last_slot, slot_action, slot_mask, slot_observation
 from .checkpoint import Checkpoint, checkpoint_kinds, load_checkpoint
+from .networks import first_equal_slot
 
 
 class RLAgent(Agent):
@@ -59,6 +60,8 @@ class RLAgent(Agent):
     def act(self, decision: Decision) -> Action:
         obs, mask, ids = self.observe(decision)
         slot = int(self.algorithm.act(obs[None], mask[None], greedy=self.greedy, rng=self.rng)[0])
+        if self.greedy:
+            slot = first_equal_slot(self.algorithm.acting_network(), obs, mask, slot)
         return slot_action(decision.kind, slot, ids, self.window)
 
     def describe(self) -> dict[str, Any]:
