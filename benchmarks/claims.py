@@ -339,10 +339,10 @@ def reward_a_versus_i(files: list[dict]) -> Ours:
     ours = Ours(seeds=len(SEEDS), held=0)
     for data in files:
         settings, change = data["provenance"]["settings"], data["change_A_vs_I_pct"]
-        if "distill" in settings:  # the trees' file: the final teachers distilled at this depth
+        if settings.get("distill"):  # the trees' file: the final teachers distilled at this depth
             label, prefix = f"trees at depth {ours.num(settings['distill'], 'd')}", "trees/"
         else:
-            label, prefix = f"teachers at epoch {ours.num(int(re.search(r'[0-9]+', settings['checkpoint'])[0]), 'd')}", ""
+            label, prefix = f"teachers at epoch {ours.num(int(re.search(r'[0-9]+', settings['checkpoint'])[0]), 'd')}", "teachers/"
         wait, slowdown = change[f"{prefix}mean_wait_mean"], change[f"{prefix}mean_slowdown_mean"]
         ours.parts.append(f"{label}: {ours.num(wait, '+.1f')}% / {ours.num(slowdown, '+.1f')}%")
     return ours
