@@ -159,8 +159,8 @@ class _EnvChecker:
         self.results.append(Check(name, bool(passed), detail))
         return bool(passed)
 
-    def client(self, socket_type: int = zmq.DEALER) -> _Client:
-        c = _Client(self.ctx, self.address, self.timeout, socket_type)
+    def client(self, socket_type: int = zmq.DEALER, address: str | None = None) -> _Client:
+        c = _Client(self.ctx, address or self.address, self.timeout, socket_type)
         self.clients.append(c)
         return c
 
@@ -215,11 +215,14 @@ class _EnvChecker:
             reply = self.ask(c, {"type": "poll"}, f"poll after {what}")
         return reply
 
-    def expect_error(self, name: str, reply: dict[str, Any], code: str, standing: dict[str, Any] | None,
-                     *, recoverable: bool = True) -> bool:
-        """An error reply with `code`, `recoverable` and `pending` repeating `standing`."""
+    def refused(self, name: str, code: str, c: _Client, body: bytes | dict[str, Any], what: str,
+                standing: dict[str, Any] | None = None, *, recoverable: bool = True) -> dict[str, Any] | None:
+        """Ask `body`; check that the reply is an error with `code`, `recoverable` and `pending`
+        repeating `standing`. The reply if so, else None."""
+        reply = self.ask(c, body, what)
         if reply.get("type") != "error":
-            return self.check(name, False, f"expected error {code}, got {_short(reply)}")
+            self.check(name, False, f"expected error {code}, got {_short(reply)}")
+            return None
         problems = []
         if reply.get("code") != code:
             problems.append(f"code {reply.get('code')!r}, expected {code!r}")
@@ -236,7 +239,7 @@ class _EnvChecker:
                 problems.append(f"pending {_short(got)}, expected the standing decision {_short(want)}")
         detail = "; ".join(problems) if problems else (
             f"{code}, recoverable={recoverable}, pending={'nil' if standing is None else standing['decision']}")
-        return self.check(name, not problems, detail)
+        return reply if self.check(name, not problems, detail) else None
 
     # ------------------------------------------------------------------ the script
     def run(self) -> list[Check]:
@@ -266,12 +269,11 @@ class _EnvChecker:
     def script(self) -> None:
         a = self.client()
         # -------- before hello
-        r = self.ask(a, {"type": "poll"}, "poll before hello")
-        self.expect_error("hello_required", r, "not_allowed", None)
+        self.refused("hello_required", "not_allowed", a, {"type": "poll"}, "poll before hello")
         # -------- another major version, on its own connection
         b = self.client()
-        r = self.ask(b, {**self.hello("conformance-v99"), "protocol": "99.0"}, "hello 99.0")
-        self.expect_error("version_mismatch", r, "version_mismatch", None, recoverable=False)
+        self.refused("version_mismatch", "version_mismatch", b, {**self.hello("conformance-v99"), "protocol": "99.0"},
+                     "hello 99.0", recoverable=False)
         # -------- hello
         r = self.ask(a, self.hello(), "hello")
         if not self.check_welcome(r):
@@ -279,31 +281,26 @@ class _EnvChecker:
         if isinstance(r.get("token"), str) and r["token"]:
             self.token = r["token"]
         if self.private:  # 1.3: joining a session that has agents takes its token
-            intruder = self.client()
-            r = self.ask(intruder, {**self.hello("conformance-intruder", ()), "token": "not-the-token"},
-                         "hello with a wrong token")
-            self.expect_error("private_session", r, "not_allowed", None)
-        r = self.ask(a, self.hello(), "second hello")
-        self.expect_error("hello_twice", r, "not_allowed", None)
+            intruder = {**self.hello("conformance-intruder", ()), "token": "not-the-token"}
+            self.refused("private_session", "not_allowed", self.client(), intruder, "hello with a wrong token")
+        self.refused("hello_twice", "not_allowed", a, self.hello(), "second hello")
         c = self.client()
-        r = self.ask(c, self.hello("conformance-rival"), "hello for a taken kind")
-        self.expect_error("kind_taken", r, KIND_TAKEN, None)
+        self.refused("kind_taken", KIND_TAKEN, c, self.hello("conformance-rival"), "hello for a taken kind")
         # -------- a reset the env cannot do
-        r = self.ask(a, {"type": "reset", "options": {"no_such_option": 1}}, "reset with an unknown option")
-        if self.expect_error("reset_bad_request", r, "bad_request", None):
-            self.check("bad_request_names_key", "no_such_option" in str(r.get("message")),
-                       f"message: {_short(r.get('message'))}")
+        r = self.refused("reset_bad_request", "bad_request", a, {"type": "reset", "options": {"no_such_option": 1}},
+                         "reset with an unknown option")
+        if r is not None:
+            message, said = str(r.get("message")), f"message: {_short(r.get('message'))}"
+            self.check("bad_request_names_key", "no_such_option" in message, said)
             if self.strict:  # 1.3: the known keys listed include policy, an option like the others
-                self.check("bad_request_lists_policy", "policy" in str(r.get("message")),
-                           f"message: {_short(r.get('message'))}")
+                self.check("bad_request_lists_policy", "policy" in message, said)
         # keys inside `workload` are not message fields: bad_request, not bad_field (section 3)
-        r = self.ask(a, {"type": "reset", "workload": {**self.workload, "no_such_key": 1}},
-                     "reset with an unknown workload key")
-        self.expect_error("reset_bad_request_nested", r, "bad_request", None)
+        self.refused("reset_bad_request_nested", "bad_request", a, {"type": "reset", "workload": {
+            **self.workload, "no_such_key": 1}}, "reset with an unknown workload key")
         if self.strict:  # 1.4: a reward spec too long or too deeply scaled is bad_request (not internal),
             # and an error quotes at most MAX_ERROR_CHARS (section 5)
-            r = self.ask(a, {"type": "reset", "reward": "2*" * 1000 + "bsld"}, "reset with a 2 KB reward spec")
-            self.expect_error("reward_spec_bounded", r, "bad_request", None)
+            self.refused("reward_spec_bounded", "bad_request", a, {"type": "reset", "reward": "2*" * 1000 + "bsld"},
+                         "reset with a 2 KB reward spec")
             r = self.ask(c, {**self.hello("conformance-long-kind"), "kinds": ["k" * 200_000]},
                          "hello with a 200 KB kind")
             self.check("error_message_bounded", r.get("type") == "error"
@@ -338,9 +335,8 @@ class _EnvChecker:
             self.seen_ids.add(r["decision"])
         # -------- a reset while episode 1 runs
         reset = {"type": "reset", "seed": 2, "workload": self.workload, "records": True,
-                 **({"options": dict(self.serving)} if self.serving else {})}
-        if self.reward is not None:
-            reset["reward"] = self.reward
+                 **({"options": dict(self.serving)} if self.serving else {}),
+                 **({"reward": self.reward} if self.reward is not None else {})}
         r = self.ask(a, reset, "reset during an episode")
         if r.get("type") == "episode_end":
             ok = r.get("episode") == first_episode and str(r.get("reason", "")).startswith("reset by")
@@ -363,11 +359,10 @@ class _EnvChecker:
         last = end.get("_last_decision")
         # -------- after the end
         if last is not None:
-            r = self.ask(a, {"type": "act", "decision": last["decision"], "action": last["candidates"][0]},
+            self.refused("stale_after_end", "stale_decision", a,
+                         {"type": "act", "decision": last["decision"], "action": last["candidates"][0]},
                          "act after episode_end")
-            self.expect_error("stale_after_end", r, "stale_decision", None)
-        r = self.ask(a, b"\xc1", "garbage after episode_end")
-        self.expect_error("bad_message_no_pending", r, "bad_message", None)
+        self.refused("bad_message_no_pending", "bad_message", a, b"\xc1", "garbage after episode_end")
         # -------- other envelopes
         self.envelopes()
         self.redirect_address(a)
@@ -379,8 +374,7 @@ class _EnvChecker:
         # -------- bye
         r = self.ask(a, {"type": "bye"}, "bye")
         self.check("bye", r.get("type") == "bye", f"bye answered {r.get('type')}")
-        r = self.ask(a, {"type": "poll"}, "poll after bye")
-        self.expect_error("forgotten_after_bye", r, "not_allowed", None)
+        self.refused("forgotten_after_bye", "not_allowed", a, {"type": "poll"}, "poll after bye")
 
     def check_welcome(self, r: dict[str, Any]) -> bool:
         if r.get("type") != "welcome":
@@ -480,8 +474,7 @@ class _EnvChecker:
                       ("bad_field_order_key", {"type": "act", "decision": did, "action": {"rank": list(cands)}},
                        "bad_field")]
         for name, body, code in cases:
-            r = self.ask(a, body, name)
-            self.expect_error(name, r, code, d)
+            self.refused(name, code, a, body, name, d)
 
     def play(self, a: _Client, r: dict[str, Any]) -> dict[str, Any] | None:
         """Answer decisions until the episode ends: with the first candidate, or to an env of this
@@ -610,11 +603,9 @@ class _EnvChecker:
         where the env did not redirect)."""
         if a.redirected_to is None:
             return
-        c = _Client(self.ctx, a.redirected_to, self.timeout)
-        self.clients.append(c)
-        r = self.ask(c, {**self.hello("conformance-elsewhere", ()), "session": f"{self.session}-elsewhere"},
+        self.refused("redirect_serves_only_its_sessions", "not_allowed", self.client(address=a.redirected_to),
+                     {**self.hello("conformance-elsewhere", ()), "session": f"{self.session}-elsewhere"},
                      "hello at a redirect's address for another session")
-        self.expect_error("redirect_serves_only_its_sessions", r, "not_allowed", None)
         self.check("redirect_once", self.redirected_twice is None, self.redirected_twice or "welcome or error there")
         if not self.strict:
             return
@@ -626,11 +617,10 @@ class _EnvChecker:
         if frames is None or self.parse(frames[-1], "hello with a token").get("type") != "redirect":
             return  # not redirected this time (no worker ready, say): nothing to check
         owner.follow(str(decode(frames[-1]).get("address")))
-        intruder = _Client(self.ctx, owner.sock.getsockopt(zmq.LAST_ENDPOINT).decode(), self.timeout)
-        self.clients.append(intruder)
-        r = self.ask(intruder, {"type": "hello", "protocol": PROTOCOL_VERSION, "agent": "conformance-intruder",
-                                "kinds": [], "session": session}, "hello without the token at the redirect's address")
-        self.expect_error("redirect_needs_the_hellos_token", r, "not_allowed", None)
+        intruder = self.client(address=owner.sock.getsockopt(zmq.LAST_ENDPOINT).decode())
+        self.refused("redirect_needs_the_hellos_token", "not_allowed", intruder, {
+            "type": "hello", "protocol": PROTOCOL_VERSION, "agent": "conformance-intruder", "kinds": [],
+            "session": session}, "hello without the token at the redirect's address")
         r = self.ask(owner, {**self.hello("conformance-owner", ()), "session": session, "token": token},
                      "hello with the token at the redirect's address")
         self.check("redirect_takes_the_hellos_token", r.get("type") == "welcome", f"answered {_short(r)}")
@@ -649,61 +639,48 @@ class _EnvChecker:
     def predictions(self) -> None:
         """1.4: the `prediction` option is checked like every option, and its columns go to a 1.4 agent,
         not to a 1.3 one."""
-        for protocol in (PROTOCOL_VERSION, "1.3"):
-            c = self.select_client(protocol, "predictions")
-            if c is None:
-                continue
-            if protocol == PROTOCOL_VERSION:
-                for name, given in (("unknown", "oracle"), ("model_path", "learned:/nonexistent/hpcgym-model.json")):
-                    r = self.ask(c, {"type": "reset", "workload": self.workload, "options": {"prediction": given}},
-                                 f"reset with prediction {given}")
-                    self.expect_error(f"prediction_bad_request_{name}", r, "bad_request", None)
-            r = self.reset(c, {"seed": 1, "workload": self.workload, "options": {"prediction": "running"}},
-                           "reset with prediction running")
-            obs = r.get("observation") if r.get("type") == "decision" else None
-            if not isinstance(obs, dict):
-                self.check(f"prediction_columns_{protocol}", False, f"the reset answered {_short(r)}")
-            else:
-                problems = []
-                for table, columns in PREDICTION_COLUMNS.items():
-                    t = obs.get(table) if isinstance(obs.get(table), dict) else {}
-                    rows = len(t.get("id") or [])
-                    for column in columns:
-                        values = t.get(column)
-                        if protocol != PROTOCOL_VERSION:
-                            if values is not None:
-                                problems.append(f"{table}.{column} sent to a {protocol} agent")
-                        elif not (isinstance(values, list) and len(values) == rows
-                                  and all(_is_int(v) and v >= 1 for v in values)):
-                            problems.append(f"{table}.{column} is {_short(values)}, not {rows} integers >= 1")
-                self.check(f"prediction_columns_{protocol}", not problems, "; ".join(problems) or
-                           ("the prediction columns, one per job" if protocol == PROTOCOL_VERSION
-                            else "no prediction columns for a 1.3 agent"))
-            self.ask(c, {"type": "bye"}, "bye after predictions")
-
+        refused = {"unknown": "oracle", "model_path": "learned:/nonexistent/hpcgym-model.json"}
+        self.newer_columns("predictions", "prediction", "1.3", PREDICTION_COLUMNS, {"prediction": "running"}, 1,
+                           "the prediction columns, one per job",
+                           {f"prediction_bad_request_{name}": {"prediction": given} for name, given in refused.items()})
 
     def job_columns(self) -> None:
         """1.5: the queue's group, executable and memory columns go to a 1.5 agent, not to a 1.4 one."""
-        for protocol in (PROTOCOL_VERSION, "1.4"):
-            c = self.select_client(protocol, "job_columns")
+        self.newer_columns("job_columns", "job", "1.4", {"queue": QUEUE_JOB_COLUMNS}, {}, None,
+                           "group, executable and memory, one per job")
+
+    def newer_columns(self, what: str, label: str, older: str, columns: dict[str, tuple[str, ...]],
+                      options: dict[str, Any], least: int | None, sent: str,
+                      refused: dict[str, dict[str, Any]] | None = None) -> None:
+        """Columns a minor version added go to an agent of this version (with reset `options`), one
+        integer per job (at least `least`), and not to an `older` one; `refused`: reset options this
+        version's agent sees refused with bad_request first."""
+        for protocol in (PROTOCOL_VERSION, older):
+            c = self.select_client(protocol, what)
             if c is None:
                 continue
-            r = self.reset(c, {"seed": 1, "workload": self.workload}, "reset for the job columns")
-            queue = (r.get("observation") or {}).get("queue") if r.get("type") == "decision" else None
-            if not isinstance(queue, dict):
-                self.check(f"job_columns_{protocol}", False, f"the reset answered {_short(r)}")
-            else:
-                rows = len(queue.get("id") or [])
-                if protocol == PROTOCOL_VERSION:
-                    problems = [f"queue.{c} is {_short(queue.get(c))}, not {rows} integers" for c in QUEUE_JOB_COLUMNS
-                                if not (isinstance(queue.get(c), list) and len(queue[c]) == rows
-                                        and all(_is_int(v) for v in queue[c]))]
-                else:
-                    problems = [f"queue.{c} sent to a {protocol} agent" for c in QUEUE_JOB_COLUMNS if c in queue]
-                self.check(f"job_columns_{protocol}", not problems, "; ".join(problems) or
-                           ("group, executable and memory, one per job" if protocol == PROTOCOL_VERSION
-                            else f"no job columns for a {protocol} agent"))
-            self.ask(c, {"type": "bye"}, "bye after the job columns")
+            for name, given in (refused or {}).items() if protocol == PROTOCOL_VERSION else ():
+                self.refused(name, "bad_request", c, {"type": "reset", "workload": self.workload, "options": given},
+                             f"reset with {given}")
+            r = self.reset(c, {"seed": 1, "workload": self.workload, **({"options": options} if options else {})},
+                           f"reset for the {label} columns")
+            obs = r.get("observation") if r.get("type") == "decision" else None
+            problems = [] if isinstance(obs, dict) else [f"the reset answered {_short(r)}"]
+            for table, names_ in columns.items() if isinstance(obs, dict) else ():
+                t = obs.get(table) if isinstance(obs.get(table), dict) else {}
+                rows = len(t.get("id") or [])
+                for column in names_:
+                    values = t.get(column)
+                    if protocol != PROTOCOL_VERSION:
+                        if values is not None:
+                            problems.append(f"{table}.{column} sent to a {protocol} agent")
+                    elif not (isinstance(values, list) and len(values) == rows
+                              and all(_is_int(v) and (least is None or v >= least) for v in values)):
+                        problems.append(f"{table}.{column} is {_short(values)}, not {rows} integers"
+                                        + (f" >= {least}" if least is not None else ""))
+            self.check(f"{label}_columns_{protocol}", not problems, "; ".join(problems) or (
+                sent if protocol == PROTOCOL_VERSION else f"no {label} columns for a {protocol} agent"))
+            self.ask(c, {"type": "bye"}, f"bye after {what}")
 
     def select_kill(self) -> None:
         """1.4: the joint kind's candidates are the queue window's ids then running ids, a list is
@@ -727,9 +704,8 @@ class _EnvChecker:
                 problems.append(f"decision {d.get('decision')}: candidates {_short(cands)} are not the queue window's "
                                 f"ids then running ids")
             if n == 1 and cands:
-                self.expect_error("select_kill_list_refused", self.ask(c, {"type": "act", "decision": d["decision"],
-                                                                          "action": cands[:1]}, "select_kill list"),
-                                  "invalid_action", d)
+                self.refused("select_kill_list_refused", "invalid_action", c,
+                             {"type": "act", "decision": d["decision"], "action": cands[:1]}, "select_kill list", d)
             action = cands[0] if queued or not d.get("can_wait") else None
             d = self.settle(c, self.ask(c, {"type": "act", "decision": d["decision"], "action": action},
                                         "act select_kill"), "act select_kill")
@@ -989,7 +965,7 @@ def _analyse(events: list[_Event], peer: bytes) -> dict[str, list[str] | int | b
     return v
 
 
-def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, elapsed: float, stderr: str,
+def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, elapsed: float, tail: str,
                   controller: _Controller | None) -> list[Check]:
     def joined(items: list[str]) -> str:
         return f"{len(items)} violation(s), first: {items[0]}" + (f"; then: {items[1]}" if len(items) > 1 else "")
@@ -997,7 +973,6 @@ def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, elaps
     def rule(name: str, key: str, fine: str, ok: bool = True) -> Check:
         return Check(name, ok and not v[key], joined(v[key]) if v[key] else fine)
 
-    tail = " | ".join(stderr.strip().splitlines()[-3:])
     hello_ok = v["first"] == "hello" and v["welcomed"]
     out = [Check("exits_0", not timed_out and proc_rc == 0,
                  f"still running after {elapsed:.1f} s (killed)" if timed_out else
@@ -1056,16 +1031,12 @@ def check_agent(command: str | Sequence[str], env: EnvUnderTest, timeout: float 
     server = threading.Thread(target=serving, name="hpcgym-conformance-env", daemon=True)
     server.start()
     ready.wait(10)
-    results: list[Check] = []
     stop = threading.Event()
-    controller: _Controller | None = None
     try:
         if failure:
             return [Check("env_started", False, f"the in-process env did not start: {failure[0]}")]
-        if isinstance(command, str):
-            argv = shlex.split(command.replace("{addr}", addr))
-        else:
-            argv = [str(a).replace("{addr}", addr) for a in command]
+        argv = (shlex.split(command.replace("{addr}", addr)) if isinstance(command, str)
+                else [str(a).replace("{addr}", addr) for a in command])
         if not argv:
             return [Check("agent_started", False, "empty command")]
         began = time.monotonic()
@@ -1088,18 +1059,18 @@ def check_agent(command: str | Sequence[str], env: EnvUnderTest, timeout: float 
         controller.join(timeout=5)
         events = recorder.snapshot()
         peers = [p for p in dict.fromkeys(ev.peer for ev in events if ev.request) if p != CONTROLLER_ID]
+        tail = " | ".join(stderr.strip().splitlines()[-3:])
         if not peers:
-            tail = " | ".join(stderr.strip().splitlines()[-3:])
             return [Check("connects", False, (f"the agent sent no request within {elapsed:.1f} s (killed)"
                                               if timed_out else f"the agent exited after {elapsed:.1f} s "
                                                                 "without sending a request")
                           + (f"; stderr: {tail}" if tail else "")),
                     Check("exits_0", not timed_out and proc.returncode == 0,
                           "killed after the time-out" if timed_out else f"exit status {proc.returncode}")]
-        used_controller = controller if controller.episodes else None
+        results: list[Check] = []
         for peer in peers:
-            checks = _agent_checks(_analyse(events, peer), proc.returncode, timed_out, elapsed, stderr,
-                                   used_controller)
+            checks = _agent_checks(_analyse(events, peer), proc.returncode, timed_out, elapsed, tail,
+                                   controller if controller.episodes else None)
             if len(peers) > 1:
                 checks = [Check(f"{c.name}[{peer.hex()[:8]}]", c.passed, c.detail) for c in checks]
             results.extend(checks)

@@ -82,341 +82,308 @@ def decision(kind: str, **over: Any) -> dict[str, Any]:
     return msg
 
 
+def hello(protocol: Any, agent: Any, kinds: Any, **fields: Any) -> dict[str, Any]:
+    return {"type": "hello", "protocol": protocol, "agent": agent, "kinds": kinds, **fields}
+
+
+def act(decision: Any, action: Any, **fields: Any) -> dict[str, Any]:
+    return {"type": "act", "decision": decision, "action": action, **fields}
+
+
 # --------------------------------------------------------------------------- the vectors
-# (name, direction, body, expected): expected is ("valid", decoded) or (error code, stage).
+# (name, direction, body, expected, description): expected is ("valid", decoded) or (error code, stage).
 VECTORS: list[tuple[str, str, bytes, tuple[str, Any], str]] = []
 
 
-def valid(name: str, direction: str, msg: dict[str, Any], description: str) -> None:
-    VECTORS.append((name, direction, pack(msg), ("valid", msg), description))
-
-
-def invalid(name: str, direction: str, body: bytes | dict[str, Any] | Any, code: str, stage: str,
-            description: str) -> None:
-    data = body if isinstance(body, bytes) else pack(body)
-    VECTORS.append((name, direction, data, (code, stage), description))
+def add(direction: str, outcome: str, rows: list[tuple[Any, ...]], stage: str = "validate") -> None:
+    """Vectors of one direction and outcome ("valid" or the error code readers refuse them with, at
+    `stage`): rows of (name, message or body bytes, description[, what hand-built valid bytes decode to])."""
+    for name, body, description, *decoded in rows:
+        data = body if isinstance(body, bytes) else pack(body)
+        expected = ("valid", decoded[0] if decoded else body) if outcome == "valid" else (outcome, stage)
+        VECTORS.append((name, direction, data, expected, description))
 
 
 # ---- requests, valid
-valid("hello_minimal", "request", {"type": "hello", "protocol": "1.0", "agent": "sjf", "kinds": ["select"]},
-      "a 1.0 hello without the optional session")
-valid("hello_1_4", "request", {"type": "hello", "protocol": "1.4", "agent": "sjf", "kinds": ["select"]},
-      "a 1.4 hello without the optional session and token (the bytes of PROTOCOL.md section 10)")
-valid("hello_session", "request",
-      {"type": "hello", "protocol": "1.0", "agent": "inspector", "kinds": ["inspect"], "session": "exp-7"},
-      "hello with the optional session")
-valid("hello_token", "request",
-      {"type": "hello", "protocol": "1.3", "agent": "inspector", "kinds": ["inspect"], "session": "exp-7",
-       "token": "3f9c2a7d41e0b8a6"},
-      "1.3: joining a private session that has agents takes its token (the first agent's hello sets it)")
-invalid("hello_token_int", "request",
-        {"type": "hello", "protocol": "1.3", "agent": "a", "kinds": [], "token": 42}, "bad_field", "validate",
-        "token as an integer, not a string")
-valid("hello_no_kinds", "request", {"type": "hello", "protocol": "1.0", "agent": "driver", "kinds": []},
-      "a driver that only resets takes no kinds (empty array)")
-valid("hello_all_kinds", "request",
-      {"type": "hello", "protocol": "1.3", "agent": "all", "kinds": ["select", "inspect", "backfill", "kill"]},
-      "all four kinds; a 1.x minor version is the same major")
-valid("hello_select_kill", "request",
-      {"type": "hello", "protocol": "1.4", "agent": "rlschert", "kinds": ["select_kill", "inspect", "backfill"]},
-      "1.4: the joint select+kill kind, which takes the place of select and kill")
-valid("hello_utf8_name", "request", {"type": "hello", "protocol": "1.0", "agent": "agent-é-调度", "kinds": []},
-      "agent name with non-ASCII UTF-8 text")
-valid("reset_empty", "request", {"type": "reset"}, "reset with every optional field absent")
-valid("reset_full", "request",
-      {"type": "reset", "workload": {"trace": "/data/SDSC-SP2.swf.gz", "procs": 128, "jobs": 1024, "sample": 7},
-       "seed": 3, "options": {"policy": "sjf", "backfill": "easy", "estimate": "noisy:0.2", "window": 64},
-       "reward": "bsld", "require": ["select", "inspect"], "records": True,
-       "columns": {"queue": ["submit", "requested", "size"], "running": ["estimated_end"]}},
-      "reset with every optional field present")
-valid("reset_records_false", "request", {"type": "reset", "seed": -1, "records": False},
-      "records false; a negative seed is an integer like any other (the env may refuse its value)")
-valid("records_request", "request", {"type": "records", "episode": 4, "page": 0},
-      "1.3: the first page of the per-job records an episode_end announced with records_pages")
-valid("reset_window_start", "request",
-      {"type": "reset", "workload": {"jobs": 256, "start": 1000}, "options": {"policy": "sjf"}},
-      "a window from the trace's job 1000 (start, by position), queued in SJF order (the policy option)")
-valid("join", "request", {"type": "join"}, "join without its optional columns")
-valid("join_columns", "request", {"type": "join", "columns": {"queue": ["size", "wait"]}},
-      "1.8: only the queue's id, size and wait (and the running jobs' id) are sent to this agent")
-valid("poll", "request", {"type": "poll"}, "poll has no fields")
-valid("bye_request", "request", {"type": "bye"}, "bye has no fields")
-valid("act_int", "request", {"type": "act", "decision": 7, "action": 42},
-      "act naming one job id (the bytes of PROTOCOL.md section 10)")
-valid("act_nil", "request", {"type": "act", "decision": 8, "action": None}, "nil action: wait / stop / no kill")
-valid("act_list", "request", {"type": "act", "decision": 9, "action": [3, 4, 17]},
-      "a list of job ids (select: start all)")
-valid("act_empty_list", "request", {"type": "act", "decision": 9, "action": []}, "an empty list (select: wait)")
-valid("act_order", "request", {"type": "act", "decision": 9, "action": {"order": [4, 3]}},
-      "1.4: a standing order ranking every candidate, best first (select)")
-valid("act_true", "request", {"type": "act", "decision": 10, "action": True}, "inspect: accept")
-valid("act_false", "request", {"type": "act", "decision": 10, "action": False}, "inspect: reject")
-valid("act_large_ids", "request", {"type": "act", "decision": 4294967296, "action": 18446744073709551615},
-      "integers beyond 32 bits (uint 64)")
-valid("act_negative_action", "request", {"type": "act", "decision": 1, "action": -5},
-      "a negative integer is a well-formed action; the env answers invalid_action (not a candidate)")
-valid("act_list_mixed", "request", {"type": "act", "decision": 1, "action": [1, "two"]},
-      "an array is well-formed whatever it holds; the env answers invalid_action (not job ids)")
-VECTORS.append(("map32_header", "request", b"\xdf\x00\x00\x00\x01" + s("type") + s("poll"),
-                ("valid", {"type": "poll"}), "a map in the map 32 form: readers accept every msgpack size form"))
-VECTORS.append(("str8_type", "request", b"\x81\xd9\x04type\xd9\x04join",
-                ("valid", {"type": "join"}), "strings in the str 8 form"))
-VECTORS.append(("int_wide_forms", "request",
-                b"\x83" + s("type") + s("act") + s("decision") + b"\xcf\x00\x00\x00\x00\x00\x00\x00\x07"
-                + s("action") + b"\xd0\x2a",
-                ("valid", {"type": "act", "decision": 7, "action": 42}),
-                "integers in the uint 64 and int 8 forms (non-minimal encodings are still integers)"))
+add("request", "valid", [
+    ("hello_minimal", hello("1.0", "sjf", ["select"]), "a 1.0 hello without the optional session"),
+    ("hello_1_4", hello("1.4", "sjf", ["select"]),
+     "a 1.4 hello without the optional session and token (the bytes of PROTOCOL.md section 10)"),
+    ("hello_session", hello("1.0", "inspector", ["inspect"], session="exp-7"), "hello with the optional session"),
+    ("hello_token", hello("1.3", "inspector", ["inspect"], session="exp-7", token="3f9c2a7d41e0b8a6"),
+     "1.3: joining a private session that has agents takes its token (the first agent's hello sets it)"),
+])
+add("request", "bad_field", [
+    ("hello_token_int", hello("1.3", "a", [], token=42), "token as an integer, not a string"),
+])
+add("request", "valid", [
+    ("hello_no_kinds", hello("1.0", "driver", []), "a driver that only resets takes no kinds (empty array)"),
+    ("hello_all_kinds", hello("1.3", "all", ["select", "inspect", "backfill", "kill"]),
+     "all four kinds; a 1.x minor version is the same major"),
+    ("hello_select_kill", hello("1.4", "rlschert", ["select_kill", "inspect", "backfill"]),
+     "1.4: the joint select+kill kind, which takes the place of select and kill"),
+    ("hello_utf8_name", hello("1.0", "agent-é-调度", []), "agent name with non-ASCII UTF-8 text"),
+    ("reset_empty", {"type": "reset"}, "reset with every optional field absent"),
+    ("reset_full",
+     {"type": "reset", "workload": {"trace": "/data/SDSC-SP2.swf.gz", "procs": 128, "jobs": 1024, "sample": 7},
+      "seed": 3, "options": {"policy": "sjf", "backfill": "easy", "estimate": "noisy:0.2", "window": 64},
+      "reward": "bsld", "require": ["select", "inspect"], "records": True,
+      "columns": {"queue": ["submit", "requested", "size"], "running": ["estimated_end"]}},
+     "reset with every optional field present"),
+    ("reset_records_false", {"type": "reset", "seed": -1, "records": False},
+     "records false; a negative seed is an integer like any other (the env may refuse its value)"),
+    ("records_request", {"type": "records", "episode": 4, "page": 0},
+     "1.3: the first page of the per-job records an episode_end announced with records_pages"),
+    ("reset_window_start", {"type": "reset", "workload": {"jobs": 256, "start": 1000}, "options": {"policy": "sjf"}},
+     "a window from the trace's job 1000 (start, by position), queued in SJF order (the policy option)"),
+    ("join", {"type": "join"}, "join without its optional columns"),
+    ("join_columns", {"type": "join", "columns": {"queue": ["size", "wait"]}},
+     "1.8: only the queue's id, size and wait (and the running jobs' id) are sent to this agent"),
+    ("poll", {"type": "poll"}, "poll has no fields"),
+    ("bye_request", {"type": "bye"}, "bye has no fields"),
+    ("act_int", act(7, 42), "act naming one job id (the bytes of PROTOCOL.md section 10)"),
+    ("act_nil", act(8, None), "nil action: wait / stop / no kill"),
+    ("act_list", act(9, [3, 4, 17]), "a list of job ids (select: start all)"),
+    ("act_empty_list", act(9, []), "an empty list (select: wait)"),
+    ("act_order", act(9, {"order": [4, 3]}), "1.4: a standing order ranking every candidate, best first (select)"),
+    ("act_true", act(10, True), "inspect: accept"),
+    ("act_false", act(10, False), "inspect: reject"),
+    ("act_large_ids", act(4294967296, 18446744073709551615), "integers beyond 32 bits (uint 64)"),
+    ("act_negative_action", act(1, -5),
+     "a negative integer is a well-formed action; the env answers invalid_action (not a candidate)"),
+    ("act_list_mixed", act(1, [1, "two"]),
+     "an array is well-formed whatever it holds; the env answers invalid_action (not job ids)"),
+    ("map32_header", b"\xdf\x00\x00\x00\x01" + s("type") + s("poll"),
+     "a map in the map 32 form: readers accept every msgpack size form", {"type": "poll"}),
+    ("str8_type", b"\x81\xd9\x04type\xd9\x04join", "strings in the str 8 form", {"type": "join"}),
+    ("int_wide_forms",
+     b"\x83" + s("type") + s("act") + s("decision") + b"\xcf\x00\x00\x00\x00\x00\x00\x00\x07"
+     + s("action") + b"\xd0\x2a", "integers in the uint 64 and int 8 forms (non-minimal encodings are still integers)",
+     {"type": "act", "decision": 7, "action": 42}),
+])
 
 # ---- requests, invalid: not a message
-invalid("empty_body", "request", b"", "bad_message", "decode", "zero bytes")
-invalid("truncated_act", "request", pack({"type": "act", "decision": 7, "action": 42})[:-1], "bad_message",
-        "decode", "act_int without its last byte")
-invalid("truncated_map_header", "request", b"\x83", "bad_message", "decode", "a map header of 3 entries, nothing else")
-invalid("truncated_str", "request", b"\x81" + s("type") + b"\xa5hel", "bad_message", "decode",
-        "a string shorter than its header says")
-invalid("trailing_byte", "request", pack({"type": "poll"}) + b"\x00", "bad_message", "decode",
-        "a valid poll followed by one extra byte")
-invalid("two_messages", "request", pack({"type": "poll"}) + pack({"type": "bye"}), "bad_message", "decode",
-        "two complete messages in one body")
-invalid("reserved_byte", "request", b"\xc1", "bad_message", "decode", "0xc1, the byte msgpack never uses")
-invalid("garbage", "request", b"GET / HTTP/1.1\r\n\r\n", "bad_message", "decode",
-        "text that is not msgpack (its first byte is a fixint, so it has trailing bytes)")
-invalid("invalid_utf8", "request", b"\x81" + s("type") + b"\xa2\xff\xfe", "bad_message", "decode",
-        "a str whose bytes are not UTF-8")
-invalid("int_map_key", "request", b"\x82" + s("type") + s("poll") + b"\x01\x02", "bad_message", "decode",
-        "a map with an integer key (keys are strings)")
-invalid("int_map_key_only", "request", b"\x81\x01" + s("poll"), "bad_message", "decode",
-        "a map whose only key is an integer")
-invalid("int_map_key_nested", "request", b"\x82" + s("type") + s("reset") + s("options") + b"\x81\x01\x02",
-        "bad_message", "decode", "an integer key in a nested map: every map has string keys")
-invalid("ext_action", "request", b"\x83" + s("type") + s("act") + s("decision") + b"\x01" + s("action")
-        + b"\xd4\x05\x2a", "bad_message", "decode", "an ext value (fixext 1, type 5): ext types are refused")
-invalid("empty_ext_action", "request", b"\x83" + s("type") + s("act") + s("decision") + b"\x01" + s("action")
-        + b"\xc7\x00\x05", "bad_message", "decode", "an ext value of length 0 (ext 8, type 5): ext types are refused")
-invalid("timestamp_action", "request", pack({"type": "act", "decision": 1, "action": msgpack.Timestamp(1, 0)}),
-        "bad_message", "decode", "a timestamp (ext type -1): ext types are refused")
-invalid("non_map_array", "request", pack(["act", 7, 42]), "bad_message", "validate", "an array, not a map")
-invalid("non_map_str", "request", pack("hello"), "bad_message", "validate", "a string, not a map")
-invalid("non_map_int", "request", pack(7), "bad_message", "validate", "an integer, not a map")
-invalid("non_map_nil", "request", pack(None), "bad_message", "validate", "nil, not a map")
-invalid("empty_map", "request", pack({}), "bad_message", "validate", "a map without type")
-invalid("missing_type", "request", {"decision": 7, "action": 42}, "bad_message", "validate",
-        "act fields without type")
-invalid("type_int", "request", {"type": 3}, "bad_message", "validate", "type is an integer")
-invalid("type_nil", "request", {"type": None}, "bad_message", "validate", "type is nil")
-invalid("type_bin", "request", {"type": b"poll"}, "bad_message", "validate",
-        "type as bin, not str (bin is not used)")
-invalid("unknown_type", "request", {"type": "step", "action": 1}, "unknown_type", "validate", "no such request")
-invalid("type_case", "request", {"type": "Hello", "protocol": "1.0", "agent": "a", "kinds": []}, "unknown_type",
-        "validate", "type names are case-sensitive")
-invalid("reply_type_as_request", "request", {"type": "welcome", "protocol": "1.0", "session": "default", "env": {}},
-        "unknown_type", "validate", "a reply type sent by an agent")
+add("request", "bad_message", stage="decode", rows=[
+    ("empty_body", b"", "zero bytes"),
+    ("truncated_act", pack({"type": "act", "decision": 7, "action": 42})[:-1], "act_int without its last byte"),
+    ("truncated_map_header", b"\x83", "a map header of 3 entries, nothing else"),
+    ("truncated_str", b"\x81" + s("type") + b"\xa5hel", "a string shorter than its header says"),
+    ("trailing_byte", pack({"type": "poll"}) + b"\x00", "a valid poll followed by one extra byte"),
+    ("two_messages", pack({"type": "poll"}) + pack({"type": "bye"}), "two complete messages in one body"),
+    ("reserved_byte", b"\xc1", "0xc1, the byte msgpack never uses"),
+    ("garbage", b"GET / HTTP/1.1\r\n\r\n",
+     "text that is not msgpack (its first byte is a fixint, so it has trailing bytes)"),
+    ("invalid_utf8", b"\x81" + s("type") + b"\xa2\xff\xfe", "a str whose bytes are not UTF-8"),
+    ("int_map_key", b"\x82" + s("type") + s("poll") + b"\x01\x02", "a map with an integer key (keys are strings)"),
+    ("int_map_key_only", b"\x81\x01" + s("poll"), "a map whose only key is an integer"),
+    ("int_map_key_nested", b"\x82" + s("type") + s("reset") + s("options") + b"\x81\x01\x02",
+     "an integer key in a nested map: every map has string keys"),
+    ("ext_action", b"\x83" + s("type") + s("act") + s("decision") + b"\x01" + s("action") + b"\xd4\x05\x2a",
+     "an ext value (fixext 1, type 5): ext types are refused"),
+    ("empty_ext_action", b"\x83" + s("type") + s("act") + s("decision") + b"\x01" + s("action") + b"\xc7\x00\x05",
+     "an ext value of length 0 (ext 8, type 5): ext types are refused"),
+    ("timestamp_action", pack({"type": "act", "decision": 1, "action": msgpack.Timestamp(1, 0)}),
+     "a timestamp (ext type -1): ext types are refused"),
+])
+add("request", "bad_message", [
+    ("non_map_array", pack(["act", 7, 42]), "an array, not a map"),
+    ("non_map_str", pack("hello"), "a string, not a map"),
+    ("non_map_int", pack(7), "an integer, not a map"),
+    ("non_map_nil", pack(None), "nil, not a map"),
+    ("empty_map", pack({}), "a map without type"),
+    ("missing_type", {"decision": 7, "action": 42}, "act fields without type"),
+    ("type_int", {"type": 3}, "type is an integer"),
+    ("type_nil", {"type": None}, "type is nil"),
+    ("type_bin", {"type": b"poll"}, "type as bin, not str (bin is not used)"),
+])
+add("request", "unknown_type", [
+    ("unknown_type", {"type": "step", "action": 1}, "no such request"),
+    ("type_case", {"type": "Hello", "protocol": "1.0", "agent": "a", "kinds": []}, "type names are case-sensitive"),
+    ("reply_type_as_request", {"type": "welcome", "protocol": "1.0", "session": "default", "env": {}},
+     "a reply type sent by an agent"),
+])
 # ---- requests, invalid: fields
-invalid("hello_missing_protocol", "request", {"type": "hello", "agent": "a", "kinds": []}, "bad_field", "validate",
-        "hello without protocol")
-invalid("hello_missing_kinds", "request", {"type": "hello", "protocol": "1.0", "agent": "a"}, "bad_field",
-        "validate", "hello without kinds")
-invalid("hello_protocol_float", "request", {"type": "hello", "protocol": 1.0, "agent": "a", "kinds": []},
-        "bad_field", "validate", "protocol as a float, not the string \"1.0\"")
-invalid("hello_kinds_str", "request", {"type": "hello", "protocol": "1.0", "agent": "a", "kinds": "select"},
-        "bad_field", "validate", "kinds as a string, not an array")
-invalid("hello_agent_bin", "request", {"type": "hello", "protocol": "1.0", "agent": b"sjf", "kinds": []},
-        "bad_field", "validate", "agent as bin, not str")
-invalid("hello_session_nil", "request",
-        {"type": "hello", "protocol": "1.0", "agent": "a", "kinds": [], "session": None}, "bad_field", "validate",
-        "an optional field is omitted, never nil, unless its type says so")
-invalid("hello_unknown_field", "request",
-        {"type": "hello", "protocol": "1.0", "agent": "a", "kinds": [], "name": "a"}, "bad_field", "validate",
-        "a field hello does not have")
-invalid("reset_seed_float", "request", {"type": "reset", "seed": 3.0}, "bad_field", "validate",
-        "seed as a float")
-invalid("reset_seed_bool", "request", {"type": "reset", "seed": True}, "bad_field", "validate",
-        "seed as a bool: bool is not an integer")
-invalid("reset_records_int", "request", {"type": "reset", "records": 1}, "bad_field", "validate",
-        "records as an integer, not a bool")
-invalid("reset_workload_array", "request", {"type": "reset", "workload": ["trace.swf"]}, "bad_field", "validate",
-        "workload as an array, not a map")
-invalid("reset_require_str", "request", {"type": "reset", "require": "select"}, "bad_field", "validate",
-        "require as a string, not an array")
-invalid("reset_unknown_field", "request", {"type": "reset", "policy": "sjf"}, "bad_field", "validate",
-        "policy belongs in options, not at the top level")
-invalid("records_page_missing", "request", {"type": "records", "episode": 4}, "bad_field", "validate",
-        "records without page")
-invalid("join_unknown_field", "request", {"type": "join", "session": "default"}, "bad_field", "validate",
-        "join takes no session (the session is chosen at hello)")
-invalid("join_columns_unknown", "request", {"type": "join", "columns": {"queue": ["size", "colour"]}}, "bad_field",
-        "validate", "1.8: columns names a column the queue table does not have")
-invalid("poll_unknown_field", "request", {"type": "poll", "decision": 3}, "bad_field", "validate",
-        "poll has no fields")
-invalid("bye_unknown_field", "request", {"type": "bye", "reason": "done"}, "bad_field", "validate",
-        "bye has no fields")
-invalid("act_missing_decision", "request", {"type": "act", "action": 42}, "bad_field", "validate",
-        "act without decision")
-invalid("act_missing_action", "request", {"type": "act", "decision": 7}, "bad_field", "validate",
-        "act without action: nil must be sent explicitly")
-invalid("act_decision_str", "request", {"type": "act", "decision": "7", "action": 42}, "bad_field", "validate",
-        "decision as a string")
-invalid("act_decision_nil", "request", {"type": "act", "decision": None, "action": 42}, "bad_field", "validate",
-        "decision as nil")
-invalid("act_decision_bool", "request", {"type": "act", "decision": True, "action": 42}, "bad_field", "validate",
-        "decision as a bool")
-invalid("act_decision_float", "request", {"type": "act", "decision": 7.0, "action": 42}, "bad_field", "validate",
-        "decision as a float")
-invalid("act_action_float", "request", {"type": "act", "decision": 7, "action": 42.0}, "bad_field", "validate",
-        "action as a float: job ids are integers")
-invalid("act_action_str", "request", {"type": "act", "decision": 7, "action": "42"}, "bad_field", "validate",
-        "action as a string")
-invalid("act_action_map", "request", {"type": "act", "decision": 7, "action": {"job": 42}}, "bad_field",
-        "validate", "action as a map")
-invalid("act_order_empty", "request", {"type": "act", "decision": 7, "action": {"order": []}}, "bad_field",
-        "validate", "a standing order that ranks nothing")
-invalid("act_order_extra_key", "request", {"type": "act", "decision": 7, "action": {"order": [3, 4], "then": 1}},
-        "bad_field", "validate", "a standing order with a key besides 'order'")
-invalid("act_action_bin", "request", {"type": "act", "decision": 7, "action": b"\x2a"}, "bad_field", "validate",
-        "action as bin")
-invalid("act_unknown_field", "request", {"type": "act", "decision": 7, "action": 42, "episode": 1}, "bad_field",
-        "validate", "a field act does not have")
+add("request", "bad_field", [
+    ("hello_missing_protocol", {"type": "hello", "agent": "a", "kinds": []}, "hello without protocol"),
+    ("hello_missing_kinds", {"type": "hello", "protocol": "1.0", "agent": "a"}, "hello without kinds"),
+    ("hello_protocol_float", hello(1.0, "a", []), "protocol as a float, not the string \"1.0\""),
+    ("hello_kinds_str", hello("1.0", "a", "select"), "kinds as a string, not an array"),
+    ("hello_agent_bin", hello("1.0", b"sjf", []), "agent as bin, not str"),
+    ("hello_session_nil", hello("1.0", "a", [], session=None),
+     "an optional field is omitted, never nil, unless its type says so"),
+    ("hello_unknown_field", hello("1.0", "a", [], name="a"), "a field hello does not have"),
+    ("reset_seed_float", {"type": "reset", "seed": 3.0}, "seed as a float"),
+    ("reset_seed_bool", {"type": "reset", "seed": True}, "seed as a bool: bool is not an integer"),
+    ("reset_records_int", {"type": "reset", "records": 1}, "records as an integer, not a bool"),
+    ("reset_workload_array", {"type": "reset", "workload": ["trace.swf"]}, "workload as an array, not a map"),
+    ("reset_require_str", {"type": "reset", "require": "select"}, "require as a string, not an array"),
+    ("reset_unknown_field", {"type": "reset", "policy": "sjf"}, "policy belongs in options, not at the top level"),
+    ("records_page_missing", {"type": "records", "episode": 4}, "records without page"),
+    ("join_unknown_field", {"type": "join", "session": "default"},
+     "join takes no session (the session is chosen at hello)"),
+    ("join_columns_unknown", {"type": "join", "columns": {"queue": ["size", "colour"]}},
+     "1.8: columns names a column the queue table does not have"),
+    ("poll_unknown_field", {"type": "poll", "decision": 3}, "poll has no fields"),
+    ("bye_unknown_field", {"type": "bye", "reason": "done"}, "bye has no fields"),
+    ("act_missing_decision", {"type": "act", "action": 42}, "act without decision"),
+    ("act_missing_action", {"type": "act", "decision": 7}, "act without action: nil must be sent explicitly"),
+    ("act_decision_str", act("7", 42), "decision as a string"),
+    ("act_decision_nil", act(None, 42), "decision as nil"),
+    ("act_decision_bool", act(True, 42), "decision as a bool"),
+    ("act_decision_float", act(7.0, 42), "decision as a float"),
+    ("act_action_float", act(7, 42.0), "action as a float: job ids are integers"),
+    ("act_action_str", act(7, "42"), "action as a string"),
+    ("act_action_map", act(7, {"job": 42}), "action as a map"),
+    ("act_order_empty", act(7, {"order": []}), "a standing order that ranks nothing"),
+    ("act_order_extra_key", act(7, {"order": [3, 4], "then": 1}), "a standing order with a key besides 'order'"),
+    ("act_action_bin", act(7, b"\x2a"), "action as bin"),
+    ("act_unknown_field", act(7, 42, episode=1), "a field act does not have"),
+])
 # ---- requests, invalid: limits (section 3)
-invalid("too_long_str", "request",
-        {"type": "hello", "protocol": "1.0", "agent": "a" * 1_000_001, "kinds": []}, "too_large", "decode",
-        "a string of 1,000,001 bytes (the limit is 1,000,000)")
-invalid("too_long_array", "request", {"type": "act", "decision": 1, "action": [0] * 1_000_001}, "too_large",
-        "decode", "an array of 1,000,001 entries (the limit is 1,000,000)")
+add("request", "too_large", stage="decode", rows=[
+    ("too_long_str", hello("1.0", "a" * 1_000_001, []), "a string of 1,000,001 bytes (the limit is 1,000,000)"),
+    ("too_long_array", act(1, [0] * 1_000_001), "an array of 1,000,001 entries (the limit is 1,000,000)"),
+])
 
 # ---- replies, valid
-valid("welcome", "reply", {"type": "welcome", "protocol": "1.0", "session": "default", "env": WELCOME_ENV},
-      "welcome with a full env description")
-valid("welcome_token", "reply",
-      {"type": "welcome", "protocol": "1.3", "session": "exp-7", "env": {**WELCOME_ENV, "sessions": "private"},
-       "token": "3f9c2a7d41e0b8a6"},
-      "1.3: the session's token, which other agents present to join it; env.sessions says private or open")
-valid("redirect_tcp", "reply", {"type": "redirect", "address": "tcp://*:40123", "session": "exp-7"},
-      "1.6: say the hello again at a worker's address; tcp://*:PORT means the host the agent connected to")
-valid("redirect_ipc", "reply", {"type": "redirect", "address": "ipc:///tmp/hpcgym.ipc.w0.1", "session": "default"},
-      "1.6: say the hello again at a worker's ipc address")
-valid("decision_select", "reply", decision("select"), "a select decision with its observation")
-valid("decision_select_no_wait", "reply",
-      decision("select", decision=13, step=41, time=500, observation=OBSERVATION_EMPTY, candidates=[9],
-               can_wait=False, reward=-1.5),
-      "select that cannot wait; the observation has no context key and empty running columns")
-valid("decision_inspect", "reply",
-      decision("inspect", candidates=[3],
-               observation={**OBSERVATION_SELECT, "context": {"jobs": [3], "rejections": 0, "max_rejections": 72}}),
-      "inspect: the picked ids, context jobs/rejections/max_rejections")
-valid("decision_backfill", "reply",
-      decision("backfill", candidates=[4],
-               observation={**OBSERVATION_SELECT, "context": {"reserved": 3, "shadow_time": 3600, "extra": 0}}),
-      "backfill: context reserved/shadow_time/extra")
-valid("decision_backfill_no_stop", "reply",
-      decision("backfill", candidates=[4, 5], can_wait=False,
-               observation={**OBSERVATION_SELECT, "context": {"reserved": 3, "shadow_time": 3600, "extra": 0}}),
-      "backfill that cannot stop (backfill_stop false, 1.2): nil is refused, start one of the candidates")
-valid("reset_easy_variants", "request",
-      {"type": "reset", "workload": {"trace": "/data/SDSC-SP2.swf.gz", "cleaning": "rlbf-scw", "jobs": 256, "sample": 1},
-       "options": {"preset": "rlbf-public", "backfill_order": "sjf", "easy_extra": False},
-       "reward": "relative:bsld:pct:fcfs:sjf+delay_penalty:0.001"},
-      "1.2: a preset with options over it, the rlbf-scw cleaning, a sum of rewards")
-valid("decision_reward_int", "reply", decision("select", reward=0),
-      "an integer reward: an env sends floats, a reader accepts an integer too (section 3)")
-valid("decision_kill", "reply", decision("kill", candidates=[1], reward=0.25), "kill: candidates are running jobs")
-valid("reset_prediction", "request",
-      {"type": "reset", "options": {"prediction": "running:0.4,0.1,0.03,300", "estimate": "predicted"},
-       "reward": "system_slowdown_prediction"},
-      "1.4: the running predictor, reservations on its predictions, RLSchert's eq. (9) reward")
-valid("decision_kill_predictions", "reply",
-      decision("kill", candidates=[1], observation={
-          **OBSERVATION_SELECT, "queue": {**OBSERVATION_SELECT["queue"], "prediction": [540, 60]},
-          "running": {**OBSERVATION_SELECT["running"], "submit": [0], "prediction0": [1800], "prediction": [4200]}}),
-      "1.4: an episode with a predictor, to a 1.4 agent: queue.prediction (pre-run), running.submit, "
-      "running.prediction0 (pre-run) and running.prediction (current)")
-valid("decision_job_columns", "reply",
-      decision("select", candidates=[3, 4], observation={
-          **OBSERVATION_SELECT, "queue": {**OBSERVATION_SELECT["queue"], "group": [2, -1], "executable": [17, -1],
-                                          "memory": [65536, -1]}}),
-      "1.5: to a 1.5 agent, the queued jobs' group, executable and requested memory (kB per processor; SWF "
-      "fields 13, 14 and 10; -1 where the trace does not say)")
-valid("decision_select_kill", "reply",
-      decision("select_kill", candidates=[3, 4, 1], observation={**OBSERVATION_SELECT, "context": {"queued": 2}}),
-      "1.4: the joint decision: the queue window's ids, then the running ids that may be killed; "
-      "context.queued says how many are queued")
-valid("pending", "reply", {"type": "pending", "episode": 2}, "pending with the episode number")
-valid("pending_bare", "reply", {"type": "pending"}, "pending without the optional episode")
-valid("pending_episode_zero", "reply", {"type": "pending", "episode": 0},
-      "pending before the session's first episode: episode 0")
-valid("episode_end_completed", "reply",
-      {"type": "episode_end", "episode": 1, "reason": "completed", "metrics": METRICS, "reward": -4.27,
-       "jobs": None}, "episode end with metrics and jobs nil")
-valid("episode_end_records", "reply",
-      {"type": "episode_end", "episode": 1, "reason": "completed", "metrics": METRICS, "reward": 0.0, "jobs": JOBS},
-      "episode end with per-job columns (reset records: true)")
-valid("episode_end_reset", "reply",
-      {"type": "episode_end", "episode": 3, "reason": "reset by 'sjf@12'", "metrics": {}, "reward": 0.0},
-      "an episode ended early: empty metrics, optional jobs absent")
-valid("episode_end_shutdown", "reply",
-      {"type": "episode_end", "episode": 2, "reason": "shutdown", "metrics": {}, "reward": 0.0},
-      "the env stopped (SIGTERM) mid-episode: also the reply to the act of an agent that was computing it")
-valid("decision_ordered", "reply", decision("select", decision=19, step=47, time=300, ordered=5),
-      "1.4: five select decisions were answered by this agent's standing order since its previous decision")
-valid("episode_end_ordered", "reply",
-      {"type": "episode_end", "episode": 2, "reason": "completed", "metrics": METRICS, "reward": -3.5, "jobs": None,
-       "ordered": 12},
-      "1.4: the last twelve select decisions were answered by the agent's standing order")
-valid("episode_end_paged", "reply",
-      {"type": "episode_end", "episode": 4, "reason": "completed", "metrics": METRICS, "reward": 0.0, "jobs": None,
-       "records_pages": 9},
-      "1.3: records too many for one message: jobs nil, fetch pages 0..8 with `records` requests")
-valid("records_reply", "reply", {"type": "records", "episode": 4, "page": 0, "pages": 9, "jobs": JOBS},
-      "1.3: one page of per-job records, the same columns as episode_end's jobs")
-valid("error_stale", "reply",
-      {"type": "error", "code": "stale_decision", "message": "decision 99 is not pending for this agent",
-       "recoverable": True, "pending": None}, "an error with no decision standing")
-valid("error_with_pending", "reply",
-      {"type": "error", "code": "invalid_action", "message": "job 5 is not a valid select choice",
-       "recoverable": True, "pending": PENDING_MAP}, "an error repeating the decision still standing")
-valid("error_retry", "reply",
-      {"type": "error", "code": "not_allowed", "retry_s": 2.0, "recoverable": True, "pending": None,
-       "message": "no worker process of this env is ready (one is starting in the place of one that failed): "
-                  "try again in 2 s"},
-      "1.7: a refusal that passes by itself says when to try again")
-valid("error_version", "reply",
-      {"type": "error", "code": "version_mismatch", "message": "this env speaks protocol 1.0",
-       "recoverable": False, "pending": None}, "an unrecoverable error")
-valid("bye_reply", "reply", {"type": "bye"}, "the reply to bye")
+add("reply", "valid", [
+    ("welcome", {"type": "welcome", "protocol": "1.0", "session": "default", "env": WELCOME_ENV},
+     "welcome with a full env description"),
+    ("welcome_token",
+     {"type": "welcome", "protocol": "1.3", "session": "exp-7", "env": {**WELCOME_ENV, "sessions": "private"},
+      "token": "3f9c2a7d41e0b8a6"},
+     "1.3: the session's token, which other agents present to join it; env.sessions says private or open"),
+    ("redirect_tcp", {"type": "redirect", "address": "tcp://*:40123", "session": "exp-7"},
+     "1.6: say the hello again at a worker's address; tcp://*:PORT means the host the agent connected to"),
+    ("redirect_ipc", {"type": "redirect", "address": "ipc:///tmp/hpcgym.ipc.w0.1", "session": "default"},
+     "1.6: say the hello again at a worker's ipc address"),
+    ("decision_select", decision("select"), "a select decision with its observation"),
+    ("decision_select_no_wait",
+     decision("select", decision=13, step=41, time=500, observation=OBSERVATION_EMPTY, candidates=[9],
+              can_wait=False, reward=-1.5),
+     "select that cannot wait; the observation has no context key and empty running columns"),
+    ("decision_inspect",
+     decision("inspect", candidates=[3],
+              observation={**OBSERVATION_SELECT, "context": {"jobs": [3], "rejections": 0, "max_rejections": 72}}),
+     "inspect: the picked ids, context jobs/rejections/max_rejections"),
+    ("decision_backfill",
+     decision("backfill", candidates=[4],
+              observation={**OBSERVATION_SELECT, "context": {"reserved": 3, "shadow_time": 3600, "extra": 0}}),
+     "backfill: context reserved/shadow_time/extra"),
+    ("decision_backfill_no_stop",
+     decision("backfill", candidates=[4, 5], can_wait=False,
+              observation={**OBSERVATION_SELECT, "context": {"reserved": 3, "shadow_time": 3600, "extra": 0}}),
+     "backfill that cannot stop (backfill_stop false, 1.2): nil is refused, start one of the candidates"),
+])
+add("request", "valid", [
+    ("reset_easy_variants",
+     {"type": "reset", "workload": {"trace": "/data/SDSC-SP2.swf.gz", "cleaning": "rlbf-scw", "jobs": 256, "sample": 1},
+      "options": {"preset": "rlbf-public", "backfill_order": "sjf", "easy_extra": False},
+      "reward": "relative:bsld:pct:fcfs:sjf+delay_penalty:0.001"},
+     "1.2: a preset with options over it, the rlbf-scw cleaning, a sum of rewards"),
+])
+add("reply", "valid", [
+    ("decision_reward_int", decision("select", reward=0),
+     "an integer reward: an env sends floats, a reader accepts an integer too (section 3)"),
+    ("decision_kill", decision("kill", candidates=[1], reward=0.25), "kill: candidates are running jobs"),
+])
+add("request", "valid", [
+    ("reset_prediction",
+     {"type": "reset", "options": {"prediction": "running:0.4,0.1,0.03,300", "estimate": "predicted"},
+      "reward": "system_slowdown_prediction"},
+     "1.4: the running predictor, reservations on its predictions, RLSchert's eq. (9) reward"),
+])
+add("reply", "valid", [
+    ("decision_kill_predictions",
+     decision("kill", candidates=[1], observation={
+         **OBSERVATION_SELECT, "queue": {**OBSERVATION_SELECT["queue"], "prediction": [540, 60]},
+         "running": {**OBSERVATION_SELECT["running"], "submit": [0], "prediction0": [1800], "prediction": [4200]}}),
+     "1.4: an episode with a predictor, to a 1.4 agent: queue.prediction (pre-run), running.submit, "
+     "running.prediction0 (pre-run) and running.prediction (current)"),
+    ("decision_job_columns",
+     decision("select", candidates=[3, 4], observation={
+         **OBSERVATION_SELECT, "queue": {**OBSERVATION_SELECT["queue"], "group": [2, -1], "executable": [17, -1],
+                                         "memory": [65536, -1]}}),
+     "1.5: to a 1.5 agent, the queued jobs' group, executable and requested memory (kB per processor; SWF "
+     "fields 13, 14 and 10; -1 where the trace does not say)"),
+    ("decision_select_kill",
+     decision("select_kill", candidates=[3, 4, 1], observation={**OBSERVATION_SELECT, "context": {"queued": 2}}),
+     "1.4: the joint decision: the queue window's ids, then the running ids that may be killed; "
+     "context.queued says how many are queued"),
+    ("pending", {"type": "pending", "episode": 2}, "pending with the episode number"),
+    ("pending_bare", {"type": "pending"}, "pending without the optional episode"),
+    ("pending_episode_zero", {"type": "pending", "episode": 0},
+     "pending before the session's first episode: episode 0"),
+    ("episode_end_completed",
+     {"type": "episode_end", "episode": 1, "reason": "completed", "metrics": METRICS, "reward": -4.27,
+      "jobs": None}, "episode end with metrics and jobs nil"),
+    ("episode_end_records",
+     {"type": "episode_end", "episode": 1, "reason": "completed", "metrics": METRICS, "reward": 0.0, "jobs": JOBS},
+     "episode end with per-job columns (reset records: true)"),
+    ("episode_end_reset",
+     {"type": "episode_end", "episode": 3, "reason": "reset by 'sjf@12'", "metrics": {}, "reward": 0.0},
+     "an episode ended early: empty metrics, optional jobs absent"),
+    ("episode_end_shutdown", {"type": "episode_end", "episode": 2, "reason": "shutdown", "metrics": {}, "reward": 0.0},
+     "the env stopped (SIGTERM) mid-episode: also the reply to the act of an agent that was computing it"),
+    ("decision_ordered", decision("select", decision=19, step=47, time=300, ordered=5),
+     "1.4: five select decisions were answered by this agent's standing order since its previous decision"),
+    ("episode_end_ordered",
+     {"type": "episode_end", "episode": 2, "reason": "completed", "metrics": METRICS, "reward": -3.5, "jobs": None,
+      "ordered": 12}, "1.4: the last twelve select decisions were answered by the agent's standing order"),
+    ("episode_end_paged",
+     {"type": "episode_end", "episode": 4, "reason": "completed", "metrics": METRICS, "reward": 0.0, "jobs": None,
+      "records_pages": 9}, "1.3: records too many for one message: jobs nil, fetch pages 0..8 with `records` requests"),
+    ("records_reply", {"type": "records", "episode": 4, "page": 0, "pages": 9, "jobs": JOBS},
+     "1.3: one page of per-job records, the same columns as episode_end's jobs"),
+    ("error_stale",
+     {"type": "error", "code": "stale_decision", "message": "decision 99 is not pending for this agent",
+      "recoverable": True, "pending": None}, "an error with no decision standing"),
+    ("error_with_pending",
+     {"type": "error", "code": "invalid_action", "message": "job 5 is not a valid select choice",
+      "recoverable": True, "pending": PENDING_MAP}, "an error repeating the decision still standing"),
+    ("error_retry",
+     {"type": "error", "code": "not_allowed", "retry_s": 2.0, "recoverable": True, "pending": None,
+      "message": "no worker process of this env is ready (one is starting in the place of one that failed): "
+                 "try again in 2 s"}, "1.7: a refusal that passes by itself says when to try again"),
+    ("error_version",
+     {"type": "error", "code": "version_mismatch", "message": "this env speaks protocol 1.0",
+      "recoverable": False, "pending": None}, "an unrecoverable error"),
+    ("bye_reply", {"type": "bye"}, "the reply to bye"),
+])
 # ---- replies, invalid
-invalid("reply_unknown_type", "reply", {"type": "result", "episode": 1}, "unknown_type", "validate",
-        "no such reply")
-invalid("reply_missing_type", "reply", {"episode": 1}, "bad_message", "validate", "a reply without type")
-invalid("decision_missing_candidates", "reply",
-        {k: v for k, v in decision("select").items() if k != "candidates"}, "bad_field", "validate",
-        "decision without candidates")
-invalid("decision_can_wait_int", "reply", decision("select", can_wait=1), "bad_field", "validate",
-        "can_wait as an integer")
-invalid("decision_reward_str", "reply", decision("select", reward="0"), "bad_field", "validate",
-        "reward as a string")
-invalid("decision_observation_nil", "reply", decision("select", observation=None), "bad_field", "validate",
-        "observation as nil")
-invalid("redirect_missing_address", "reply", {"type": "redirect", "session": "default"},
-        "bad_field", "validate", "redirect without address")
-invalid("welcome_missing_env", "reply", {"type": "welcome", "protocol": "1.0", "session": "default"},
-        "bad_field", "validate", "welcome without env")
-invalid("pending_episode_nil", "reply", {"type": "pending", "episode": None}, "bad_field", "validate",
-        "optional episode sent as nil")
-invalid("episode_end_metrics_nil", "reply",
-        {"type": "episode_end", "episode": 1, "reason": "completed", "metrics": None, "reward": 0.0},
-        "bad_field", "validate", "metrics as nil (an empty map when the episode did not complete)")
-invalid("error_missing_pending", "reply",
-        {"type": "error", "code": "bad_field", "message": "x", "recoverable": True}, "bad_field", "validate",
-        "error without pending: it is required, nil when nothing stands")
-invalid("error_recoverable_str", "reply",
-        {"type": "error", "code": "bad_field", "message": "x", "recoverable": "yes", "pending": None},
-        "bad_field", "validate", "recoverable as a string")
-invalid("reply_int_map_key", "reply", b"\x82" + s("type") + s("pending") + b"\x01\x01", "bad_message", "decode",
-        "a reply with an integer key")
-invalid("reply_trailing_byte", "reply", pack({"type": "bye"}) + b"\xc0", "bad_message", "decode",
-        "a bye reply followed by nil")
+add("reply", "unknown_type", [
+    ("reply_unknown_type", {"type": "result", "episode": 1}, "no such reply"),
+])
+add("reply", "bad_message", [
+    ("reply_missing_type", {"episode": 1}, "a reply without type"),
+])
+add("reply", "bad_field", [
+    ("decision_missing_candidates", {k: v for k, v in decision("select").items() if k != "candidates"},
+     "decision without candidates"),
+    ("decision_can_wait_int", decision("select", can_wait=1), "can_wait as an integer"),
+    ("decision_reward_str", decision("select", reward="0"), "reward as a string"),
+    ("decision_observation_nil", decision("select", observation=None), "observation as nil"),
+    ("redirect_missing_address", {"type": "redirect", "session": "default"}, "redirect without address"),
+    ("welcome_missing_env", {"type": "welcome", "protocol": "1.0", "session": "default"}, "welcome without env"),
+    ("pending_episode_nil", {"type": "pending", "episode": None}, "optional episode sent as nil"),
+    ("episode_end_metrics_nil",
+     {"type": "episode_end", "episode": 1, "reason": "completed", "metrics": None, "reward": 0.0},
+     "metrics as nil (an empty map when the episode did not complete)"),
+    ("error_missing_pending", {"type": "error", "code": "bad_field", "message": "x", "recoverable": True},
+     "error without pending: it is required, nil when nothing stands"),
+    ("error_recoverable_str",
+     {"type": "error", "code": "bad_field", "message": "x", "recoverable": "yes", "pending": None},
+     "recoverable as a string"),
+])
+add("reply", "bad_message", stage="decode", rows=[
+    ("reply_int_map_key", b"\x82" + s("type") + s("pending") + b"\x01\x01", "a reply with an integer key"),
+    ("reply_trailing_byte", pack({"type": "bye"}) + b"\xc0", "a bye reply followed by nil"),
+])
 # Section 8: "a reader MUST ignore reply fields it does not know" (minor versions add reply fields).
-valid("pending_future_field", "reply", {"type": "pending", "episode": 1, "retry_after_ms": 50},
-      "a reply field from a later 1.x minor version: readers MUST ignore it (section 8)")
+add("reply", "valid", [
+    ("pending_future_field", {"type": "pending", "episode": 1, "retry_after_ms": 50},
+     "a reply field from a later 1.x minor version: readers MUST ignore it (section 8)"),
+])
 
 
 # --------------------------------------------------------------------------- writing
