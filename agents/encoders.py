@@ -1,39 +1,6 @@
-"""Feature encoders: the raw observation map (PROTOCOL.md section 6) to a flat float32 vector.
-
-An encoder reads only the raw observation, the same map in process (`Decision.observation`)
-and over the protocol (a decision message's `observation`), so one trained network serves both.
-Every feature lies in [0, 1]; every encoder's output has a fixed length, whatever the queue or
-the cluster holds, so `observation_space()` is a `Box(0, 1, (size,), float32)`.
-
-Encoders (by name in `ENCODERS`; `get_encoder("a+b", ...)` concatenates any of them in order):
-
-- `jobs`: `JobTableEncoder`, one row per queue-window job (`observation["queue"]`), padded with
-  zero rows to `window`. Row k is the job that action slot k of the select and backfill envs
-  names (`gymbridge.env`).
-- `running`: `RunningJobEncoder`, one row per running job (`observation["running"]`, by
-  estimated end), padded to `window`. Row k is the job kill action k + 1 names.
-- `rlschert`: `PredictionRunningEncoder`, RLSchert's running-job features (pre-run and current
-  prediction, elapsed, time since submit, relative change of the prediction, size), rows as
-  `running`'s. Needs an env with a run-time predictor.
-- `nodes`: `NodeAvailabilityEncoder`, the share of processors free now and at increasing
-  horizons, assuming running jobs end at their estimated ends.
-- `dras`: `DRASEncoder`, DRAS's table of window jobs and one row per node.
-- `schedinspector`: `InspectorEncoder`, SchedInspector's 7 features of the inspected pick
-  (inspect decisions only).
-- `rlbf`: `BackfillEncoder`, RL backfilling's 6 features per window job (backfill decisions
-  only).
-- `irl`, `irl_wait`: `IRLEncoder`, IRL's per-job rows (size, requested time, utilization; and
-  the wait).
-- `resources`: `ResourceEncoder`, each window job's GPUs, memory, whole nodes and fit on a machine
-  of nodes, and its free cores, memory and GPUs (e.g. `jobs+nodes+resources`).
-
-Tables are flattened row by row: `vector[:window * len(COLUMNS)].reshape(window, len(COLUMNS))`
-gives the table back (`Encoder.parts` lists each part's offset and shape for concatenations).
-
-Time normalisation (wait, requested, estimate, elapsed, remaining): `log1p(seconds) /
-log1p(TIME_SCALE)`, clipped to 1, with TIME_SCALE one week: 1 minute -> 0.31, 1 hour -> 0.61,
-1 day -> 0.86, a week or more -> 1. Sizes are divided by the cluster's processors.
-"""
+"""Feature encoders: the raw observation map (PROTOCOL.md section 6) to a fixed-length float32
+vector in [0, 1], read the same in process and over the protocol, so one trained network serves both
+(docs/gymnasium.md lists the encoders and their features)."""
 
 from __future__ import annotations
 
@@ -68,22 +35,20 @@ def _log_time(values: np.ndarray) -> np.ndarray:
 class Encoder:
     """Base class: `encode(observation)` gives a float32 vector of `size` features in [0, 1]."""
 
-    #: Features per encoded observation.
     size: int = 0
-    #: Registry name (set by `get_encoder`; informative).
-    name: str = ""
+    name: str = ""  # the registry name (set by `get_encoder`)
     #: The decision kinds whose observations it reads (None: any).
     kinds: tuple[str, ...] | None = None
-    #: The queue and running columns it reads, {"queue": (...), "running": (...)} (`id` always
-    #: comes; None: it may read any): an env that serves only this encoder gathers only those.
+    #: The queue and running columns it reads (`id` always comes; None: any): an env that serves
+    #: only this encoder gathers only those.
     reads: Mapping[str, tuple[str, ...]] | None = None
 
     def observation_space(self, window: int | None = None, procs: int | None = None):
-        """`Box(0, 1, (size,), float32)`. `window`/`procs`, when given, must be the ones this
-        encoder was made for (the vector's length depends on them, never on the episode)."""
+        """`Box(0, 1, (size,), float32)`; a `window` given must be the one this encoder was made for."""
         import gymnasium.spaces
 
-        self._check_dims(window, procs)
+        if window is not None and getattr(self, "window", None) not in (None, window):
+            raise ValueError(f"{type(self).__name__} was made for window {self.window}, not {window}")
         return gymnasium.spaces.Box(0.0, 1.0, (self.size,), np.float32)
 
     def encode(self, observation: Mapping[str, Any]) -> np.ndarray:
@@ -109,44 +74,38 @@ class Encoder:
     def shape(self) -> tuple[int, ...]:
         return (self.size,)
 
-    def _check_dims(self, window: int | None, procs: int | None) -> None:
-        mine = getattr(self, "window", None)
-        if window is not None and mine is not None and window != mine:
-            raise ValueError(f"{type(self).__name__} was made for window {mine}, not {window}")
+
+def _window(window: int) -> int:
+    if window < 1:
+        raise ValueError(f"window must be at least 1, got {window}")
+    return int(window)
 
 
-class JobTableEncoder(Encoder):
-    """The queue window as a table of `window` rows x `len(COLUMNS)` features.
+class WindowTableEncoder(Encoder):
+    """Base of the tables of `window` rows x `len(COLUMNS)` features (one row per job)."""
 
-    Columns (all in [0, 1]; padding rows are all zero):
+    COLUMNS: tuple[str, ...] = ()
 
-    - `present`: 1 for a real job, 0 for a padding row (queue shorter than the window).
-    - `wait`: time waited so far (`now - submit`), log time scale.
-    - `requested`: the user's requested run time, log time scale.
-    - `estimate`: the run-time estimate reservations use (`--estimate`), log time scale.
-    - `size`: processors requested / processors in the cluster.
-    - `rejections`: times an inspector rejected it / `max_rejections` (clipped to 1; with
-      `max_rejections=0`, 1 if ever rejected; with no cap (None), / 72).
-    - `fits`: 1 if its size is at most the processors free now.
-    - `marked`: 1 for the job(s) the decision is about: the pick under inspection (`inspect`),
-      the job holding the reservation (`backfill`); 0 for `select` and `kill`.
-    """
-
-    reads = {"queue": ("wait", "requested", "estimate", "size", "rejections")}
-
-    COLUMNS = ("present", "wait", "requested", "estimate", "size", "rejections", "fits", "marked")
-
-    def __init__(self, window: int, procs: int | None = None, max_rejections: int | None = 72) -> None:
-        if window < 1:
-            raise ValueError(f"window must be at least 1, got {window}")
-        self.window = int(window)
+    def __init__(self, window: int, procs: int | None = None) -> None:
+        self.window = _window(window)
         self.procs = procs
-        self.max_rejections = 72 if max_rejections is None else max_rejections
         self.size = self.window * len(self.COLUMNS)
 
     @property
     def shape(self) -> tuple[int, ...]:
         return (self.window, len(self.COLUMNS))
+
+
+class JobTableEncoder(WindowTableEncoder):
+    """The queue window, one row per job (padding rows zero); `marked` flags the job a decision is
+    about (the inspected pick, the reservation's holder)."""
+
+    reads = {"queue": ("wait", "requested", "estimate", "size", "rejections")}
+    COLUMNS = ("present", "wait", "requested", "estimate", "size", "rejections", "fits", "marked")
+
+    def __init__(self, window: int, procs: int | None = None, max_rejections: int | None = 72) -> None:
+        super().__init__(window, procs)
+        self.max_rejections = 72 if max_rejections is None else max_rejections
 
     def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
         q = observation["queue"]
@@ -177,30 +136,8 @@ class JobTableEncoder(Encoder):
                 table[:n, 7] = np.isin(np.array(ids[:n]), marked)
 
 
-class WindowTableEncoder(Encoder):
-    """Base of the tables of `window` rows x `len(COLUMNS)` features (one row per job)."""
-
-    COLUMNS: tuple[str, ...] = ()
-
-    def __init__(self, window: int, procs: int | None = None) -> None:
-        if window < 1:
-            raise ValueError(f"window must be at least 1, got {window}")
-        self.window = int(window)
-        self.procs = procs
-        self.size = self.window * len(self.COLUMNS)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (self.window, len(self.COLUMNS))
-
-
 class RunningJobEncoder(WindowTableEncoder):
-    """The running jobs (by estimated end, as the kill decision lists them) as `window` rows.
-
-    Columns (in [0, 1]; padding rows zero): `present`; `elapsed` (`now - start`, log time scale);
-    `requested` (log time scale); `remaining` (estimated end - now, at least 0, log time scale);
-    `size` (/ processors); `overdue` (1 if it runs past its estimated end).
-    """
+    """The running jobs, one row each, in the kill decision's order (by estimated end)."""
 
     reads = {"running": ("start", "requested", "estimated_end", "size")}
 
@@ -228,15 +165,8 @@ class RunningJobEncoder(WindowTableEncoder):
 
 
 class PredictionRunningEncoder(WindowTableEncoder):
-    """RLSchert's running-job features for the kill decision: the running jobs (in the kill
-    decision's order) as `window` rows. Needs an env with a run-time predictor (the observation's
-    `running.prediction0`/`prediction`, docs/semantics.md section 12).
-
-    Columns (in [0, 1]; padding rows zero): `present`; `prediction0` (the pre-run prediction),
-    `prediction` (the current one), `elapsed` (`now - start`), `age` (`now - submit`), all on the
-    log time scale; `change` (c = |prediction - prediction0| / prediction0, as c / (1 + c): a
-    prediction doubled gives 0.5); `size` (/ processors).
-    """
+    """RLSchert's running-job features for the kill decision (docs/rlschert.md); needs an env with a
+    run-time predictor."""
 
     reads = {"running": ("prediction0", "prediction", "start", "submit", "size")}
 
@@ -263,12 +193,8 @@ class PredictionRunningEncoder(WindowTableEncoder):
 
 
 class NodeAvailabilityEncoder(Encoder):
-    """Processors free now and released over time: `len(horizons)` features.
-
-    Feature h is (free processors + processors of running jobs whose estimated end is at most
-    now + horizons[h]) / processors; horizon 0 is exactly the processors free now (a job past its
-    estimated end is counted from the first positive horizon). Non-decreasing, in [0, 1].
-    """
+    """The share of processors free now and at each horizon, if running jobs end at their estimated
+    ends (a job past its estimate counts from the first positive horizon): non-decreasing."""
 
     reads = {"running": ("estimated_end", "size")}
 
@@ -296,19 +222,14 @@ class NodeAvailabilityEncoder(Encoder):
 
 
 class ResourceEncoder(Encoder):
-    """What each window job asks of a machine of nodes and what is free (docs/semantics.md section
-    13), so an agent can tell GPU jobs apart: per job (rows padded with zeros) its GPUs and memory
-    as shares of the machine's, whether it gets whole nodes, whether it fits now (`node_fit`); then
-    the machine's free cores, memory and GPUs as shares. A resource the machine lacks reads 0 (on
-    the pool: fits = size at most the free processors, free cores = free / processors)."""
+    """What each window job asks of a machine of nodes, and what is free (docs/semantics.md section
+    13), so an agent can tell GPU jobs apart; a resource the machine lacks reads 0."""
 
     COLUMNS = ("gpus", "memory", "exclusive", "fits")
     reads = {"queue": REQUESTS}
 
     def __init__(self, window: int) -> None:
-        if window < 1:
-            raise ValueError(f"window must be at least 1, got {window}")
-        self.window = int(window)
+        self.window = _window(window)
         self.size = self.window * len(self.COLUMNS) + len(RESOURCES)
 
     def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
@@ -355,39 +276,18 @@ class ConcatEncoder(Encoder):
 
 
 class DRASEncoder(Encoder):
-    """DRAS's state (Fan et al., TPDS 2022, section 3.1). A table of 2W + N rows of 2 values, flattened row by row.
-    
-    - Rows 2k and 2k + 1 are window job k (k < W, queue order): row 2k = [size, estimated run time],
-      row 2k + 1 = [priority flag, queued time] (DRAS: each job is a [2, 2] block of these four
-      values, in this order). Missing jobs (queue shorter than W) are zero blocks; a real job has a
-      size > 0, so a padding block is never mistaken for a job.
-    - Rows 2W + p are the nodes, [available, time until its estimated release] (DRAS: 1 if free
-      and 0 time; else 0 and its estimated available time - now). The cluster here is a processor
-      count, so each processor is a node: the F free processors first ([1, 0] each), then each
-      running job's processors (its size many rows [0, remaining]), by estimated end. remaining is
-      estimated end - now, at least 0 (a job past its estimate is expected to end now). N rows in
-      all; any rows a cluster does not fill (e.g. an inconsistent observation) stay zero.
-    
-    Normalisation (every value in [0, 1], as all hpcgym encoders): sizes / N; times (estimate,
-    queued time, remaining) on the toolkit's log scale `log1p(s) / log1p(one week)` clipped to 1
-    (`agents.encoders`); the flags are 0/1. The estimated run time is the observation's `estimate`
-    (what the simulator's reservations and the node release times use; the user's request under the
-    default `--estimate requested`). The priority flag: the observation holds no priority, so it is
-    0, unless `priority_size` is given: then 1 for a job of at least `priority_size` processors
-    (e.g. a capability job on Theta, where large jobs have high priority).
-    """
+    """DRAS's state (Fan et al., TPDS 2022, section 3.1; docs/dras.md): a [2W + N, 2] table, a [2, 2]
+    block per window job, then a row per processor (each processor is a node here)."""
 
     reads = {"queue": ("size", "estimate", "wait"), "running": ("estimated_end", "size")}
 
     def __init__(self, window: int, procs: int, priority_size: int | None = None) -> None:
-        if window < 1:
-            raise ValueError(f"window must be at least 1, got {window}")
         if not procs or procs < 1:
             raise ValueError("the dras encoder needs the cluster's processors (one row per node)")
         if priority_size is not None and (isinstance(priority_size, bool) or not isinstance(priority_size, int)
                                           or priority_size < 1):
             raise ValueError(f"priority_size is a processor count of at least 1, got {priority_size!r}")
-        self.window = int(window)
+        self.window = _window(window)
         self.procs = int(procs)
         self.priority_size = priority_size
         self.rows = 2 * self.window + self.procs
@@ -431,25 +331,8 @@ class DRASEncoder(Encoder):
 
 
 class InspectorEncoder(Encoder):
-    """SchedInspector's state (Zhang et al., SC'20, section 3.3, as the authors' code computes it;
-    docs/schedinspector.md), seven features of the pick under inspection:
-
-    | # | feature | value |
-    |---|---|---|
-    | 0 | wait | (now - submit) / 12 h |
-    | 1 | requested time | requested / `max_run` (the whole trace's longest run time) |
-    | 2 | size | size / cluster processors |
-    | 3 | free processors | free / cluster processors |
-    | 4 | runnable | HIGH if it fits now, else LOW |
-    | 5 | rejections | rejections / 72 (the code adds 600 s per rejection over a 12 h scale) |
-    | 6 | queue delay | sum over the queue window of 10 / max(requested, 10), / 128 |
-
-    Every value but 5 is clipped to HIGH = 1 - 1e-5 (5 to 1), as the code does. Feature 6 is the
-    bounded-slowdown growth of all waiting jobs if the pick waits 600 s more, over a 128-job
-    sequence; it reads the window, so for the code's value the window must hold the whole queue
-    (true for its 128-job sequences with the default window 128). The pick is the first of the
-    decision's picked jobs.
-    """
+    """SchedInspector's seven features of the pick under inspection, as the authors' code computes
+    them (docs/schedinspector.md gives the table)."""
 
     reads = {"queue": ("size", "requested", "wait", "rejections")}
 
@@ -476,48 +359,20 @@ class InspectorEncoder(Encoder):
                   min(delay, self.HIGH))
 
 
-class BackfillEncoder(Encoder):
-    """RL backfilling's state (Kolker-Hicks et al., SC-W 2023, as the authors' public code
-    computes it; docs/rlbackfilling.md): one row of six features per queue-window job, the row
-    of action slot k for job k, so a per-slot kernel scores each job:
-
-    | # | feature | value |
-    |---|---|---|
-    | 0 | wait | (now - submit) / 12 h |
-    | 1 | requested time | requested / `max_run` (the whole trace's longest run time) |
-    | 2 | size | size / cluster processors |
-    | 3 | time to the reservation | requested / (shadow time + 2 - now), at least 1 s below |
-    | 4 | free processors | size / free processors now |
-    | 5 | constant | 0 |
-
-    Values are clipped to [0, HIGH = 1 - 1e-5] as the code clips them. A row that cannot be
-    backfilled now (it does not fit, it holds the reservation, or the queue is shorter than the
-    window) is the code's padding row [0, 1, 1, 1, 1, 0]. The code lists only its candidates, in
-    queue order; here every row stays at its window slot (the kernel's scores do not depend on
-    the order, the critic's flattened input does), and under guarded candidates a job that fits
-    but could delay the reservation keeps its features and is masked.
-    """
+class BackfillEncoder(WindowTableEncoder):
+    """RL backfilling's six features per window job, as the authors' public code computes them
+    (docs/rlbackfilling.md); a row that cannot be backfilled now is the code's padding row, every row
+    at its action slot."""
 
     reads = {"queue": ("size", "requested", "wait")}
-
     kinds = ("backfill",)
-    FEATURES = 6
+    COLUMNS = ("wait", "requested", "size", "until_reservation", "of_free", "constant")
     HIGH = 1.0 - 1e-5
     MAX_WAIT = 12 * 3600
     PADDING = (0.0, 1.0, 1.0, 1.0, 1.0, 0.0)
 
-    def __init__(self, window: int) -> None:
-        if window < 1:
-            raise ValueError(f"window must be at least 1, got {window}")
-        self.window = int(window)
-        self.size = self.window * self.FEATURES
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return (self.window, self.FEATURES)
-
     def fill(self, observation: Mapping[str, Any], out: np.ndarray) -> None:
-        table = out.reshape(self.window, self.FEATURES)
+        table = out.reshape(self.window, len(self.COLUMNS))
         table[:] = self.PADDING
         q, context = observation["queue"], observation["context"]
         now, free, procs = observation["time"], observation["free"], observation["procs"]
@@ -532,12 +387,8 @@ class BackfillEncoder(Encoder):
                    size / free, 0.0)
             table[k] = [min(max(v, 0.0), self.HIGH) for v in row]
 class IRLEncoder(WindowTableEncoder):
-    """IRL's per-job state (interpretable RL scheduling, seed paper 004, section III-A): one row
-    per queue-window job of `size` (processors / cluster processors), `requested` (the requested
-    run time, log time scale) and `utilization` (busy processors / cluster processors, the same
-    in every row), plus `wait` (log time scale) with `wait=True` (the paper's reward I study).
-    Padding rows are zero. The paper leaves the normalisation open; these are the toolkit's.
-    """
+    """IRL's per-job rows (seed paper 004, section III-A; docs/irl.md): size, requested time and
+    utilization, plus the wait for reward I (`wait=True`)."""
 
     reads = {"queue": ("size", "requested", "wait")}
 
