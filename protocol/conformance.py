@@ -1,8 +1,6 @@
-"""Conformance checkers for other implementations of the step/act protocol (PROTOCOL.md):
-`hpcgym protocol check-env ADDRESS` plays a scripted session against a running env (right
-answers, wrong ones, other envelopes, every reply validated against the reply table), and
-`hpcgym protocol check-agent "CMD {addr}"` serves an env to an agent and checks its side from
-the recorded traffic. Both return `Check`s and never raise for a misbehaving peer."""
+"""Conformance checkers for other implementations of the protocol: `check_env` plays a scripted session
+against a running env (right and wrong answers, other envelopes, every reply validated), `check_agent`
+serves an env to an agent and judges its recorded traffic; both return `Check`s, never raising."""
 
 from __future__ import annotations
 
@@ -21,8 +19,8 @@ from typing import Any
 import zmq
 
 from .codec import MAX_MESSAGE_BYTES, decode, encode
-from .messages import (KIND_TAKEN, MAJOR, MAX_ERROR_CHARS, PROTOCOL_VERSION, REPLIES, REQUESTS, ProtocolError,
-                       redirect_target, validate)
+from .messages import (ERROR_CODES, KIND_TAKEN, MAJOR, MAX_ERROR_CHARS, PROTOCOL_VERSION, REPLIES, REQUESTS,
+                       ProtocolError, redirect_target, validate)
 from .tables import (ALWAYS, JOB_RECORDS, JOB_TABLES, METRICS, OBSERVATION, OPTIONAL, QUEUE, START_KIND_CODES,
                      WITH_PREDICTOR, names)
 
@@ -448,33 +446,30 @@ class _EnvChecker:
         obs = d.get("observation", {})
         known = list(cands) + list(obs.get("queue", {}).get("id", [])) + list(obs.get("running", {}).get("id", []))
         outsider = max([j for j in known if _is_int(j)] + [0]) + 1000
-        cases = [
-            ("stale_decision", {"type": "act", "decision": did + 1000, "action": cands[0]}, "stale_decision"),
-            ("stale_decision_old", {"type": "act", "decision": did - 1, "action": cands[0]}, "stale_decision"),
-            ("invalid_action_not_candidate", {"type": "act", "decision": did, "action": outsider}, "invalid_action"),
-            ("invalid_action_bool_for_select", {"type": "act", "decision": did, "action": True}, "invalid_action"),
-            ("invalid_action_repeated_job", {"type": "act", "decision": did, "action": [cands[0], cands[0]]},
-             "invalid_action"),
-            ("bad_field_action_type", {"type": "act", "decision": did, "action": "first"}, "bad_field"),
-            ("bad_field_decision_type", {"type": "act", "decision": str(did), "action": cands[0]}, "bad_field"),
-            ("bad_field_missing_action", {"type": "act", "decision": did}, "bad_field"),
-            ("bad_field_unknown_field", {"type": "act", "decision": did, "action": cands[0], "why": "x"}, "bad_field"),
-            ("unknown_type", {"type": "step", "action": cands[0]}, "unknown_type"),
-            ("bad_message_missing_type", {"decision": did, "action": cands[0]}, "bad_message"),
-            ("bad_message_garbage", b"\xc1\xc1\xc1", "bad_message"),
-            ("bad_message_truncated", encode({"type": "act", "decision": did, "action": cands[0]})[:-1],
-             "bad_message"),
-            ("bad_message_trailing", encode({"type": "poll"}) + b"\x00", "bad_message"),
-            ("bad_message_not_a_map", encode(["act", did, cands[0]]), "bad_message"),
-            ("bad_message_int_key", b"\x82\xa4type\xa4poll\x01\x02", "bad_message"),
-        ]
+        act = {"type": "act", "decision": did}
+        cases: dict[str, Any] = {  # each named after the error code the env must answer with
+            "stale_decision": {**act, "decision": did + 1000, "action": cands[0]},
+            "stale_decision_old": {**act, "decision": did - 1, "action": cands[0]},
+            "invalid_action_not_candidate": {**act, "action": outsider},
+            "invalid_action_bool_for_select": {**act, "action": True},
+            "invalid_action_repeated_job": {**act, "action": [cands[0], cands[0]]},
+            "bad_field_action_type": {**act, "action": "first"},
+            "bad_field_decision_type": {**act, "decision": str(did), "action": cands[0]},
+            "bad_field_missing_action": act,
+            "bad_field_unknown_field": {**act, "action": cands[0], "why": "x"},
+            "unknown_type": {"type": "step", "action": cands[0]},
+            "bad_message_missing_type": {"decision": did, "action": cands[0]},
+            "bad_message_garbage": b"\xc1\xc1\xc1",
+            "bad_message_truncated": encode({**act, "action": cands[0]})[:-1],
+            "bad_message_trailing": encode({"type": "poll"}) + b"\x00",
+            "bad_message_not_a_map": encode(["act", did, cands[0]]),
+            "bad_message_int_key": b"\x82\xa4type\xa4poll\x01\x02",
+        }
         if self.strict:  # 1.4: a standing order must rank every candidate once, and be a map of 'order' only
-            cases += [("invalid_action_order_twice",
-                       {"type": "act", "decision": did, "action": {"order": [*cands, cands[0]]}}, "invalid_action"),
-                      ("bad_field_order_key", {"type": "act", "decision": did, "action": {"rank": list(cands)}},
-                       "bad_field")]
-        for name, body, code in cases:
-            self.refused(name, code, a, body, name, d)
+            cases.update(invalid_action_order_twice={**act, "action": {"order": [*cands, cands[0]]}},
+                         bad_field_order_key={**act, "action": {"rank": list(cands)}})
+        for name, body in cases.items():
+            self.refused(name, next(c for c in ERROR_CODES if name.startswith(c)), a, body, name, d)
 
     def play(self, a: _Client, r: dict[str, Any]) -> dict[str, Any] | None:
         """Answer decisions until the episode ends: with the first candidate, or to an env of this

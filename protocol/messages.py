@@ -36,9 +36,7 @@ class ProtocolError(Exception):
 
     def __init__(self, code: str, message: str, retry_s: float | None = None) -> None:
         super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.retry_s = retry_s
+        self.code, self.message, self.retry_s = code, message, retry_s
 
     @property
     def recoverable(self) -> bool:

@@ -1,12 +1,9 @@
-"""Write the protocol conformance vectors (PROTOCOL.md sections 3-5) from Python literals.
+"""Write the protocol conformance vectors (PROTOCOL.md sections 3-5), one message body per NAME.msgpack
+and its entry in index.json, from Python literals (needs only ``msgpack``; invalid bodies are spelled
+out byte by byte where an encoder would not produce them).
 
     python protocol/vectors/make_vectors.py           # (re)write NAME.msgpack files and index.json
-    python protocol/vectors/make_vectors.py --check   # exit 1 if the files on disk differ
-
-Each vector is one message body (NAME.msgpack) and an entry of index.json (its `about` says how
-to read one: `decoded` for a valid body, the `error` code and `stage` for an invalid one, its
-`bytes`, `sha256` and, up to 512 bytes, `hex`). Needs only the ``msgpack`` package; invalid
-bodies are spelled out byte by byte where an encoder would not produce them."""
+    python protocol/vectors/make_vectors.py --check   # exit 1 if the files on disk differ"""
 
 from __future__ import annotations
 
