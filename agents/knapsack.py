@@ -1,16 +1,7 @@
-"""DRAS's "Optimization" baseline (Fan et al., IEEE TPDS 2022, section 5.1): at each scheduling
-instance, the subset of the queue window that maximizes eq. (1) (capability: w1 mean wait / t_max
-+ w2 mean size / N + w3 busy processors / N) or eq. (2) (capacity: minus the sum of 1/t_j over the
-jobs left waiting, over c), solved exactly as a 0-1 knapsack over the free processors.
-
-Means over the subset are not additive, but both objectives depend on it only through its count
-k, its size sum and one value sum (of waits, or of 1/t), and grow with the value sum for fixed k
-and size sum; so one DP table best[k, c] (the largest value sum of k jobs whose sizes sum to c * g,
-g the gcd of the sizes) followed by evaluating the objective at every reachable (k, c) is exact.
-With c counted at the decision (the default) eq. (2) is the plain knapsack max sum 1/t_j; counted
-after the picks (`capacity_count="remaining"`) it is a mean over the jobs left, which is not
-monotone and may leave processors idle.
-"""
+"""DRAS's "Optimization" baseline (Fan et al., IEEE TPDS 2022, section 5.1): at each scheduling instance
+the subset of the queue window maximizing eq. (1) or (2), solved exactly by one DP table over (count,
+size) since both objectives depend on a subset only through its count, size sum and one value sum
+(docs/agents.md, "The exact DP")."""
 
 from __future__ import annotations
 
@@ -188,19 +179,9 @@ def _on_nodes(obs: dict, n: int) -> tuple[np.ndarray, int]:
 
 
 class KnapsackAgent(Agent):
-    """DRAS's Optimization baseline: at each scheduling instance start the subset of the first
-    `window` queued jobs that maximizes eq. (1) or (2) and fits the free processors (the module's
-    DP; for a window of 50 on Theta's 4,360 nodes, n, K <= 50 and C <= 4,360).
-
-    - t_max and the capacity sum run over the whole visible queue; only the first `window` jobs
-      may be picked; a wait under `min_wait` (1 s) counts as `min_wait`.
-    - `capacity_time`: t_j is the wait or the estimated run time (`dras_capacity_runtime`'s reading).
-    - One knapsack per instant: asked again at the same instant after starting jobs, it waits
-      (`once_per_instant=False`: it solves again).
-    - Ties (1e-12 relative): fewest jobs, then most (capability) or fewest (capacity) processors,
-      then the earliest jobs. When the simulation cannot wait it starts the best nonempty subset.
-    - On nodes (`_on_nodes`) it names the subset's jobs one per decision, all at one instant.
-    """
+    """DRAS's Optimization baseline: each scheduling instance, start the subset of the first `window`
+    queued jobs that maximizes eq. (1) or (2) within the free processors; once per instant, ties and
+    the readings of eq. (2): docs/agents.md. On nodes it names the subset's jobs one per decision."""
 
     kinds = (SELECT,)
 
@@ -213,13 +194,11 @@ class KnapsackAgent(Agent):
             raise ConfigError(f"the capability objective takes three weights, got {weights!r}")
         if window < 1:
             raise ConfigError(f"window must be at least 1, got {window}")
-        if capacity_time not in CAPACITY_TIMES:
-            raise ConfigError(f"capacity_time must be one of {', '.join(CAPACITY_TIMES)}, got {capacity_time!r}")
-        if capacity_count not in CAPACITY_COUNTS:
-            raise ConfigError(f"capacity_count must be one of {', '.join(CAPACITY_COUNTS)}, got {capacity_count!r}")
-        self.objective = objective
-        self.capacity_count = capacity_count
-        self.capacity_time = capacity_time
+        for name, value, allowed in (("capacity_time", capacity_time, CAPACITY_TIMES),
+                                     ("capacity_count", capacity_count, CAPACITY_COUNTS)):
+            if value not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        self.objective, self.capacity_count, self.capacity_time = objective, capacity_count, capacity_time
         self.weights = tuple(float(w) for w in weights)
         self.window = int(window)
         self.once_per_instant = once_per_instant

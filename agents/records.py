@@ -71,7 +71,7 @@ class DecisionLog:
 
 
 def save_records(path: str | Path, columns: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
-    """Write columns and meta as a records file, atomically (a reader never sees half a file)."""
+    """Write columns and JSON meta as an .npz (records, trees), atomically (a reader never sees half a file)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".part")
     with open(tmp, "wb") as f:

@@ -1,9 +1,6 @@
-"""The agent runtime: connect an `Agent` to an env and serve its decisions.
-
-One DEALER socket, strict request/reply: hello, then reset (the controlling agent) or join,
-then act on each decision until the episode ends. Every wait is bounded: an env that is not
-there, or stops answering, raises `EnvUnreachable` after the timeout instead of hanging.
-"""
+"""The agent runtime: serve an `Agent`'s decisions to an env over one DEALER socket (hello, reset or
+join, act until the episode ends), every wait bounded so that an env that is gone raises
+`EnvUnreachable` instead of hanging; and the agent specs every command reads."""
 
 from __future__ import annotations
 
@@ -29,35 +26,24 @@ from .knapsack import KnapsackAgent
 from .packing import BinPackingAgent, RandomPackingAgent, TetrisAgent, TetrisStarAgent
 from .rlschert import JointTeacher, RuleKill
 
-#: Built-in agents other than the priority policies: name -> factory (keyword arguments pass on).
-BUILTIN_AGENTS: dict[str, Callable[..., Agent]] = {
-    "knapsack": lambda **kw: KnapsackAgent("capability", **kw),
-    "knapsack-capacity": lambda **kw: KnapsackAgent("capacity", **kw),
-    "knapsack-capacity-runtime": lambda **kw: KnapsackAgent("capacity", capacity_time="runtime", **kw),
-    "binpacking": BinPackingAgent,
-    "random-packing": RandomPackingAgent,
-    "tetris": TetrisAgent,
-    "tetris-star": TetrisStarAgent,
-    "accept-all": AcceptAllInspector,
-    "reject-large": RejectLargeInspector,
-    "rlschert-rule": RuleKill,
-    "rlschert-joint": JointTeacher,
+#: Built-in agents other than the priority policies: name -> (factory (keyword arguments pass on), one
+#: line on what it does for `hpcgym agent --help`).
+BUILTINS: dict[str, tuple[Callable[..., Agent], str]] = {
+    "knapsack": (lambda **kw: KnapsackAgent("capability", **kw), "DRAS's optimum start set, capability (eq. 1)"),
+    "knapsack-capacity": (lambda **kw: KnapsackAgent("capacity", **kw), "DRAS's optimum start set, capacity (eq. 2)"),
+    "knapsack-capacity-runtime": (lambda **kw: KnapsackAgent("capacity", capacity_time="runtime", **kw),
+                                  "eq. (2) with run times for waits"),
+    "binpacking": (BinPackingAgent, "start the largest job that fits, repeatedly"),
+    "random-packing": (RandomPackingAgent, "start a random job that fits, repeatedly"),
+    "tetris": (TetrisAgent, "start the best-aligned job that fits, repeatedly"),
+    "tetris-star": (TetrisStarAgent, "Tetris with a preference for short jobs"),
+    "accept-all": (AcceptAllInspector, "accept every pick"),
+    "reject-large": (RejectLargeInspector, "reject a pick that cannot start now if another job could"),
+    "rlschert-rule": (RuleKill, "RLSchert's rule-based kill of a job mispredicted as short (needs predictions)"),
+    "rlschert-joint": (JointTeacher,
+                       "select_kill: the rule-based kill when it fires, else SJF's pick (a joint teacher)"),
 }
-
-#: What each of `BUILTIN_AGENTS` does, in one line (`hpcgym agent --help` lists them).
-BUILTIN_HELP: dict[str, str] = {
-    "knapsack": "DRAS's optimum start set, capability (eq. 1)",
-    "knapsack-capacity": "DRAS's optimum start set, capacity (eq. 2)",
-    "knapsack-capacity-runtime": "eq. (2) with run times for waits",
-    "binpacking": "start the largest job that fits, repeatedly",
-    "random-packing": "start a random job that fits, repeatedly",
-    "tetris": "start the best-aligned job that fits, repeatedly",
-    "tetris-star": "Tetris with a preference for short jobs",
-    "accept-all": "accept every pick",
-    "reject-large": "reject a pick that cannot start now if another job could",
-    "rlschert-rule": "RLSchert's rule-based kill of a job mispredicted as short (needs predictions)",
-    "rlschert-joint": "select_kill: the rule-based kill when it fires, else SJF's pick (a joint teacher)",
-}
+BUILTIN_AGENTS: dict[str, Callable[..., Agent]] = {name: factory for name, (factory, _) in BUILTINS.items()}
 
 
 def builtin_agents() -> list[tuple[str, tuple[str, ...], str]]:
@@ -65,7 +51,7 @@ def builtin_agents() -> list[tuple[str, tuple[str, ...], str]]:
     priority policies first, described by their score (the window's job of lowest score is picked)."""
     rows = [(name, (SELECT,), "a seeded random order" if name == "random" else p.formula)
             for name, p in POLICIES.items() if not p.env_only]
-    return rows + [(name, builtin_kinds(name), BUILTIN_HELP[name]) for name in BUILTIN_AGENTS]
+    return rows + [(name, builtin_kinds(name), about) for name, (_, about) in BUILTINS.items()]
 
 
 def builtin_kinds(name: str) -> tuple[str, ...]:
@@ -171,12 +157,10 @@ def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str =
               curve: tuple[bytes, bytes, bytes] | None = None,
               progress: Callable[[AgentRun, Decision], None] | None = None, token: str | None = None,
               orders: bool = True) -> AgentRun:
-    """Serve `agent` for `episodes` episodes. With `reset` (a reset message's fields) this agent
-    starts each episode; without, it joins the episodes others start. `progress`, if given, is
-    called with the run so far and each decision as it arrives (before the agent acts). `token`:
-    the session's (1.3): what it is created with, or what joining it takes on an env with private
-    sessions. `orders`: send the agent's standing orders (`Agent.order`) to an env that takes them
-    (1.4), so that it is asked only when its ranking no longer covers the candidates."""
+    """Serve `agent` for `episodes` episodes, starting each with `reset` (a reset message's fields) or
+    joining those others start. `progress(run, decision)` sees each decision before the agent acts;
+    `token`: the session's (1.3); `orders`: send the agent's standing orders to an env that takes
+    them (1.4), so that it is asked only when its ranking no longer covers the candidates."""
     conn = Connection(address, timeout, curve)
     run = AgentRun()
     try:
@@ -281,11 +265,9 @@ class AgentRef:
 
 
 def resolve_agent(spec: str, *, programs: bool = False) -> AgentRef:
-    """Read an agent spec, the one way every command does (`agent`, `compare`, `distill`, `train
-    --teacher`, `load_agent`): a built-in name, `module:Class`, `model:PATH`, `sampled:PATH`, `online:PATH`,
-    `tree:PATH` (prefixes in any case), and with `programs` (callers that can run one over the
-    protocol) `cmd:COMMAND`, whose `{addr}` is replaced by the env's address. A bad spec raises
-    `HpcgymError`, one line naming the problem and what to write instead."""
+    """Read an agent spec, the one way every command does: a built-in name, `module:Class`, `model:`,
+    `sampled:`, `online:` or `tree:PATH`, and with `programs` (callers that can run one over the
+    protocol) `cmd:COMMAND`, `{addr}` replaced by the env's address. A bad spec: one line saying so."""
     text = spec.strip()
     lowered = text.lower()
     if lowered in POLICIES or lowered in BUILTIN_AGENTS:

@@ -16,6 +16,7 @@ from ..environment.errors import HpcgymError
 from .base import Agent
 from .candidates import CandidateFeatures
 from .encoders import get_encoder
+from .records import save_records
 from .slots import slot_action
 
 FORMAT = "hpcgym-tree/1"
@@ -82,14 +83,8 @@ class TreeModel:
             node[inner] = np.where(x[i, self.feature[n]] <= self.threshold[n], self.left[n], self.right[n])
 
     def save(self, path: str | Path) -> Path:
-        """Write the tree to `path` (.npz), atomically."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".part")
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, meta=np.array(json.dumps(self.meta)),
-                                **{k: np.asarray(getattr(self, k), t) for k, t in _ARRAYS.items()})
-        tmp.replace(path)
-        return path
+        """Write the tree to `path` (.npz, as decision records are written), atomically."""
+        return save_records(path, {k: np.asarray(getattr(self, k), t) for k, t in _ARRAYS.items()}, self.meta)
 
     def rules(self, max_depth: int | None = None, digits: int = 4) -> str:
         """The tree as nested if/else text, to `max_depth` levels (deeper branches summarised)."""

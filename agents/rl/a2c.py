@@ -1,14 +1,6 @@
-"""Advantage actor-critic (A2C, the synchronous variant of A3C).
-
-The envs step together for `n_steps` rounds; then one gradient step on
-
-    loss = -mean(log pi(a|s) * A)  +  vf_coef * mean((V(s) - R)^2)  -  ent_coef * mean(H(pi(.|s)))
-
-where A is the GAE advantage and R = A + V(s) the return target, both bootstrapped from V of the
-state each env stands in when the rollout stops (an episode may go on into the next rollout).
-With gae_lambda = 1 this is A2C's n-step return. The entropy bonus keeps the policy from
-collapsing early. An epoch is a number of whole episodes, i.e. several such updates.
-"""
+"""Advantage actor-critic (A2C, synchronous A3C): the envs step together for `n_steps` rounds, then one
+step on -mean(log pi(a|s) A) + vf_coef mean((V - R)^2) - ent_coef mean(H), A the GAE advantage
+bootstrapped from where each episode stands (gae_lambda 1: the n-step return)."""
 
 from __future__ import annotations
 

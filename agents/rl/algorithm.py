@@ -1,9 +1,5 @@
-"""What every algorithm shares: a config dataclass, a network built from a seed, acting with a
-mask, one training epoch at a time, and a state that a checkpoint saves and restores exactly.
-
-The update rules themselves live one per file (pg.py, a2c.py, ppo.py, dql.py), each readable
-on its own; this module only holds the plumbing around them.
-"""
+"""What every algorithm shares (a config dataclass, a network built from a seed, masked acting, one
+epoch at a time, a state a checkpoint restores exactly), so each update rule's file holds only its rule."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The update rules by name: what checkpoints, the trainer and the command line look up.
-
-Kept apart from `algorithm` (the base classes every rule imports) so that no module imports
-the rules that import it.
-"""
+"""The update rules by name, for checkpoints, the trainer and the command line; apart from `algorithm`
+(the base every rule imports) so that no module imports the rules that import it."""
 
 from __future__ import annotations
 

@@ -1,18 +1,6 @@
-"""Checkpoints: the weights together with everything needed to use or resume them.
-
-A checkpoint is one `torch.save`d map of plain values (loaded with `weights_only=True`, so
-opening one never runs code):
-
-    format      "hpcgym-rl/1"
-    algorithm   pg, a2c, ppo or dql          config   that algorithm's config, as a map
-    kind        the decision kind it takes   obs_shape, n_actions   the network's sizes
-    encoder     observation encoder name     window   the visible window it was trained with
-    seed, epoch                              state    weights, optimizer and RNG states
-    env         how the training env was made (workload, options, reward), for reference
-    trainer     what resuming needs: next episode index, the learning curve so far, settings
-
-so `hpcgym agent --model ckpt.pt` can rebuild the policy and its encoder with no other flags.
-"""
+"""Checkpoints: one `torch.save`d map of plain values (loaded `weights_only`, so opening one never
+runs code) holding the weights with all that rebuilds the policy, its encoder and a resume
+(docs/architecture.md, "Checkpoint files", lists the fields)."""
 
 from __future__ import annotations
 
@@ -134,14 +122,10 @@ def latest_checkpoint(folder: str | Path) -> Path | None:
 
 
 def start_from(algo: Algorithm, source: Checkpoint, kind: str, encoder: str | None, window: int | None) -> None:
-    """Load `source`'s weights into `algo`, a fresh run taking `kind` (optimizer and counters stay
-    fresh). The observation must be the same; the actor's output rows are matched by what their
-    slots do (`slot_meanings`: a `select` agent's row for queue job k starts a `select_kill` agent's
-    row for queue job k, its wait row the joint agent's wait row). A row with no counterpart, such
-    as a kill slot, starts as the source's do-nothing row plus what set it apart from the fresh
-    do-nothing row (the kill prior's offset), so in every state it is as much less likely than
-    waiting as the prior makes it: kept fresh, it would compete with trained rows whose values in
-    states the source never met (a joint decision with an empty queue) can be far lower."""
+    """Load `source`'s weights into `algo`, a fresh run taking `kind`, output rows matched by what their
+    slots do (`slot_meanings`). A row with no counterpart (a kill slot) starts as the source's
+    do-nothing row plus its fresh offset from the fresh do-nothing row (the kill prior): kept fresh,
+    it would compete with trained rows that can be far lower in states the source never met."""
     from ..slots import NOTHING, slot_meanings
 
     if tuple(source.obs_shape) != tuple(algo.obs_shape) or source.encoder != encoder:

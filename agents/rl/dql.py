@@ -1,20 +1,8 @@
-"""Deep Q-learning (DQN): epsilon-greedy acting, a replay buffer and a target network.
-
-Every step goes into the replay buffer. Every `train_freq` steps (once `learning_starts` have
-been taken) one minibatch step on the Huber loss between Q(s, a) and the target
-
-    y = r + gamma * (1 - done) * max_{a' valid in s'} Q_target(s', a')
-
-where the max runs over the next state's valid actions only (masked max: invalid actions are
--inf). That is `n_step=1`, the DQN rule (the DRAS and IRL recipes set it). With n > 1 the target is
-the n-step return r_t + ... + gamma^(n-1) r_{t+n-1} + gamma^n max Q_target(s_{t+n}, .) (fewer
-steps at the episode's end), and by default (`n_step=None`) the Monte Carlo return of the rest of
-the episode, with no bootstrap at all: hpcgym's default rewards (bsld, wait, utilization) come only
-at an episode's end, and there one-step targets diverge (docs/performance.md, "Learning across
-seeds"). The target network is a copy of the Q network, refreshed every `target_update` steps.
-Epsilon falls linearly from eps_start to eps_end over `eps_decay_steps` steps, or geometrically by
-`eps_decay` per gradient update (DRAS-DQL); a random action is uniform over the valid ones.
-"""
+"""Deep Q-learning: epsilon-greedy acting, replay and a target network, the target's max over the next
+state's valid actions only. `n_step=1` is DQN (the DRAS and IRL recipes); the default (None) is the
+Monte Carlo return, since hpcgym's end-of-episode rewards make one-step targets diverge
+(docs/performance.md, "Learning across seeds"). Epsilon falls linearly per step, or by `eps_decay`
+per update (DRAS-DQL)."""
 
 from __future__ import annotations
 

@@ -1,23 +1,6 @@
-"""DRAS's networks (Fan et al., "DRAS: Deep reinforcement learning for cluster scheduling in
-high performance computing", IEEE TPDS 2022, sections 3.2, 5.3 and Table 3), built by the
-algorithms for `net="dras"`. The state they read is `agents.encoders.DRASEncoder`'s table.
-
-Network (`DRASNetwork`): input [B, 2W + N, 2] -> a 1x2 convolution (one filter, so one value per
-row: 2W + N) -> fully connected h1 -> leaky ReLU -> fully connected h2 -> leaky ReLU -> a linear
-policy head over the actions (the W window slots, plus any extra actions such as a wait action)
-and, with `value_head=True` (default), a linear value head from the same h2 features (DRAS's
-A2C/PPO networks have 51 = 50 + 1 outputs: the window's logits and V(s)). The convolution has no
-activation (the paper names none for it). The two hidden layers have no bias: with that, the
-parameter counts are exactly Table 3's (Theta: 21,890,053 for DRAS-PG, 21,891,054 for A2C/PPO,
-21,449,004 for DRAS-DQL), which count biases only for the convolution and the outputs. Invalid actions get a -inf logit
-(`agents.rl.policy.masked_logits`), so they have probability 0 and are never the argmax.
-
-Hidden sizes (`dras_hidden`): Table 3 gives h1 = 4000, h2 = 1000 for Theta (N = 4360, W = 50,
-conv width 4460). Rule: h1 = 0.9 (2W + N), h2 = h1 / 4, each rounded to a multiple of 8 and at
-least 32 / 16. Theta: 4016 / 1008 (Table 3: 4000 / 1000). With W = 50: SDSC-SP2 (N = 128) 208 /
-56, HPC2N (N = 240) 304 / 80, Lublin-256 (N = 256) 320 / 80. (Cori's 10000 / 4000 for 12176 is
-a wider h2 than this rule gives; the rule follows Theta, the paper's capability system.)
-"""
+"""DRAS's networks (Fan et al., IEEE TPDS 2022, sections 3.2, 5.3, Table 3), built for `net="dras"`
+over `DRASEncoder`'s table; docs/dras.md gives the layers, the hidden sizes' rule and why the
+hidden layers have no bias (Table 3's parameter counts)."""
 
 from __future__ import annotations
 
@@ -35,8 +18,7 @@ def _round8(x: float, floor: int) -> int:
 
 
 def dras_hidden(window: int, nodes: int) -> tuple[int, int]:
-    """The two fully connected sizes for a window of W jobs on N nodes (see the module
-    docstring): h1 = 0.9 (2W + N), h2 = h1 / 4, rounded to multiples of 8, at least 32 / 16."""
+    """h1 = 0.9 (2W + N), h2 = h1 / 4, in multiples of 8, at least 32 / 16: Theta's ratio in Table 3."""
     h1 = _round8(0.9 * (2 * window + nodes), 32)
     return h1, _round8(h1 / 4, 16)
 
@@ -66,13 +48,8 @@ class _DRASBase(nn.Module):
 
 
 class DRASNetwork(_DRASBase):
-    """DRAS's network (see the module docstring): 1x2 convolution, two leaky-ReLU fully connected
-    layers, `n_actions` logits (default W) and an optional value head.
-
-    `forward(obs)` takes observations of shape (B, 2W + N, 2) or flattened (B, 2(2W + N)) and
-    returns (logits (B, n_actions), value (B,) or None). `scores`, `distribution` and `value`
-    follow `agents.rl.policy.ActorCritic`, so the RL algorithms can use it in its place.
-    """
+    """1x2 convolution, two leaky-ReLU layers, `n_actions` logits and an optional value head; it
+    follows `ActorCritic`'s interface, so the algorithms use it in its place."""
 
     def __init__(self, window: int, nodes: int, n_actions: int | None = None,
                  hidden: Sequence[int] | None = None, value_head: bool = True,
@@ -109,17 +86,9 @@ class DRASNetwork(_DRASBase):
 
 
 class DRASQNetwork(_DRASBase):
-    """DRAS-DQL's network: one job at a time. For window slot k the input is the [2 + N, 2] table of
-    that job's [2, 2] block followed by the N node rows (Table 3: [4362, 2] on Theta), and the
-    output is one Q value; the same network scores every slot. Actions past the window (an env's
-    wait / stop action) get a learned constant each.
-
-    The 1x2 convolution and the first fully connected layer are linear, so the nodes' share of the
-    first layer is the same for every slot of a state: it is computed once per state and added to
-    each job's share. That is the paper's per-job network exactly, at 2 instead of 2 + N inputs per
-    job. `forward(obs)` takes (B, 2W + N, 2) or flattened observations (features past the table
-    are ignored, as in `DRASNetwork`) and returns Q values (B, n_actions).
-    """
+    """DRAS-DQL's per-job network: one Q value per window slot from that job's block and the node
+    rows, whose (linear) share of the first layer is computed once per state; a learned constant
+    for each action past the window."""
 
     def __init__(self, window: int, nodes: int, n_actions: int | None = None,
                  hidden: Sequence[int] | None = None, negative_slope: float = 0.01) -> None:
@@ -146,10 +115,8 @@ class DRASQNetwork(_DRASBase):
 
 def dras_network(obs_shape: Sequence[int], n_actions: int, layout: Sequence[int] | None,
                  hidden: Sequence[int] | None, q_values: bool = False) -> nn.Module:
-    """The DRAS network an RL algorithm's config asks for (`net="dras"`): `layout` is (W, N), the
-    window and the nodes of the `dras` encoder (the trainer fills it in from the env). An
-    actor-critic network (policy and value heads over one body) or, with `q_values`, DRAS-DQL's
-    per-job network."""
+    """The DRAS network a config asks for: `layout` is the `dras` encoder's (W, N), which the trainer
+    fills in; an actor-critic, or with `q_values` DRAS-DQL's per-job network."""
     if layout is None or len(layout) != 2:
         raise ValueError("net 'dras' needs table = (window, nodes) of the dras encoder; "
                          "train with --encoder dras (the trainer fills it in)")

@@ -1,18 +1,7 @@
-"""Imitation of a teacher agent (RLSchert's eq. 11): the term -log pi(a_teacher | s), and the
-labeller that turns any agent's answer to a decision into the env's discrete action.
-
-The teacher is any `Agent` (a heuristic, the rule-based kill, a served checkpoint): it is shown
-the same pending decision the learner acts on (the env's `info["decision"]`), and its action is
-mapped onto the slot table (agents/slots.py) with the env's window. States the teacher does not
-decide (another kind) or whose answer no allowed slot names are left unlabelled (-1) and add
-nothing to the term.
-
-A kill is labelled once per run of a job: a student that does not kill a job the teacher would
-kill sees it running at every later decision, and labelling each of those "kill" made about 1.6%
-of an RLSchert window's labels kills where the rule acting kills 2-10 times per window, a rate the
-student then learned everywhere (docs/rlschert.md, "Why PPO then raised the kills again"). The
-later states of that run are left unlabelled.
-"""
+"""Imitation of a teacher agent (RLSchert's eq. 11): the term -log pi(a_teacher | s), and the labeller
+that maps any agent's answer to the learner's pending decision onto a slot (-1: unlabelled). A kill
+is labelled once per run of a job: labelling every later state "kill" taught the student kills
+everywhere (docs/rlschert.md, "Why PPO then raised the kills again")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Networks mapping (B, *obs_shape) to (B, out), built by name so a checkpoint can rebuild them:
-`mlp` (flattened, fully connected; any observation) and `conv`, kernel-size-1 convolutions over a
-(slots, features) job table: the same small network scores every job (the papers' "kernel"
-policy), so a score does not depend on where the job sits; features outside the table reach every
-slot, and outputs past the slots (the wait action, a value) come from the slot-averaged features.
-"""
+"""Networks built by name, so a checkpoint can rebuild them: `mlp`, and `conv`, the same small network
+over every job row of a (slots, features) table (the papers' "kernel" policy), so a job's score does
+not depend on where it sits."""
 
 from __future__ import annotations
 
@@ -48,15 +45,9 @@ class MLP(nn.Module):
 
 
 class SlotConv(nn.Module):
-    """Kernel-size-1 convolutions over a table of (slots, features) inside the observation.
-
-    `table` = (offset, slots, features[, first]) locates the table in the flattened observation
-    (default: a 2-D observation is the table). Every other feature (e.g. the cluster's free
-    processors) is given to each slot as extra input channels. `per_slot=True`: output first + k
-    is slot k's score (first: 0 unless given; the kill kind's is 1, after its no-kill action), the
-    other outputs come from the slot-averaged features; `per_slot=False`: every output comes from
-    the averaged features (a value head).
-    """
+    """Kernel-size-1 convolutions over a table (offset, slots, features[, first]) inside the observation;
+    the other features reach every slot as extra channels. `per_slot`: output first + k is slot k's
+    score, the other outputs (a wait action, a value) come from the slot-averaged features."""
 
     def __init__(self, obs_shape: Sequence[int], out: int, hidden: Sequence[int] = (32, 16),
                  activation: str = "tanh", out_gain: float = 1.0, per_slot: bool = True,

@@ -1,49 +1,6 @@
-"""Online adaptation of a served checkpoint: DRAS's "dynamic DRAS-PPO".
-
-DRAS (Fan et al., IEEE TPDS 2022, section 6, Fig. 10) keeps training its PPO network while it
-schedules in production, at a much lower update frequency than in training ("we need a stable
-model and only adjust models when workload dramatically changes"). `OnlineRLAgent` does that
-with an hpcgym checkpoint of an on-policy actor-critic algorithm (pg, a2c or ppo):
-
-- it acts by **sampling** from the policy with a seeded generator, never greedily: the updates
-  are on-policy, so the data must come from the policy being updated (its log-probabilities
-  are what PPO's ratio divides by);
-- it records each decision (network input, mask, action, log-probability, value) and credits
-  it with the reward reported after it: what `on_reward` reports before the next decision (the
-  env's account since this agent's previous decision), or at the episode's end;
-- once `every` decisions are complete (their reward is in), the next decision first bootstraps
-  the segment with V(its observation) and runs the algorithm's own update rule
-  (`algorithm.update(storage)`: the same code as an epoch of `hpcgym train`) at the learning
-  rate `lr`; then it acts with the updated policy;
-- at an episode's end the last decision is closed as terminal; the segment is updated if it
-  holds at least `every // 2` decisions (a much smaller batch would take as large a step on
-  noisier advantages), else its decisions, complete and terminal, stay for the next segment.
-  An episode that ends without metrics (cut short: reset by another agent, env lost) is not
-  learnt from: its decisions not yet in an update are dropped.
-
-Defaults, and why:
-
-- `every = 1000` decisions. DRAS updated every 10 scheduling instances in training; 1000 is a
-  hundred times rarer, and about one PPO minibatch (`minibatch_size` 1024), so each of the
-  update's passes is one full-batch step on advantages normalised over a large enough sample.
-  On the papers' systems (a few hundred to some thousands of jobs a day) that is one update
-  every few hours to few days.
-- `lr` = the checkpoint's learning rate / 10: the optimizer (Adam, with its moment estimates
-  from training) goes on, but each step moves the policy about a tenth as far as in training,
-  so a served policy drifts slowly and one unusual segment cannot undo what training learnt.
-- `reward = "auto"`: a checkpoint trained with an end reward (`bsld`, `wait`, `utilization`,
-  a function of the episode's metrics) scores its episodes itself from the metrics
-  `on_episode_end` gets ("metrics"), so it learns the reward it was trained for in process,
-  in `hpcgym compare` (whose env reports no rewards) and over the protocol alike; a checkpoint
-  trained with a per-decision reward (`queue_wait`, `dras_*`) takes the rewards the env reports
-  ("env"): start `hpcgym env --reward` with the checkpoint's reward.
-
-Deterministic: the same checkpoint, seed and decisions (and rewards) give the same actions and
-the same weights, bit for bit (on one CPU thread). With `save`, the adapted checkpoint is
-written atomically after each update and at each episode's end; it keeps the checkpoint's
-training learning rate in its optimizer state (so resuming training from it is not slowed) and
-notes the adaptation under `trainer["online"]`.
-"""
+"""Online adaptation of a served checkpoint, DRAS's "dynamic DRAS-PPO" (section 6): it keeps
+training its on-policy network while it schedules, far more rarely than in training, so a served
+policy drifts slowly (docs/agents.md, "Online adaptation", gives the rules and the defaults' why)."""
 
 from __future__ import annotations
 
@@ -70,10 +27,8 @@ REWARD_SOURCES = ("auto", "env", "metrics")
 
 
 class OnlineRLAgent(RLAgent):
-    """A checkpoint's policy that keeps learning while it serves (see the module docstring).
-
-    It samples its actions (on-policy data) from a generator seeded with `seed`, which also
-    drives the update's own randomness (PPO's minibatch order)."""
+    """A checkpoint's policy that keeps learning while it serves; `seed` drives its sampling
+    (on-policy data) and the update's own randomness (PPO's minibatch order)."""
 
     def __init__(self, model: str | Path | Checkpoint, *, every: int = DEFAULT_EVERY, lr: float | None = None,
                  save: str | Path | None = None, seed: int = 0, reward: str = "auto",

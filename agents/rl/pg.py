@@ -1,13 +1,6 @@
-"""Policy gradient with a baseline (REINFORCE with a learned value baseline).
-
-Per epoch: collect whole episodes with the current policy, compute each step's discounted
-return G_t, and take gradient steps on
-
-    loss = -mean(log pi(a_t | s_t) * (G_t - V(s_t)))  +  vf_coef * mean((V(s_t) - G_t)^2)
-
-The baseline V only lowers the variance: the advantage G_t - V(s_t) is computed once, before
-the update, and treated as a constant in the policy term.
-"""
+"""REINFORCE with a learned value baseline: per epoch whole episodes, then steps on
+-mean(log pi(a_t|s_t) (G_t - V(s_t))) + vf_coef mean((V - G_t)^2); the baseline only lowers the
+variance (the advantage is a constant in the policy term)."""
 
 from __future__ import annotations
 

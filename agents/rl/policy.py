@@ -1,9 +1,5 @@
-"""Masked policies: invalid actions get a logit of -inf, so they have probability exactly 0.
-
-An action mask is a boolean array over the actions (True: valid), the `action_mask` every
-hpcgym env puts in `info`. Sampling uses the Gumbel-max trick with a numpy Generator, so the
-random stream is a plain, saveable numpy state (checkpoints resume it exactly).
-"""
+"""Masked policies: invalid actions get a logit of -inf, so probability exactly 0. Sampling is Gumbel-max
+with numpy Generators, so the random stream is a plain numpy state a checkpoint resumes exactly."""
 
 from __future__ import annotations
 

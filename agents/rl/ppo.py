@@ -1,17 +1,8 @@
-"""Proximal policy optimisation (clipped objective), as the RL scheduling papers train.
-
-Per epoch: whole episodes, GAE advantages A and targets R = A + V_old, then minibatch passes on
--mean(min(ratio A, clip(ratio) A)) + vf_coef mean((V - R)^2) - ent_coef mean(H), stopped once the
-approximate KL from the collecting policy exceeds target_kl (the clip bounds a step, the stop the
-update). Options, each for a paper that needs it:
-- `imitation_coef` (RLSchert's eq. 11): plus alpha_t mean(-log pi(a_T|s)) over teacher-labelled
-  steps, alpha_t falling linearly to 0 over `imitation_epochs`; `pretrain_epochs` K: the first K
-  updates fit the teacher alone (behaviour cloning, critic alongside, no KL stop), PPO after.
-- `value_target="monte_carlo"`: the critic fits the return itself, since bootstrapped targets learn
-  a reward that comes only at a long episode's end slowly (docs/schedinspector.md).
-- `value_epochs` and `vf_lr`: separate value passes the KL stop does not cut, at their own rate
-  (Spinning Up's PPO, which SchedInspector trains with).
-"""
+"""Proximal policy optimisation (clipped objective, GAE, a KL early stop), as the RL scheduling papers
+train. Options for the papers that need them: `imitation_coef`/`pretrain_epochs` (RLSchert's eq. 11:
+a falling imitation term, behaviour cloning first), `value_target="monte_carlo"` (a critic that must
+learn a reward coming only at a long episode's end), `value_epochs`/`vf_lr` (Spinning Up's separate
+value passes, SchedInspector's)."""
 
 from __future__ import annotations
 
@@ -50,16 +41,11 @@ class PPOConfig(PolicyNetworkConfig):
         if isinstance(self.imitation_coef, bool) or not isinstance(self.imitation_coef, (int, float)) \
                 or not 0 <= self.imitation_coef < float("inf"):
             raise ValueError(f"imitation_coef must be a finite number >= 0, got {self.imitation_coef!r}")
-        if isinstance(self.imitation_epochs, bool) or not isinstance(self.imitation_epochs, int) \
-                or self.imitation_epochs < 1:
-            raise ValueError(f"imitation_epochs (the epochs over which the imitation weight falls to 0) must be an "
-                             f"integer >= 1, got {self.imitation_epochs!r}")
-
-        if isinstance(self.pretrain_epochs, bool) or not isinstance(self.pretrain_epochs, int) \
-                or self.pretrain_epochs < 0:
-            raise ValueError(f"pretrain_epochs (update epochs of imitation alone before PPO) must be an integer "
-                             f">= 0, got {self.pretrain_epochs!r}")
-
+        for name, least, what in (("imitation_epochs", 1, "the epochs over which the imitation weight falls to 0"),
+                                  ("pretrain_epochs", 0, "update epochs of imitation alone before PPO")):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} ({what}) must be an integer >= {least}, got {value!r}")
         if self.value_target not in ("gae", "monte_carlo"):
             raise ValueError(f"value_target must be gae or monte_carlo, got {self.value_target!r}")
 

@@ -1,13 +1,6 @@
-"""Steps several Gymnasium envs (`info["action_mask"]`: True or 1 valid) in lockstep, one batched
-forward pass per round, and keeps the episodes' books.
-
-Episode j of a run is reset with `seed_of(j)` (and `options_of(j)`, e.g. a curriculum phase) and
-samples from its own generator `sampling_rng(sampling_seed, j)`, so what is trained on depends on
-the seed alone, not on timing, env or worker counts, and a resumed run goes on exactly. An epoch
-starts a number of episodes and ends when all have ended. `max_steps` truncates an episode (as
-Gymnasium's TimeLimit); `discard_after` throws it away instead and starts another
-(SchedInspector's code); a `teacher` labels each state with its action, for imitation.
-"""
+"""Steps several Gymnasium envs in lockstep, one batched forward pass per round. Episode j is reset with
+`seed_of(j)` and samples from its own generator `sampling_rng(seed, j)`, so what is trained on
+depends on the seed alone, not on timing or on env and worker counts, and a resume goes on exactly."""
 
 from __future__ import annotations
 
@@ -88,37 +81,29 @@ class Episode:
 
 def action_mask(info: dict[str, Any], n_actions: int) -> np.ndarray:
     mask = info.get("action_mask")
-    if mask is None:
-        return np.ones(n_actions, dtype=bool)
-    return np.asarray(mask).astype(bool)
+    return np.ones(n_actions, dtype=bool) if mask is None else np.asarray(mask).astype(bool)
 
 
-#: Forward batches are padded to a multiple of this many rows. With such shapes, a row's scores
-#: came out bit-identical whatever the batch size, the row's position and the other rows (every
-#: network here, torch's CPU kernels, one thread; measured in docs/performance.md), where odd
-#: sizes round differently: so an episode's actions do not depend on which episodes run beside
-#: it, on how many envs there are, or on which rollout worker plays it.
+#: Forward batches are padded to a multiple of this many rows: then a row's scores are bit-identical
+#: whatever else is in the batch (docs/performance.md), so an episode's actions do not depend on which
+#: episodes run beside it or on which rollout worker plays it.
 ROW_BLOCK = 8
 
 
 class Runner:
-    """Envs stepped together; `round` advances every running episode by one step."""
+    """Envs stepped together; `round` advances every running episode by one step. `max_steps` truncates
+    an episode (Gymnasium's TimeLimit), `discard_after` throws it away and starts another
+    (SchedInspector's code), `teacher` labels each state with its action (imitation)."""
 
     def __init__(self, envs: Sequence[Any], seed_of: Callable[[int], int], next_episode: int = 0,
                  max_steps: int | None = None,
                  options_of: Callable[[int], dict[str, Any] | None] | None = None,
                  discard_after: int | None = None,
                  teacher: Callable[[dict[str, Any]], int] | None = None, sampling_seed: int = 0) -> None:
-        self.envs = list(envs)
-        self.sampling_seed = sampling_seed
-        self.teacher = teacher
-        self.options_of = options_of
-        self.max_steps = max_steps
-        self.discard_after = discard_after
-        self.discarded = 0
+        self.envs, self.seed_of, self.next_episode = list(envs), seed_of, next_episode
+        self.options_of, self.sampling_seed, self.teacher = options_of, sampling_seed, teacher
+        self.max_steps, self.discard_after, self.discarded = max_steps, discard_after, 0
         self.n_actions = int(self.envs[0].action_space.n)
-        self.seed_of = seed_of
-        self.next_episode = next_episode
         n = len(self.envs)
         self.obs: list[np.ndarray | None] = [None] * n
         self.mask: list[np.ndarray | None] = [None] * n

@@ -1,13 +1,6 @@
-"""Serve a trained checkpoint as an `Agent`: in process (`simulate(..., agents=...)`) or over
-the protocol (`hpcgym agent --model ckpt.pt --connect ADDR`).
-
-The agent encodes the decision's raw observation with the checkpoint's encoder and window (and
-the kind flag, for a policy of two kinds such as DRAS's select + backfill), builds the action
-mask, asks the network for the best valid slot (or samples one with a seeded generator), and
-maps the slot back to what the simulation expects, through the slot table of `agents/slots.py`
-that `HpcEnv` uses too, so a policy acts here exactly as it acted in training. A checkpoint
-trained with `no_wait` (never wait / stop while a job can be picked) gets the same rule here.
-"""
+"""Serve a trained checkpoint as an `Agent`, in process or over the protocol: the decision is encoded,
+masked and mapped back through the same slot table as `HpcEnv` (agents/slots.py), with the
+checkpoint's encoder, window and `no_wait` rule, so a policy acts here as it acted in training."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Rollout storage with generalised advantage estimation (GAE), and a replay buffer for DQL.
-
-Conventions: `dones[t]` is True when the episode ended right after step t (so nothing is
-bootstrapped across it); `last_value` is the value of the state after the last stored step,
-used only when that step did not end the episode (a rollout cut in the middle of an episode).
-"""
+"""Rollout storage with GAE, n-step returns and a replay buffer. `dones[t]`: the episode ended right
+after step t (nothing is bootstrapped across it); `last_value`: V of the state after the last stored
+step, read only where that step did not end its episode."""
 
 from __future__ import annotations
 
@@ -53,6 +50,7 @@ class RolloutStorage:
     #: `teacher`: the action a teacher agent would take in the step's state, -1 where none
     #: (imitation, agents/rl/imitation.py).
     FIELDS = ("obs", "mask", "action", "logp", "value", "reward", "done", "teacher")
+    DTYPES = {"mask": torch.bool, "action": torch.long, "done": torch.bool, "teacher": torch.long}
 
     def __init__(self, n_envs: int) -> None:
         self.n_envs = n_envs
@@ -110,25 +108,15 @@ class RolloutStorage:
         out = {}
         for name in self.FIELDS:
             values = [v for s in steps for v in s[name]]
-            if name in ("obs", "mask"):
-                array = np.stack(values)
-            else:
-                array = np.asarray(values)
-            dtype = {"mask": torch.bool, "action": torch.long, "done": torch.bool, "teacher": torch.long}.get(
-                name, torch.float32)
-            out[name] = torch.as_tensor(array, device=device).to(dtype)
+            array = np.stack(values) if name in ("obs", "mask") else np.asarray(values)
+            out[name] = torch.as_tensor(array, device=device).to(self.DTYPES.get(name, torch.float32))
         return out
 
 
 class NStepReturns:
-    """One env's steps as n-step transitions (s_t, a_t, R, s_{t+k}, discount), with
-    R = r_t + gamma r_{t+1} + ... + gamma^(k-1) r_{t+k-1} and discount gamma^k (0 after a terminal
-    step), k = n or fewer at the episode's end.
-
-    Why: with a reward that comes only at the end of an episode of hundreds of steps, one-step
-    targets carry it back one bootstrap at a time while the max over many actions biases every
-    bootstrap upwards; n at least the episode length gives Monte Carlo targets, with no max at all.
-    """
+    """One env's steps as n-step transitions (s_t, a_t, R, s_{t+k}, discount gamma^k, 0 after a terminal
+    step; k = n or fewer at the episode's end): a reward that comes only at the end of a long episode
+    would reach early states one biased bootstrap at a time."""
 
     def __init__(self, n: int | None, gamma: float) -> None:
         """n None: Monte Carlo (every transition waits for its episode's end)."""
