@@ -178,26 +178,21 @@ class _Labeller(Agent):
         self.pending: list[tuple[Any, np.ndarray, np.ndarray, int, np.ndarray | None, int]] = []
 
     def act(self, decision: Decision) -> Action:
-        out = self.out
-        start = time.perf_counter()
+        begun = time.perf_counter()
         rows, mask, ids = self.features.rows(decision)
-        allowed = np.flatnonzero(mask)
-        queue = decision.observation["queue_length"]
-        encoded = time.perf_counter() - start
+        allowed, queue = np.flatnonzero(mask), decision.observation["queue_length"]
+        encoded = time.perf_counter()
+        # driven by the teacher: its label now; by a tree: what the batched label needs
+        prepared = self.teacher.label(decision) if self.tree is None else self.teacher.prepare(decision)
+        taught = time.perf_counter()
+        self.out.teacher_seconds += taught - encoded
         if self.tree is None:
-            start = time.perf_counter()
-            label = self.teacher.label(decision)
-            out.teacher_seconds += time.perf_counter() - start
-            self._learn(label, rows, allowed, queue, None, -1)
-            return label[0]
-        start = time.perf_counter()
-        prepared = self.teacher.prepare(decision)
-        out.teacher_seconds += time.perf_counter() - start
-        start = time.perf_counter()
+            self._learn(prepared, rows, allowed, queue, None, -1)
+            return prepared[0]
         predicted = self.tree.predict(rows[allowed]) if len(allowed) else np.zeros(0)
         mine = int(allowed[np.argmax(predicted)]) if len(allowed) else self.features.slots
         chosen = slot_action(decision.kind, mine, ids, self.features.window)
-        out.driver_seconds += encoded + time.perf_counter() - start
+        self.out.driver_seconds += encoded - begun + time.perf_counter() - taught
         self.pending.append((prepared, rows, allowed, queue, predicted, mine))
         return chosen
 
@@ -242,11 +237,10 @@ def rollout(workload: Workload, config: SimConfig, policy: str, teacher: Teacher
     out = Rollout(Samples(), {})
     agent = _Labeller(teacher, features, tree, mode, out)
     start = time.perf_counter()
-    summary, waited = teacher.run(workload, config, policy, agent)
+    out.summary, waited = teacher.run(workload, config, policy, agent)
     agent.finish()
     out.seconds = time.perf_counter() - start
     out.teacher_seconds += waited
-    out.summary = summary
     return out
 
 

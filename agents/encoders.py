@@ -448,13 +448,10 @@ def get_encoder(name: str, window: int, procs: int | None = None, **options: Any
     if bad:
         raise ValueError(f"unknown encoder option(s) {', '.join(bad)}; known: "
                          + "; ".join(f"{k} ({v})" for k, v in ENCODER_OPTIONS.items()))
-    parts = []
-    for part in names:
-        enc = ENCODERS[part](window, procs, **options)
-        enc.name = part
-        parts.append(enc)
-    if len(parts) == 1:
-        return parts[0]
-    enc = ConcatEncoder(parts)
-    enc.name = "+".join(names)
-    return enc
+    parts = [_named(ENCODERS[part](window, procs, **options), part) for part in names]
+    return parts[0] if len(parts) == 1 else _named(ConcatEncoder(parts), "+".join(names))
+
+
+def _named(encoder: Encoder, name: str) -> Encoder:
+    encoder.name = name
+    return encoder

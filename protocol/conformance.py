@@ -756,27 +756,22 @@ class _Recorder:
                 and peer in getattr(self.service, "peers", {}):
             self.delayed.add(peer)
             self.held[peer] = body
-            replies = [(peer, encode({"type": "pending"}))]
-            self._record(replies, injected=True)
-            return replies
+            return self._record([(peer, encode({"type": "pending"}))], injected=True)
         if peer in self.held and kind in ("poll", "join"):
             body = self.held.pop(peer)   # the slow reset (or join) is answered now
         else:
             self.held.pop(peer, None)
-        replies = self._handle(peer, body)
-        self._record(replies)
-        return replies
+        return self._record(self._handle(peer, body))
 
     def tick(self) -> list[tuple[bytes, bytes]]:
-        replies = self._tick()
-        self._record(replies)
-        return replies
+        return self._record(self._tick())
 
-    def _record(self, replies: list[tuple[bytes, bytes]], injected: bool = False) -> None:
+    def _record(self, replies: list[tuple[bytes, bytes]], injected: bool = False) -> list[tuple[bytes, bytes]]:
         now = time.monotonic()
         with self.lock:
             for peer, data in replies:
                 self.events.append(_Event(now, peer, False, None, decode(data), injected=injected))
+        return replies
 
     def snapshot(self) -> list[_Event]:
         with self.lock:

@@ -74,11 +74,8 @@ class Algorithm:
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, config: Any = None,
                  device: str | torch.device = "cpu", seed: int = 0) -> None:
-        self.obs_shape = tuple(int(d) for d in obs_shape)
-        self.n_actions = int(n_actions)
-        if config is None or isinstance(config, dict):
-            config = config_from_dict(self.Config, config)
-        self.config = config
+        self.obs_shape, self.n_actions = tuple(int(d) for d in obs_shape), int(n_actions)
+        self.config = config_from_dict(self.Config, config) if config is None or isinstance(config, dict) else config
         self.device = resolve_device(device)
         self.seed = int(seed)
         self.rng = np.random.default_rng(seed)     # every random choice after initialisation
@@ -196,10 +193,9 @@ class ActorCriticAlgorithm(Algorithm):
     @torch.inference_mode()
     def sample(self, obs: np.ndarray, mask: np.ndarray, rngs: Sequence[np.random.Generator] | None = None
                ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """A runner policy: sampled actions (row r's from rngs[r]; without them, from the
-        algorithm's generator), with their log-probabilities and the values, from one call of the
-        model (a shared body runs once). In inference mode: the same numbers as under no_grad, each
-        small torch call cheaper."""
+        """A runner policy: sampled actions (row r's from rngs[r], else the algorithm's generator) with
+        their log-probabilities and values, from one call of the model (in inference mode: the same
+        numbers as under no_grad, each small torch call cheaper)."""
         from .policy import choose, masked_logits
 
         logits, values = self.model(self.tensor(obs))
@@ -213,17 +209,15 @@ class ActorCriticAlgorithm(Algorithm):
         return self.model.value(self.tensor(obs)).cpu().numpy()
 
     def store(self, storage: Any, t: Any) -> None:
-        """Add one runner transition to a RolloutStorage. A truncated episode (cut by a time
-        limit, not ended) gets gamma * V(last state) added to its last reward, so it is
-        bootstrapped like an unfinished rollout."""
+        """Add one runner transition to a RolloutStorage; a truncated episode's last reward gets
+        gamma * V(last state), so it is bootstrapped like an unfinished rollout."""
         reward = t.reward
         if t.truncated and not t.terminated:
             reward += self.config.gamma * float(self.values(t.next_obs[None])[0])
         storage.add(t.env, t.obs, t.mask, t.action, t.extras["logp"], t.extras["value"], reward, t.done, t.teacher)
 
     def store_episode(self, storage: Any, env: int, e: EpisodeRecord) -> None:
-        """Add a whole episode (a rollout worker's) to a RolloutStorage at once: the same entries
-        as `store` of each of its steps, the truncated last reward bootstrapped alike."""
+        """Add a whole episode (a rollout worker's) at once: the entries `store` makes of its steps."""
         reward = e.reward.tolist()
         if e.truncated[-1] and not e.terminated[-1]:
             reward[-1] += self.config.gamma * float(self.values(e.obs[-1][None])[0])

@@ -19,7 +19,7 @@ from .storage import RolloutStorage
 
 #: Algorithms whose checkpoints can adapt online (on-policy, with an `update(storage)`).
 ONLINE_ALGORITHMS = ("pg", "a2c", "ppo")
-#: Default decisions per update (see the module's docstring).
+#: Default decisions per update (docs/agents.md says why).
 DEFAULT_EVERY = 1000
 #: Default learning rate: the checkpoint's, divided by this.
 LR_DIVISOR = 10.0
@@ -58,10 +58,8 @@ class OnlineRLAgent(RLAgent):
         self.pending: dict[str, Any] | None = None   # the last decision, its reward still coming in
         self.episode_start = 0                        # where this episode's steps begin in `storage`
         self.last_step: int | None = None
-        self.decisions = 0                            # decisions taken (all episodes)
-        self.updates = 0                              # updates done
-        self.episodes = 0
-        self.dropped = 0                              # decisions of cut episodes, not learnt from
+        # decisions taken (all episodes), updates done, episodes, decisions of cut episodes (not learnt from)
+        self.decisions = self.updates = self.episodes = self.dropped = 0
         self.last_update: dict[str, float] = {}
         self._rewarded = False                        # a nonzero env reward came this episode
 
