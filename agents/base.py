@@ -24,10 +24,9 @@ class Agent:
         raise NotImplementedError
 
     def order(self, decision: Decision) -> list[int] | None:
-        """Over the protocol: every candidate of a select decision ranked best first, if this
-        agent would pick by that same ranking at every later decision whose candidates it covers
-        (a static priority); the env then answers those itself (a standing order, protocol 1.4).
-        None (the default): the agent is asked every time."""
+        """Every candidate of a select decision ranked best first, if this agent would pick by that ranking
+        at every later decision it covers (a static priority): over the protocol (1.4) the env then
+        answers those itself. None (the default): the agent is asked every time."""
         return None
 
     def on_reward(self, reward: float) -> None:

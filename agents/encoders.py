@@ -329,7 +329,6 @@ class DRASEncoder(Encoder):
         nodes[free:stop[-1], 1] = np.repeat(remaining, stop - start)
 
 
-
 class InspectorEncoder(Encoder):
     """SchedInspector's seven features of the pick under inspection, as the authors' code computes
     them (docs/schedinspector.md gives the table)."""
@@ -436,9 +435,8 @@ COMBINED = ("jobs+nodes", "running+nodes")
 
 
 def get_encoder(name: str, window: int, procs: int | None = None, **options: Any) -> Encoder:
-    """The encoder `name` ("jobs", "nodes", "running", or parts joined by "+", e.g.
-    "jobs+nodes") for a queue window of `window` jobs on `procs` processors (None: read each
-    observation's `procs`). `options` (`ENCODER_OPTIONS`) reach the parts that take them."""
+    """The encoder `name` (base names joined by "+", e.g. "jobs+nodes") for a window of `window` jobs on
+    `procs` processors (None: each observation's); `options` (`ENCODER_OPTIONS`) reach the parts that take them."""
     names = [part.strip() for part in str(name).split("+")]
     unknown = [part for part in names if part not in ENCODERS]
     if unknown or not names:

@@ -199,10 +199,8 @@ class KnapsackAgent(Agent):
             if value not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         self.objective, self.capacity_count, self.capacity_time = objective, capacity_count, capacity_time
-        self.weights = tuple(float(w) for w in weights)
-        self.window = int(window)
+        self.weights, self.window, self.min_wait = tuple(float(w) for w in weights), int(window), float(min_wait)
         self.once_per_instant = once_per_instant
-        self.min_wait = float(min_wait)
         self._started_at: tuple[int, int] | None = None  # (time, step) of the last nonempty pick
         self._rest: list[int] = []  # on nodes: the subset's jobs not yet named, at _started_at's time
         self.last_value: float | None = None

@@ -22,6 +22,8 @@ FORMAT = "hpcgym-decision-records/1"
 class DecisionLog:
     """Records of the decisions of one `kind`, encoded with `encoder` over `window` slots."""
 
+    COLUMNS = ("episode", "time", "queue_length", "features", "mask", "action")
+
     def __init__(self, kind: str, encoder: str | Encoder, window: int = 128, procs: int | None = None) -> None:
         self.kind, self.window = kind, int(window)
         self.encoder = get_encoder(encoder, self.window, procs) if isinstance(encoder, str) else encoder
@@ -29,8 +31,7 @@ class DecisionLog:
             raise HpcgymError(f"encoder {self.encoder.name!r} reads {'/'.join(self.encoder.kinds)} decisions, "
                               f"not {kind}")
         self.episode = 0
-        self._rows: dict[str, list[Any]] = {k: [] for k in ("episode", "time", "queue_length", "features", "mask",
-                                                             "action")}
+        self._rows: dict[str, list[Any]] = {k: [] for k in self.COLUMNS}
 
     def __len__(self) -> int:
         return len(self._rows["time"])
@@ -40,14 +41,10 @@ class DecisionLog:
         if decision.kind != self.kind:
             return
         mask, ids = slot_mask(decision, self.window)
-        obs = decision.observation
-        rows = self._rows
-        rows["episode"].append(self.episode)
-        rows["time"].append(decision.time)
-        rows["queue_length"].append(obs["queue_length"])
-        rows["features"].append(self.encoder.encode(obs))
-        rows["mask"].append(mask)
-        rows["action"].append(action_slot(decision.kind, action, ids, self.window))
+        obs, slot = decision.observation, action_slot(decision.kind, action, ids, self.window)
+        for column, value in zip(self.COLUMNS, (self.episode, decision.time, obs["queue_length"],
+                                                self.encoder.encode(obs), mask, slot)):
+            self._rows[column].append(value)
 
     def end_episode(self) -> None:
         self.episode += 1

@@ -250,10 +250,9 @@ _PROGRAM_EXAMPLE = "cmd:./my_agent {addr} --join"
 
 @dataclass(frozen=True)
 class AgentRef:
-    """What an agent spec names. `source`: `builtin` (a priority policy or one of `BUILTIN_AGENTS`),
-    `python` (module:Class), `model`, `sampled`, `online` or `tree` (a file), or `cmd` (a program in any
-    language, asked over the protocol; `hpcgym compare` also has `batsim`, a Batsim scheduler);
-    `target`: the name, module:Class, path or command line."""
+    """What an agent spec names: `source` `builtin`, `python` (module:Class), `model`, `sampled`, `online`,
+    `tree` (a file) or `cmd` (a program asked over the protocol; `hpcgym compare` also has `batsim`), and
+    `target`, the name, module:Class, path or command line."""
 
     source: str
     target: str
@@ -310,12 +309,9 @@ def load_agent(spec: str | AgentRef, **kwargs: Any) -> Agent:
     check_agent_file(ref)
     if ref.source == "builtin":
         return PriorityAgent(ref.target, **kwargs) if ref.target in POLICIES else BUILTIN_AGENTS[ref.target](**kwargs)
-    if ref.source == "model":
-        return load_model(ref.target, **kwargs)
-    if ref.source == "sampled":
-        return load_model(ref.target, **{"greedy": False, **kwargs})
-    if ref.source == "online":
-        return load_model(ref.target, online=True, **{"reward": "metrics", **kwargs})
+    if ref.source in NETWORK_SOURCES:
+        defaults = {"sampled": {"greedy": False}, "online": {"online": True, "reward": "metrics"}}.get(ref.source, {})
+        return load_model(ref.target, **{**defaults, **kwargs})
     if ref.source == "tree":
         from .tree import TreeAgent
 

@@ -123,9 +123,7 @@ class _Client:
             self.sock.send_multipart([b"", data] if delimiter else [data])
 
     def recv(self) -> list[bytes] | None:
-        if not self.sock.poll(int(self.timeout * 1000)):
-            return None
-        return self.sock.recv_multipart()
+        return self.sock.recv_multipart() if self.sock.poll(int(self.timeout * 1000)) else None
 
     def close(self) -> None:
         self.sock.close(0)
@@ -135,13 +133,11 @@ class _Client:
 
 class _EnvChecker:
     def __init__(self, address: str, timeout: float, workload: dict[str, Any] | None, max_decisions: int) -> None:
-        self.address, self.timeout = address, timeout
+        self.address, self.timeout, self.max_decisions = address, timeout, max_decisions
         self.workload = dict(DEFAULT_ENV_WORKLOAD if workload is None else workload)
-        self.max_decisions = max_decisions
         self.results: list[Check] = []
-        self.replies = 0
+        self.replies, self.strict = 0, True  # strict: the env speaks this version (else later checks are skipped)
         self.bad_replies: list[str] = []
-        self.strict = True
         self.reward: str | None = None
         self.seen_ids: set[int] = set()
         self.serving: dict[str, Any] = {}  # SERVING_OPTIONS once the env refused a reset without them
@@ -592,7 +588,6 @@ class _EnvChecker:
         r = self.ask(q, {"type": "bye"}, "REQ bye")
         self.check("req_socket", ok and r.get("type") == "bye", f"REQ hello/bye answered welcome/{r.get('type')}")
 
-
     def redirect_address(self, a: _Client) -> None:
         """1.6: a worker's address serves only the sessions the env sent there (nothing to check
         where the env did not redirect)."""
@@ -606,8 +601,8 @@ class _EnvChecker:
             return
         # 1.7: a session redirected with a token is taken at the worker's address only with that token
         session, token = f"{self.session}-token", secrets.token_hex(16)
-        owner = self.client()
-        owner.send({**self.hello("conformance-owner", ()), "session": session, "token": token})
+        owner, greeting = self.client(), {**self.hello("conformance-owner", ()), "session": session, "token": token}
+        owner.send(greeting)
         frames = owner.recv()
         if frames is None or self.parse(frames[-1], "hello with a token").get("type") != "redirect":
             return  # not redirected this time (no worker ready, say): nothing to check
@@ -616,8 +611,7 @@ class _EnvChecker:
         self.refused("redirect_needs_the_hellos_token", "not_allowed", intruder, {
             "type": "hello", "protocol": PROTOCOL_VERSION, "agent": "conformance-intruder", "kinds": [],
             "session": session}, "hello without the token at the redirect's address")
-        r = self.ask(owner, {**self.hello("conformance-owner", ()), "session": session, "token": token},
-                     "hello with the token at the redirect's address")
+        r = self.ask(owner, greeting, "hello with the token at the redirect's address")
         self.check("redirect_takes_the_hellos_token", r.get("type") == "welcome", f"answered {_short(r)}")
         self.ask(owner, {"type": "bye"}, "bye at the redirect's address")
 
@@ -804,18 +798,15 @@ class _Controller(threading.Thread):
 
     def run(self) -> None:
         ctx = zmq.Context()
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.setsockopt(zmq.IDENTITY, CONTROLLER_ID)
-        sock.connect(self.address)
-        hello_session = None
+        ctx.setsockopt(zmq.IDENTITY, CONTROLLER_ID)  # its socket's, so the recorder tells its traffic apart
+        client, hello_session = _Client(ctx, self.address, self.timeout), None
 
         def ask(msg: dict[str, Any]) -> dict[str, Any] | None:
-            sock.send_multipart([b"", encode(msg)])
-            if not sock.poll(int(self.timeout * 1000)):
+            client.send(msg)
+            if (frames := client.recv()) is None:
                 self.error = f"the env did not answer the controller's {msg['type']}"
                 return None
-            return decode(sock.recv_multipart()[-1])
+            return decode(frames[-1])
 
         try:
             while not self.stop_event.is_set():
@@ -842,7 +833,7 @@ class _Controller(threading.Thread):
             if hello_session is not None:
                 ask({"type": "bye"})
         finally:
-            sock.close(0)
+            client.close()
             ctx.term()
 
 
@@ -977,8 +968,7 @@ def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, elaps
            rule("polls_after_pending", "poll", f"{v['pending_seen']} pending replies, each followed by poll"
                 if v["pending_seen"] else "never asked again after pending (no pending seen)", v["pending_seen"] > 0),
            rule("no_error_replies", "errors", "the env refused nothing")]
-    takes_kinds = bool(v["kinds"])
-    out.append(Check("answers_decisions", v["answered"] > 0 or not takes_kinds,
+    out.append(Check("answers_decisions", v["answered"] > 0 or not v["kinds"],
                      f"{v['decisions']} decisions received, {v['answered']} answered"))
     ends = v["ends"]
     completed = bool(ends) and all(r == "completed" for r in ends)
@@ -986,10 +976,9 @@ def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, elaps
     if controller is not None:
         detail += f" (the agent joined; the checker reset {controller.episodes} episode(s)" + \
                   (f", controller: {controller.error})" if controller.error else ")")
-    out.append(Check("finishes_episode", completed, detail))
-    out.append(rule("says_bye", "after_bye", "bye sent and answered" if v["bye_sent"] else "never said bye",
-                    v["bye_sent"] and v["bye_received"]))
-    return out
+    return out + [Check("finishes_episode", completed, detail),
+                  rule("says_bye", "after_bye", "bye sent and answered" if v["bye_sent"] else "never said bye",
+                       v["bye_sent"] and v["bye_received"])]
 
 
 @dataclass

@@ -55,9 +55,8 @@ class A2C(ActorCriticAlgorithm):
                     break
             for i in runner.running():  # episodes going on: bootstrap from where they stand
                 storage.set_last_value(i, float(self.values(runner.obs[i][None])[0]))
-            if not len(storage):
-                continue
-            updates.append(self.update(storage))
+            if len(storage):
+                updates.append(self.update(storage))
         mean = {k: float(np.mean([u[k] for u in updates])) for k in updates[0]} if updates else {}
         return {**episode_stats(ended), **mean, "updates": len(updates)}
 

@@ -47,9 +47,8 @@ class Checkpoint:
         return algo
 
     def trained_workload(self) -> WorkloadSpec:
-        """The workload the policy was trained on: evaluating it on another (other cleaning, other
-        jobs) must be a choice said aloud, never an accident of rebuilding the spec by hand. A
-        trace recorded by a path this machine lacks is looked up by its file name ($HPCGYM_TRACES)."""
+        """The workload the policy was trained on, so that evaluating it on another is said aloud, never an
+        accident; a trace recorded by a path this machine lacks is looked up by name ($HPCGYM_TRACES)."""
         workload = dict(self.env.get("workload") or {})
         trace = workload.get("trace")
         if trace is not None and not Path(trace).exists():

@@ -86,12 +86,9 @@ def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages
             policy_loss = -torch.min(ratio * adv, ratio.clamp(1 - config.clip, 1 + config.clip) * adv).mean()
             # without an entropy bonus the entropy stays out of the graph (with it, 13-40% of the time
             # of a minibatch's loss and backward); the one reported is computed once, after the passes
-            if clone:
-                loss = 0.0
-            elif config.ent_coef:
+            loss = 0.0 if clone else policy_loss
+            if config.ent_coef and not clone:
                 loss = policy_loss - config.ent_coef * dist.entropy().mean()
-            else:
-                loss = policy_loss
             if imitation > 0:
                 imitated = imitation_loss(dist, mb["teacher"])
                 loss = loss + imitation * imitated

@@ -209,10 +209,8 @@ class Runner:
     def run_epoch(self, episodes: int, policy: Policy, on_step: Callable[[Transition], None] | None = None,
                   on_discard: Callable[[int], None] | None = None,
                   on_episode: Callable[[int, EpisodeRecord], None] | None = None) -> list[Episode]:
-        """Collect `episodes` whole episodes; return them in the order they ended. A runner that
-        gets episodes whole from elsewhere (rollout workers) may hand each one, with the env it
-        runs on, to `on_episode` instead of its steps to `on_step`, as one call (it still calls
-        `on_discard` after a discarded one); this runner plays step by step and never does."""
+        """Collect `episodes` whole episodes, in the order they ended. A runner that gets episodes whole
+        (rollout workers) may hand each to `on_episode` instead of its steps to `on_step`; this one never does."""
         self.start_epoch(episodes)
         done: list[Episode] = []
         while not self.epoch_done:

@@ -31,15 +31,14 @@ class RLAgent(Agent):
         self.kinds = checkpoint_kinds(ckpt.kind)
         self.window = int(ckpt.window)
         self.algorithm = ckpt.build(device)
-        procs = ckpt.env.get("procs")
-        self.encoder = get_encoder(ckpt.encoder, self.window, procs, **ckpt.env.get("encoder_options", {}))
+        self.encoder = get_encoder(ckpt.encoder, self.window, ckpt.env.get("procs"),
+                                   **ckpt.env.get("encoder_options", {}))
         size = self.encoder.size + (len(self.kinds) if len(self.kinds) > 1 else 0)
         if size != int(np.prod(ckpt.obs_shape)):
             raise HpcgymError(f"encoder {ckpt.encoder!r} gives {size} features but the network "
                               f"takes {int(np.prod(ckpt.obs_shape))}")
         self.no_wait = bool(ckpt.env.get("no_wait"))
-        self.greedy = greedy
-        self.rng = None if greedy else np.random.default_rng(seed)
+        self.greedy, self.rng = greedy, None if greedy else np.random.default_rng(seed)
 
     def observe(self, decision: Decision) -> tuple[np.ndarray, np.ndarray, list[int]]:
         """The network input, the action mask and the job id of each slot, as the env gave them

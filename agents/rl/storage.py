@@ -59,9 +59,7 @@ class RolloutStorage:
 
     def add(self, env: int, obs: np.ndarray, mask: np.ndarray, action: int, logp: float, value: float,
             reward: float, done: bool, teacher: int = -1) -> None:
-        s = self.steps[env]
-        for name, v in zip(self.FIELDS, (obs, mask, action, logp, value, reward, done, teacher)):
-            s[name].append(v)
+        self.add_steps(env, [obs], [mask], [action], [logp], [value], [reward], [done], [teacher])
 
     def add_steps(self, env: int, obs: np.ndarray, mask: np.ndarray, action: Sequence[int], logp: Sequence[float],
                   value: Sequence[float], reward: Sequence[float], done: Sequence[bool],
@@ -150,16 +148,11 @@ class ReplayBuffer:
     FIELDS = ("obs", "mask", "action", "reward", "next_obs", "next_mask", "discount")
 
     def __init__(self, capacity: int, obs_shape: Sequence[int], n_actions: int) -> None:
-        self.capacity = capacity
-        self.obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
-        self.next_obs = np.zeros((capacity, *obs_shape), dtype=np.float32)
-        self.mask = np.zeros((capacity, n_actions), dtype=bool)
-        self.next_mask = np.zeros((capacity, n_actions), dtype=bool)
+        self.capacity, self.size, self.pos = capacity, 0, 0
+        self.obs, self.next_obs = (np.zeros((capacity, *obs_shape), dtype=np.float32) for _ in range(2))
+        self.mask, self.next_mask = (np.zeros((capacity, n_actions), dtype=bool) for _ in range(2))
         self.action = np.zeros(capacity, dtype=np.int64)
-        self.reward = np.zeros(capacity, dtype=np.float32)
-        self.discount = np.zeros(capacity, dtype=np.float32)
-        self.size = 0
-        self.pos = 0
+        self.reward, self.discount = (np.zeros(capacity, dtype=np.float32) for _ in range(2))
 
     def add(self, obs, mask, action, reward, next_obs, next_mask, discount) -> None:
         i = self.pos

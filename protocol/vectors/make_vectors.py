@@ -61,8 +61,7 @@ JOBS = {"job_id": [1, 2, 3], "submit": [0, 10, 20], "start": [0, 100, 100], "end
         "response": [100, 140, 90], "slowdown": [1.0, 2.8, 9.0], "bsld": [1.0, 2.8, 9.0], "kills": [0, 0, 0],
         "rejections": [0, 0, 0], "lost_work": [0, 0, 0], "walltime_killed": [0, 0, 0], "start_kind": [0, 1, 1]}
 WELCOME_ENV = {
-    "kinds": ["select", "inspect", "backfill", "kill"],
-    "policies": ["fcfs", "sjf"],
+    "kinds": ["select", "inspect", "backfill", "kill"], "policies": ["fcfs", "sjf"],
     "rewards": {"none": "no reward", "bsld": "minus the mean bounded slowdown at the end"},
     "defaults": {"workload": {}, "options": {"backfill": "easy", "policy": "fcfs"}, "policy": "fcfs", "seed": 0,
                  "reward": "none"},
@@ -73,10 +72,8 @@ PENDING_MAP = {"decision": 12, "kind": "select", "time": 120, "candidates": [3, 
 
 
 def decision(kind: str, **over: Any) -> dict[str, Any]:
-    msg = {"type": "decision", "episode": 1, "decision": 12, "step": 40, "time": 120, "kind": kind,
-           "observation": OBSERVATION_SELECT, "candidates": [3, 4], "can_wait": True, "reward": 0.0}
-    msg.update(over)
-    return msg
+    return {"type": "decision", "episode": 1, "decision": 12, "step": 40, "time": 120, "kind": kind,
+            "observation": OBSERVATION_SELECT, "candidates": [3, 4], "can_wait": True, "reward": 0.0, **over}
 
 
 def hello(protocol: Any, agent: Any, kinds: Any, **fields: Any) -> dict[str, Any]:
