@@ -33,6 +33,7 @@ from .config import SimConfig
 from .decisions import BACKFILL, INSPECT, KILL, SELECT, SELECT_KILL, Action, Decision, check_kinds
 from .errors import ConfigError, InvalidAction
 from .machine import NodeState
+from .node_plan import node_plan
 from .metrics import ReservationBreak, RunResult
 from .predictions import RunningModel, UserHistory, check_users, load_prerun_model, revised_jobs
 from .work import check as check_work
@@ -114,12 +115,11 @@ class Simulation:
         cfg = self.config
         variant = (cfg.backfill_order != "queue" or cfg.strict_shadow or not cfg.easy_extra
                    or bool(cfg.backfill_relax) or cfg.backfill_skip_next or cfg.keep_shadow)
-        if cfg.backfill == "conservative" or variant or self._prefill is not None \
+        if variant or self._prefill is not None \
                 or self.external & {BACKFILL, SELECT_KILL}:
-            raise ConfigError("on a machine of nodes (--machine) backfill easy (textbook rules) or none runs, with "
-                              "select (one job at a time), inspect and kill agents; conservative backfilling, the EASY "
-                              "variants, pre-filled clusters and backfill or select_kill agents are not built on "
-                              "nodes yet")
+            raise ConfigError("on a machine of nodes (--machine) backfill easy (textbook rules), conservative or none "
+                              "runs, with select (one job at a time), inspect and kill agents; the EASY variants, "
+                              "pre-filled clusters and backfill or select_kill agents are not built on nodes yet")
 
     def _prepare_jobs(self) -> None:
         w, cfg = self.workload, self.config
@@ -220,7 +220,9 @@ class Simulation:
         if self._nodes is not None:
             self._nodes.reset()
         if self._conservative:
-            self._plan = ConservativePlan(int(self.workload.submit[0]) if n else 0, self.procs, self._size, self._est)
+            first = int(self.workload.submit[0]) if n else 0
+            self._plan = ConservativePlan(first, self.procs, self._size, self._est) if self._nodes is None \
+                else node_plan(first, self._nodes, self.workload, self._est)
         self.free = self.procs
         self.now = int(self.workload.submit[0]) if len(self.workload) else 0
         self._next_submit = 0
@@ -597,8 +599,11 @@ class Simulation:
         self.free += self._size[i] if self._nodes is None else self._nodes.give_back(i, self.now - self._start[i])
         if self.policy.usage and i < len(self._submit):  # a pre-filled job was never charged
             self._charge(i, -self._size[i], self.now)
-        if self._conservative and est_end > self.now:  # ends before its estimate: the plan gets the processors back
-            self._plan.released(self.now, est_end, self._size[i])
+        if self._conservative:  # ends before its estimate: the plan gets the processors (nodes) back
+            if self._nodes is not None:
+                self._plan.released(self.now, i, est_end)
+            elif est_end > self.now:
+                self._plan.released(self.now, est_end, self._size[i])
 
     def _complete(self, i: int) -> None:
         self._release(i)
@@ -892,8 +897,9 @@ class Simulation:
         due, new = self._plan.due(now, self.free, self._running, rank, reranked)
         size = self._size
         started = []
+        nodes = self._nodes is not None
         for i in due:
-            if size[i] <= self.free:
+            if size[i] <= self.free and (not nodes or self._plan.start(i, now)):
                 self._start_job(i, now, READY)
                 started.append(i)
         if started:

@@ -81,7 +81,8 @@ def test_whole_nodes_and_gpus_by_hand():
 
 @pytest.mark.parametrize("trace,policy,backfill", [("SDSC-SP2-1998-4.2-cln", "fcfs", "easy"),
                                                    ("HPC2N-2002-2.2-cln", "sjf", "easy"),
-                                                   ("SDSC-SP2-1998-4.2-cln", "wfp3", "none")])
+                                                   ("SDSC-SP2-1998-4.2-cln", "wfp3", "none"),
+                                                   ("SDSC-SP2-1998-4.2-cln", "fcfs", "conservative")])
 def test_one_core_nodes_schedule_as_the_pool(traces_dir, trace, policy, backfill):
     """The pool as nodes of one core (shared or whole: the same) gives the pool's schedule."""
     w = read_swf(traces_dir / f"{trace}.swf.gz").take(slice(10_000, 13_000))
@@ -121,6 +122,66 @@ def test_easy_reservations_hold_on_memory(traces_dir):
     # memory binds here: without it the same nodes give another schedule
     blind = on_machine(w, Machine((Partition("tight", 120, 2),)))
     assert not np.array_equal(simulate(blind, SimConfig(overrun="kill")).jobs["start"], start)
+
+
+def test_conservative_on_nodes_by_hand():
+    """Two nodes of 4 cores and 2 GPUs, shared, first fit, FCFS, exact estimates. A GPU job's
+    unit is 1 core + 1 GPU. J1 (2 cores, 2 GPUs, 100 s) and J2 (the same, 50 s) take node 0 and
+    node 1 at 0, leaving 2 cores and no GPU on each. At 1: J3 (4 cores, 4 GPUs, 100 s) needs
+    both nodes' GPUs: from 100 (J1's end), 2 units on each node. J4 (whole node, 100 s) finds no
+    idle node before J3's end: node 0 at 200. At 2, J5 (3 cores, 250 s):
+    - conservative: over [2, 252) node 0 keeps no core through J4's [200, 300), node 1 two cores
+      at most (J2, then J3): 2 < 3; the first start with 3 cores free throughout is 200, on
+      node 1 (J3 gone). At 200 J4 and J5 start.
+    - EASY protects only J3: J5 ends after its shadow time 100 but fits what J3 leaves over then
+      (2 cores on each node), so it starts at 2 on node 0 (2) and node 1 (1); J4 then finds no
+      idle node until J5 ends, 252."""
+    w = _jobs([(0, 100, 2, 0, 2), (0, 50, 2, 0, 2), (1, 100, 4, 0, 4), (1, 100, 4, 0, 0), (2, 250, 3, 0, 0)])
+    w = on_machine(w.with_columns(exclusive=np.array([0, 0, 0, 1, 0])), Machine((Partition("g", 2, 4, 0, 2),)))
+    assert simulate(w, SimConfig(backfill="easy")).jobs["start"].tolist() == [0, 0, 100, 252, 2]
+    sim = Simulation(w, SimConfig(backfill="conservative"))
+    assert sim.run().jobs["start"].tolist() == [0, 0, 100, 200, 200]
+    assert [sim._nodes.placed[j].nodes.tolist() for j in (2, 3, 4)] == [[0, 1], [0], [1]]
+
+
+def _promised(monkeypatch) -> dict[int, list[int]]:
+    """Record, after every conservative pass on nodes, each waiting job's reserved start."""
+    from hpcgym.environment import simulator
+    promised: dict[int, list[int]] = defaultdict(list)
+    make = simulator.node_plan
+
+    def recording(*args):
+        plan = make(*args)
+        due = plan.due
+
+        def passing(*a):
+            out = due(*a)
+            for i, t in plan.reservations.items():
+                promised[i].append(t)
+            return out
+        plan.due = passing
+        return plan
+    monkeypatch.setattr(simulator, "node_plan", recording)
+    return promised
+
+
+@pytest.mark.parametrize("trace", ["HPC2N", "Thunder"])
+def test_conservative_reservations_hold_on_nodes(traces_dir, monkeypatch, trace):
+    """Real windows, jobs ending by their walltime (so estimates hold): HPC2N with its memory
+    requests on 2-core nodes of 768 MB (reservations on given nodes, every resource), and
+    LLNL-Thunder's whole nodes (counted in nodes). No reservation ever moves later, and every
+    job starts by every start it was promised."""
+    if trace == "HPC2N":
+        w, least = on_machine(_hpc2n(traces_dir, jobs=1000), TIGHT), 900
+    else:
+        thunder = read_swf(traces_dir / "LLNL-Thunder-2007-1.1-cln.swf.gz")
+        w, least = on_machine(thunder.take(slice(34_000, 37_000)), machine_from_header(thunder.header)), 1000
+    promised = _promised(monkeypatch)
+    start = simulate(w, SimConfig(backfill="conservative", overrun="kill")).jobs["start"]
+    waited = [i for i, ts in promised.items() if ts[0] > w.submit[i]]
+    assert len(promised) > least and len(waited) > least / 10
+    assert [i for i, ts in promised.items() if any(b > a for a, b in zip(ts, ts[1:]))] == []
+    assert [i for i, ts in promised.items() if start[i] > ts[-1]] == []
 
 
 def _mixed(traces_dir) -> Workload:
@@ -165,7 +226,7 @@ def test_machines_from_header_and_spec():
         {"name": "gpu", "nodes": 4, "cores": 32, "memory_gb": 256, "gpus": 4, "swf_partitions": [2]}]})
     assert spec.partitions[0].memory == 256 * GB and spec.placement == "best_fit"
     with pytest.raises(ConfigError, match="not built on nodes yet"):
-        Simulation(on_machine(_jobs([(0, 1, 1, 0, 0)]), thunder), SimConfig(backfill="conservative"))
+        Simulation(on_machine(_jobs([(0, 1, 1, 0, 0)]), thunder), SimConfig(backfill_order="sjf"))
     with pytest.raises(ConfigError, match="multiple of its GPUs"):
         on_machine(_jobs([(0, 1, 3, 0, 2)]), spec)
 
