@@ -40,7 +40,7 @@ import torch
 
 from hpcgym.agents.rl.storage import RolloutStorage
 from hpcgym.gymbridge.training.trainer import Trainer
-from hpcgym.gymbridge.training.workers import ParallelCollector, SharedArrays
+from hpcgym.gymbridge.training.workers import ParallelCollector, SharedArrays, WorkerSpec
 from train_scaling import AGENTS, preset   # benchmarks/ is the script's folder
 
 
@@ -130,9 +130,9 @@ def replay(trainer: Trainer, records: dict[int, Any], episodes: int, whole: bool
     `algorithm.collect` (episodes handed over whole where it takes them so), or, with `whole`
     False, its steps replayed one by one through the runner's `round` into the same storage."""
     like = trainer.runner
-    collector = ParallelCollector(RecordedWorkers(len(like.workers), records), like.capacity, len(like.envs),
-                                  trainer.envs[0], like.seed_of, 0, like.max_steps, like.options_of,
-                                  like.discard_after, like.teacher is not None, like.sampling_seed)
+    spec = WorkerSpec(None, like.capacity, like.seed_of, like.options_of, like.max_steps, like.discard_after,
+                      like.teacher, like.sampling_seed)
+    collector = ParallelCollector(RecordedWorkers(len(like.workers), records), spec, trainer.envs[0])
     collector.built = True   # nothing to build in recorded workers
     algo = trainer.algo
     t0 = time.perf_counter()

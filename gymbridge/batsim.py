@@ -12,11 +12,10 @@ import click
 from ..environment.batsim import on_hosts, platform_xml, workload_json
 from ..environment.errors import HpcgymError
 from ..environment.spec import load_workload
-from ..environment.workload import Workload
-from .cli import SUMMARY_LABELS, _reading_options, _workload_spec
+from .cli import SUMMARY_LABELS
 from .compare.unit import ipc_folder
 from .scheduler_program import run_scheduler
-from .usage import jobs_option, machine_option, trace_option, workload_option
+from .usage import jobs_option, machine_option, reading_options, trace_option, workload_keys, workload_option
 
 
 def _window_options(f):
@@ -24,15 +23,7 @@ def _window_options(f):
     f = workload_option("start", "First job of the window (with --jobs).")(f)
     f = jobs_option("Only this many jobs (a window).")(f)
     f = machine_option()(f)
-    f = _reading_options(f)
-    return trace_option(required=True)(f)
-
-
-def _load(trace: Path, procs: int | None, strict: bool, skip_malformed: bool, n_jobs: int | None,
-          start: int | None, sample: int | None, machine: str | None = None) -> Workload:
-    spec = _workload_spec(trace, procs, strict, skip_malformed)
-    spec.update(jobs=n_jobs, start=start, sample=sample, machine=machine)
-    return on_hosts(load_workload(spec))
+    return trace_option(required=True)(reading_options(f))
 
 
 @click.group("batsim")
@@ -55,8 +46,7 @@ def batsim() -> None:
 @click.option("--jobs-out", type=click.Path(path_type=Path, dir_okay=False),
               help="Per-job records (CSV; rejected jobs have none) [default: OUT/jobs.csv].")
 @click.argument("program", nargs=-1, type=click.UNPROCESSED)
-def run_command(trace, procs, strict, skip_malformed, n_jobs, machine, start, sample, connect, reveal_run_times, timeout,
-                as_json, out, jobs_out, program) -> None:
+def run_command(connect, reveal_run_times, timeout, as_json, out, jobs_out, program, **spec) -> None:
     """Run a Batsim scheduler over a trace window and print hpcgym's metrics:
     hpcgym batsim run --trace lublin_256.swf.gz --jobs 200 -- pybatsim easyBackfill -t 0"""
     if program and connect:
@@ -64,7 +54,7 @@ def run_command(trace, procs, strict, skip_malformed, n_jobs, machine, start, sa
     if not program and not connect:
         raise click.UsageError("give the scheduler program after --, e.g. -- pybatsim easyBackfill -t 0, "
                                "or --connect ADDR")
-    workload = _load(trace, procs, strict, skip_malformed, n_jobs, start, sample, machine)
+    workload = on_hosts(load_workload(workload_keys(spec)))
     jobs_out = jobs_out or out / "jobs.csv"
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -102,11 +92,11 @@ def run_command(trace, procs, strict, skip_malformed, n_jobs, machine, start, sa
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
               help="Folder for workload.json and platform.xml.")
 @click.option("--speed", default="1Gf", show_default=True, help="Host speed in the platform (delay profiles ignore it).")
-def export_command(trace, procs, strict, skip_malformed, n_jobs, machine, start, sample, out, speed) -> None:
+def export_command(out, speed, **spec) -> None:
     """Write a trace window as a Batsim workload (delay profiles, walltime = requested time, submit
     times from the window's first submit) and a homogeneous platform of as many hosts as
     processors (with --machine, of nodes where jobs get whole nodes), to replay the same jobs in real Batsim."""
-    workload = _load(trace, procs, strict, skip_malformed, n_jobs, start, sample, machine)
+    workload = on_hosts(load_workload(workload_keys(spec)))
     origin = int(workload.submit.min()) if len(workload) else 0
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -24,20 +24,13 @@ from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBL
                                  resolve_trace)
 from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
-from .usage import (check_part, given, jobs_option, machine_option, model_option, procs_option, recipe_option,
-                    seed_option, trace_option, workload_option)
+from .usage import (check_part, given, jobs_option, machine_option, model_option, procs_option, reading_options,
+                    recipe_option, seed_option, trace_option, workload_keys, workload_option)
 
-SUMMARY_LABELS = [
-    ("jobs", "jobs", "{:d}"),
-    ("mean_wait", "mean wait (s)", "{:.1f}"),
-    ("max_wait", "max wait (s)", "{:d}"),
-    ("mean_response", "mean response (s)", "{:.1f}"),
-    ("mean_slowdown", "mean slowdown", "{:.2f}"),
-    ("mean_bsld", "mean bounded slowdown", "{:.2f}"),
-    ("max_bsld", "max bounded slowdown", "{:.2f}"),
-    ("utilization", "utilization", "{:.4f}"),
-    ("makespan", "makespan (s)", "{:d}"),
-]
+SUMMARY_LABELS = [("jobs", "jobs", "{:d}"), ("mean_wait", "mean wait (s)", "{:.1f}"), ("max_wait", "max wait (s)", "{:d}"),
+                  ("mean_response", "mean response (s)", "{:.1f}"), ("mean_slowdown", "mean slowdown", "{:.2f}"),
+                  ("mean_bsld", "mean bounded slowdown", "{:.2f}"), ("max_bsld", "max bounded slowdown", "{:.2f}"),
+                  ("utilization", "utilization", "{:.4f}"), ("makespan", "makespan (s)", "{:d}")]
 
 
 #: Commands defined in other modules, imported only when they run: `hpcgym run` starts without
@@ -85,17 +78,6 @@ def _estimate(ctx: click.Context, param: click.Parameter, value: str) -> Estimat
         raise click.BadParameter(str(exc)) from None
 
 
-def _workload_spec(trace: Path | None, procs: int | None, strict: bool, skip_malformed: bool) -> dict[str, Any]:
-    return {"trace": trace, "procs": procs, "strict": strict, "skip_malformed": skip_malformed}
-
-
-def _reading_options(f):
-    f = click.option("--skip-malformed", is_flag=True, help="Skip and count malformed SWF lines instead of failing.")(f)
-    f = click.option("--strict", is_flag=True, help="Fail on a job larger than the cluster instead of dropping it.")(f)
-    f = procs_option(when_unset="the SWF header's MaxProcs/MaxNodes")(f)
-    return f
-
-
 def _rule_options(f):
     """The simulation rules of the papers' code (docs/semantics.md sections 4, 5), for run and env."""
     f = click.option("--preset", type=click.Choice(list(PRESETS)),
@@ -121,7 +103,7 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
 
 @main.command()
 @trace_option(f"a generated Lublin workload of {DEFAULT_JOBS} jobs")
-@_reading_options
+@reading_options
 @workload_option("cleaning", default="hpcgym")
 @click.option("--policy", type=click.Choice(list(POLICIES), case_sensitive=False), default="fcfs", show_default=True,
               help="Priority policy that orders the queue.")
@@ -150,19 +132,13 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
               help="Write the schedule as an HTML page (Gantt chart, busy processors, queue, waits; opens "
                    "offline; plotly: pip install -e '.[compare]').")
 @click.pass_context
-def run(ctx, trace, procs, strict, skip_malformed, cleaning, policy, backfill, estimate, prediction, overrun, machine,
-        model, exact_requests, commit_pick, preset, n_jobs, start, sample, sampled_jobset, train_fraction, part, seed, as_json, jobs_out,
-        report) -> None:
+def run(ctx, policy, prediction, seed, as_json, jobs_out, report, **spec) -> None:
     """Replay a trace (or the generated default workload) with a policy and print its metrics."""
-    check_part(ctx, train_fraction)
-    spec = _workload_spec(trace, procs, strict, skip_malformed)
-    spec.update(cleaning=cleaning, jobs=n_jobs, start=start, sample=sample, sampled_jobset=sampled_jobset,
-                train_fraction=train_fraction, part=part, machine=machine, model=model)
-    workload = load_workload(spec, seed)
-    config = SimConfig(seed=seed, prediction=prediction,
-                       **_rules(ctx, backfill=backfill, estimate=estimate, overrun=overrun,
-                                exact_requests=exact_requests, commit_pick=commit_pick, preset=preset))
-    backfill = config.backfill
+    check_part(ctx, spec["train_fraction"])
+    rules = {k: spec.pop(k) for k in ("backfill", "estimate", "overrun", "exact_requests", "commit_pick", "preset")}
+    workload = load_workload(workload_keys(spec), seed)
+    config = SimConfig(seed=seed, prediction=prediction, **_rules(ctx, **rules))
+    backfill, estimate = config.backfill, rules["estimate"]
     result = _simulate_with_progress(workload, config, policy)
     if jobs_out is not None:
         result.write_jobs_csv(jobs_out)
@@ -217,12 +193,12 @@ def trace() -> None:
 
 @trace.command()
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
-@_reading_options
+@reading_options
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as one JSON object.")
-def info(file, procs, strict, skip_malformed, as_json) -> None:
+def info(file, as_json, **spec) -> None:
     """Statistics of an SWF trace (a path, or a file name found in $HPCGYM_TRACES): the columns of the RL
     papers' trace tables."""
-    stats = trace_stats(load_workload(_workload_spec(file, procs, strict, skip_malformed)))
+    stats = trace_stats(load_workload({"trace": file, **spec}))
     if as_json:
         click.echo(json.dumps(stats))
         return
@@ -310,11 +286,8 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="Public key file, or folder of them, of agents allowed to connect.")
 @click.pass_context
 def env_command(ctx, bind, trace, procs, machine, policy, backfill, exact_requests, commit_pick, preset, recipe, reward,
-                decision_timeout, on_agent_lost, trace_dirs, max_trace_bytes, max_trace_jobs, max_reset_cpu, prediction,
-                model_dirs, max_jobs,
-                idle_timeout, max_sessions, max_agents, max_connections, per_peer, workers, redirect, open_sessions,
-                allow_remote,
-                insecure, curve_secret, curve_allow) -> None:
+                decision_timeout, on_agent_lost, trace_dirs, prediction, model_dirs, max_connections, per_peer, workers,
+                redirect, open_sessions, allow_remote, insecure, curve_secret, curve_allow, **limits) -> None:
     """Serve simulations to agents over ZeroMQ (see protocol/PROTOCOL.md and docs/server.md)."""
     from ..environment.server import (DEFAULT_MAX_CONNECTIONS, check_listening, raise_open_files,
                                       room_for_connections, serve)
@@ -343,11 +316,7 @@ def env_command(ctx, bind, trace, procs, machine, policy, backfill, exact_reques
         options["prediction"] = prediction
     folders = [*([Path(workload["trace"]).parent] if trace else []), *trace_dirs,
                *(Path(f) for f in os.environ.get(TRACES_ENV, "").split(os.pathsep) if f)]
-    limits = Limits(trace_dirs=tuple(folders), max_trace_bytes=max_trace_bytes, max_trace_jobs=max_trace_jobs,
-                    max_reset_cpu=max_reset_cpu,
-                    max_jobs=max_jobs,
-                    idle_timeout=idle_timeout, model_dirs=tuple(models), max_sessions=max_sessions,
-                    max_agents=max_agents)
+    limits = Limits(trace_dirs=tuple(folders), model_dirs=tuple(models), **limits)  # the --max-* options
     settings = {"defaults": {"workload": workload, "options": options, "policy": policy, "reward": reward},
                 "decision_timeout": decision_timeout, "on_agent_lost": on_agent_lost, "limits": limits,
                 "private": not open_sessions}
@@ -363,6 +332,7 @@ def env_command(ctx, bind, trace, procs, machine, policy, backfill, exact_reques
                    f"may open {files:,} files (ulimit -n; the hard limit is the most it can raise it to), and keeps "
                    "room for its own and for silent and refused connections", err=True)
     per_peer = min(per_peer or max(1, connections // 2), connections)
+
     def say_listening() -> None:
         spread = f" with {workers} workers{', redirecting agents of protocol 1.6' if redirect else ''}"
         click.echo(f"hpcgym env listening on {bind}{' with CURVE' if curve else ''}{spread if workers > 1 else ''}",
@@ -473,13 +443,12 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
         raise click.UsageError("name an AGENT or give --model CHECKPOINT (one of the two)")
     ctx = click.get_current_context()
     if not online:
-        given = [f"--{n.replace('_', '-')}" for n in ("online_every", "online_lr", "online_save", "online_reward")
-                 if ctx.get_parameter_source(n) == click.core.ParameterSource.COMMANDLINE]
-        if given:
-            raise click.UsageError(f"{', '.join(given)} only apply with --online")
+        named = given(ctx, online_every=0, online_lr=0, online_save=0, online_reward=0)
+        if named:
+            raise click.UsageError(f"{', '.join('--' + n.replace('_', '-') for n in named)} only apply with --online")
     elif model is None:
         raise click.UsageError("--online adapts a trained checkpoint: give --model CHECKPOINT")
-    elif greedy and ctx.get_parameter_source("greedy") == click.core.ParameterSource.COMMANDLINE:
+    elif greedy and given(ctx, greedy=greedy):
         raise click.UsageError("--online samples its actions (on-policy data for its updates): drop --greedy")
     from ..agents.tree import TreeAgent, is_tree_file
 
@@ -505,10 +474,8 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
             from ..agents.rl.serve import RLAgent
 
             policy, name = RLAgent(model, greedy=greedy, seed=sampling_seed), agent_name(f"rl-{model.stem}")
-    elif agent.lower() in POLICIES:  # seeded as the env seeds its policy, by the episode seed
-        policy, name = load_agent(agent, seed=seed or 0), agent_name(agent)
-    else:
-        policy, name = load_agent(agent), agent_name(agent)
+    else:  # a priority policy is seeded as the env seeds its own, by the episode seed
+        policy, name = load_agent(agent, **({"seed": seed or 0} if agent.lower() in POLICIES else {})), agent_name(agent)
 
     for flag, value in (("--policy", env_policy), ("--prediction", prediction), ("--estimate", estimate),
                         ("--recipe", recipe)):

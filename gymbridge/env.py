@@ -136,7 +136,8 @@ class HpcEnv(gym.Env):
         self._base_seed, self._seed_stride = int(seed), int(seed_stride)
         self._episode_seed: int | None = None
         self._workloads = WorkloadCache()
-        procs = None if remote is not None else self._load_workload(self._base_seed).procs  # reads the trace now
+        first = self._episode(self._base_seed).workload.to_dict()  # in process, the trace is read once, here
+        procs = None if remote is not None else self._workloads.load(first, self._base_seed).procs
         self.encoder = _env_encoder(encoder, kinds, self.window, procs, self.config.max_rejections, encoder_options)
         self.observation_space = self.encoder.observation_space()
         if self._multi:
@@ -162,18 +163,15 @@ class HpcEnv(gym.Env):
             self._episode_seed = self._base_seed
         else:
             self._episode_seed += self._seed_stride
-        ep_seed = self._episode_seed
-        self._metrics = None
-        self._done = False
-        decision, earned = self._start(ep_seed)
-        info: dict[str, Any] = {"episode_seed": ep_seed}
+        self._metrics, self._done = None, False
+        decision, earned = self._start(self._episode_seed)
+        info: dict[str, Any] = {"episode_seed": self._episode_seed}
         self._empty_episode = decision is None
         if decision is None:  # no decision of this kind in the whole episode: one step ends it
             self._pending_reward = earned
             return self._zeros(), self._nothing_pending({**info, "initial_reward": 0.0})
         info["initial_reward"] = earned
-        obs = self._present(decision, info)
-        return obs, info
+        return self._present(decision, info), info
 
     def step(self, action: Any):
         if self._done:
@@ -181,12 +179,11 @@ class HpcEnv(gym.Env):
         a = self._check_action(action)
         if self._empty_episode:
             return self._terminate(self._pending_reward)
-        decision, earned = self._act(self._to_sim_action(a))
+        decision, earned = self._played(self._episodes.act, slot_action(self._current, a, self._ids, self.window))
         if decision is None:
             return self._terminate(earned)
         info: dict[str, Any] = {}
-        obs = self._present(decision, info)
-        return obs, earned, False, False, info
+        return self._present(decision, info), earned, False, False, info
 
     def render(self) -> str | np.ndarray | None:
         """The `render_mode` frame after the last reset or step; None before the first reset."""
@@ -229,10 +226,6 @@ class HpcEnv(gym.Env):
                 if self.remote is None else RemoteEpisodes(self.remote, self.remote_timeout, self.kinds, self.others)
         return self._played(self._episodes.reset, self._episode(ep_seed))
 
-    def _act(self, action: Any) -> tuple[Decision | None, float]:
-        """Answer the pending decision; the next one (None: the end) and the reward since."""
-        return self._played(self._episodes.act, action)
-
     def _played(self, call: Callable[..., tuple[Decision | None, float]], *args: Any) -> tuple[Decision | None, float]:
         """`call` of the episodes; one the remote env ended early is over here too."""
         try:
@@ -250,32 +243,21 @@ class HpcEnv(gym.Env):
             workload = replace(workload, sample=ep_seed)
         return replace(self.episode_spec, workload=workload, config=replace(self.config, seed=ep_seed))
 
-    def _load_workload(self, ep_seed: int):
-        """Read once here, not every episode."""
-        return self._workloads.load(self._episode_spec(ep_seed), ep_seed)
-
-    def _episode_spec(self, ep_seed: int) -> dict[str, Any]:
-        return self._episode(ep_seed).workload.to_dict()
-
     # ------------------------------------------------------------------ actions and observations
     def _present(self, decision: Decision, info: dict[str, Any]) -> np.ndarray:
         """Encode the decision, build its mask, fill `info`."""
-        obs_raw = decision.observation
-        kind = decision.kind
-        self._current = kind
+        obs_raw, kind = decision.observation, decision.kind
         mask, ids = slot_mask(decision, self.window)
+        self._current, self._decision, self._mask = kind, decision, mask
         if kind != INSPECT:
             self._ids = ids
-        self._decision = decision
-        self._mask = mask
         if self._multi:
             self.action_space._safe_mask = self._kind_safe[kind]
         elif kind == SELECT_KILL:  # wait, or the first job when nothing may wait
             safe = np.zeros(len(mask), np.int8)
             safe[-1 if decision.can_wait else 0] = 1
             self.action_space._safe_mask = safe
-        info["action_mask"] = mask.copy()
-        info["kind"] = kind
+        info["action_mask"], info["kind"] = mask.copy(), kind
         if self.decision_info:
             info["decision"] = DecisionSnapshot.of(decision, obs_raw)
         return slot_observation(self.encoder, obs_raw, kind, self.kinds)
@@ -318,9 +300,6 @@ class HpcEnv(gym.Env):
                         else f" (job {self._ids[a]} may not be killed now: one kill per instant)")
             return f" (slot {a} is empty: {self._decision.context['queued']} queued jobs in the window)"
         return ""
-
-    def _to_sim_action(self, a: int) -> Any:
-        return slot_action(self._current, a, self._ids, self.window)
 
     def _terminate(self, earned: float):
         self._done = True

@@ -65,10 +65,8 @@ def command_line(argv: Sequence[str] | None = None) -> str:
 
 def provenance(settings: Mapping[str, Any] | None = None, checkpoints: Iterable[str | os.PathLike] = (),
                argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """The block a result file keeps under `provenance`: commit, command (this process's unless
-    `argv` is given), working folder, settings, sha256 of each checkpoint file named (a path or an
-    agent spec such as `model:PATH`; other names are skipped), and the
-    torch thread count where torch is loaded (float sums, hence greedy picks, can depend on it)."""
+    """The `provenance` block of a result file: commit, command, folder, settings, sha256 of each checkpoint
+    named (a path or `model:PATH`), and torch's thread count (float sums, hence greedy picks, depend on it)."""
     files = [f for f in map(_file_of, dict.fromkeys(map(str, checkpoints))) if f is not None]
     hashes = {shown_path(f): sha256_file(f) for f in files}
     block: dict[str, Any] = {"commit": git_commit(), "command": command_line(argv), "cwd": shown_path(os.getcwd()),

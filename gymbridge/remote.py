@@ -1,7 +1,5 @@
-"""The Gymnasium env's episodes on a running `hpcgym env`: `RemoteEpisodes` says hello with the
-env's kinds (and its in-process `others'`, answered here) in a session of its own and hands back
-what `InProcessEpisodes` does (the next decision, the reward since), so both give the same
-trajectories."""
+"""The Gymnasium env's episodes on a running `hpcgym env`, with `InProcessEpisodes`' interface (the
+next decision and the reward since), so both give the same trajectories."""
 
 from __future__ import annotations
 

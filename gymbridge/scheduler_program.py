@@ -1,5 +1,6 @@
 """A Batsim scheduler program run over an hpcgym workload, hpcgym playing Batsim (docs/batsim.md):
-`hpcgym batsim run` and compare's `batsim:` policies both go through `run_scheduler`."""
+`hpcgym batsim run` and compare's `batsim:` policies both go through `run_scheduler`; `Program` also
+starts and ends compare's agent processes."""
 
 from __future__ import annotations
 
@@ -21,17 +22,18 @@ def scheduler_argv(argv: list[str], address: str) -> list[str]:
     return [*argv, "-s", address]
 
 
-class SchedulerProgram:
-    """A scheduler program started for one run, its output kept in `log` for error messages."""
+class Program:
+    """A program started for one run (a scheduler, an agent), its output kept in `log` for error messages."""
 
-    def __init__(self, argv: list[str], log: Path, cwd: str | None = None) -> None:
+    def __init__(self, argv: list[str], log: Path, cwd: str | None = None, env: dict[str, str] | None = None,
+                 what: str = "the scheduler") -> None:
         self.argv, self.log = argv, log
         with open(log, "wb") as out:
             try:
                 self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                             cwd=cwd)
+                                             cwd=cwd, env=env)
             except OSError as exc:
-                raise ConfigError(f"cannot start the scheduler {argv[0]!r}: {exc.strerror or exc}") from None
+                raise ConfigError(f"cannot start {what} {argv[0]!r}: {exc.strerror or exc}") from None
 
     def gone(self) -> str | None:
         """None while the program runs; else how it ended, with its last line of output."""
@@ -58,10 +60,8 @@ class SchedulerProgram:
 def run_scheduler(workload: Workload, argv: list[str] | None = None, *, connect: str | None = None,
                   folder: Path | None = None, reveal_run_times: bool = False, timeout: float = 30.0,
                   cwd: str | None = None) -> tuple[BatsimRun, list[float]]:
-    """Play Batsim for a scheduler over `workload`: the program `argv` started on an ipc://
-    address in `folder` (short: a socket path has ~107 bytes; its output goes there too), or the
-    one listening at `connect`. Returns the run and each exchange's round trip in seconds;
-    raises SchedulerFailed (one line) when the scheduler fails."""
+    """Play Batsim for the program `argv`, started on an ipc:// address in `folder` (short: a socket path
+    has ~107 bytes), or the scheduler listening at `connect`: the run and each exchange's round trip (s)."""
     if (argv is None) == (connect is None):
         raise ConfigError("give the scheduler program (after --) or --connect ADDR, one of the two")
     if argv is not None and folder is None:
@@ -71,7 +71,7 @@ def run_scheduler(workload: Workload, argv: list[str] | None = None, *, connect:
     try:
         address = connect or f"ipc://{folder}/scheduler.ipc"
         if argv is not None:
-            program = SchedulerProgram(scheduler_argv(argv, address), folder / "scheduler.log", cwd)
+            program = Program(scheduler_argv(argv, address), folder / "scheduler.log", cwd)
         socket = SchedulerSocket(address, timeout, program.gone if program else None)
         run = BatsimReplay(workload, reveal_run_times=reveal_run_times).run(socket)
         if program is not None:

@@ -61,6 +61,18 @@ def procs_option(default: int | None = None, *, when_unset: str = "the trace hea
                         help=None if default is not None else f"Cluster size (default: {when_unset}).")
 
 
+def reading_options(f):
+    """--procs, --strict and --skip-malformed: how an SWF trace is read."""
+    f = click.option("--skip-malformed", is_flag=True, help="Skip and count malformed SWF lines instead of failing.")(f)
+    f = click.option("--strict", is_flag=True, help="Fail on a job larger than the cluster instead of dropping it.")(f)
+    return procs_option(when_unset="the SWF header's MaxProcs/MaxNodes")(f)
+
+
+def workload_keys(flags: dict[str, Any]) -> dict[str, Any]:
+    """A command's workload options as a workload spec (--jobs is the parameter `n_jobs`)."""
+    return {("jobs" if k == "n_jobs" else k): v for k, v in flags.items()}
+
+
 def model_option() -> Decorator:
     """--model: the generated workload without --trace (a Lublin parameter set, or gpu-mixed)."""
     return click.option("--model", type=click.Choice(MODELS),

@@ -1,44 +1,6 @@
-"""Several `HpcEnv`s stepped together, for rollouts: worker processes that share memory.
-
-    envs = make_vector(4, kind="select", seed=0, workload={"jobs": 256, "sample": True})
-    obs, info = envs.reset(seed=0)        # or envs.reset(): the same episodes
-    masks = info["action_mask"]           # (n, n_actions) int8; rows of all envs
-    actions = [envs.single_action_space.sample(mask=m) for m in masks]
-    obs, rewards, terminated, truncated, info = envs.step(np.array(actions))
-
-Seeds: env i is made with seed `seed + i` and `seed_stride=n`, so its episodes use the episode
-seeds seed + i, seed + i + n, seed + i + 2n, ...: no two envs of the vector run the same
-episode, and a run is reproducible from `seed` alone. `envs.reset(seed=s)` seeds env i with
-s + i (Gymnasium's rule), which continues the same scheme. Any number of workers gives the
-same observations, rewards and infos as `asynchronous=False` (Gymnasium's SyncVectorEnv).
-
-Autoreset: Gymnasium's default (`next_step`): after a sub-env terminates, its next `step`
-ignores the action and returns the first observation of its next episode (reward 0). Its
-terminal info carries `metrics`, and its mask there allows the mask-free sample actions (never
-empty, so masked sampling works for every row). Pass `autoreset_mode="same_step"` to get the
-next episode's first observation at once (the terminal one then in `info["final_obs"]`, its
-info in `info["final_info"]`; what Stable-Baselines3 expects, see `gymbridge/sb3.py`), or
-`"disabled"` to reset ended envs yourself (`reset(options={"reset_mask": ...})`).
-
-Processes (`asynchronous=True`, the default): the envs are cut into `workers` shares of
-consecutive envs (default: one per env, at most one per usable core); this process steps the
-first share itself while worker processes step the others (`caller_share=False`: every share in
-a worker). A step costs each worker two semaphore hand-offs and nothing else: observations,
-masks, actions, rewards and terminated/truncated flags live in one shared-memory block that
-every share writes in place, and the command in a small control block. A waiting side spins on
-its semaphore for `spin_s` (by default 0.5 ms where the workers and this process have a core
-each and the envs run in process, else 0: a remote env waits on its server) before it sleeps on
-it, so on free cores a hand-off takes microseconds, not the tens that a pipe's system calls and
-wake-ups cost (more under a virtualised kernel). Only what is rare goes through a pipe,
-pickled: the infos of episode ends and starts (`metrics`, `episode_seed`, `initial_reward`,
-`final_obs`), `call`/`get_attr`/`set_attr`, errors, and `info["decision"]` when asked for
-(`decision_info=True`, every step).
-The env factories are cloudpickled into the workers (`context`: "spawn", "fork" or
-"forkserver"; default: the platform's), so `others` agents must pickle too; each env opens its
-own connection when `remote` is given. An error in a sub-env, or a worker process that dies,
-raises one `VectorEnvError` naming the env (or the worker and its envs) as soon as the parent
-waits on it, and closes the vector env.
-"""
+"""Several `HpcEnv`s stepped together in worker processes that share memory: a step costs each
+worker two semaphore hand-offs, and any worker count gives SyncVectorEnv's numbers (seeds, autoreset
+modes, speed: docs/gymnasium.md "Several envs at once", docs/performance.md "Vector envs")."""
 
 from __future__ import annotations
 
@@ -308,10 +270,8 @@ def _error_reply(index: int, exc: BaseException) -> bytes:
 
 # ------------------------------------------------------------------------------ parent side
 class WorkerVectorEnv(gym.vector.VectorEnv):
-    """`HpcEnv`s stepped in shares of consecutive envs, one share per process (the caller's own
-    and worker processes), through shared memory (see the module docstring). A proper Gymnasium
-    `VectorEnv`: same spaces, infos and autoreset modes as `SyncVectorEnv` over the same
-    factories, and the same numbers."""
+    """`HpcEnv`s stepped in shares of consecutive envs, one share per process, through shared memory:
+    the same spaces, infos, autoreset modes and numbers as `SyncVectorEnv` over the same factories."""
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, workers: int | None = None,
                  caller_share: bool = True, context: str | None = None,
@@ -434,10 +394,8 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
 
     # ------------------------------------------------------------------ the exchange
     def _exchange(self, command: int, arguments: list[tuple] | None = None) -> list:
-        """Runs `command` on every share (arguments: one tuple per share), the workers' while
-        this process runs its own; the results in share order: {env: extra info} for a step or
-        reset, a list of values for a call. An env that raises, or a worker that dies, closes
-        the vector env and raises `VectorEnvError`."""
+        """Runs `command` on every share (arguments: a tuple each), the workers' while this process runs
+        its own; the results in share order ({env: extra info} for a step or reset, values for a call)."""
         if self.closed:
             raise VectorEnvError("the vector env is closed")
         local_arguments, remote_arguments = (), None  # a step takes none

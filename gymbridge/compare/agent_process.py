@@ -1,13 +1,5 @@
-"""An agent process of `hpcgym compare`: load AGENT, take the given kinds, join one episode.
-
-    python -m hpcgym.gymbridge.compare.agent_process AGENT --connect ADDRESS --kinds select[,inspect]
-
-AGENT is a built-in name (a priority policy applied by a `select` agent), module:Class,
-model:PATH (a trained checkpoint, served greedily), sampled:PATH (the same, sampling) or
-online:PATH (the same, adapting online). An exception (while loading or acting) ends
-the process with status 1 and the error as the last line of its output, which the comparison
-reports as the policy's error.
-"""
+"""An agent process of `hpcgym compare`: `python -m hpcgym.gymbridge.compare.agent_process AGENT
+--connect ADDRESS --kinds select[,inspect]`; an exception ends it with status 1, its last line the error."""
 
 from __future__ import annotations
 

@@ -16,8 +16,8 @@ from ...agents.runtime import NETWORK_SOURCES, AgentRef, check_agent_file
 from ...environment.config import OVERRUN_MODES, EstimateSpec
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
-from ..usage import (check_part, given, jobs_option, machine_option, model_option, procs_option, recipe_option,
-                     seed_option, trace_option, workload_option)
+from ..usage import (check_part, given, jobs_option, machine_option, model_option, reading_options, recipe_option,
+                     seed_option, trace_option, workload_keys, workload_option)
 from .executors import EXECUTORS
 from .policy import AgentSpec, PolicySpec, parse_policy
 from .stats import METRICS
@@ -44,9 +44,7 @@ C_AGENT = "examples/c-sjf"
 @click.option("--policy", "policies", multiple=True, metavar="NAME=SPEC", help=POLICY_HELP)
 @click.option("--baseline", metavar="NAME", help="Policy the others are compared with (default: the first).")
 @trace_option()
-@procs_option()
-@click.option("--strict", is_flag=True, help="Fail on a job larger than the cluster instead of dropping it.")
-@click.option("--skip-malformed", is_flag=True, help="Skip malformed SWF lines.")
+@reading_options
 @click.option("--samples", type=click.IntRange(min=1), help="Number of job sequences (default 10 with --jobs, else 1).")
 @jobs_option("Jobs per sequence: random windows of this length (absent: the whole trace is one sequence).")
 @workload_option("sampled_jobset", "Draw random jobs with Poisson arrivals instead of windows (DRAS).")
@@ -89,9 +87,8 @@ C_AGENT = "examples/c-sjf"
               help="Write each unit's decisions of KIND (features by ENCODER, default the kind's usual one; mask; "
                    "action) to units/POLICY/seq-NNN.records.npz (agents/records.py; local executor).")
 @click.pass_context
-def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, samples, n_jobs, sampled_jobset,
-            train_fraction, part, seed, first_jobs, start, cleaning, machine, model, recipe, estimate, overrun, metric, resamples, out,
-            resume, force, inproc, workers, executor, address, decision_timeout, start_timeout, no_plots, record) -> None:
+def compare(ctx, policies, baseline, samples, recipe, estimate, overrun, metric, resamples, out, resume, force, inproc,
+            workers, executor, address, decision_timeout, start_timeout, no_plots, record, **drawn) -> None:
     """Compare scheduling policies on the same job sequences: summary table, paired differences to
     a baseline with bootstrap confidence intervals, per-job CSVs, plots (see docs/compare.md).
 
@@ -104,17 +101,15 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
         raise ConfigError("--address is for --executor ray")
     if resume and force:
         raise ConfigError("use --resume or --force, not both")
-    mode = "inproc" if inproc else "protocol"
-    check_part(ctx, train_fraction)
-    argv = command_line(ctx)
-    workers = workers or os.cpu_count() or 1
+    check_part(ctx, drawn["train_fraction"])
+    how = {"mode": "inproc" if inproc else "protocol", "executor": executor, "address": address,  # how it runs
+           "workers": workers or os.cpu_count() or 1, "decision_timeout": decision_timeout,
+           "start_timeout": start_timeout, "plots": not no_plots, "argv": command_line(ctx)}
     if resume and not policies:
         saved = load_saved(out)
         if saved is None:
             raise ConfigError(f"nothing to resume in {out} (no run.json); give the policies to start a comparison")
-        comparison = from_saved(saved, out, baseline=baseline, mode=mode, executor=executor, address=address,
-                                workers=workers, decision_timeout=decision_timeout, start_timeout=start_timeout,
-                                plots=not no_plots, argv=argv)
+        comparison = from_saved(saved, out, baseline=baseline, **how)
         if metric != "mean_bsld":
             comparison.metric = metric
     else:
@@ -131,28 +126,21 @@ def compare(ctx, policies, baseline, trace, procs, strict, skip_malformed, sampl
 
             episode = recipe_episode(recipe)
             options = {**{k: v for k, v in episode["options"].items() if k != "policy"}, **options}
-            cleaning = cleaning if "cleaning" in given(ctx, cleaning=cleaning) else \
-                episode["workload"].get("cleaning", cleaning)
-        if trace is not None:
-            trace = resolve_trace(trace).resolve()  # a bare name is looked up in $HPCGYM_TRACES
-        spec = SequenceSpec(trace=str(trace) if trace else None, procs=procs, strict=strict,
-                            skip_malformed=skip_malformed, samples=samples or (10 if n_jobs and start is None else 1), jobs=n_jobs,
-                            sampled_jobset=sampled_jobset, train_fraction=train_fraction, part=part, seed=seed,
-                            first_jobs=first_jobs, cleaning=cleaning, start=start, model=model, machine=machine)
+            if "cleaning" not in given(ctx, cleaning=drawn["cleaning"]):
+                drawn["cleaning"] = episode["workload"].get("cleaning", drawn["cleaning"])
+        if drawn["trace"] is not None:  # a bare name is looked up in $HPCGYM_TRACES
+            drawn["trace"] = str(resolve_trace(drawn["trace"]).resolve())
+        one = drawn["n_jobs"] is None or drawn["start"] is not None  # the whole trace, or one fixed window
+        spec = SequenceSpec(**workload_keys(drawn), samples=samples or (1 if one else 10))
         parsed = [parse_policy(p) for p in policies]
         _check_files(parsed, executor)
-        for line in _batsim_rules(parsed, options):
+        for line in [*_batsim_rules(parsed, options), *_trained_elsewhere(parsed, spec)]:
             click.echo(line, err=True)
-        for line in _trained_elsewhere(parsed, spec):
-            click.echo(line, err=True)
-        if mode == "protocol" and any(a.source in NETWORK_SOURCES for p in parsed for a in p.agents):
+        if how["mode"] == "protocol" and any(a.source in NETWORK_SOURCES for p in parsed for a in p.agents):
             click.echo("note: over the protocol every unit starts its own agent process, which imports PyTorch; "
                        "--inproc gives the same schedules several times faster (docs/compare.md)", err=True)
-        comparison = Comparison(policies=parsed, sequences=spec, out=out,
-                                baseline=baseline, options=options, metric=metric, resamples=resamples, mode=mode,
-                                executor=executor, address=address, workers=workers,
-                                decision_timeout=decision_timeout, start_timeout=start_timeout, plots=not no_plots,
-                                argv=argv,
+        comparison = Comparison(parsed, spec, out, baseline=baseline, options=options, metric=metric,
+                                resamples=resamples, **how,
                                 record=record_settings(*record.partition(":")[::2], executor) if record else None)
     try:
         outcome = run_comparison(comparison, resume=resume, force=force)

@@ -1,8 +1,5 @@
-"""Where units of work run: local worker processes, or Ray tasks (Ray is imported only here, and
-only when asked for). Each unit is independent and self-contained: its env, its driver and its
-agent processes live in one worker process (one Ray task), and it returns its result instead of
-writing files, so the machine that runs it needs no access to the output folder.
-"""
+"""Where units of work run: local worker processes, or Ray tasks (Ray imported only when asked for).
+A unit returns its result instead of writing files: its machine needs no access to the output folder."""
 
 from __future__ import annotations
 

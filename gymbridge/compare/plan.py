@@ -1,9 +1,5 @@
-"""The plan of a comparison: the job sequences, the policies, and the units of work between them.
-
-Every sequence is cut from the source once, written to `sequences/seq-NNN.swf` in the output
-folder and hashed; each unit of work (one policy on one sequence) replays that exact file, so
-every policy sees exactly the same jobs, whichever process or machine runs the unit.
-"""
+"""The plan of a comparison: each job sequence cut once, written to `sequences/seq-NNN.swf` and
+hashed, so that every unit (one policy on one sequence), wherever it runs, replays the same jobs."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Policy specifications for `hpcgym compare` (`--policy NAME=SPEC`, items joined by `,` or `+`):
-what decides each decision kind in one policy, parsed once and checked before any unit runs.
-docs/compare.md ("Policy syntax") lists the items: a priority, a backfill mode, simulation
-options, `KIND:AGENT` agents (built-in names, `module:Class`, `model:`, `sampled:`, `online:`,
-`tree:`, `cmd:`), bare agents taking their own kinds, and `batsim:` alone. E.g. `fcfs+easy`,
-`sjf,backfill:none`, `ppo=select:model:runs/ppo/model.pt`, `pyb=batsim:pybatsim easyBackfill -t 0 -s {addr}`.
-"""
+"""`--policy NAME=SPEC` of `hpcgym compare`: what decides each decision kind in one policy, parsed
+once and checked before any unit runs (docs/compare.md, "Policy syntax", lists the items)."""
 
 from __future__ import annotations
 
@@ -134,9 +129,7 @@ def parse_policy(text: str) -> PolicySpec:
                 raise ConfigError(f"policy {text!r}: batsim: needs the scheduler's command line, e.g. "
                                   "batsim:pybatsim easyBackfill -t 0 -s {addr}")
             agents.append(AgentSpec((), "batsim", command))
-        elif lowered.startswith(tuple(f"{source}:" for source in CHECKPOINT_SOURCES)):
-            agents.append(_agent((), item, text))
-        elif MODULE_CLASS.match(item):
+        elif lowered.startswith(tuple(f"{source}:" for source in CHECKPOINT_SOURCES)) or MODULE_CLASS.match(item):
             agents.append(_agent((), item, text))
         else:
             raise ConfigError(f"policy {text!r}: cannot read {_unread(item)}; items are a priority ({', '.join(POLICIES)}), "
@@ -166,15 +159,12 @@ def _unread(item: str) -> str:
 def split_items(spec: str) -> list[str]:
     """Split at each `,` or `+` that is followed by the start of a new item."""
     items, current = [], []
-    i = 0
-    while i < len(spec):
-        ch = spec[i]
+    for i, ch in enumerate(spec):
         if ch in ",+" and current and _starts_item(spec[i + 1:]):
             items.append("".join(current).strip())
             current = []
         else:
             current.append(ch)
-        i += 1
     items.append("".join(current).strip())
     if any(not item for item in items):
         raise ConfigError(f"policy spec {spec!r} has an empty item (two separators in a row?)")

@@ -1,13 +1,5 @@
-"""`hpcgym record`: one policy's decisions of one kind over job sequences, as one records file.
-
-    hpcgym record 'sjf,backfill:none,inspect:model:runs/si/model.pt' --kind inspect \\
-        --encoder schedinspector --trace SDSC-SP2-1998-4.2-cln.swf.gz --jobs 256 --samples 50 --out si.npz
-
-It runs the policy as `hpcgym compare` runs one (the same sequences for the same seed, the same
-policy syntax: built-in agents, `module:Class`, checkpoints, and `cmd:` programs in any language,
-recorded env-side), then merges the units' records into OUT (`agents/records.py` describes the
-columns). The scheduling metrics of each sequence are in OUT's meta.
-"""
+"""`hpcgym record`: one policy's decisions of one kind over job sequences, as one records file (run
+as `hpcgym compare` runs the policy; agents/records.py describes the columns)."""
 
 from __future__ import annotations
 
@@ -20,7 +12,8 @@ import click
 
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
-from ..usage import jobs_option, machine_option, model_option, recipe_option, seed_option, trace_option, workload_option
+from ..usage import (jobs_option, machine_option, model_option, recipe_option, seed_option, trace_option, workload_keys,
+                     workload_option)
 from .command import record_settings
 from .plan import unit_id
 from .policy import parse_policy
@@ -44,8 +37,7 @@ from .policy import parse_policy
               help="Window slots of the mask and the features (the policy's window) [default: the recipe's, else 128].")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Parallel sequences.")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, help="The records file (.npz).")
-def record(spec, kind, encoder, recipe, trace, n_jobs, samples, train_fraction, part, machine, model, seed, window,
-           workers, out) -> None:
+def record(spec, kind, encoder, recipe, samples, window, workers, out, **drawn) -> None:
     """Record SPEC's decisions of one kind (a policy in hpcgym compare's syntax) to OUT; with --recipe,
     in that paper's episodes (its rules, window, cleaning; its kind and encoder unless given)."""
     from ...agents.recipes import recipe_episode
@@ -53,8 +45,8 @@ def record(spec, kind, encoder, recipe, trace, n_jobs, samples, train_fraction, 
     from .plan import SequenceSpec
     from .runner import Comparison, run_comparison
 
-    if trace is not None:
-        trace = resolve_trace(trace).resolve()  # a bare name is looked up in $HPCGYM_TRACES
+    if drawn["trace"] is not None:  # a bare name is looked up in $HPCGYM_TRACES
+        drawn["trace"] = str(resolve_trace(drawn["trace"]).resolve())
     episode = recipe_episode(recipe, kind=kind, encoder=encoder, options={"window": window} if window else None)
     kind, options = episode.get("kind"), {k: v for k, v in episode.get("options", {"window": 128}).items()
                                           if k != "policy"}
@@ -65,9 +57,7 @@ def record(spec, kind, encoder, recipe, trace, n_jobs, samples, train_fraction, 
     policy = parse_policy(f"recorded={spec}")
     if not any(kind in agent.kinds for agent in policy.agents) and not any(not a.kinds for a in policy.agents):
         raise ConfigError(f"policy {spec!r} has no agent taking {kind} decisions: nothing would be recorded")
-    sequences = SequenceSpec(trace=str(trace) if trace else None, samples=samples or (10 if n_jobs else 1),
-                             jobs=n_jobs, train_fraction=train_fraction, part=part, seed=seed, model=model,
-                             machine=machine,
+    sequences = SequenceSpec(**workload_keys(drawn), samples=samples or (10 if drawn["n_jobs"] else 1),
                              cleaning=episode.get("workload", {}).get("cleaning", "hpcgym"))
     folder = Path(tempfile.mkdtemp(prefix="hpcgym-record-"))
     try:

@@ -1,10 +1,5 @@
-"""The comparison's tables (Markdown and CSV) and plots (matplotlib, Agg backend), and the
-picture of a training run's learning curve (its held-out evaluation is a comparison).
-
-summary.csv and summary.md hold only numbers that the job sequences determine, so two runs of
-the same comparison (any executor, any number of workers) write identical files. Timings
-(decision latency) are in latency.csv and latency.md.
-"""
+"""The comparison's tables and plots, and the picture of a training run's learning curve. summary.*
+hold only numbers the job sequences determine (identical for any executor and worker count)."""
 
 from __future__ import annotations
 

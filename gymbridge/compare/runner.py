@@ -1,7 +1,5 @@
-"""Run a comparison: plan, execute the units not done yet, write every output (docs/compare.md
-lists the output folder). A unit's files are written atomically, its JSON last, so an
-interrupted comparison resumes from exactly the units that finished.
-"""
+"""Run a comparison: plan, run the units not done yet, write every output (docs/compare.md). A unit's
+files are written atomically, its JSON last, so an interrupted comparison resumes where it stopped."""
 
 from __future__ import annotations
 
@@ -19,7 +17,7 @@ from ...agents.runtime import CHECKPOINT_SOURCES
 from ...environment.errors import ConfigError
 from ...environment.metrics import write_jobs
 from . import report
-from .executors import run_local, run_ray
+from .executors import EXECUTORS, run_local, run_ray
 from ..progress import progress
 from ..provenance import git_commit, provenance, sha256_file
 from .plan import SequenceSpec, build_sequences, fingerprint, trace_checksums, unit_id
@@ -81,6 +79,8 @@ def check(c: Comparison) -> None:
         raise ConfigError(f"unknown metric {c.metric!r}; use one of {', '.join(k for k, _, _ in METRICS)}")
     if c.mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}")
+    if c.executor not in EXECUTORS:
+        raise ConfigError(f"unknown executor {c.executor!r}: use {' or '.join(EXECUTORS)}")
     if c.resamples < 100:
         raise ConfigError("--bootstrap wants at least 100 resamples")
     c.sequences.check()
@@ -184,12 +184,7 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
             bar.write(f"{uid}: {result.get('error')}", file=sys.stderr)
 
     try:
-        if c.executor == "ray":
-            run_ray(jobs, c.workers, c.address, on_done)
-        elif c.executor == "local":
-            run_local(jobs, c.workers, on_done)
-        else:
-            raise ConfigError(f"unknown executor {c.executor!r}: use local or ray")
+        run_ray(jobs, c.workers, c.address, on_done) if c.executor == "ray" else run_local(jobs, c.workers, on_done)
     finally:
         bar.close()
 
@@ -225,10 +220,9 @@ def write_outputs(c: Comparison, out: Path, sequences: list[dict[str, Any]], bas
         for s in sequences:
             uid = unit_id(p, s["index"])
             done = out / "units" / f"{uid}.json"
-            records.append(None)
-            if done.is_file():
-                results.append(json.loads(done.read_text()))
-                records[-1] = results[-1]
+            records.append(json.loads(done.read_text()) if done.is_file() else None)
+            if records[-1] is not None:
+                results.append(records[-1])
             else:
                 err = out / "units" / f"{uid}.error.json"
                 errors.append(json.loads(err.read_text())["error"] if err.is_file() else "not run")

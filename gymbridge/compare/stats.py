@@ -1,32 +1,15 @@
-"""Statistics over samples: mean and median per policy, paired differences to a baseline with a
-seeded percentile-bootstrap 95% confidence interval, win rates, and decision latency.
-
-A sample is one job sequence; a policy's value for a metric on a sample is that metric of its
-run on the sequence (e.g. the mean bounded slowdown over the sequence's jobs). Policies are
-compared on the same sequences, so differences are paired: d_i = policy_i - baseline_i.
-
-Bootstrap: draw B resamples of the n sample indices with replacement (numpy's default_rng with
-the given seed, the same indices for every policy and metric), take the mean of d over each
-resample, and report the 2.5th and 97.5th percentiles (numpy's linear interpolation) of those
-B means. Win rate: the share of samples on which the policy is better than the baseline (lower,
-or higher for utilization), a tie counting one half. With a single sample there is no interval.
-"""
+"""Statistics over samples (one job sequence each): means, medians, paired differences to a
+baseline with a seeded percentile-bootstrap 95% CI, win rates, latency (docs/compare.md)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 #: Metrics in the tables: (key, label, higher is better).
-METRICS = (
-    ("mean_bsld", "bounded slowdown", False),
-    ("mean_wait", "wait (s)", False),
-    ("mean_response", "response (s)", False),
-    ("mean_slowdown", "slowdown", False),
-    ("max_bsld", "max bounded slowdown", False),
-    ("max_wait", "max wait (s)", False),
-    ("utilization", "utilization", True),
-    ("makespan", "makespan (s)", False),
-)
+METRICS = (("mean_bsld", "bounded slowdown", False), ("mean_wait", "wait (s)", False),
+           ("mean_response", "response (s)", False), ("mean_slowdown", "slowdown", False),
+           ("max_bsld", "max bounded slowdown", False), ("max_wait", "max wait (s)", False),
+           ("utilization", "utilization", True), ("makespan", "makespan (s)", False))
 HIGHER_IS_BETTER = {key: higher for key, _, higher in METRICS}
 STATS = ("mean", "median", "diff", "ci_low", "ci_high", "win_rate")
 

@@ -1,16 +1,10 @@
-"""One unit of work: one policy on one job sequence, run to the end in this process.
-
-Over the protocol (the default) the unit serves an env on an ipc:// path in a thread, starts each
-agent as a process that joins, and drives the episode itself (an agent of no kinds that resets
-with `require` and `records: true`); in process (`inproc`) the simulation calls the agents. Both
-give the same per-job records, decision records (a task's `record`: `agents/records.py`, taken
-env-side over the protocol so an agent in any language is recorded alike) and broken
-reservations. Latency is the env's hand-out to the `act` over the protocol, the `act` call in
-process. `run_unit` never raises: a failure comes back as {"status": "error", "error": "..."}.
-"""
+"""One unit of work: one policy on one job sequence, over the protocol (agents as processes, this
+process the env and driver) or in process, with the same records either way (docs/compare.md).
+`run_unit` never raises: a failure comes back as {"status": "error", "error": "..."}."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -55,12 +49,9 @@ def run_unit(task: dict[str, Any], swf_text: str) -> dict[str, Any]:
         else:
             result = _run_inproc(policy, task, trace)
         result.update(status="ok", mode=mode)
-    except UnitFailed as exc:
-        result = {"status": "error", "error": str(exc), "mode": task["mode"]}
-    except HpcgymError as exc:
-        result = {"status": "error", "error": str(exc), "mode": task["mode"]}
-    except Exception as exc:  # a bug, or an agent's exception outside act: report, never raise
-        result = {"status": "error", "error": _describe(exc), "mode": task["mode"]}
+    except Exception as exc:  # also a bug, or an agent's exception outside act: report, never raise
+        known = isinstance(exc, (UnitFailed, HpcgymError))
+        result = {"status": "error", "error": str(exc) if known else _describe(exc), "mode": task["mode"]}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     result["wall_s"] = time.perf_counter() - started
@@ -254,52 +245,31 @@ def _agent_command(spec: AgentSpec, kinds: tuple[str, ...], address: str, timeou
             "--kinds", ",".join(kinds), "--timeout", f"{timeout:g}"]
 
 
-class _Agents:
-    """The policy's agent processes, with their output kept for error messages."""
+def _start_agents(agents: list[tuple[AgentSpec, Any]], policy: PolicySpec, address: str, timeout: float,
+                  cwd: str | None, tmp: Path) -> list[str]:
+    """Start the policy's agent processes (each added to `agents` as it starts); the kinds they take."""
+    from ..scheduler_program import Program
 
-    def __init__(self) -> None:
-        self.procs: list[tuple[AgentSpec, subprocess.Popen, Path]] = []
+    env = dict(os.environ)
+    if cwd:
+        env["PYTHONPATH"] = os.pathsep.join([cwd] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    kinds: list[str] = []
+    for k, spec in enumerate(policy.agents):
+        taken = _agent_kinds(spec, cwd)
+        kinds.extend(taken)
+        agents.append((spec, Program(_agent_command(spec, taken, address, timeout + 10), tmp / f"agent-{k}.log",
+                                     cwd if cwd and os.path.isdir(cwd) else None, env, f"agent {spec.label}")))
+    return kinds
 
-    def start(self, spec: AgentSpec, argv: list[str], cwd: str | None, log: Path) -> None:
-        env = dict(os.environ)
-        if cwd:
-            env["PYTHONPATH"] = os.pathsep.join([cwd] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        out = open(log, "wb")
-        try:
-            proc = subprocess.Popen(argv, cwd=cwd if cwd and os.path.isdir(cwd) else None, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT, env=env)
-        except OSError as exc:
-            raise UnitFailed(f"cannot start agent {spec.label}: {exc}") from None
-        finally:
-            out.close()
-        self.procs.append((spec, proc, log))
 
-    def exited(self) -> list[tuple[AgentSpec, int, Path]]:
-        return [(spec, proc.returncode, log) for spec, proc, log in self.procs if proc.poll() is not None]
-
-    def describe(self, spec: AgentSpec, code: int, log: Path) -> str:
-        tail = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
-        why = f": {tail[-1]}" if tail else ""
-        return f"agent {spec.label} exited with status {code} before the episode ended{why}"
-
-    def wait(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        for _, proc, _ in self.procs:
-            try:
-                proc.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-
-    def stop(self) -> None:
-        for _, proc, _ in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for _, proc, _ in self.procs:
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+def _failed(agents: list[tuple[AgentSpec, Any]], within: float, when: str) -> str | None:
+    """After up to `within` seconds for the agents to exit, how the first that failed ended (None: none)."""
+    deadline = time.monotonic() + within
+    for _, program in agents:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            program.proc.wait(max(0.0, deadline - time.monotonic()))
+    return next((f"agent {spec.label} {p.gone()} {when}" for spec, p in agents if p.proc.returncode not in (None, 0)),
+                None)
 
 
 def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Path,
@@ -332,16 +302,12 @@ def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pat
 
     thread = threading.Thread(target=server, name="hpcgym-compare-env", daemon=True)
     thread.start()
-    agents = _Agents()
+    agents: list[tuple[AgentSpec, Any]] = []
     conn = None
     try:
         if not ready.wait(30) or failure:
             raise UnitFailed(f"the env could not start on {address}: {failure[0] if failure else 'timeout'}")
-        kinds: list[str] = []
-        for k, spec in enumerate(policy.agents):
-            taken = _agent_kinds(spec, cwd)
-            kinds.extend(taken)
-            agents.start(spec, _agent_command(spec, taken, address, timeout + 10), cwd, tmp / f"agent-{k}.log")
+        kinds = _start_agents(agents, policy, address, timeout, cwd, tmp)
         conn = Connection(address, timeout=max(timeout, start_timeout) + 10)
         reply = conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": DRIVER_NAME, "kinds": []})
         _expect(reply, "welcome")
@@ -353,17 +319,14 @@ def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pat
         reply = conn.request(reset)
         checked_dead = False
         while reply["type"] == "pending":
-            dead = agents.exited()
+            dead = [f"agent {spec.label} {gone} before the episode ended" for spec, p in agents if (gone := p.gone())]
             if dead and checked_dead:
-                raise UnitFailed(agents.describe(*dead[0]))
+                raise UnitFailed(dead[0])
             checked_dead = bool(dead)  # one more poll: the episode may have ended just before it exited
             reply = conn.request({"type": "poll"})
         _expect(reply, "episode_end")
-        if reply["reason"] != "completed":
-            agents.wait(5)  # an agent that failed says bye first and exits just after: report its error
-            dead = agents.exited()
-            raise UnitFailed(agents.describe(*dead[0]) if dead and dead[0][1] != 0
-                             else f"the episode ended: {reply['reason']}")
+        if reply["reason"] != "completed":  # an agent that failed says bye first and exits just after: its error
+            raise UnitFailed(_failed(agents, 5, "before the episode ended") or f"the episode ended: {reply['reason']}")
         if not reply.get("jobs"):
             raise UnitFailed("the env sent no per-job records")
         procs = int(task.get("procs") or _read_procs(trace))
@@ -372,11 +335,9 @@ def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pat
             conn.request({"type": "bye"})
         except HpcgymError:
             pass
-        agents.wait(10)
-        failed = [(spec, code, log) for spec, code, log in agents.exited() if code != 0]
+        failed = _failed(agents, 10, "after the episode")
         if failed:
-            spec, code, log = failed[0]
-            raise UnitFailed(agents.describe(spec, code, log).replace("before the episode ended", "after the episode"))
+            raise UnitFailed(failed)
         latency = {key: [round(v, 7) for v in values] for key, values in service.latency.items()}
         out.update(latency=latency, ordered=dict(service.answered_by_order),
                    decisions=sum(len(v) for v in latency.values()) + sum(service.answered_by_order.values()),
@@ -385,7 +346,8 @@ def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pat
     finally:
         if conn is not None:
             conn.close()
-        agents.stop()
+        for _, program in agents:
+            program.stop()
         service.stop = True
         thread.join(10)
 

@@ -1,22 +1,5 @@
-"""`hpcgym train ALGO`: train a policy gradient, A2C, PPO or DQL agent, or a paper's recipe, on an hpcgym env.
-
-    hpcgym train ppo --kind select --trace SDSC-SP2.swf.gz --jobs 256 --epochs 50 --seed 0 --out runs/ppo
-    hpcgym train --recipe rlbf:scw --trace SDSC-SP2.swf.gz --epochs 50 --out runs/rlbf
-    hpcgym train ppo --out runs/ppo --epochs 80 --resume      # go on where it stopped
-    hpcgym train rlbf --trace SDSC-SP2.swf.gz --workers 4 --out runs/rlbf    # 4 rollout worker processes
-    hpcgym agent --model runs/ppo/model.pt --connect tcp://127.0.0.1:5555
-
-Each epoch collects `--trajectories` episodes, each a window of `--jobs` jobs drawn at random
-from the trace (or from a generated Lublin workload) with the episode's seed, then updates the
-policy. The output folder gets the learning curve (curve.csv, and its picture curve.png where
-matplotlib is installed), checkpoints and, at the end, an
-evaluation on held-out sequences (seeds never trained on) through the same path as `hpcgym
-compare`: the model (`model:OUT/model.pt`, greedy) next to the baselines (FCFS and SJF, or the
-recipe's) with the training's simulation options, the comparison's folder in OUT/eval/ and its
-main metrics in OUT/eval.json. A recipe (agents/recipes.py, `gymbridge/training/settings.py`
-applies it) sets what its paper trains with; every flag given wins over it. Options of the
-algorithms' configs not covered by a flag are set with `--set KEY=VALUE`.
-"""
+"""`hpcgym train ALGO`: train PG, A2C, PPO or DQL, or a paper's recipe, on an hpcgym env (README,
+"Reinforcement learning"); a recipe's settings under every flag given, `--set KEY=VALUE` for the rest."""
 
 from __future__ import annotations
 

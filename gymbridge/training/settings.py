@@ -1,9 +1,5 @@
-"""From a recipe and the flags of `hpcgym train` to a run's TrainSettings.
-
-A plain algorithm (`hpcgym train ppo`) is the recipe of the command's own defaults; a paper's
-(`hpcgym train rlbf --semantics scw`, `--recipe rlbf:scw`) is `agents.recipes.get_recipe`'s. Every
-flag given on the command line wins over the recipe; `--set` options win over the recipe's config.
-"""
+"""From a recipe (a plain algorithm: the command's own defaults) and the flags of `hpcgym train` to a
+run's TrainSettings: every flag given wins over the recipe, `--set` options over its config."""
 
 from __future__ import annotations
 

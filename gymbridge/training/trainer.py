@@ -1,22 +1,6 @@
-"""The training loop around any algorithm: epochs, a learning curve, checkpoints, resuming,
-and an evaluation on held-out sequences through the harness of `hpcgym compare`.
-
-Everything random follows from one seed: the network's initial weights and the algorithm's
-numpy generator come from it, and training episode j is reset with `train_seed(seed, j)` (the
-episode seed of an hpcgym env: which window of the trace, which generated workload). A
-checkpoint holds the weights, the optimizer state, the generator state and the next episode
-index, so a resumed run continues exactly as an uninterrupted one would have.
-
-Files in the output folder:
-
-    curve.csv            one row per epoch (returns, scheduling metrics, losses, seconds)
-    epoch_NNNNNN.pt      checkpoints (every `checkpoint_every` epochs and the last one); DQL's
-                         replay buffer beside the newest one (epoch_NNNNNN.replay.pt)
-    model.pt             the final policy (the last checkpoint), for `hpcgym agent --model`
-    eval/                the held-out evaluation: the output folder of `hpcgym compare` (model.pt,
-                         greedy, beside the FCFS and SJF baselines, with the training options)
-    eval.json            its main metrics per policy (and per sequence)
-"""
+"""The training loop around any algorithm: epochs, curve.csv, checkpoints (a resumed run goes on
+exactly as an uninterrupted one), and the held-out evaluation through `hpcgym compare`'s harness;
+everything random follows from one seed (`train_seed`)."""
 
 from __future__ import annotations
 
@@ -147,10 +131,8 @@ PHASES = ("sampled", "real", "synthetic")
 
 
 def phase_workload(workload: dict[str, Any], phase: str) -> dict[str, Any]:
-    """The workload spec of a curriculum phase, from the training workload (a trace or its
-    training part, and the episode length): `sampled` jobsets (random jobs, Poisson arrivals at
-    the trace's mean rate), `real` periods (random windows of consecutive jobs), `synthetic`
-    sequences from a workload model fitted to the training part (`environment/fitted.py`)."""
+    """The workload spec of a curriculum phase (DRAS section 3.3: sampled jobsets, real windows, synthetic
+    sequences of a model fitted to the training part) from the training workload."""
     if phase not in PHASES:
         raise ConfigError(f"unknown curriculum phase {phase!r}; use {', '.join(PHASES)}")
     if workload.get("jobs") is None or workload.get("start") is not None:
@@ -329,9 +311,8 @@ class Trainer:
 
         spec = WorkerSpec(self.env_fn, s.envs, seed_of, options_of, s.max_steps, s.discard_after,
                           functools.partial(teacher_for, s) if teacher else None, s.seed)
-        self.runner = ParallelCollector(start_workers(self.workers, spec, self.executor, self.address), s.envs,
-                                        s.envs, envs[0], seed_of, next_episode, s.max_steps, options_of,
-                                        s.discard_after, teacher is not None, s.seed, self.worker_timeout)
+        self.runner = ParallelCollector(start_workers(self.workers, spec, self.executor, self.address), spec, envs[0],
+                                        next_episode, self.worker_timeout)
 
     def _teacher(self):
         """The labeller of the teacher agent (None without one); imitation without a teacher, or a
@@ -352,10 +333,7 @@ class Trainer:
         try:
             return self._train()
         finally:
-            from .workers import ParallelCollector
-
-            if isinstance(self.runner, ParallelCollector):  # end its workers
-                self.runner.close()
+            getattr(self.runner, "close", lambda: None)()  # rollout workers (ParallelCollector) end here
 
     def _train(self) -> list[dict[str, Any]]:
         s = self.settings
@@ -442,12 +420,10 @@ class Trainer:
         return ckpt
 
     def _write_curve(self) -> None:
-        columns: list[str] = []
-        for row in self.history:
-            columns += [k for k in row if k not in columns]
+        columns = list(dict.fromkeys(k for row in self.history for k in row)) or ["epoch"]  # as they first come
         tmp = self.out / "curve.csv.tmp"
         with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, columns or ["epoch"])
+            writer = csv.DictWriter(f, columns)
             writer.writeheader()
             writer.writerows(self.history)
         tmp.replace(self.out / "curve.csv")
@@ -536,13 +512,9 @@ def teacher_for(settings: TrainSettings):
 def epoch_line(row: dict[str, Any], epochs: int) -> str:
     """One learning-curve row as the line `hpcgym train` logs per epoch outside a terminal:
     `epoch 3/10: 300 episodes, mean return -4.21, mean bsld 3.18, 12.4 s`."""
-    parts = [f"epoch {row['epoch']}/{epochs}: {row['episodes_total']} episodes"]
-    if "return" in row:
-        parts.append(f"mean return {row['return']:.4g}")
-    if "mean_bsld" in row:
-        parts.append(f"mean bsld {row['mean_bsld']:.4g}")
-    parts.append(f"{row['seconds']:.1f} s")
-    return ", ".join(parts)
+    means = [f"mean {label} {row[key]:.4g}" for key, label in (("return", "return"), ("mean_bsld", "bsld")) if key in row]
+    return ", ".join([f"epoch {row['epoch']}/{epochs}: {row['episodes_total']} episodes", *means,
+                      f"{row['seconds']:.1f} s"])
 
 
 #: The metrics eval.json sums up (all of them are in eval/summary.csv).
@@ -555,18 +527,10 @@ def eval_sequences(workload: dict[str, Any], episodes: int, seed: int) -> Sequen
     random windows; a workload without a length is one sequence, all of it)."""
     from ..compare.plan import SequenceSpec
 
-    unknown = sorted(set(workload) - {"trace", "procs", "strict", "skip_malformed", "train_fraction", "part",
-                                      "jobs", "start", "sample", "sampled_jobset", "cleaning", "model",
-                                      "generate_jobs", "machine"})
+    drawn = set(SequenceSpec.__dataclass_fields__) - {"samples", "seed", "first_jobs", "start"}
+    unknown = sorted(set(workload) - drawn - {"start", "sample"})
     if unknown:
         raise ConfigError(f"the held-out evaluation cannot draw sequences with workload key(s) "
                           f"{', '.join(unknown)}; train with --eval-episodes 0 and evaluate with hpcgym compare")
-    jobs = workload.get("jobs")
-    return SequenceSpec(trace=workload.get("trace"), procs=workload.get("procs"),
-                        strict=bool(workload.get("strict")), skip_malformed=bool(workload.get("skip_malformed")),
-                        samples=episodes if jobs is not None else 1, jobs=jobs,
-                        sampled_jobset=bool(workload.get("sampled_jobset")),
-                        train_fraction=workload.get("train_fraction"), part=workload.get("part", "test"),
-                        seed=eval_seed(seed), cleaning=workload.get("cleaning", SequenceSpec.cleaning),
-                        model=workload.get("model"), generate_jobs=workload.get("generate_jobs"),
-                        machine=workload.get("machine"))
+    return SequenceSpec(**{"trace": None, **{k: v for k, v in workload.items() if k in drawn and v is not None}},
+                        samples=episodes if workload.get("jobs") is not None else 1, seed=eval_seed(seed))

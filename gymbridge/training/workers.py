@@ -1,24 +1,6 @@
-"""Rollout workers: training episodes played in other processes (or Ray actors), each with its
-own envs and a CPU copy of the policy, while the learner only updates.
-
-`ParallelCollector` is a `Runner` to the algorithms (`train_epoch`, `collect`, A2C's rounds,
-DQL's steps see no difference). When an epoch's first round asks for actions, it sends the
-policy's current weights to every worker (a sync) and has them play the epoch's episodes:
-episode j reset with `seed_of(j)` and sampled from `sampling_rng(seed, j)`, as in process, and
-handed out in whole episodes, several to a worker at a time (one per env it has), more as
-others end. Then it hands the recorded episodes over whole (`run_epoch` with `on_episode`: PG
-and PPO) or replays them step by step through the Runner's own bookkeeping on `slots` virtual
-envs (A2C's rounds, DQL), so the learner gets the transitions in the order, and on the env
-slots, that the in-process runner gives them: which episodes an epoch holds, and what was sampled in
-them, depend on the seed alone, not on timing or on the number of workers. The update rules
-run unchanged; what differs from in process is that every action of an epoch comes from the
-weights of its start (A2C and DQL, which update within an epoch, act on the last sync's
-weights, DQL with the epsilon of the sync).
-
-Faults: a worker that dies, raises, or sends nothing for `timeout` seconds stops the epoch with
-one line naming the worker and the episode it was playing (`WorkerError`); the checkpoints of
-the finished epochs are untouched, so `--resume` goes on from the last one.
-"""
+"""Rollout workers (processes or Ray actors) play an epoch's episodes while the learner updates; the
+learner gets them in the order and on the env slots the in-process runner would, so a run depends on
+its seed alone (docs/performance.md "Rollout workers"; faults: README, "Reinforcement learning")."""
 
 from __future__ import annotations
 
@@ -41,9 +23,8 @@ from ...environment.errors import HpcgymError
 from ...environment.processes import Workers
 
 
-#: Seconds a worker may take to start (spawn, import torch, build its envs and, at the first
-#: sync, its copy of the algorithm), whatever the per-answer timeout: on a loaded machine that
-#: alone can take longer than a short timeout.
+#: Seconds a worker may take to start (spawn, import torch, build its envs and its algorithm), whatever
+#: the per-answer timeout: on a loaded machine that alone can take longer than a short timeout.
 START_TIMEOUT_S = 300.0
 
 
@@ -66,8 +47,7 @@ class WorkerSpec:
 
 
 class _AssignedRunner(Runner):
-    """The worker's runner: it starts the episodes handed to it, in the order given, and no
-    others (the learner replaces a discarded episode)."""
+    """Starts only the episodes handed to it, in order (the learner replaces a discarded one)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.assigned: list[int] = []
@@ -86,8 +66,7 @@ class _AssignedRunner(Runner):
 
 
 class RolloutWorker:
-    """Plays the episodes it is handed with its own envs and a CPU copy of the policy (in a
-    worker process, or as a Ray actor)."""
+    """Plays the episodes it is handed with its own envs and a CPU copy of the policy."""
 
     def __init__(self, spec: bytes) -> None:
         import torch
@@ -174,15 +153,10 @@ Event = tuple[int, bool, Any]
 
 
 class SharedArrays:
-    """A worker's answers with their numpy arrays (the episodes' states, masks, ...) in a block of
-    shared memory instead of the pipe: the worker writes the out-of-band buffers of pickle
-    protocol 5 there and sends the rest, and the learner copies them out. A pipe moves those bytes
-    at 200-900 MB/s on the shared development machine (gVisor, where each read and write is a
-    call into a user-space kernel): about 5-30 us per decision of ppo-select, several times the
-    learner's own bookkeeping (benchmarks/learner_replay.py). The worker answers one call at a
-    time and the learner reads each answer before its next call, so one block per worker does;
-    the worker replaces it by a larger one when an answer does not fit, and the learner, which
-    reads the new one's name in the answer, unlinks the old."""
+    """A worker's answers with their arrays (pickle protocol 5's out-of-band buffers) in a shared
+    block, not the pipe, which cost 5-30 us per decision (docs/performance.md "Rollout workers").
+    One block per worker does (one call at a time); a larger one replaces it, and the learner
+    unlinks the old one when an answer names the new."""
 
     def __init__(self) -> None:
         self.block: shared_memory.SharedMemory | None = None
@@ -245,8 +219,7 @@ def _serve(conn: Connection, spec: bytes) -> None:
 
 
 class ProcessWorkers:
-    """Rollout workers as local processes (environment/processes.py), each serving one
-    RolloutWorker over a pipe."""
+    """Rollout workers as local processes (environment/processes.py), each serving a RolloutWorker."""
 
     def __init__(self, n: int, spec: bytes) -> None:
         self.pool = Workers(_serve, [(spec,)] * n, "rollout-worker")
@@ -287,9 +260,7 @@ class ProcessWorkers:
 
 
 class RayWorkers:
-    """Rollout workers as Ray actors: on the Ray instance already initialized in this process,
-    else on the cluster at `address`, else on a new local instance (as `hpcgym compare --executor
-    ray`)."""
+    """Rollout workers as Ray actors (on the instance `ray_session` gives, as `compare --executor ray`)."""
 
     def __init__(self, n: int, spec: bytes, address: str | None) -> None:
         from ..compare.executors import ray_session
@@ -344,20 +315,15 @@ def start_workers(n: int, spec: WorkerSpec, executor: str = "local", address: st
 
 # ------------------------------------------------------------------------------------------ the collector
 class ParallelCollector(Runner):
-    """A Runner whose episodes rollout workers play (see the module's docstring); `slots` virtual
-    envs replay them, as the in-process runner's `slots` envs would have played them."""
+    """A Runner whose episodes rollout workers play; `spec.envs` virtual envs replay them, as the
+    in-process runner's envs would have played them."""
 
-    def __init__(self, workers: ProcessWorkers | RayWorkers, capacity: int, slots: int, spaces: gym.Env,
-                 seed_of: Callable[[int], int], next_episode: int = 0, max_steps: int | None = None,
-                 options_of: Callable[[int], dict[str, Any] | None] | None = None,
-                 discard_after: int | None = None, teacher: bool = False, sampling_seed: int = 0,
-                 timeout: float = 600.0) -> None:
-        super().__init__([ReplayEnv(spaces.observation_space, spaces.action_space) for _ in range(slots)], seed_of,
-                         next_episode, max_steps, options_of, discard_after, recorded_label if teacher else None,
-                         sampling_seed)
-        self.workers = workers
-        self.capacity = capacity      # episodes a worker plays at once (its envs)
-        self.timeout = timeout
+    def __init__(self, workers: ProcessWorkers | RayWorkers, spec: WorkerSpec, spaces: gym.Env,
+                 next_episode: int = 0, timeout: float = 600.0) -> None:
+        super().__init__([ReplayEnv(spaces.observation_space, spaces.action_space) for _ in range(spec.envs)],
+                         spec.seed_of, next_episode, spec.max_steps, spec.options_of, spec.discard_after,
+                         recorded_label if spec.teacher else None, spec.sampling_seed)
+        self.workers, self.capacity, self.timeout = workers, spec.envs, timeout   # capacity: episodes a worker holds
         self.recorded: dict[int, EpisodeRecord] = {}
         self.collected = True
         self.built = False
@@ -372,9 +338,7 @@ class ParallelCollector(Runner):
     def round(self, policy: Policy, on_step: Callable[[Transition], None] | None = None,
               on_discard: Callable[[int], None] | None = None):
         if not self.collected:
-            self._sync(policy)
-            self._play(self.to_start)
-            self.collected = True
+            self._collect(policy)
         return super().round(policy, on_step, on_discard)
 
     def run_epoch(self, episodes: int, policy: Policy, on_step: Callable[[Transition], None] | None = None,
@@ -386,10 +350,14 @@ class ParallelCollector(Runner):
             return super().run_epoch(episodes, policy, on_step, on_discard)
         self._check_discard(on_discard)
         self.start_epoch(episodes)
+        self._collect(policy)
+        return self._hand_over(on_episode, on_discard)
+
+    def _collect(self, policy: Policy) -> None:
+        """The epoch's episodes played by the workers with the policy's current weights."""
         self._sync(policy)
         self._play(self.to_start)
         self.collected = True
-        return self._hand_over(on_episode, on_discard)
 
     def _hand_over(self, on_episode: Callable[[int, EpisodeRecord], None],
                    on_discard: Callable[[int], None] | None) -> list[Episode]:
