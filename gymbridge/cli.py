@@ -27,10 +27,11 @@ from ..environment.workload import Workload, describe_dropped
 from .usage import (check_part, given, jobs_option, machine_option, model_option, procs_option, reading_options,
                     recipe_option, seed_option, trace_option, workload_keys, workload_option)
 
-SUMMARY_LABELS = [("jobs", "jobs", "{:d}"), ("mean_wait", "mean wait (s)", "{:.1f}"), ("max_wait", "max wait (s)", "{:d}"),
-                  ("mean_response", "mean response (s)", "{:.1f}"), ("mean_slowdown", "mean slowdown", "{:.2f}"),
-                  ("mean_bsld", "mean bounded slowdown", "{:.2f}"), ("max_bsld", "max bounded slowdown", "{:.2f}"),
-                  ("utilization", "utilization", "{:.4f}"), ("makespan", "makespan (s)", "{:d}")]
+SUMMARY_LABELS = [("jobs", "jobs", "{:d}"), ("mean_wait", "mean wait (s)", "{:.1f}"),
+                  ("max_wait", "max wait (s)", "{:d}"), ("mean_response", "mean response (s)", "{:.1f}"),
+                  ("mean_slowdown", "mean slowdown", "{:.2f}"), ("mean_bsld", "mean bounded slowdown", "{:.2f}"),
+                  ("max_bsld", "max bounded slowdown", "{:.2f}"), ("utilization", "utilization", "{:.4f}"),
+                  ("makespan", "makespan (s)", "{:d}")]
 
 
 #: Commands defined in other modules, imported only when they run: `hpcgym run` starts without
@@ -139,7 +140,11 @@ def run(ctx, policy, prediction, seed, as_json, jobs_out, report, **spec) -> Non
     workload = load_workload(workload_keys(spec), seed)
     config = SimConfig(seed=seed, prediction=prediction, **_rules(ctx, **rules))
     backfill, estimate = config.backfill, rules["estimate"]
-    result = _simulate_with_progress(workload, config, policy)
+    from tqdm import tqdm
+
+    with tqdm(total=len(workload), unit="job", disable=None if len(workload) > 50_000 else True, leave=False,
+              file=sys.stderr) as bar:  # a bar for a long trace only
+        result = simulate(workload, config, policy=policy, progress=lambda done: bar.update(done - bar.n))
     if jobs_out is not None:
         result.write_jobs_csv(jobs_out)
     if report is not None:
@@ -176,14 +181,6 @@ def _write_report(path: Path, workload: Workload, result: Any, policy: str) -> N
                           "(in the clone)") from None
     except OSError as exc:
         raise HpcgymError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-def _simulate_with_progress(workload: Workload, config: SimConfig, policy: str):
-    from tqdm import tqdm
-
-    with tqdm(total=len(workload), unit="job", disable=None if len(workload) > 50_000 else True,
-              leave=False, file=sys.stderr) as bar:
-        return simulate(workload, config, policy=policy, progress=lambda done: bar.update(done - bar.n))
 
 
 @main.group()
@@ -475,7 +472,8 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
 
             policy, name = RLAgent(model, greedy=greedy, seed=sampling_seed), agent_name(f"rl-{model.stem}")
     else:  # a priority policy is seeded as the env seeds its own, by the episode seed
-        policy, name = load_agent(agent, **({"seed": seed or 0} if agent.lower() in POLICIES else {})), agent_name(agent)
+        policy = load_agent(agent, **({"seed": seed or 0} if agent.lower() in POLICIES else {}))
+        name = agent_name(agent)
 
     for flag, value in (("--policy", env_policy), ("--prediction", prediction), ("--estimate", estimate),
                         ("--recipe", recipe)):

@@ -10,8 +10,9 @@ import warnings
 from typing import Any
 
 #: Gymnasium id -> the `kind` argument of `HpcEnv`.
-ENV_IDS: dict[str, Any] = {"hpcgym/Select-v0": "select", "hpcgym/Backfill-v0": "backfill", "hpcgym/Inspect-v0": "inspect",
-                           "hpcgym/Kill-v0": "kill", "hpcgym/SelectBackfill-v0": ("select", "backfill")}
+ENV_IDS: dict[str, Any] = {"hpcgym/Select-v0": "select", "hpcgym/Backfill-v0": "backfill",
+                           "hpcgym/Inspect-v0": "inspect", "hpcgym/Kill-v0": "kill",
+                           "hpcgym/SelectBackfill-v0": ("select", "backfill")}
 ENTRY_POINT = "hpcgym.gymbridge.env:HpcEnv"
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from ...environment.errors import ConfigError, WorkloadError
 from ...environment.spec import WorkloadSpec, cut_sequence, load_workload, resolve_trace
 from ...environment.swf import read_swf, write_swf
-from ...environment.workload import COLUMNS, Workload
+from ...environment.workload import COLUMNS
 from ..provenance import sha256_file
 from .policy import PolicySpec
 
@@ -102,19 +102,15 @@ def build_sequences(spec: SequenceSpec, folder: Path) -> list[dict[str, Any]]:
         write_swf(path, workload, comments=[f"hpcgym compare: sequence {index} of {source.name}, seed {seed}"
                                             + (f", jobs {start}..{start + len(workload) - 1}" if start is not None
                                                else "")])
-        _check_round_trip(path, workload)
+        back = read_swf(path)
+        if back.procs != workload.procs or back.machine != workload.machine or not all(
+                np.array_equal(getattr(back, c), getattr(workload, c)) for c in COLUMNS):
+            raise ConfigError(f"internal error: sequence {path} does not read back as written; please report this trace")
         out.append({"index": index, "seed": seed, "start": start, "jobs": len(workload), "procs": workload.procs,
                     "dropped_at_load": {k: v for k, v in source.dropped.items() if v},
                     "file": f"{folder.name}/{path.name}", "sha256": sha256_file(path),
                     "first_job": int(workload.job_id[0]) if len(workload) else None})
     return out
-
-
-def _check_round_trip(path: Path, workload: Workload) -> None:
-    back = read_swf(path)
-    same = back.procs == workload.procs and back.machine == workload.machine and all(np.array_equal(getattr(back, c), getattr(workload, c)) for c in COLUMNS)
-    if not same:
-        raise ConfigError(f"internal error: sequence {path} does not read back as written; please report this trace")
 
 
 def trace_checksums(path: str | Path) -> dict[str, Any]:

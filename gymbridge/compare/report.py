@@ -15,14 +15,14 @@ from .stats import HIGHER_IS_BETTER, METRICS, STATS
 LABELS = {key: label for key, label, _ in METRICS}
 
 
+#: Decimals of a metric in the Markdown tables (1 where not named).
+DECIMALS = {"utilization": 4, "mean_bsld": 2, "mean_slowdown": 2, "max_bsld": 2}
+
+
 def fmt(key: str, value: float | None) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if key == "utilization":
-        return f"{value:.4f}"
-    if key in ("mean_bsld", "mean_slowdown", "max_bsld"):
-        return f"{value:.2f}"
-    return f"{value:.1f}"
+    return f"{value:.{DECIMALS.get(key, 1)}f}"
 
 
 def fmt_signed(key: str, value: float | None) -> str:
@@ -47,14 +47,10 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main_metrics(primary: str) -> list[str]:
-    return list(dict.fromkeys([primary, "mean_wait", "utilization"]))
-
-
 def summary_markdown(title: str, notes: list[str], policies: list[dict[str, Any]], stats: dict[str, dict[str, Any]],
                      primary: str) -> str:
     """The summary: a main table (primary metric, wait, utilization), then every metric."""
-    keys = main_metrics(primary)
+    keys = list(dict.fromkeys([primary, "mean_wait", "utilization"]))
     header = ["policy", "status"]
     for key in keys:
         header += [f"{LABELS[key]}: mean / median", f"{LABELS[key]}: Δ vs baseline [95% CI]"]
@@ -116,7 +112,7 @@ def latency_rows(latency: list[dict[str, Any]]) -> tuple[str, str]:
 
 
 # --------------------------------------------------------------------------- plots
-def _pyplot() -> Any:
+def pyplot() -> Any:
     """matplotlib's pyplot on the Agg backend: files only, so it runs without a display."""
     import matplotlib
 
@@ -129,7 +125,7 @@ def _pyplot() -> Any:
 def write_plots(folder: Path, names: list[str], per_sample: dict[str, dict[str, list[float]]], primary: str) -> list[str]:
     """Box plots of per-sample bounded slowdown and wait per policy (as in SchedInspector's
     figures) and a radar chart of normalized metrics (as in DRAS's). Returns the files written."""
-    plt = _pyplot()
+    plt = pyplot()
     folder.mkdir(parents=True, exist_ok=True)
     names = [n for n in names if n in per_sample]
     if not names:
@@ -226,7 +222,7 @@ def write_curves(panels: list[Panel], path: Path, title: str = "", columns: int 
                  size: tuple[float, float] = (3.6, 2.7)) -> None:
     """Learning curves as one picture, a panel per `Panel`, `columns` to a row, each panel `size`
     inches: `hpcgym train`'s curve.png and the papers' figures in docs/ are drawn here alike."""
-    plt = _pyplot()
+    plt = pyplot()
     width = min(columns, max(1, len(panels)))
     height = max(1, -(-len(panels) // width))
     fig, axes = plt.subplots(height, width, figsize=(size[0] * width, size[1] * height + 0.6), squeeze=False)

@@ -86,13 +86,6 @@ def check(c: Comparison) -> None:
     c.sequences.check()
 
 
-def plan_of(c: Comparison, trace: dict[str, Any] | None) -> dict[str, Any]:
-    """The parts of run.json that define the comparison (what --resume must find unchanged)."""
-    return {"policies": [p.to_json() for p in c.policies], "sequence_spec": c.sequences.to_json(),
-            "options": dict(c.options), "trace": trace,
-            "fingerprint": fingerprint(c.policies, trace["sha256"] if trace else None, c.sequences, c.options)}
-
-
 def load_saved(out: Path) -> dict[str, Any] | None:
     path = out / "run.json"
     if not path.is_file():
@@ -127,7 +120,9 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
         trace = saved.get("trace")  # the sequences are cut already: the trace itself is not needed again
     else:
         trace = trace_checksums(c.sequences.trace) if c.sequences.trace else None
-    plan = plan_of(c, trace)
+    plan = {"policies": [p.to_json() for p in c.policies], "sequence_spec": c.sequences.to_json(),
+            "options": dict(c.options), "trace": trace,  # what defines the comparison: --resume must find it again
+            "fingerprint": fingerprint(c.policies, trace["sha256"] if trace else None, c.sequences, c.options)}
     if resuming and saved.get("fingerprint") != plan["fingerprint"]:
         raise ConfigError(f"{out} holds a different comparison (other policies, sequences or options); "
                           "resume it with the same options (or none), or use another --out")
@@ -160,18 +155,19 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
             "started": history[0]["started"],
             "provenance": provenance({"policies": {p.name: p.text for p in c.policies}, "options": dict(c.options),
                                       "sequences": c.sequences.to_json()},
-                                     _checkpoints(c.policies, Path.cwd()), argv=first)}
+                                     [Path.cwd() / a.target for p in c.policies for a in p.agents
+                                      if a.source in CHECKPOINT_SOURCES], argv=first)}
     _write_json(out / "run.json", meta)
 
-    units = [(p, s) for p in c.policies for s in sequences]
-    reused = [unit_id(p, s["index"]) for p, s in units if (out / "units" / f"{unit_id(p, s['index'])}.json").is_file()]
-    todo = [(p, s) for p, s in units if unit_id(p, s["index"]) not in set(reused)]
+    units = {unit_id(p, s["index"]): (p, s) for p in c.policies for s in sequences}
+    reused = [uid for uid in units if (out / "units" / f"{uid}.json").is_file()]
     texts = {s["index"]: (out / s["file"]).read_text() for s in sequences}
-    jobs = [(unit_id(p, s["index"]),
-             {"policy": p.to_json(), "seed": s["seed"], "sequence": s["index"], "procs": s["procs"],
-              "options": dict(c.options), "mode": c.mode, "cwd": os.getcwd(), "decision_timeout": c.decision_timeout,
-              "start_timeout": c.start_timeout, "record": _record_task(c, out, unit_id(p, s["index"]))},
-             s["index"], texts[s["index"]]) for p, s in todo]
+    common = {"options": dict(c.options), "mode": c.mode, "cwd": os.getcwd(), "decision_timeout": c.decision_timeout,
+              "start_timeout": c.start_timeout}
+    jobs = [(uid, {"policy": p.to_json(), "seed": s["seed"], "sequence": s["index"], "procs": s["procs"], **common,
+                   "record": {**c.record, "path": str((out / "units" / f"{uid}.records.npz").resolve())}
+                   if c.record else None},  # decision records go beside the unit's result
+             s["index"], texts[s["index"]]) for uid, (p, s) in units.items() if uid not in set(reused)]
     ran: list[str] = []
 
     bar = progress(len(units), "units", "compare", c.progress, initial=len(reused), leave=False)
@@ -193,23 +189,11 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
     meta.update(status="complete" if not outcome.failed else "complete with failed policies",
                 finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), failed_policies=outcome.failed,
                 units={"total": len(units), "reused": len(reused), "run": len(ran),
-                       "failed": sum(1 for p, s in units if not (out / "units" / f"{unit_id(p, s['index'])}.json").is_file())},
+                       "failed": sum(not (out / "units" / f"{uid}.json").is_file() for uid in units)},
                 ran=outcome.ran)
     entry.update(finished=meta["finished"], ran=len(ran), reused=len(reused))
     _write_json(out / "run.json", meta)
     return outcome
-
-
-def _checkpoints(policies: list[PolicySpec], cwd: Path) -> list[Path]:
-    """The checkpoint and tree files the policies' agents load (their hashes go into run.json)."""
-    return [cwd / a.target for p in policies for a in p.agents if a.source in CHECKPOINT_SOURCES]
-
-
-def _record_task(c: Comparison, out: Path, uid: str) -> dict[str, Any] | None:
-    """A unit's record settings: where its decision records go (beside its result)."""
-    if not c.record:
-        return None
-    return {**c.record, "path": str((out / "units" / f"{uid}.records.npz").resolve())}
 
 
 def write_outputs(c: Comparison, out: Path, sequences: list[dict[str, Any]], baseline: str) -> Outcome:

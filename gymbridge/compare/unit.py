@@ -177,7 +177,8 @@ def _run_inproc(policy: PolicySpec, task: dict[str, Any], trace: Path) -> dict[s
 def _make_agent(spec: AgentSpec, cwd: str | None) -> Any:
     from ...agents.runtime import load_agent, serve_on_one_thread
 
-    agent = load_agent(_load_spec(spec, cwd))
+    agent = load_agent(f"{spec.source}:{os.path.join(cwd, spec.target)}"  # relative to the comparison's folder
+                       if spec.source in CHECKPOINT_SOURCES and cwd and os.path.isdir(cwd) else spec.agent)
     serve_on_one_thread()
     declared = tuple(getattr(agent, "kinds", ()))
     if spec.kinds:
@@ -188,14 +189,6 @@ def _make_agent(spec: AgentSpec, cwd: str | None) -> Any:
     elif not declared:
         raise UnitFailed(f"agent {spec.agent} declares no decision kinds (its class's `kinds`)")
     return agent
-
-
-def _load_spec(spec: AgentSpec, cwd: str | None) -> str:
-    """What `load_agent` takes; a relative checkpoint path is taken from the working directory of
-    the comparison (as agent processes run there)."""
-    if spec.source in CHECKPOINT_SOURCES and cwd and os.path.isdir(cwd):
-        return f"{spec.source}:{os.path.join(cwd, spec.target)}"  # an absolute target stays as it is
-    return spec.agent
 
 
 def _with_cwd_on_path(cwd: str | None) -> None:

@@ -208,7 +208,10 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
     teacher_row = {"mean_wait": taught_test.summary["mean_wait"], "mean_slowdown": taught_test.summary["mean_slowdown"],
                    "mean_bsld": taught_test.summary["mean_bsld"],
                    "us_per_decision": 1e6 * taught_test.teacher_seconds / max(taught_test.decisions, 1)}
-    _write_table(out / "iterations.csv", rows)
+    with open(out / "iterations.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
     (out / "distill.json").write_text(json.dumps(
         {"teacher": teacher, "kinds": list(kinds), "mode": mode, "critical": critical, "iterations": rows,
          "teacher_test": teacher_row, "base_policy": priority,
@@ -240,13 +243,6 @@ def _write_trees(trees: dict, out: Path) -> list[str]:
         except ImportError:
             pass
     return files
-
-
-def _write_table(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def _print_summary(rows: list[dict], teacher: dict, base_policy: str, base: dict, iterations: int) -> None:

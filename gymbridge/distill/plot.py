@@ -10,10 +10,9 @@ from ...agents.tree import TreeModel
 def draw_tree(tree: TreeModel, path: str | Path, levels: int = 2, title: str | None = None) -> Path:
     """Draw the first `levels` levels of splits of `tree` to `path` (png or svg), each node with
     its test (or, below the drawn levels, its mean score) and the training samples reaching it."""
-    import matplotlib
+    from ..compare.report import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = tree.features
     boxes: list[tuple[float, int, str]] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import itertools
 import json
 import os
 import sys
@@ -137,13 +138,9 @@ def phase_workload(workload: dict[str, Any], phase: str) -> dict[str, Any]:
         raise ConfigError(f"unknown curriculum phase {phase!r}; use {', '.join(PHASES)}")
     if workload.get("jobs") is None or workload.get("start") is not None:
         raise ConfigError("a curriculum needs episodes of --jobs N drawn at random, not one fixed --start window")
-    spec = {k: v for k, v in workload.items() if k not in ("sampled_jobset", "synthetic")}
-    spec["sample"] = True
-    if phase == "sampled":
-        spec["sampled_jobset"] = True
-    elif phase == "synthetic":
-        spec["synthetic"] = True
-    return spec
+    kept = {k: v for k, v in workload.items() if k not in ("sampled_jobset", "synthetic")}
+    marked = {"sampled": {"sampled_jobset": True}, "synthetic": {"synthetic": True}}.get(phase, {})
+    return {**kept, "sample": True, **marked}
 
 
 def parse_curriculum(text: str, total_episodes: int) -> list[list[Any]]:
@@ -178,12 +175,8 @@ def parse_curriculum(text: str, total_episodes: int) -> list[list[Any]]:
 
 def curriculum_phase(curriculum: Sequence[Sequence[Any]], episode: int) -> str:
     """The phase training episode `episode` (counted from 0 over the whole run) belongs to."""
-    end = 0
-    for name, episodes in curriculum:
-        end += int(episodes)
-        if episode < end:
-            return name
-    return curriculum[-1][0]
+    ends = itertools.accumulate(int(episodes) for _, episodes in curriculum)
+    return next((name for (name, _), end in zip(curriculum, ends) if episode < end), curriculum[-1][0])
 
 
 class PhasedEnv(gym.Env):
@@ -512,7 +505,7 @@ def teacher_for(settings: TrainSettings):
 def epoch_line(row: dict[str, Any], epochs: int) -> str:
     """One learning-curve row as the line `hpcgym train` logs per epoch outside a terminal:
     `epoch 3/10: 300 episodes, mean return -4.21, mean bsld 3.18, 12.4 s`."""
-    means = [f"mean {label} {row[key]:.4g}" for key, label in (("return", "return"), ("mean_bsld", "bsld")) if key in row]
+    means = [f"mean {name} {row[key]:.4g}" for key, name in (("return", "return"), ("mean_bsld", "bsld")) if key in row]
     return ", ".join([f"epoch {row['epoch']}/{epochs}: {row['episodes_total']} episodes", *means,
                       f"{row['seconds']:.1f} s"])
 

@@ -5,6 +5,7 @@ its seed alone (docs/performance.md "Rollout workers"; faults: README, "Reinforc
 from __future__ import annotations
 
 import heapq
+import operator
 import pickle
 import time
 from collections.abc import Callable
@@ -140,11 +141,6 @@ class ReplayEnv(gym.Env):
     def played(self) -> tuple[int, dict[str, float]]:
         """The action recorded for the current state, and the policy's extras with it."""
         return int(self.record.action[self.t]), {k: v[self.t] for k, v in self.record.extras.items()}
-
-
-def recorded_label(info: dict[str, Any]) -> int:
-    """The teacher's label a worker recorded for a state (the replay's teacher)."""
-    return info["teacher"]
 
 
 # ------------------------------------------------------------------------------------------ where workers run
@@ -322,7 +318,8 @@ class ParallelCollector(Runner):
                  next_episode: int = 0, timeout: float = 600.0) -> None:
         super().__init__([ReplayEnv(spaces.observation_space, spaces.action_space) for _ in range(spec.envs)],
                          spec.seed_of, next_episode, spec.max_steps, spec.options_of, spec.discard_after,
-                         recorded_label if spec.teacher else None, spec.sampling_seed)
+                         operator.itemgetter("teacher") if spec.teacher else None,  # the label a worker recorded
+                         spec.sampling_seed)
         self.workers, self.capacity, self.timeout = workers, spec.envs, timeout   # capacity: episodes a worker holds
         self.recorded: dict[int, EpisodeRecord] = {}
         self.collected = True
@@ -439,14 +436,11 @@ class ParallelCollector(Runner):
         while True:
             idle = [w for w in range(len(self.workers)) if w not in self.workers.busy]
             new: dict[int, list[int]] = {w: [] for w in idle}
-            dealt = True
-            while dealt:   # one at a time to each idle worker with room: an even share
-                dealt = False
+            for _ in range(self.capacity):   # one at a time to each idle worker with room: an even share
                 for w in idle:
                     if next_index < end and len(self.held[w]) + len(new[w]) < self.capacity:
                         new[w].append(next_index)
                         next_index += 1
-                        dealt = True
             for w in idle:
                 if self.held[w] or new[w]:
                     self.held[w] += new[w]
