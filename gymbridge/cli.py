@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ..environment.priorities import POLICIES
-from ..environment.config import BACKFILL_MODES, OVERRUN_MODES, PRESETS, EstimateSpec, SimConfig
+from ..environment.config import BACKFILL_MODES, OVERRUN_MODES, PRESETS, SimConfig
 from ..environment.errors import HpcgymError
 from ..environment.lublin import generate_lublin
 from ..environment.machine import RESOURCES
@@ -24,8 +24,8 @@ from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBL
                                  resolve_trace)
 from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
-from .usage import (check_part, given, jobs_option, machine_option, model_option, procs_option, reading_options,
-                    recipe_option, seed_option, trace_option, workload_keys, workload_option)
+from .usage import (check_part, estimate_spec, given, jobs_option, machine_option, model_option, procs_option,
+                    reading_options, recipe_option, seed_option, trace_option, workload_keys, workload_option)
 
 SUMMARY_LABELS = [("jobs", "jobs", "{:d}"), ("mean_wait", "mean wait (s)", "{:.1f}"),
                   ("max_wait", "max wait (s)", "{:d}"), ("mean_response", "mean response (s)", "{:.1f}"),
@@ -72,13 +72,6 @@ def main() -> None:
     """hpcgym: simulate HPC batch scheduling and compare policies on identical job sequences."""
 
 
-def _estimate(ctx: click.Context, param: click.Parameter, value: str) -> EstimateSpec:
-    try:
-        return EstimateSpec.parse(value)
-    except HpcgymError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 def _rule_options(f):
     """The simulation rules of the papers' code (docs/semantics.md sections 4, 5), for run and env."""
     f = click.option("--preset", type=click.Choice(list(PRESETS)),
@@ -109,7 +102,7 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
 @click.option("--policy", type=click.Choice(list(POLICIES), case_sensitive=False), default="fcfs", show_default=True,
               help="Priority policy that orders the queue.")
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
-@click.option("--estimate", default="requested", show_default=True, callback=_estimate,
+@click.option("--estimate", default="requested", show_default=True, callback=estimate_spec,
               help="Run-time estimate for reservations: requested, actual, predicted (the --prediction's) or "
                    "noisy:E (e.g. noisy:0.2).")
 @click.option("--prediction", default="none", show_default=True,

@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from ..environment.config import EstimateSpec
+from ..environment.errors import HpcgymError
 from ..environment.spec import MODELS, WORKLOAD_KEYS
 from ..environment.swf import CLEANINGS
 
@@ -101,6 +103,14 @@ def recipe_option(f):
                         help="A paper's episode (`hpcgym recipes`), e.g. rlbf:scw: its simulation rules, window, "
                              "priority policy, reward and workload keys; or those of the run a checkpoint (.pt) or "
                              "eval.json records; the flags given here win.")(f)
+
+
+def estimate_spec(ctx: click.Context, param: click.Parameter, value: str | None) -> EstimateSpec | None:
+    """--estimate read and checked as the option is parsed (a bad one is a usage error)."""
+    try:
+        return None if value is None else EstimateSpec.parse(value)
+    except HpcgymError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def given(ctx: click.Context, **values):

@@ -287,8 +287,8 @@ def test_workload_cache_gives_what_load_workload_gives(tmp_path):
                  {"trace": trace, "train_fraction": 0.5, "part": "train"}, SMALL):
         env = make("select", workload=spec)
         for seed in (3, 4, 3):
-            got = env._load_workload(seed)
-            want = load_workload(env._episode_spec(seed), seed)
+            episode = env._episode(seed).workload.to_dict()   # the spec of episode `seed`, its window drawn by it
+            got, want = env._workloads.load(episode, seed), load_workload(episode, seed)
             for col in ("job_id", "submit", "run", "size", "requested"):
                 assert np.array_equal(getattr(got, col), getattr(want, col)), (spec, seed, col)
 
@@ -299,7 +299,8 @@ def test_make_resolves_a_bare_trace_name_through_hpcgym_traces(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path / "work")
     monkeypatch.setenv("HPCGYM_TRACES", str(tmp_path))
     env = make("select", workload={"trace": "t.swf", "jobs": 30, "sample": True})
-    assert len(env._load_workload(0)) == 30
+    env.reset(seed=0)
+    assert len(env._episodes.episode.sim.workload) == 30
     from hpcgym.environment.errors import WorkloadError
 
     with pytest.raises(WorkloadError, match="HPCGYM_TRACES"):

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 import click
 
 from ...agents.runtime import NETWORK_SOURCES, AgentRef, check_agent_file
-from ...environment.config import OVERRUN_MODES, EstimateSpec
+from ...environment.config import OVERRUN_MODES
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
-from ..usage import (check_part, given, jobs_option, machine_option, model_option, reading_options, recipe_option,
-                     seed_option, trace_option, workload_keys, workload_option)
+from ..usage import (check_part, estimate_spec, given, jobs_option, machine_option, model_option, reading_options,
+                     recipe_option, seed_option, trace_option, workload_keys, workload_option)
 from .executors import EXECUTORS
 from .policy import AgentSpec, PolicySpec, parse_policy
 from .stats import METRICS
@@ -59,7 +59,7 @@ C_AGENT = "examples/c-sjf"
 @machine_option()
 @model_option()
 @recipe_option
-@click.option("--estimate", default=None, help="Run-time estimate for all policies: requested, actual, noisy:E.")
+@click.option("--estimate", callback=estimate_spec, help="Run-time estimate for all policies: requested, actual, noisy:E.")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default=None, help="Overrun rule for all policies.")
 @click.option("--metric", type=click.Choice([k for k, _, _ in METRICS]), default="mean_bsld", show_default=True,
               help="The main metric of the table.")
@@ -113,14 +113,7 @@ def compare(ctx, policies, baseline, samples, recipe, estimate, overrun, metric,
         if metric != "mean_bsld":
             comparison.metric = metric
     else:
-        options = {}
-        if estimate is not None:
-            try:
-                options["estimate"] = str(EstimateSpec.parse(estimate))
-            except HpcgymError as exc:
-                raise click.BadParameter(str(exc), param_hint="--estimate") from None
-        if overrun is not None:
-            options["overrun"] = overrun
+        options = {k: str(v) for k, v in (("estimate", estimate), ("overrun", overrun)) if v is not None}
         if recipe is not None:  # its rules and window for every policy (a policy's own items win), its cleaning
             from ...agents.recipes import recipe_episode
 

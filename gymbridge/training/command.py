@@ -183,12 +183,10 @@ def train(ctx, algorithm, recipe, **flags) -> None:
         if kept:
             click.echo(f"note: --recipe {recipe} remakes the run it records, not with {', '.join(kept)} given here "
                        "(only --seed, --epochs and how it runs may change)", err=True)
-        if latest_checkpoint(out) is not None:
-            raise HpcgymError(f"{out} already holds checkpoints: use --resume to go on, or another --out")
     else:
         settings = train_settings(chosen, flags, given, label)  # checks every option before anything is written
-        if latest_checkpoint(out) is not None:
-            raise HpcgymError(f"{out} already holds checkpoints: use --resume to go on, or another --out")
+    if not flags["resume"] and latest_checkpoint(out) is not None:
+        raise HpcgymError(f"{out} already holds checkpoints: use --resume to go on, or another --out")
     settings.eval_episodes = eval_episodes
     if not flags["resume"] and flags["trace"] is not None and flags["train_fraction"] is None and eval_episodes:
         click.echo("note: without --train-fraction the held-out evaluation draws other windows of the same "
