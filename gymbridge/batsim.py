@@ -15,14 +15,14 @@ from ..environment.spec import load_workload
 from .cli import SUMMARY_LABELS
 from .compare.unit import ipc_folder
 from .scheduler_program import run_scheduler
-from .usage import jobs_option, machine_option, reading_options, trace_option, workload_keys, workload_option
+from .usage import jobs_option, reading_options, trace_option, workload_keys, workload_option
 
 
 def _window_options(f):
     f = workload_option("sample", "Seed of a random window start (with --jobs).")(f)
     f = workload_option("start", "First job of the window (with --jobs).")(f)
     f = jobs_option("Only this many jobs (a window).")(f)
-    f = machine_option()(f)
+    f = workload_option("machine")(f)
     return trace_option(required=True)(reading_options(f))
 
 
@@ -49,11 +49,9 @@ def batsim() -> None:
 def run_command(connect, reveal_run_times, timeout, as_json, out, jobs_out, program, **spec) -> None:
     """Run a Batsim scheduler over a trace window and print hpcgym's metrics:
     hpcgym batsim run --trace lublin_256.swf.gz --jobs 200 -- pybatsim easyBackfill -t 0"""
-    if program and connect:
-        raise click.UsageError("give PROGRAM (after --) or --connect ADDR, not both")
-    if not program and not connect:
-        raise click.UsageError("give the scheduler program after --, e.g. -- pybatsim easyBackfill -t 0, "
-                               "or --connect ADDR")
+    if bool(program) == bool(connect):
+        raise click.UsageError("give the scheduler program after --, e.g. -- pybatsim easyBackfill -t 0, or --connect "
+                               "ADDR (one of the two)")
     workload = on_hosts(load_workload(workload_keys(spec)))
     jobs_out = jobs_out or out / "jobs.csv"
     try:

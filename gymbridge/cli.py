@@ -24,8 +24,8 @@ from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBL
                                  resolve_trace)
 from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
-from .usage import (check_part, estimate_spec, given, jobs_option, machine_option, model_option, procs_option,
-                    reading_options, recipe_option, seed_option, trace_option, workload_keys, workload_option)
+from .usage import (check_part, estimate_spec, given, jobs_option, procs_option, reading_options, recipe_option,
+                    seed_option, trace_option, workload_keys, workload_option)
 
 SUMMARY_LABELS = [("jobs", "jobs", "{:d}"), ("mean_wait", "mean wait (s)", "{:.1f}"),
                   ("max_wait", "max wait (s)", "{:d}"), ("mean_response", "mean response (s)", "{:.1f}"),
@@ -110,8 +110,8 @@ def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict
                    "running[:PRE,RUN,END[,PERIOD]][,share=S] (docs/semantics.md section 12).")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default="run", show_default=True,
               help="A job past its requested time: run to its recorded end, or kill it at its walltime.")
-@machine_option()
-@model_option()
+@workload_option("machine")
+@workload_option("model")
 @_rule_options
 @jobs_option("Simulate only this many jobs (a window).")
 @workload_option("start", "First job of the window (with --jobs).")
@@ -215,7 +215,7 @@ def generate(out, n_jobs, procs, seed, model) -> None:
               help="ZeroMQ address to listen on (tcp://HOST:PORT or ipc://PATH).")
 @trace_option(what="Default trace for episodes: ")
 @procs_option()
-@machine_option()
+@workload_option("machine")
 @click.option("--policy", type=click.Choice(list(POLICIES), case_sensitive=False), default="fcfs", show_default=True)
 @click.option("--backfill", type=click.Choice(BACKFILL_MODES), default="easy", show_default=True)
 @_rule_options

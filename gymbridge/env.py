@@ -34,9 +34,8 @@ class DecisionSnapshot(Decision):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Decision):
             return NotImplemented
-        return (self.kind == other.kind and self.time == other.time and self.step == other.step
-                and self.candidates == other.candidates and self.context == other.context
-                and self.can_wait == other.can_wait)
+        return all(getattr(self, f) == getattr(other, f) for f in ("kind", "time", "step", "candidates", "context",
+                                                                    "can_wait"))
 
     __hash__ = None  # type: ignore[assignment]
 

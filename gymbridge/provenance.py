@@ -56,10 +56,7 @@ def command_line(argv: Sequence[str] | None = None) -> str:
     `python benchmarks/X.py ...` for a script, arguments quoted for a POSIX shell."""
     argv = list(sys.argv if argv is None else argv)
     program = argv[0] if argv else "python"
-    if program.endswith(".py"):
-        head = ["python", shown_path(program)]
-    else:
-        head = [Path(program).name]
+    head = ["python", shown_path(program)] if program.endswith(".py") else [Path(program).name]
     return shlex.join(head + argv[1:])
 
 

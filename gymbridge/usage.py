@@ -1,6 +1,6 @@
-"""What several commands share: options declared once (`--trace`, `--jobs`, `--seed`, `--procs`,
-`--model`, `--machine`; the other workload keys' options made from `environment/spec.py`'s
-declarations), and checks of options that only mean something together."""
+"""What several commands share: options declared once (`--trace`, `--jobs`, `--seed`, `--procs`; the
+other workload keys' options made from `environment/spec.py`'s declarations), and checks of options
+that only mean something together."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ def seed_option(help: str | None = None, default: int | None = 0) -> Decorator:
 _WORKLOAD_OPTION_TYPES: dict[str, Any] = {
     "start": click.IntRange(min=0), "sample": click.IntRange(min=0), "first_jobs": click.IntRange(min=1),
     "train_fraction": click.FloatRange(0, 1, min_open=True, max_open=True), "part": click.Choice(["train", "test"]),
-    "cleaning": click.Choice(CLEANINGS), "sampled_jobset": None}
+    "cleaning": click.Choice(CLEANINGS), "model": click.Choice(MODELS), "machine": click.STRING,
+    "sampled_jobset": None}
 
 
 def workload_option(key: str, help: str | None = None, **kwargs: Any) -> Decorator:
@@ -73,21 +74,6 @@ def reading_options(f):
 def workload_keys(flags: dict[str, Any]) -> dict[str, Any]:
     """A command's workload options as a workload spec (--jobs is the parameter `n_jobs`)."""
     return {("jobs" if k == "n_jobs" else k): v for k, v in flags.items()}
-
-
-def model_option() -> Decorator:
-    """--model: the generated workload without --trace (a Lublin parameter set, or gpu-mixed)."""
-    return click.option("--model", type=click.Choice(MODELS),
-                        help="Generated workload without --trace: a Lublin parameter set (docs/lublin.md), or gpu-mixed "
-                             "(mixed CPU/GPU jobs on its own CPU and 8-GPU nodes, docs/gpu.md).")
-
-
-def machine_option() -> Decorator:
-    """--machine: the workload key `machine` (docs/semantics.md section 13)."""
-    return click.option("--machine", help="Run on nodes: `nodes` (the trace header's nodes, whole-node allocation), "
-                                          "`nodes:shared`, or a machine spec file (.json/.toml: partitions of nodes "
-                                          "with cores, memory, GPUs); `,best_fit` picks the placement "
-                                          "(docs/semantics.md section 13).")
 
 
 def check_part(ctx: click.Context, train_fraction: float | None) -> None:

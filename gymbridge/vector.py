@@ -53,12 +53,9 @@ def make_vector(n: int, kind: str = "select", seed: int = 0, asynchronous: bool 
                 workers: int | None = None, caller_share: bool = True, context: str | None = None,
                 autoreset_mode: AutoresetMode | str | None = None, spin_s: float | None = None,
                 **kwargs: Any) -> gym.vector.VectorEnv:
-    """`n` HpcEnvs of decision kind `kind` as one vector env; `kwargs` go to each `HpcEnv`
-    (workload, options, reward, encoder, remote, others, decision_info, ...). `workers`: how many
-    processes step them (default min(n, usable cores)), this one among them unless
-    `caller_share=False`; `spin_s`: how long a waiting process spins before it sleeps (default
-    0.5 ms where every process has a core, else 0); `asynchronous=False`: Gymnasium's
-    SyncVectorEnv in this process."""
+    """`n` HpcEnvs of decision kind `kind` (`kwargs` as `HpcEnv` takes them) as one vector env, stepped by
+    `workers` processes (this one among them unless `caller_share=False`), or with `asynchronous=False`
+    by Gymnasium's SyncVectorEnv in this process (docs/gymnasium.md, "Several envs at once")."""
     mode = autoreset(autoreset_mode or AutoresetMode.NEXT_STEP)
     fns = env_fns(n, kind, seed, **kwargs)
     if asynchronous:

@@ -16,8 +16,8 @@ from ...agents.runtime import NETWORK_SOURCES, AgentRef, check_agent_file
 from ...environment.config import OVERRUN_MODES
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
-from ..usage import (check_part, estimate_spec, given, jobs_option, machine_option, model_option, reading_options,
-                     recipe_option, seed_option, trace_option, workload_keys, workload_option)
+from ..usage import (check_part, estimate_spec, given, jobs_option, reading_options, recipe_option, seed_option,
+                     trace_option, workload_keys, workload_option)
 from .executors import EXECUTORS
 from .policy import AgentSpec, PolicySpec, parse_policy
 from .stats import METRICS
@@ -51,13 +51,12 @@ C_AGENT = "examples/c-sjf"
 @workload_option("train_fraction", "Split the trace chronologically; draw from one part (--part).")
 @workload_option("part", default="test")
 @seed_option("Sample i uses seed SEED+i (its window and its episode); also seeds the bootstrap.")
-@workload_option("first_jobs",
-              help="Random windows start within the trace's first N jobs (the RL papers' code draws from 10,000).")
+@workload_option("first_jobs", "Random windows start within the trace's first N jobs (the RL papers' code: 10,000).")
 @workload_option("start", help="One fixed window instead of random ones: --jobs M jobs from the Nth (0-based; of --part "
                    "with --train-fraction), e.g. --start 10000 --jobs 2500 for jobs 10,001-12,500.")
 @workload_option("cleaning", default="hpcgym")
-@machine_option()
-@model_option()
+@workload_option("machine")
+@workload_option("model")
 @recipe_option
 @click.option("--estimate", callback=estimate_spec, help="Run-time estimate for all policies: requested, actual, noisy:E.")
 @click.option("--overrun", type=click.Choice(OVERRUN_MODES), default=None, help="Overrun rule for all policies.")
@@ -72,8 +71,7 @@ C_AGENT = "examples/c-sjf"
 @click.option("--inproc", is_flag=True,
               help="Run agents in the worker process instead of as separate processes over the protocol "
                    "(cmd: agents still use the protocol).")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Parallel units (default: the number of CPUs).")
+@click.option("--workers", type=click.IntRange(min=1), help="Parallel units (default: the number of CPUs).")
 @click.option("--executor", type=click.Choice(EXECUTORS), default="local", show_default=True,
               help="local worker processes, or Ray tasks (in the clone: pip install -e '.[ray]').")
 @click.option("--address", help="Ray cluster address (with --executor ray; default: a local Ray instance).")

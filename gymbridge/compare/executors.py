@@ -112,12 +112,9 @@ def run_ray(jobs: list[Job], workers: int, address: str | None, on_done: Done) -
     """Run units as Ray tasks (where `ray_session` says)."""
     with ray_session(workers, address) as ray:
         remote = ray.remote(num_cpus=1, max_retries=0)(run_unit)
-        texts: dict[int, Any] = {}
-        refs = {}
-        for uid, task, key, text in jobs:
-            if key not in texts:
-                texts[key] = ray.put(text)  # each sequence is shipped once, however many policies use it
-            refs[remote.remote(task, texts[key])] = uid
+        # each sequence is shipped once, however many policies use it
+        texts = {key: ray.put(text) for key, text in {key: text for _, _, key, text in jobs}.items()}
+        refs = {remote.remote(task, texts[key]): uid for uid, task, key, _ in jobs}
         pending = list(refs)
         try:
             while pending:

@@ -85,11 +85,9 @@ def sample_seeds(spec: SequenceSpec) -> list[int]:
 def build_sequences(spec: SequenceSpec, folder: Path) -> list[dict[str, Any]]:
     """Cut the sequences, write them to `folder`, and describe each (file, seed, window, sha256)."""
     spec.check()
-    source = load_workload({"trace": spec.trace, "procs": spec.procs, "strict": spec.strict,
-                            "skip_malformed": spec.skip_malformed, "cleaning": spec.cleaning,
-                            "train_fraction": spec.train_fraction,
-                            "part": spec.part if spec.train_fraction is not None else None, "model": spec.model,
-                            "generate_jobs": spec.generate_jobs, "machine": spec.machine}, spec.seed)
+    cut = ("samples", "jobs", "sampled_jobset", "seed", "first_jobs", "start")  # how sequences are cut from it
+    source = load_workload({**{k: v for k, v in spec.to_json().items() if k not in cut},
+                            "part": spec.part if spec.train_fraction is not None else None}, spec.seed)
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     for index, seed in enumerate(sample_seeds(spec)):

@@ -12,8 +12,7 @@ import click
 
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace
-from ..usage import (jobs_option, machine_option, model_option, recipe_option, seed_option, trace_option, workload_keys,
-                     workload_option)
+from ..usage import jobs_option, recipe_option, seed_option, trace_option, workload_keys, workload_option
 from .command import record_settings
 from .plan import unit_id
 from .policy import parse_policy
@@ -30,8 +29,8 @@ from .policy import parse_policy
 @click.option("--samples", type=click.IntRange(min=1), help="Sequences (default 10 with --jobs, else 1).")
 @workload_option("train_fraction", "Split the trace chronologically; draw from one part (--part).")
 @workload_option("part", default="test")
-@machine_option()
-@model_option()
+@workload_option("machine")
+@workload_option("model")
 @seed_option("Sample i uses seed SEED+i.")
 @click.option("--window", type=click.IntRange(min=1),
               help="Window slots of the mask and the features (the policy's window) [default: the recipe's, else 128].")

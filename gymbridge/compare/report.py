@@ -62,14 +62,13 @@ def summary_markdown(title: str, notes: list[str], policies: list[dict[str, Any]
             cells += [f"{fmt(key, row[f'{key}_mean'])} / {fmt(key, row[f'{key}_median'])}", _diff_cell(key, row)]
         rows.append(cells)
     parts = [f"# {title}\n", "\n".join(notes) + "\n", _md_table(header, rows)]
-    parts.append("\n## All metrics: mean / median over samples\n\n")
-    parts.append(_md_table(["policy"] + [LABELS[k] for k, _, _ in METRICS],
-                           [[p["name"]] + [f"{fmt(k, stats[p['name']][f'{k}_mean'])} / "
-                                           f"{fmt(k, stats[p['name']][f'{k}_median'])}" for k, _, _ in METRICS]
-                            for p in policies]))
-    parts.append("\n## All metrics: paired difference to the baseline [bootstrap 95% CI], win rate\n\n")
-    parts.append(_md_table(["policy"] + [LABELS[k] for k, _, _ in METRICS],
-                           [[p["name"]] + [_diff_cell(k, stats[p["name"]]) for k, _, _ in METRICS] for p in policies]))
+    every = ["policy"] + [LABELS[k] for k, _, _ in METRICS]
+    parts += ["\n## All metrics: mean / median over samples\n\n",
+              _md_table(every, [[p["name"]] + [f"{fmt(k, stats[p['name']][f'{k}_mean'])} / "
+                                               f"{fmt(k, stats[p['name']][f'{k}_median'])}" for k, _, _ in METRICS]
+                                for p in policies]),
+              "\n## All metrics: paired difference to the baseline [bootstrap 95% CI], win rate\n\n",
+              _md_table(every, [[p["name"]] + [_diff_cell(k, stats[p["name"]]) for k, _, _ in METRICS] for p in policies])]
     errors = [p for p in policies if p.get("error")]
     if errors:
         parts.append("\n## Errors\n\n")

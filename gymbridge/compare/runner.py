@@ -359,11 +359,6 @@ def versions(executor: str) -> dict[str, Any]:
             out[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             out[package] = None
-    try:
-        import zmq
+    import zmq  # a dependency of hpcgym's
 
-        out["libzmq"] = zmq.zmq_version()
-    except ImportError:
-        pass
-    out["hpcgym_git"] = git_commit()
-    return out
+    return {**out, "libzmq": zmq.zmq_version(), "hpcgym_git": git_commit()}

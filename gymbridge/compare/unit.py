@@ -91,8 +91,7 @@ MAX_KILLS_PER_JOB = 100
 
 
 class _TimedAgent:
-    def __init__(self, agent: Any, label: str, samples: list[float], log: Any = None,
-                 max_kills: int | None = None) -> None:
+    def __init__(self, agent: Any, label: str, samples: list[float], log: Any, max_kills: int) -> None:
         self.agent, self.label, self.samples, self.log = agent, label, samples, log
         self.max_kills, self.kills = max_kills, 0
 
@@ -105,7 +104,7 @@ class _TimedAgent:
         self.samples.append(time.perf_counter() - t0)
         killed = action is not None and (decision.kind == "kill" or (
             decision.kind == "select_kill" and action in decision.candidates[decision.context["queued"]:]))
-        if killed and self.max_kills is not None:
+        if killed:
             self.kills += 1
             if self.kills > self.max_kills:
                 raise UnitFailed(f"agent {self.label} killed {self.kills} times in one episode (over "

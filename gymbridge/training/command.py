@@ -13,8 +13,7 @@ from ...environment.config import BACKFILL_MODES
 from ...environment.decisions import KINDS
 from ...environment.errors import ConfigError, HpcgymError
 from ...environment.rewards import DELAY_SYNTAX, RELATIVE_SYNTAX, REWARDS, SCALE_SYNTAX, SUM_SYNTAX
-from ..usage import (jobs_option, machine_option, model_option, procs_option, seed_option, trace_option,
-                     workload_option)
+from ..usage import jobs_option, procs_option, seed_option, trace_option, workload_option
 from .settings import ALGORITHMS
 
 KIND_CHOICES = (*KINDS, "select+backfill")
@@ -37,8 +36,8 @@ REMAKE_MAY_CHANGE = RESUME_MAY_CHANGE - {"resume"} | {"seed"}
                    "select+backfill: both, as DRAS's two levels (the default of dras-ALGO).")
 @trace_option(what="Job sequences are drawn from this ")
 @procs_option(when_unset="the trace header, or 256")
-@model_option()
-@machine_option()
+@workload_option("model")
+@workload_option("machine")
 @jobs_option("Jobs per episode (a window of the workload).", default=256, show_default=True)
 @workload_option("start", "Train on the one window starting here instead of a random window per episode.")
 @workload_option("sampled_jobset", "Episodes are DRAS-style sampled jobsets, not windows.")

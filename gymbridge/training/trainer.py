@@ -238,14 +238,11 @@ class Trainer:
                  env_fn: Callable[[int], Any] | None = None, progress: bool | None = None,
                  log: Callable[[str], None] | None = None, workers: int = 1, executor: str = "local",
                  address: str | None = None, worker_timeout: float = 600.0, threads: int | None = None) -> None:
-        self.settings = settings
+        self.settings, self.out, self.device, self.progress = settings, Path(out), device, progress
         self.threads = threads   # the learner's torch threads at most (None: torch's setting, untouched)
-        self.out = Path(out)
-        self.device = device
         # rollout workers (gymbridge/training/workers.py): 1 local one is this process's own runner
         self.workers, self.executor, self.address, self.worker_timeout = workers, executor, address, worker_timeout
         self.env_fn = env_fn or (lambda i: make_env(settings))
-        self.progress = progress
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.history: list[dict[str, Any]] = []
         self.starts: list[dict[str, Any]] = []
@@ -259,8 +256,7 @@ class Trainer:
         if s.eval_episodes:  # a held-out evaluation it cannot make fails now, not after the training
             eval_sequences(s.eval_workload or s.workload, s.eval_episodes, s.seed)
         parallel = self.workers > 1 or self.executor != "local"
-        envs = [self.env_fn(i) for i in range(1 if parallel else s.envs)]  # workers: one for the spaces
-        self.envs = envs
+        self.envs = envs = [self.env_fn(i) for i in range(1 if parallel else s.envs)]  # workers: one for the spaces
         ckpt_path = latest_checkpoint(self.out) if resume else None
         if resume and ckpt_path is None:
             raise CheckpointError(f"nothing to resume: no epoch_*.pt checkpoint in {self.out}")
@@ -271,10 +267,8 @@ class Trainer:
                 ckpt.state["extra"]["buffer"] = torch.load(replay, map_location="cpu", weights_only=True)
             if ckpt.algorithm != s.algorithm.lower():
                 raise CheckpointError(f"{ckpt_path} was trained with {ckpt.algorithm}, not {s.algorithm}")
-            self.algo = ckpt.build(self.device)
-            self.epoch = ckpt.epoch
-            self.history = list(ckpt.trainer.get("history", []))
-            self.starts = list(ckpt.trainer.get("provenance", []))
+            self.algo, self.epoch = ckpt.build(self.device), ckpt.epoch
+            self.history, self.starts = list(ckpt.trainer.get("history", [])), list(ckpt.trainer.get("provenance", []))
             next_episode = int(ckpt.trainer.get("next_episode", 0))
             self.log(f"resuming from {ckpt_path} (epoch {ckpt.epoch})")
         else:

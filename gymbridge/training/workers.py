@@ -358,12 +358,9 @@ class ParallelCollector(Runner):
 
     def _hand_over(self, on_episode: Callable[[int, EpisodeRecord], None],
                    on_discard: Callable[[int], None] | None) -> list[Episode]:
-        """The recorded episodes given to `on_episode` one whole episode at a time, on the env
-        slots where `round` would have run them and in the order they would have ended there,
-        without stepping: a slot idle at a round starts the next episode (slots in order, while
-        the epoch wants more), and an episode of n steps started at round r ends at round
-        r + n - 1 (those of one round in slot order). So each slot gets the same episodes, in
-        the same order, as when replayed step by step, and the episodes end in the same order."""
+        """The recorded episodes given to `on_episode` whole, on the slots and in the order `round` would
+        have ended them, without stepping: an idle slot starts the next episode (slots in order), and an
+        episode of n steps started at round r ends at round r + n - 1 (those of one round in slot order)."""
         ended: list[Episode] = []
         idle = list(range(len(self.envs)))
         running: list[tuple[int, int, EpisodeRecord]] = []    # (the round it ends in, slot, episode)
