@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -136,8 +137,11 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
                 raise ConfigError(f"{path} is missing or changed since the comparison started; it cannot be resumed")
         history = saved.get("history", [])
     else:
-        if force:
-            _clear(out)
+        if force:  # the outputs of the comparison there before
+            for name in ("units", "jobs", "sequences", "plots"):
+                shutil.rmtree(out / name, ignore_errors=True)
+            for name in ("run.json", "summary.md", "summary.csv", "latency.md", "latency.csv", "report.html"):
+                (out / name).unlink(missing_ok=True)
         sequences = build_sequences(c.sequences, out / "sequences")
         history = []
     # run.json's command is the one that started the comparison; every start and resume is in history
@@ -303,14 +307,11 @@ def _title(c: Comparison, sequences: list[dict[str, Any]], baseline: str) -> tup
 
 
 def _save_unit(out: Path, uid: str, result: dict[str, Any]) -> None:
-    done = out / "units" / f"{uid}.json"
-    failed = out / "units" / f"{uid}.error.json"
-    done.parent.mkdir(parents=True, exist_ok=True)
+    done, failed = out / "units" / f"{uid}.json", out / "units" / f"{uid}.error.json"  # _write_text makes folders
     if result.get("status") != "ok":
         _write_json(failed, {"unit": uid, **{k: v for k, v in result.items() if k != "jobs"}})
         return
     csv_path = out / "jobs" / f"{uid}.csv"
-    csv_path.parent.mkdir(parents=True, exist_ok=True)
     _write_text(csv_path, jobs_csv(result["jobs"], result["procs"]))
     record = {"unit": uid, **{k: v for k, v in result.items() if k != "jobs"},
               "jobs_csv": str(csv_path.relative_to(out)), "jobs_csv_sha256": sha256_file(csv_path)}
@@ -339,15 +340,6 @@ def _write_text(path: Path, text: str) -> None:
 
 def _write_json(path: Path, data: Any) -> None:
     _write_text(path, json.dumps(data, indent=2) + "\n")
-
-
-def _clear(out: Path) -> None:
-    import shutil
-
-    for name in ("units", "jobs", "sequences", "plots"):
-        shutil.rmtree(out / name, ignore_errors=True)
-    for name in ("run.json", "summary.md", "summary.csv", "latency.md", "latency.csv", "report.html"):
-        (out / name).unlink(missing_ok=True)
 
 
 def versions(executor: str) -> dict[str, Any]:

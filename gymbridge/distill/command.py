@@ -205,8 +205,8 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
     finally:
         bar.close()
     files = _write_trees(trees, out)
-    teacher_row = {"mean_wait": taught_test.summary["mean_wait"], "mean_slowdown": taught_test.summary["mean_slowdown"],
-                   "mean_bsld": taught_test.summary["mean_bsld"],
+    shown = ("mean_wait", "mean_slowdown", "mean_bsld")
+    teacher_row = {**{k: taught_test.summary[k] for k in shown},
                    "us_per_decision": 1e6 * taught_test.teacher_seconds / max(taught_test.decisions, 1)}
     with open(out / "iterations.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -215,7 +215,7 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
     (out / "distill.json").write_text(json.dumps(
         {"teacher": teacher, "kinds": list(kinds), "mode": mode, "critical": critical, "iterations": rows,
          "teacher_test": teacher_row, "base_policy": priority,
-         "base_test": {k: baseline[k] for k in ("mean_wait", "mean_slowdown", "mean_bsld")},
+         "base_test": {k: baseline[k] for k in shown},
          "seconds": {"setup": setup_s, "total": time.perf_counter() - t0}, "trees": files,
          "provenance": provenance({"trace": str(trace), "first": first, "train_jobs": train_jobs, "test_jobs": test_jobs,
                                    "kinds": list(kinds), "encoder": encoder, "window": window, "options": options,
