@@ -1,17 +1,8 @@
-"""The event-driven simulation: run until a decision, then apply it.
+"""The event-driven simulation: run until a decision, then apply it (docs/semantics.md gives the rules).
 
-The cluster is a count of processors or, when the workload carries a machine, nodes
-(environment/machine.py: the counter then counts free cores, and the nodes decide what fits). Events are job submits (read in order from the workload),
-job finishes (a heap), one optional wake-up (set when an inspector rejects a pick) and, with a
-running predictor, prediction revisions of running jobs (a heap). All events of one instant are
-applied first, finishes before submits before revisions; then one scheduling pass runs
-(select -> inspect -> start or reserve -> backfill), then the kill decision; a kill frees
-processors, so one more pass follows it.
-
-Each decision kind is either *external* (handed to the caller as a `Decision`) or decided by its
-built-in default: the priority policy's best job for select, accept for inspect, EASY or
-conservative for backfill, no kill. The episode is one generator, so an external decision simply
-suspends the loop where it stands; the built-in path never builds an observation.
+All events of one instant (finishes, then submits, then prediction revisions) come before one scheduling pass
+(select -> inspect -> start or reserve -> backfill), then the kill decision. The episode is one generator, so an
+external decision suspends the loop where it stands; the built-in defaults never build an observation.
 """
 
 from __future__ import annotations
@@ -48,8 +39,7 @@ READY, RESERVED, BACKFILLED = 0, 1, 2
 
 
 def _gather(index: list[int]) -> Callable[[list], list]:
-    """Picks the entries at `index` from per-job lists, at C speed (observations read a dozen
-    columns over the same jobs)."""
+    """Picks the entries at `index` from per-job lists, at C speed (observations read a dozen columns)."""
     if len(index) > 1:
         get = itemgetter(*index)
         return lambda column: list(get(column))
@@ -62,9 +52,8 @@ class Simulation:
     def __init__(self, workload: Workload, config: SimConfig | None = None, *,
                  policy: str | PriorityPolicy = "fcfs", external: Iterable[str] = (),
                  observed: Mapping[str, Collection[str]] | None = None) -> None:
-        """observed: the only queue and running columns observations need (`id` always comes),
-        e.g. {"queue": ("size", "wait")}: an in-process agent that reads a few columns should not
-        pay for gathering all of them at every decision; None: every column (PROTOCOL.md)."""
+        """observed: the only queue and running columns observations need (`id` always comes; None: all), so an
+        agent that reads a few columns does not pay for gathering all of them at every decision."""
         config = config or SimConfig()
         self._observed = None if observed is None else {table: {"id", *observed.get(table, ())}
                                                         for table in ("queue", "running")}
@@ -197,14 +186,10 @@ class Simulation:
         """Start the episode; return the first external decision, or None if it ran to the end."""
         n = len(self._size)  # the episode's jobs, then any pre-filled ones
         self._state = [PENDING] * n
-        self._start = [-1] * n
-        self._end = [-1] * n
-        self._kills = [0] * n
-        self._rejections = [0] * n
-        self._lost = [0] * n
+        self._start, self._end = [-1] * n, [-1] * n
+        self._kills, self._rejections, self._lost = [0] * n, [0] * n, [0] * n
         # predictions: the pre-run one (made again at a kill) and the current one
-        self._pred0 = list(self._prerun)
-        self._pred = list(self._prerun)
+        self._pred0, self._pred = list(self._prerun), list(self._prerun)
         self._history = UserHistory() if self.config.prediction.kind == "user_history" else None
         self._revisions: list[tuple[int, int, int]] = []  # heap of (time, index, start) of running jobs
         if self._predicted:
@@ -247,8 +232,7 @@ class Simulation:
         return self._advance(None)
 
     def _start_prefill(self) -> None:
-        """Put the pre-filled jobs on the cluster: each started `elapsed` seconds before the first
-        submit and ends its run later (not a start of the episode: no start log entry)."""
+        """Put the pre-filled jobs on the cluster, each started `elapsed` s before the first submit (no start log)."""
         first = len(self.workload)
         for k, (size, run, elapsed) in enumerate(self._prefill.tolist()):
             i = first + k
@@ -260,21 +244,15 @@ class Simulation:
             heapq.heappush(self._finishes, (start + run, i))
 
     def step(self, action: Action) -> Decision | None:
-        """Apply `action` to the pending decision; return the next one, or None at the end.
-
-        An invalid action raises InvalidAction and changes nothing: the decision stays pending.
-        """
+        """Apply `action` to the pending decision; the next one, or None at the end. An invalid action changes
+        nothing (InvalidAction): the decision stays pending."""
         if self._pending is None:
             raise InvalidAction("no decision is pending: call reset() first" if not self.done
                                 else "the episode has ended: call reset() to start another")
         return self._advance(self._pending.parse(action))
 
     def decide_internally(self, kinds) -> None:
-        """From now on the built-in defaults decide `kinds` (e.g. their agent is gone).
-
-        Pending decisions of such kinds (the current one, and any a pass already under way still
-        asks) are answered with their defaults at once.
-        """
+        """From now on the built-in defaults decide `kinds` (e.g. their agent is gone), pending ones at once."""
         self.external = self.external - check_kinds(kinds)
         while self._pending is not None and self._pending.kind not in self.external:
             self.step(self._pending.default())
@@ -327,9 +305,7 @@ class Simulation:
         return len(self.reservation_breaks)
 
     def schedule_so_far(self) -> dict[str, list[int]]:
-        """The episode's jobs as they stand now, for a picture mid-episode (`HpcEnv.render`):
-        start, end, size and start_kind per job; start -1 for a job that is not running or done
-        (a running job's end is when its run will end, which no agent is told)."""
+        """Start (-1 unless running or done), end, size and start_kind per job now, for `HpcEnv.render`."""
         n, state = len(self.workload), self._state
         return {"start": [s if state[i] in (RUNNING, DONE) else -1 for i, s in enumerate(self._start[:n])],
                 "end": list(self._end[:n]), "size": list(self._size[:n]), "start_kind": list(self._start_kind[:n])}
@@ -387,9 +363,8 @@ class Simulation:
                     yield from self._schedule(t)
 
     def _one_event(self, t: int) -> bool:
-        """Apply one event at `t` (`one_event`): an arrival first, else one finish (among equal
-        ends the lowest index, or under release_order `start` the first started); False if it was
-        only the finish of a killed run."""
+        """Apply one event at `t` (`one_event`): an arrival first, else one finish (by `release_order`); False
+        if it was only the finish of a killed run."""
         if self._next_submit < len(self._submit) and self._submit[self._next_submit] == t:
             self._enqueue(self._next_submit)
             self._next_submit += 1
@@ -406,8 +381,7 @@ class Simulation:
         return False
 
     def _release_first_started(self, t: int) -> bool:
-        """Complete, of the jobs ending at `t`, the one whose current run started first (the start
-        log's order); the others stay due. False if none is a live run (only killed ones)."""
+        """Complete the job ending at `t` whose run started first (the others stay due); False if none is live."""
         finishes, state, end = self._finishes, self._state, self._end
         due = []
         while finishes and finishes[0][0] == t:
@@ -424,8 +398,7 @@ class Simulation:
         return True
 
     def _start_position(self, i: int) -> int:
-        """Where running job i's current start is in the start log (starts are logged in time
-        order, so it is found by bisection on its start time, then among that second's starts)."""
+        """Where running job i's current start is in the (time-ordered) start log."""
         log, start = self._start_log, self._start[i]
         k = bisect_left(range(len(log) // 3), start, key=lambda k: log[3 * k + 1])
         position = -1
@@ -436,8 +409,8 @@ class Simulation:
         return position
 
     def _schedule_builtin(self, now: int) -> None:
-        """`_schedule` when every decision of the pass is built in (EASY or none, no committed
-        pick): a plain call, not a generator, as most replays and baselines run."""
+        """`_schedule` when every decision of the pass is built in: a plain call, not a generator, as most
+        replays and baselines run."""
         queue, size, held, nodes = self._queue, self._size, self._held, self._nodes
         if self.policy.dynamic and len(queue) > 1:
             self._resort(now)
@@ -570,8 +543,7 @@ class Simulation:
             heapq.heappush(self._revisions, (now + self._model.spec.period, i, now))
 
     def _revise(self, now: int) -> bool:
-        """Revise the predictions of the running jobs due at `now`; True if one changed (then a
-        scheduling pass follows: with estimate `predicted` reservations move)."""
+        """Revise the predictions of the running jobs due at `now`; True if one changed (reservations may move)."""
         revisions, model, period = self._revisions, self._model, self._model.spec.period
         changed = False
         while revisions and revisions[0][0] == now:
@@ -617,8 +589,7 @@ class Simulation:
                 self._progress(self._completed)
 
     def _kill(self, i: int) -> None:
-        """Kill a running job and put it back in the queue; its work so far is lost. Its current
-        prediction becomes its pre-run one (and, with estimate `predicted`, its estimate)."""
+        """Kill a running job and requeue it, its work lost; its current prediction becomes its pre-run one."""
         self._release(i)
         self._pred0[i] = self._pred[i]
         if self._predicted:
@@ -630,8 +601,7 @@ class Simulation:
         self._enqueue(i)
 
     def _decayed(self, key: int | None, now: int) -> float:
-        """The decayed usage (processor-seconds) of one user (None: all users) at `now`: usage
-        halves every USAGE_HALF_LIFE, and busy processors add to it as they run."""
+        """The usage (processor-seconds, halved every USAGE_HALF_LIFE) of one user (None: all) at `now`."""
         entry = self._usage.get(key)
         if entry is None:
             return 0.0
@@ -660,10 +630,7 @@ class Simulation:
 
     # ----------------------------------------------------------------- backfilling
     def _shadow(self, head: int, now: int) -> tuple[int, int]:
-        """When the head job can start by estimate, and the processors left over then.
-
-        Running jobs past their estimated end are expected to end now.
-        """
+        """When the head job can start by estimate (overdue jobs end now), and the processors left over then."""
         need = self._size[head]
         avail = self.free
         size = self._size
@@ -681,8 +648,7 @@ class Simulation:
         return shadow, avail - need
 
     def _shadow_for(self, head: int, now: int) -> tuple[int, int]:
-        """The reserved job's shadow time and extra processors for this pass: computed afresh, or
-        under `keep_shadow` the ones computed when the committed pick first blocked."""
+        """The reserved job's shadow time and extra processors: afresh, or under `keep_shadow` as first computed."""
         if not self.config.keep_shadow:
             return self._shadow(head, now)
         if self._kept_shadow is None:
@@ -690,8 +656,7 @@ class Simulation:
         return self._kept_shadow
 
     def _scan_order(self, jobs: list[int] | None = None) -> list[int]:
-        """The waiting jobs (or `jobs`, in queue order) in the order backfilling considers them
-        (`backfill_order`; ties keep queue order)."""
+        """The waiting jobs (or `jobs`) in `backfill_order` (ties keep queue order)."""
         jobs = self._queue if jobs is None else jobs
         order = self.config.backfill_order
         if order == "queue":
@@ -699,14 +664,8 @@ class Simulation:
         return sorted(jobs, key=(self._submit if order == "submit" else self._req).__getitem__)
 
     def _backfill_easy(self, head: int, now: int, shadow: int, extra: int) -> int:
-        """EASY: start, in scan order, every job that fits now and ends by the shadow time (before
-        it, under `strict_shadow`) or, under `easy_extra`, uses only processors the head's
-        reservation does not need. Returns the extra processors left.
-
-        Textbook EASY scans the front of the queue job by job: a pass mostly ends there, every
-        processor taken. Beyond it, in a long queue, each next job that fits is found in one
-        vectorised search, so the jobs that do not fit cost no Python step.
-        """
+        """EASY: start every job that fits now and ends by the shadow time or uses only the extra processors;
+        returns the extra left. Past LONG_QUEUE, each next fit is found by one vectorised search."""
         if self._easy_variant:
             return self._backfill_variant(head, now, shadow, extra)
         free = self.free
@@ -744,8 +703,7 @@ class Simulation:
         return extra
 
     def _backfill_variant(self, head: int, now: int, shadow: int, extra: int) -> int:
-        """`_backfill_easy` under the EASY variants (another scan order, a strict shadow time, no
-        extra-processor rule, a relaxed bound, a skip after each backfill), job by job."""
+        """`_backfill_easy` under the EASY variants (config.py's switches), job by job."""
         free = self.free
         size, est = self._size, self._est
         strict, use_extra = self.config.strict_shadow, self.config.easy_extra
@@ -816,8 +774,7 @@ class Simulation:
             started += 1
 
     def _relaxed(self, head: int, shadow: int) -> float:
-        """The latest end a backfilled job may have under `backfill_relax` R: the shadow time plus
-        R times the reserved job's expected wait (shadow - its submit), as RL backfilling's code."""
+        """The latest end under `backfill_relax` R: the shadow plus R times the reserved job's wait (RL backfilling)."""
         relax = self.config.backfill_relax
         return shadow + relax * (shadow - self._submit[head]) if relax else shadow
 
@@ -828,15 +785,13 @@ class Simulation:
         return first + k if fits[k] else -1
 
     def _fits(self, first: int, free: int, window: int, extra: int) -> np.ndarray:
-        """Which queued jobs from position `first` on fit `free` processors and end within
-        `window` or fit the `extra` ones, all at once."""
+        """Which queued jobs from `first` on fit `free` and end within `window` or fit `extra`, at once."""
         sizes = np.frombuffer(self._queue_size, dtype=np.int64)[first:]
         ests = np.frombuffer(self._queue_est, dtype=np.int64)[first:]
         return (sizes <= free) & ((ests <= window) | (sizes <= extra))
 
     def _backfill_candidates(self, head: int, now: int, bound: float, extra: int) -> list[int]:
-        """An agent's candidates: jobs of the queue window (those it sees), in scan order; guarded
-        ones end by `bound` (the shadow time, or its relaxed bound) or fit the extra processors."""
+        """An agent's candidates in the queue window, in scan order; guarded ones end by `bound` or fit `extra`."""
         free, size, est = self.free, self._size, self._est
         jobs = self._scan_order(self._queue[:self.config.window])
         if self.config.backfill_candidates == "unguarded":
@@ -922,8 +877,8 @@ class Simulation:
         return Decision(self, kind, self.now, self._steps, candidates, context, can_wait)
 
     def observe(self, decision: Decision, observed: Mapping[str, Collection[str]] | None = None) -> dict[str, Any]:
-        """The raw state an external agent sees: queue window, running jobs, cluster; of the job
-        tables only the columns `observed` (else the constructor's `observed`) names, if any."""
+        """The raw state an external agent sees; of the job tables only the columns `observed` (else the
+        constructor's) names."""
         keep = self._observed if observed is None else observed
         now = self.now
         queued, run = _gather(self._queue[:self.config.window]), _gather([i for _, i in self._running])
@@ -963,20 +918,17 @@ class Simulation:
     # ----------------------------------------------------------------- job starts (per-decision rewards)
     @property
     def started_count(self) -> int:
-        """How many job starts this episode has had so far (a restart after a kill counts again).
-        Keep it as a mark for `started_since`."""
+        """Job starts so far (a restart counts again): a mark for `started_since`."""
         return len(self._start_log) // 3
 
     def started_since(self, mark: int) -> list[tuple[int, int, int, int, int]]:
-        """The starts after the first `mark` ones, in start order, as (job index, start time,
-        wait (start - submit), size, processors busy right after this start)."""
+        """The starts after the first `mark`, as (job index, start time, wait, size, processors busy after it)."""
         submit, size, log = self._submit, self._size, self._start_log
         return [(log[k], log[k + 1], log[k + 1] - submit[log[k]], size[log[k]], log[k + 2])
                 for k in range(3 * mark, len(log), 3)]
 
     def queue_waits(self, at: int) -> list[int]:
-        """The waits at time `at` (at - submit) of the jobs queued now that were submitted by
-        `at`, in queue order. O(queue length)."""
+        """The waits at `at` of the jobs queued now that were submitted by `at`, in queue order."""
         submit = self._submit
         return [at - submit[i] for i in self._queue if submit[i] <= at]
 
@@ -991,9 +943,7 @@ class Simulation:
         return self._next_submit
 
     def job_times(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-        """Per job index: submit, start (-1 while queued), end (-1 while queued; the planned end
-        while running), run time, estimate, prediction (current while running, else pre-run) and
-        whether it is done, as int64/bool arrays (per-decision rewards over the jobs in the system)."""
+        """Per job index: submit, start, end (-1 while queued), run, estimate, prediction and done, as arrays."""
         cols = {name: np.array([col[i] for i in indices], np.int64) for name, col in
                 (("submit", self._submit), ("start", self._start), ("end", self._end), ("run", self._run),
                  ("estimate", self._est), ("prediction", self._pred))}
