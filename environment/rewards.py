@@ -16,13 +16,14 @@ from .priorities import get_policy
 
 
 class Reward:
-    """Per-episode reward state; the default earns nothing."""
+    """Per-episode reward state; the default earns nothing. At the end a dense reward pays what its step since
+    the last decision earned."""
 
     def step(self, sim: Any) -> float:
         return 0.0
 
     def end(self, sim: Any, summary: dict[str, Any]) -> float:
-        return 0.0
+        return self.step(sim)
 
 
 class EndReward(Reward):
@@ -46,13 +47,9 @@ class QueueWait(Reward):
         waited, self.seen = area - self.seen, area
         return -waited / 3600.0
 
-    def end(self, sim: Any, summary: dict[str, Any]) -> float:
-        return self.step(sim)
-
 
 class DRASReward(Reward):
-    """DRAS's per-decision rewards over the jobs started since the previous decision
-    (docs/semantics.md section 14)."""
+    """DRAS's per-decision rewards over the jobs started since the previous decision (docs/semantics.md 14)."""
 
     def __init__(self) -> None:
         self.mark = 0
@@ -67,9 +64,6 @@ class DRASReward(Reward):
             return 0.0
         at = starts[-1][1]
         return self.score(sim, starts, getattr(sim, self.queue_times)(at))
-
-    def end(self, sim: Any, summary: dict[str, Any]) -> float:
-        return self.step(sim)
 
     def score(self, sim: Any, starts: list[tuple[int, int, int, int, int]], waiting: list[int]) -> float:
         raise NotImplementedError
@@ -139,9 +133,6 @@ class SystemSlowdown(Reward):
         waited = _waited_area(hi, t["submit"], start) - _waited_area(lo, t["submit"], start)
         return -float(np.sum((hi - lo) + waited / ideal)) / 3600.0
 
-    def end(self, sim: Any, summary: dict[str, Any]) -> float:
-        return self.step(sim)
-
 
 def _waited_area(x: np.ndarray, submit: np.ndarray, start: np.ndarray) -> np.ndarray:
     """The integral from submit to x of a job's wait so far (min(tau, start) - submit)."""
@@ -150,19 +141,13 @@ def _waited_area(x: np.ndarray, submit: np.ndarray, start: np.ndarray) -> np.nda
 
 
 #: Relative rewards' metrics: name -> (summary key, scale, True if lower is better).
-RELATIVE_METRICS: dict[str, tuple[str, float, bool]] = {
-    "bsld": ("mean_bsld", 1.0, True),
-    "wait": ("mean_wait", 1 / 3600.0, True),   # hours, as the `wait` reward
-    "mbsld": ("max_bsld", 1.0, True),
-    "util": ("utilization", 1.0, False),
-}
+RELATIVE_METRICS: dict[str, tuple[str, float, bool]] = {  # wait in hours, as the `wait` reward
+    "bsld": ("mean_bsld", 1.0, True), "wait": ("mean_wait", 1 / 3600.0, True), "mbsld": ("max_bsld", 1.0, True),
+    "util": ("utilization", 1.0, False)}
 #: Relative rewards' forms, d = base - x (x - base for utilization): name -> description.
 RELATIVE_FORMS: dict[str, str] = {
-    "pct": "d / base (SchedInspector's text)",
-    "pct_max": "d / max(base, x, 1) (SchedInspector's code)",
-    "diff": "d (the 'native' reward)",
-    "winloss": "the sign of d: 1, 0 or -1",
-}
+    "pct": "d / base (SchedInspector's text)", "pct_max": "d / max(base, x, 1) (SchedInspector's code)",
+    "diff": "d (the 'native' reward)", "winloss": "the sign of d: 1, 0 or -1"}
 RELATIVE_SYNTAX = "relative:METRIC[:FORM[:POLICY[:SCAN]]]"
 
 
@@ -226,9 +211,6 @@ class DelayPenalty(Reward):
     def step(self, sim: Any) -> float:
         delay, self.seen = sim.reservation_delay_s - self.seen, sim.reservation_delay_s
         return -self.per_second * delay
-
-    def end(self, sim: Any, summary: dict[str, Any]) -> float:
-        return self.step(sim)
 
 
 class SumReward(Reward):
@@ -314,10 +296,6 @@ def scale_spec(name: str) -> RewardSpec:
     return RewardSpec(name, f"{k:g} times {part.description}", lambda: ScaledReward(k, part.make()), part.requires)
 
 
-def _no_requirement(config: Any) -> str | None:
-    return None
-
-
 @dataclass(frozen=True)
 class RewardSpec:
     """A named reward; `requires(config)` says what is wrong with a simulation's options for it."""
@@ -325,7 +303,7 @@ class RewardSpec:
     name: str
     description: str
     make: Callable[[], Reward]
-    requires: Callable[[Any], str | None] = _no_requirement
+    requires: Callable[[Any], str | None] = lambda config: None
 
     def check(self, config: Any) -> None:
         problem = self.requires(config)
@@ -409,14 +387,14 @@ def get_reward(name: str) -> RewardSpec:
                           "'+'") from None
 
 
-#: What the `welcome` and `--help` list beside `REWARDS`: the relative family's syntax.
-RELATIVE_DESCRIPTION = (f"at the end, the improvement over a base policy alone on the same jobs; METRIC one of "
-                        f"{', '.join(RELATIVE_METRICS)}; FORM one of {', '.join(RELATIVE_FORMS)} (default pct); "
-                        f"POLICY a priority policy (default: the episode's); SCAN the base run's backfill scan "
-                        f"order, one of {', '.join(BACKFILL_ORDERS)} (default: the episode's)")
-#: The same for the delay penalty, and for sums.
-DELAY_DESCRIPTION = (f"at every decision, minus C (default {DEFAULT_DELAY_PENALTY:.6g}: 1 per hour) per second the "
-                     "reserved job's start was delayed by unguarded backfills; needs backfill_candidates: unguarded")
 SUM_SYNTAX = "REWARD+REWARD[+...]"
-SUM_DESCRIPTION = "the rewards named added together, e.g. relative:bsld+delay_penalty:0.001"
-SCALE_DESCRIPTION = "the reward named times the number K, e.g. 0.001*system_slowdown_prediction"
+#: What the `welcome` lists beside `REWARDS`: each family's syntax and description.
+FAMILIES = {
+    RELATIVE_SYNTAX: f"at the end, the improvement over a base policy alone on the same jobs; METRIC one of "
+                     f"{', '.join(RELATIVE_METRICS)}; FORM one of {', '.join(RELATIVE_FORMS)} (default pct); POLICY a "
+                     f"priority policy (default: the episode's); SCAN the base run's backfill scan order, one of "
+                     f"{', '.join(BACKFILL_ORDERS)} (default: the episode's)",
+    DELAY_SYNTAX: f"at every decision, minus C (default {DEFAULT_DELAY_PENALTY:.6g}: 1 per hour) per second the "
+                  "reserved job's start was delayed by unguarded backfills; needs backfill_candidates: unguarded",
+    SUM_SYNTAX: "the rewards named added together, e.g. relative:bsld+delay_penalty:0.001",
+    SCALE_SYNTAX: "the reward named times the number K, e.g. 0.001*system_slowdown_prediction"}

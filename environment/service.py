@@ -1,8 +1,6 @@
-"""The env side of the protocol as a plain request handler, no sockets: the socket server, the
-in-process transport and the tests all call `handle` (one request in, its replies out) and
-`tick` (heartbeats, timeouts), so an episode gives the same schedule over any transport. Every
-request is answered within one heartbeat (`pending` if nothing else). Under the socket server
-(`run_sessions_concurrently`) a session's requests run one at a time, in order, with the
+"""The env side of the protocol as a plain request handler, no sockets: every transport and the tests call
+`handle` (one request in, its replies out) and `tick` (heartbeats, timeouts), so an episode gives the same
+schedule over any transport. Under the socket server a session's requests run one at a time, in order, with the
 simulation outside the service's lock, so a long reset holds up no other session.
 """
 
@@ -27,8 +25,7 @@ from ..protocol.tables import JOB_TABLES, columns_newer_than, names
 from .decisions import KINDS, SELECT, Decision
 from .episode import Episode
 from .errors import HpcgymError, InvalidAction
-from .rewards import (DELAY_DESCRIPTION, DELAY_SYNTAX, RELATIVE_DESCRIPTION, RELATIVE_SYNTAX, REWARDS,
-                      SCALE_DESCRIPTION, SCALE_SYNTAX, SUM_DESCRIPTION, SUM_SYNTAX)
+from .rewards import FAMILIES, REWARDS
 from .limits import Limits, check_reset_size
 from .spec import EpisodeSpec, WorkloadCache, reset_workload
 from .swf import TooManyJobs
@@ -82,8 +79,7 @@ class Peer:
 
 @dataclass(eq=False)
 class SessionEpisode:
-    """An episode as a session plays it: the episode itself (simulation, rewards per participant,
-    fallback) and what the protocol adds: who owns each kind, decision ids, standing orders."""
+    """An episode as a session plays it: the episode and what the protocol adds (owners, decision ids, orders)."""
 
     number: int
     core: Episode
@@ -116,9 +112,8 @@ class Session:
 
 
 class SessionWorker:
-    """Runs one session's tasks one at a time, in order: in the calling thread when the session
-    is idle, else after the running one, on a thread of the session's (which ends when the
-    queue is empty)."""
+    """Runs one session's tasks one at a time, in order: in the calling thread when the session is idle, else on
+    a thread of the session's (ending with the queue)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -134,8 +129,7 @@ class SessionWorker:
         self._run_then_drain(task, spawn=True)
 
     def _run_then_drain(self, task: Callable[[], None], spawn: bool) -> None:
-        """Run `task`, then what was queued meanwhile: on a new thread if `spawn` (the caller
-        must not stay: it serves other sessions), else in this one."""
+        """Run `task`, then what was queued meanwhile: on a new thread if `spawn` (the caller serves others)."""
         while True:
             try:
                 task()
@@ -175,8 +169,7 @@ class EnvService:
         self.on_agent_lost = on_agent_lost
         self.clock = clock
         self.limits = limits
-        # joining a session that has agents takes its token (`hpcgym env`; open in process)
-        self.private = private
+        self.private = private  # joining a session that has agents takes its token (`hpcgym env`)
         self._next_sweep = 0.0
         self.sessions: dict[str, Session] = {}
         self.peers: dict[bytes, Peer] = {}
@@ -186,12 +179,9 @@ class EnvService:
         self.latency: dict[str, list[float]] | None = {} if record_latency else None
         # With record_latency: per agent, the decisions its standing orders answered (never asked).
         self.answered_by_order: dict[str, int] = {}
-        # Called with each simulation run to its end (compare's units read its broken reservations).
-        self.on_end = on_end
-        # called with each answered decision and its action once taken (agents/records.py)
-        self.on_act = on_act
-        # called with each answered decision and its valid answer; what it returns is applied instead
-        # (`hpcgym distill`: a tree drives while a teacher program answers, unaware)
+        self.on_end = on_end  # called with each simulation run to its end (compare reads broken reservations)
+        self.on_act = on_act  # called with each answered decision and its action once taken (agents/records.py)
+        # called with each decision and its valid answer; what it returns is applied (`hpcgym distill`)
         self.steer = steer
         self._workloads = WorkloadCache()  # a trace is read once, not at every reset
         self._out: list[Reply] = []
@@ -210,17 +200,15 @@ class EnvService:
             "act": self._on_act, "records": self._on_records, "bye": self._on_bye}
 
     def check_defaults(self) -> None:
-        """Check the env's own trace, options and reward as a reset would: a bad one fails at
-        start-up, not at the first reset (which then finds the trace parsed)."""
+        """Check the env's own trace, options and reward as a reset would: a bad one fails at start-up."""
         d = self.defaults
         if d["workload"].get("trace") is not None:
             self._load(self.limits.workload(d["workload"]), d["seed"])
         EpisodeSpec.from_reset(d["workload"], {**d["options"], "policy": d["policy"]}, d["reward"], d["seed"])
 
     def run_sessions_concurrently(self, wake: Callable[[], None]) -> None:
-        """From now on a session's tasks run one at a time per session, in the calling thread when
-        it is idle, else on the session's thread, which calls `wake()` for `tick` to collect its
-        replies; and an sjf_range reset's simulations run in processes of their own (work.py)."""
+        """From now on sessions run concurrently (`SessionWorker`; a session thread calls `wake()` for `tick` to
+        collect its replies), and an sjf_range reset's simulations run in processes of their own (work.py)."""
         self._wake = wake
         self._calls = Calls(max(1, (os.cpu_count() or 2) // 2), "hpcgym-reset-work", nice=RESET_WORK_NICE)
 
@@ -258,8 +246,8 @@ class EnvService:
             return {name for name, session in self.sessions.items() if session.peers}
 
     def disconnected(self, peer_id: bytes) -> None:
-        """The connection of this routing id closed: outside an episode the agent is gone, as after
-        `bye`; in one, a hello with its session's token on a new connection resumes it."""
+        """The connection of this routing id closed: outside an episode the agent is gone; in one, a hello with
+        its session's token resumes it."""
         with self._lock:
             peer = self.peers.get(peer_id)
             if peer is None:
@@ -290,8 +278,7 @@ class EnvService:
             self._process(peer_id, request)
 
     def _process(self, peer_id: bytes, request: Request, seq: int = 0) -> None:
-        """Handle request number `seq` of the peer. A join or poll that was answered while it
-        queued behind its session's work (by a decision or episode end) has nothing left to do."""
+        """Handle request number `seq` of the peer (a join or poll answered while it queued is done)."""
         peer = self.peers.get(peer_id)
         msg, refusal = request
         try:
@@ -318,23 +305,19 @@ class EnvService:
             work[1].cancel(why)
 
     def _in_session(self, session: Session, task: Callable[[], None]) -> None:
-        """Run `task` (under the lock) now, or, with concurrent sessions, as the session's next
-        task once the entry point has released the lock (`_run_deferred`)."""
+        """Run `task` (under the lock) now, or, with concurrent sessions, as the session's next task."""
         if self._wake is None:
             task()
             return
         if session.busy:
-            # Made by the session's running task (a bye leaving the episode to the built-ins): its
-            # worker runs it next, on the session's thread. In `_deferred` it waited for the next
-            # entry point, whose thread ran it before that request's own task: another session's
-            # cheap request was held behind the rest of a long episode (one heartbeat, then `pending`).
+            # made by the session's running task: next on the session's thread (in `_deferred` it held up
+            # another session's request behind the rest of a long episode)
             session.worker.run(lambda: self._run_task(session, task, None))
             return
         self._deferred.append((session, task))
 
     def _run_deferred(self) -> list[Reply]:
-        """Run the session tasks the request or tick made (each in this thread if its session is
-        idle), then return every reply made so far. Called without the lock."""
+        """Run the session tasks the request or tick made, then return every reply so far. Without the lock."""
         if self._wake is not None:
             with self._lock:
                 deferred, self._deferred = self._deferred, []
@@ -355,13 +338,8 @@ class EnvService:
         if woken:  # it ran on the session's thread: the caller has moved on
             self._wake()
 
-    def _unlocked(self) -> _Unlocked:
-        """Simulation work of the calling session's task, with the other sessions free to go on."""
-        return self._unlock
-
     def tick(self) -> list[tuple[bytes, bytes]]:
-        """Heartbeats for requests that have waited a heartbeat interval; agent timeouts; and,
-        with concurrent sessions, the replies their threads made."""
+        """Heartbeats, agent timeouts and the replies session threads made."""
         with self._lock:
             self._tick_locked()
         return [(p, encode(msg)) for p, msg in self._run_deferred()]
@@ -372,8 +350,7 @@ class EnvService:
             held = session.held_reset
             if held is not None and now > held[2]:
                 session.held_reset = None
-                # The holder may be between a `pending` and its next poll: then the refusal waits
-                # for that poll instead of going out as a reply to no request.
+                # the holder may be between a `pending` and its next poll: then the refusal waits for it
                 self._reply_or_keep(held[0], m.error(m.ProtocolError(
                     m.BAD_REQUEST, f"required kinds not taken within {self.start_timeout:g} s: "
                                    f"{', '.join(sorted(self._missing_kinds(session, held[1])))}"), None))
@@ -388,8 +365,7 @@ class EnvService:
                 self._send(peer.id, {"type": "pending", "episode": ep.number if ep else peer.session.episodes})
 
     def _sweep(self, now: float) -> None:
-        """Forget agents silent for the idle timeout outside an episode, then sessions left with
-        nothing in them: an env left running must not keep every name it was ever sent."""
+        """Forget agents idle outside an episode, then empty sessions: an env must not keep every name sent."""
         for peer in list(self.peers.values()):
             ep = peer.session.episode
             if peer.waiting_since is None and now - peer.last_seen > self.limits.idle_timeout \
@@ -417,8 +393,7 @@ class EnvService:
             self._agent_lost(session, owner, f"no answer within {self.decision_timeout:g} s")
 
     def shutdown(self, reason: str = "shutdown") -> list[tuple[bytes, bytes]]:
-        """End every episode with `reason` and answer every waiting request; from now on every
-        request is answered with its agent's episode end, if it has not fetched it, or `shutdown`."""
+        """End every episode and answer every waiting request; later requests get their episode end or `shutdown`."""
         with self._lock:
             self.closing = reason
             if self._calls is not None:
@@ -444,9 +419,7 @@ class EnvService:
         name = msg.get("session", "default")
         self._check_room(name)
         session = self.sessions.get(name) or Session(name)
-        # The name stays its agents' (and their token's) while one of them is known: silent ones
-        # until the idle timeout forgets them, not merely a decision timeout. Once none is left (an
-        # episode they left may still play out on the defaults, unseen), the name is free.
+        # the name (and its token) stays its agents' while one of them is known (until the idle timeout)
         presented = hmac.compare_digest(msg.get("token", "").encode(), session.token.encode())
         if self.private and session.peers and not presented:
             raise m.ProtocolError(m.NOT_ALLOWED, f"session {name!r} belongs to the agents in it: give its token "
@@ -460,8 +433,7 @@ class EnvService:
                 raise m.ProtocolError(m.KIND_TAKEN, f"kind(s) {', '.join(sorted(taken))} already taken by agent "
                                                     f"{other.name!r} in session {session.name!r}")
         if not session.peers:
-            # A session lasts while one of its agents is there: after the last one left, this
-            # hello starts a new one, whose episodes and decision ids count from 1 again.
+            # after the last agent left, this hello starts a new session (episodes and ids count from 1)
             session = self.sessions[name] = Session(name, msg.get("token") or secrets.token_hex(16))
             presented = True
         peer = Peer(peer_id, msg["agent"], frozenset(kinds), session, int(msg["protocol"].split(".")[1]),
@@ -475,8 +447,7 @@ class EnvService:
             self._in_session(session, lambda: self._start_held(session))
 
     def _resume(self, peer: Peer, request: Request) -> None:
-        """A request with the routing id of an agent whose connection closed mid-episode: only a
-        hello with its session's token takes its place (then join or poll fetch its decision)."""
+        """A request from a detached agent's routing id: only a hello with its session's token takes its place."""
         msg, refusal = request
         session = peer.session
         if refusal is None and msg["type"] == "hello" \
@@ -527,8 +498,7 @@ class EnvService:
         peer = self._registered(peer)
         peer.columns = sent_columns(peer.minor, msg.get("columns"))
         session = peer.session
-        # Check `require` now: a non-string entry used to crash tick() (sorting/joining the missing
-        # kinds) when the held reset timed out, and an unknown kind can never be taken.
+        # checked now: tick() sorts the missing kinds of a held reset, and an unknown kind is never taken
         for kind in msg.get("require", []):
             if not isinstance(kind, str):
                 raise m.ProtocolError(m.BAD_FIELD, "reset: field 'require' must hold kind names, "
@@ -566,7 +536,7 @@ class EnvService:
             if isinstance(action, dict):  # a standing order (1.4): its first candidate now, the rest later
                 order = decision.parse_order(action)
                 action = decision.by_order(order)
-            with self._unlocked():
+            with self._unlock:
                 action = self._steered(decision, action)
                 ep.core.act(action)
         except InvalidAction as exc:
@@ -608,8 +578,7 @@ class EnvService:
             self._in_session(session, lambda: session.episode is ep and self._agent_lost(session, peer, "it said bye"))
 
     def _idle(self, peer: Peer) -> bool:
-        """Not in an episode nor waiting, and silent for a decision timeout or refused its reset
-        (an agent that exits on that error without a bye must not block its kinds)."""
+        """Not in an episode nor waiting, and silent for a decision timeout or refused its reset: its kinds are free."""
         ep = peer.session.episode
         in_episode = ep is not None and peer in ep.participants
         return (not in_episode and peer.waiting_since is None
@@ -634,12 +603,11 @@ class EnvService:
         policy = options.get("policy", d["policy"])
         participants = [p for p in session.peers.values() if p.kinds or p is controller]
         owners = {kind: p for p in participants for kind in p.kinds}
-        # Everything but the bookkeeping runs without the lock (paths are resolved on the file system,
-        # windows drawn and simulated), bounded in CPU time and cancelled if the controller leaves.
+        # all but the bookkeeping runs without the lock, bounded in CPU time, cancelled if the controller leaves
         work = Work(self.limits.max_reset_cpu, "reset", "--max-reset-cpu", self._calls)
         session.work = (controller, work)
         try:
-            with self._unlocked(), running(work):
+            with self._unlock, running(work):
                 spec = EpisodeSpec.from_reset(self.limits.workload(reset_workload(d["workload"], msg.get("workload", {}))),
                                               self.limits.options({**options, "policy": policy}),
                                               msg.get("reward", d["reward"]), seed)
@@ -659,16 +627,13 @@ class EnvService:
         session.episodes += 1
         ep = session.episode = SessionEpisode(session.episodes, core, owners, participants, msg.get("records", False),
                                               first_id=session.decisions)
-        # Only the controller's unfetched end is dropped (it started a new episode, so it knows); the
-        # others still get theirs with their next join/poll, before the new episode's decisions
-        # (clearing every participant's lost the end for an agent between `pending` and its poll).
+        # only the controller's unfetched end is dropped (it knows); the others get theirs with their next poll
         controller.undelivered.clear()
         if session.episode is ep:
             self._dispatch(session)
 
     def _load(self, workload: dict[str, Any], seed: int) -> Workload:
-        """A reset's job sequence within the bounds on trace bytes and jobs; a refusal is raised
-        anew once the failed load's frames are gone and its memory handed back."""
+        """A reset's job sequence within the trace bounds; a refusal is raised anew once its memory is handed back."""
         try:
             return self._workloads.load(workload, seed, self.limits.max_trace_bytes, self.limits.max_trace_jobs)
         except TooManyJobs as exc:
@@ -681,12 +646,11 @@ class EnvService:
         raise refusal
 
     def _dispatch(self, session: Session) -> None:
-        """Advance the episode past every decision nobody needs to be asked about; hand the
-        next one to its owner if it is waiting."""
+        """Advance the episode past every decision nobody is asked about; send the next to its owner if waiting."""
         ep = session.episode
         if ep is None:
             return
-        with self._unlocked():
+        with self._unlock:
             decision = self._advance(session, ep)
         if session.episode is not ep:
             return  # ended meanwhile (the env is shutting down)
@@ -700,9 +664,8 @@ class EnvService:
             ep.sent_at = self.clock()
 
     def _advance(self, session: Session, ep: SessionEpisode) -> Decision | None:
-        """Step the episode past the decisions decided without asking (built-in defaults,
-        standing orders); the next one an agent must answer, or None at the end. Touches only
-        the episode (runs unlocked)."""
+        """Step past the decisions taken without asking (defaults, standing orders): the next one an agent must
+        answer, or None at the end. Touches only the episode (runs unlocked)."""
         core = ep.core
         while True:
             decision = core.next_decision()
@@ -719,9 +682,8 @@ class EnvService:
             core.act(job)
 
     def _by_order(self, ep: SessionEpisode, decision: Decision) -> int | None:
-        """The job the owner's standing order picks for `decision` (steered, and recorded as an
-        answer), or None: the owner must be asked (an order it has not ranked a candidate in is
-        dropped)."""
+        """The job the owner's standing order picks (steered, recorded), or None: ask the owner (an order that
+        ranks no candidate is dropped)."""
         owner = ep.owners[decision.kind]
         order = ep.orders.get(owner.id)
         if order is None:
@@ -759,14 +721,13 @@ class EnvService:
         return message
 
     def _end_episode(self, session: Session, reason: str, skip: Peer | None = None, summarize: bool = True) -> None:
-        """Tell every participant (but `skip`, the agent whose reset ended it) how it ended.
-        Without `summarize` (its simulation is mid-computation on another thread) no metrics."""
+        """Tell every participant (but `skip`, whose reset ended it) how it ended; metrics only with `summarize`."""
         ep = session.episode
         session.episode = None
         core = ep.core
         core.stop()  # a simulation mid-computation on another thread stops at its next decision
         session.decisions = ep.first_id + core.decisions
-        with self._unlocked():
+        with self._unlock:
             metrics, final, jobs = {}, 0.0, None
             if summarize and core.sim.done:
                 metrics, final = core.finish()
@@ -807,7 +768,7 @@ class EnvService:
         if session.episode is not None and not any(session.episode.owners[k] in self.peers.values()
                                                    for k in session.episode.owners):
             # nobody is left to ask: let the simulation decide everything itself, at full speed
-            with self._unlocked():
+            with self._unlock:
                 session.episode.core.decide_internally()
             self._dispatch(session)
 
@@ -873,21 +834,15 @@ class EnvService:
 
     def _describe(self) -> dict[str, Any]:
         return {"kinds": list(KINDS), "policies": list(POLICIES),
-                "rewards": {**{name: r.description for name, r in REWARDS.items()},
-                            RELATIVE_SYNTAX: RELATIVE_DESCRIPTION, DELAY_SYNTAX: DELAY_DESCRIPTION,
-                            SUM_SYNTAX: SUM_DESCRIPTION, SCALE_SYNTAX: SCALE_DESCRIPTION},
+                "rewards": {**{name: r.description for name, r in REWARDS.items()}, **FAMILIES},
                 # `policy` inside `options`, as a reset gives it (1.3); at the top level for older readers
                 "defaults": _plain({**self.defaults, "options": {**self.defaults["options"],
                                                                  "policy": self.defaults["policy"]}}),
                 "limits": {"max_message_bytes": MAX_MESSAGE_BYTES, "heartbeat_s": self.heartbeat,
                            "decision_timeout_s": self.decision_timeout,
-                           **{k: v for k, v in (("max_jobs", self.limits.max_jobs),
-                                                ("max_trace_bytes", self.limits.max_trace_bytes),
-                                                ("max_trace_jobs", self.limits.max_trace_jobs),
-                                                ("max_reset_cpu_s", self.limits.max_reset_cpu),
-                                                ("idle_timeout_s", self.limits.idle_timeout),
-                                                ("max_sessions", self.limits.max_sessions),
-                                                ("max_agents", self.limits.max_agents)) if v is not None}},
+                           **{key: value for key in ("max_jobs", "max_trace_bytes", "max_trace_jobs", "max_reset_cpu_s",
+                                                     "idle_timeout_s", "max_sessions", "max_agents")
+                              if (value := getattr(self.limits, key.removesuffix("_s"))) is not None}},
                 "on_agent_lost": self.on_agent_lost, "sessions": "private" if self.private else "open",
                 **({"workers": self.workers} if self.workers > 1 else {})}
 
@@ -906,8 +861,7 @@ class _Unlocked:
 
 
 def parse_request(body: bytes | dict[str, Any]) -> Request:
-    """A request decoded, validated and held to the stateless bounds before the service lock is
-    taken: the one validation, which the front and workers also pass a hello through."""
+    """A request decoded, validated and bounded before the lock is taken (the front checks hellos with it too)."""
     msg: dict[str, Any] = {}
     try:
         msg = m.validate(decode(body) if isinstance(body, (bytes, bytearray)) else body)
@@ -919,8 +873,7 @@ def parse_request(body: bytes | dict[str, Any]) -> Request:
 
 
 def check_hello(msg: dict[str, Any]) -> None:
-    """Refuse a hello (its fields of the right types: `parse_request`) whose version, names or
-    kinds no env takes; after the check of who sent it, which needs the service's state."""
+    """Refuse a hello (typed by `parse_request`) whose version, names or kinds no env takes."""
     if not VERSION.match(msg["protocol"]):
         raise m.ProtocolError(m.BAD_FIELD, f"hello: protocol must be MAJOR.MINOR, e.g. {m.PROTOCOL_VERSION}; "
                                            f"got {m._describe(msg['protocol'])}")
@@ -939,8 +892,7 @@ def check_hello(msg: dict[str, Any]) -> None:
 
 
 def _release_freed_memory() -> None:
-    """Hand the pages of a refused load back to the system: its arrays are freed, but glibc's
-    malloc keeps their pages in its arenas (a refused 24.9 M-job trace left 330 MB resident)."""
+    """Hand a refused load's pages back: glibc keeps freed pages (a refused 24.9 M-job trace left 330 MB)."""
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
@@ -969,8 +921,8 @@ def _plain(value: Any) -> Any:
 
 
 def sent_columns(minor: int, asked: dict[str, list[str]] | None) -> dict[str, frozenset[str]] | None:
-    """The job-table columns an agent is sent: those its reset or join asked for (1.8; `id` always),
-    less those newer than its version (PROTOCOL.md section 6); None: all."""
+    """The job-table columns an agent is sent (None: all): those it asked for (1.8; `id` always), less those
+    newer than its version (PROTOCOL.md section 6)."""
     newer = columns_newer_than(minor)
     if asked is None and not newer:
         return None
