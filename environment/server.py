@@ -1,13 +1,10 @@
-"""The env server process: one ZeroMQ ROUTER socket in front of an `EnvService` (a worker of
-`hpcgym env --workers` serves two, its link to the front and its own address: `Inlet`). Agents
-connect with DEALER (an empty delimiter frame before the body) or REQ; replies go back with the
-same envelope on the socket the request came from.
+"""The env server process: ZeroMQ ROUTER sockets (`Inlet`s) in front of an `EnvService`; agents connect with
+DEALER or REQ, and replies go back with the same envelope on the socket the request came from.
 
-Never blocked, with no thread hand-off per request: the loop thread runs a request itself, and a
-watchdog that sees it inside one request longer than `TAKEOVER_S` becomes the loop thread (one
-thread at a time uses the socket) while the old one finishes its task. SIGINT and SIGTERM end the
-episodes with reason "shutdown" and answer every waiting agent. A loop that raises ends the
-process: alive without a loop it would answer no one, and a front replaces only a dead worker.
+Never blocked, with no thread hand-off per request: the loop thread runs a request itself, and a watchdog that
+sees it inside one request longer than `TAKEOVER_S` becomes the loop thread while the old one finishes. SIGINT
+and SIGTERM end the episodes with reason "shutdown". A loop that raises ends the process (a front replaces only
+a dead worker).
 """
 
 from __future__ import annotations
@@ -49,8 +46,7 @@ def check_address(bind: str) -> None:
 
 
 def check_listening(bind: str, authenticated: bool, allow_remote: bool, insecure: bool) -> None:
-    """Listening for other hosts is an explicit choice, and without CURVE an insecure one: anyone
-    who reaches the port could use the env and its traces."""
+    """Listening for other hosts is an explicit choice, and without CURVE an insecure one."""
     check_address(bind)
     if bind.startswith(LOOPBACK_PREFIXES):
         return
@@ -75,20 +71,17 @@ DEFAULT_MAX_CONNECTIONS = 1000
 RETRY_S = 5.0
 #: Open files the env keeps for itself beyond its connections (traces, pipes, threads' sockets).
 SPARE_FILES = 128
-#: Connections that have sent nothing yet (idle, mid-handshake, or with CURVE unable to: no key)
-#: held at once, and from one host; the oldest beyond either is closed. They count toward no cap
-#: of connections that speak, so they cannot keep those clients out.
+#: Connections that have sent nothing yet held at once, and from one host; the oldest beyond either is closed
+#: (they count toward no cap of connections that speak, so they cannot keep those clients out).
 MAX_SILENT = 256
 MAX_SILENT_PER_PEER = 128
-#: A connection that has not finished ZeroMQ's handshake within this many seconds is closed
-#: (ZeroMQ's default of 30 s let raw TCP connections sit three times as long).
+#: A connection that has not finished ZeroMQ's handshake within this many seconds is closed (default 30 s).
 HANDSHAKE_S = 10.0
 
 
 def raise_open_files() -> tuple[int, int]:
-    """Raise this process's soft limit on open files to its hard limit where it may, and return
-    (before, after): a full file table locks every new client out, as 1,100 idle connections did
-    under the common soft limit of 1,024. `resource.RLIM_INFINITY` stands for no limit."""
+    """Raise the soft limit on open files to the hard one where it may; (before, after): a full file table
+    locks every new client out (1,100 idle connections did under the common 1,024)."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -111,8 +104,7 @@ def _nr_open() -> int:
 
 
 def room_for_connections(wanted: int, open_files: int) -> int:
-    """The connections a process allowed `open_files` (`raise_open_files`) serves at once: `wanted`,
-    or fewer if the files would run out first (each connection, silent or refused, is one file)."""
+    """The connections a process allowed `open_files` serves at once: `wanted`, or fewer if files run out first."""
     import resource
 
     if open_files == resource.RLIM_INFINITY:
@@ -123,9 +115,8 @@ def room_for_connections(wanted: int, open_files: int) -> int:
 def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, allow_remote: bool = False,
           insecure: bool = False, ready: Any = None, max_connections: int = DEFAULT_MAX_CONNECTIONS,
           per_peer: int | None = None, on_bound: Any = None) -> None:
-    """Serve until SIGINT/SIGTERM (or `service.stop` is set). `ready` (an Event) is set once bound,
-    and `on_bound()` called; at most `max_connections` are served at once, `per_peer` of them
-    (default: all) from one host."""
+    """Serve until SIGINT/SIGTERM (or `service.stop`); `ready` (an Event) is set and `on_bound()` called once
+    bound; at most `max_connections` at once, `per_peer` of them from one host."""
     check_listening(bind, curve is not None, allow_remote, insecure)
     with listening(bind, curve) as sock:
         run_loop(service, [Inlet(sock, _Connections(sock, service, max_connections, per_peer))], on_bound=on_bound,
@@ -134,8 +125,7 @@ def serve(service: EnvService, bind: str, *, curve: CurveKeys | None = None, all
 
 @contextmanager
 def listening(bind: str, curve: CurveKeys | None) -> Iterator[zmq.Socket]:
-    """The env's ROUTER socket bound to `bind` (with CURVE if given); closed, with its context,
-    authenticator and ipc file, at the end."""
+    """The env's ROUTER socket bound to `bind` (with CURVE if given), closed with all it holds at the end."""
     ctx = zmq.Context()
     auth = None
     sock = ctx.socket(zmq.ROUTER)
@@ -172,10 +162,8 @@ def listening(bind: str, curve: CurveKeys | None) -> Iterator[zmq.Socket]:
 
 @dataclass
 class Inlet:
-    """A socket the loop reads requests from; their replies go back on it. With several inlets
-    (a worker of `hpcgym env --workers`: its link to the front, and the address agents are
-    redirected to), each has its own `tag`, put before its peers' routing ids in the service, so
-    that ids chosen on one socket never name a peer of another."""
+    """A socket the loop reads requests from; their replies go back on it. With several inlets (a worker's link
+    to the front and its own address) each `tag`s its peers' routing ids, so that they never clash."""
 
     sock: zmq.Socket
     #: The socket's connections (cap, routing-id owners); None for a worker's link to the front.
@@ -189,16 +177,13 @@ class Inlet:
 
 def run_loop(service: EnvService, inlets: list[Inlet], *, on_bound: Any = None, ready: Any = None,
              on_tick: Callable[[], None] | None = None) -> None:
-    """Serve the inlets (see the module docstring) until SIGINT/SIGTERM or `service.stop`; then
-    end the episodes with reason "shutdown". `on_tick` is called with the service's own ticks.
-    Raises HpcgymError, with the traceback, if the loop raised: its process must end, not live
-    on answering no one (a front replaces only a worker that is dead)."""
+    """Serve the inlets until SIGINT/SIGTERM or `service.stop`, then end the episodes; `on_tick` is called with
+    the service's ticks. Raises HpcgymError with the traceback if the loop raised: its process must end."""
     stopping: list[int] = []
     previous = {sig: signal.signal(sig, lambda *_: stopping.append(sig)) for sig in (signal.SIGINT, signal.SIGTERM)} \
         if _main_thread() else {}
-    # A thread computing a long reset keeps the interpreter up to the switch interval each time the
-    # loop wants it back, for every message: at the default 5 ms six such resets cut another
-    # session's throughput 60x; at SWITCH_INTERVAL_S the loop waits a tenth of that.
+    # a thread computing a long reset holds the interpreter a switch interval each time the loop wants it:
+    # at the default 5 ms six such resets cut another session's throughput 60x
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     loop = _Loop(service, inlets, on_tick)
     try:
@@ -223,8 +208,7 @@ SWITCH_INTERVAL_S = 0.0005
 
 
 class _Loop:
-    """The socket loop, run by one thread at a time, and the watchdog that takes it over from a
-    thread caught in a long request (see the module docstring)."""
+    """The socket loop, run by one thread at a time, and the watchdog that takes it over (module docstring)."""
 
     TAKEOVER_S = 0.005
     #: A connection over the cap is answered (its requests refused) this long, then closed.
@@ -299,8 +283,7 @@ class _Loop:
             return
 
     def _run(self) -> None:
-        """The loop, while this thread holds it. If it raises (a bug), it ends for good with the
-        traceback in `failure`, and `run_loop` raises."""
+        """The loop, while this thread holds it; a raise (a bug) ends it for good (`failure`; `run_loop` raises)."""
         try:
             self._hold()
         except Exception:
@@ -347,9 +330,8 @@ class _Loop:
                     return
 
     def _read(self, inlet: Inlet) -> bool:
-        """Serve one request waiting on an inlet; False if the loop was taken over meanwhile. One per
-        pass of the loop: the poll reports the next at once (asking the socket costs as much), and a
-        steady stream on one socket cannot hold off the ticks or the other inlet."""
+        """Serve one request waiting on an inlet (one per pass: a stream on one socket holds off no tick or inlet);
+        False if the loop was taken over meanwhile."""
         sock = inlet.sock
         first = sock.recv(copy=False)
         rest = sock.recv_multipart() if first.more else []
@@ -378,8 +360,7 @@ class _Loop:
                 _send_one(inlet.sock, peer[1:], self.envelopes.get(peer, True), data)
 
     def _serve(self, call) -> bool:
-        """Make the call as the loop's holder and send its replies; False if the loop was taken
-        over meanwhile (the replies then go to the new holder)."""
+        """Make the call as the loop's holder and send its replies; False if the loop was taken over meanwhile."""
         me = threading.current_thread()
         with self.roles:
             self.busy = (me, time.monotonic())
@@ -402,11 +383,9 @@ class _Loop:
 
 
 class _Connections:
-    """The socket's connections, as its monitor reports them and as they speak (the loop's holder
-    only). One counts toward the caps (`cap`, `per_peer` from one host) from its first request:
-    silent ones (idle, mid-handshake, CURVE without a key) are held apart, the oldest beyond
-    MAX_SILENT (MAX_SILENT_PER_PEER a host) closed, so they cannot keep out clients that speak. A
-    routing id belongs to the connection that first used it; the service hears when one closes."""
+    """The socket's connections, as its monitor reports them and as they speak. One counts toward the caps
+    from its first request (silent ones are held apart, MAX_SILENT); a routing id belongs to the connection
+    that first used it, and the service hears when one closes."""
 
     def __init__(self, sock: zmq.Socket, service: Any, cap: int, per_peer: int | None = None) -> None:
         self.service, self.cap, self.per_peer = service, cap, min(per_peer or cap, cap)
@@ -479,8 +458,7 @@ class _Connections:
         self.refusing[fd] = (until, encode(m.error(m.ProtocolError(m.NOT_ALLOWED, why, retry_s=RETRY_S))))
 
     def settle(self) -> None:
-        """Close the oldest silent connections beyond MAX_SILENT, or MAX_SILENT_PER_PEER from one
-        host, once the requests waiting were read (a connection whose first request is in has spoken)."""
+        """Close the oldest silent connections beyond MAX_SILENT (a host's: MAX_SILENT_PER_PEER), requests read."""
         if len(self.silent) <= MAX_SILENT and max(self.silent_from.values(), default=0) <= MAX_SILENT_PER_PEER:
             return
         if self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
@@ -531,8 +509,7 @@ def _uncount(counts: Counter[str | None], host: str | None) -> None:
 
 
 def _peer_host(fd: int) -> str | None:
-    """The IP address of the peer of the TCP connection on `fd`; None for others (ipc). No file is
-    opened for it: near the open-file limit there may be none to spare."""
+    """The IP address of the peer of the TCP connection on `fd` (None: ipc), opening no file."""
     try:
         connection = socket.socket(fileno=fd)
     except OSError:
@@ -547,8 +524,7 @@ def _peer_host(fd: int) -> str | None:
 
 
 def _close_fd(fd: int) -> None:
-    """End the TCP or ipc connection on `fd` (ZeroMQ then closes its end, and reports it). No file
-    is opened for it: near the open-file limit there may be none to spare."""
+    """End the connection on `fd` (ZeroMQ then closes its end), opening no file: there may be none to spare."""
     try:
         connection = socket.socket(fileno=fd)
     except OSError:
@@ -604,6 +580,4 @@ class _AllowList:
 
 
 def _main_thread() -> bool:
-    import threading
-
     return threading.current_thread() is threading.main_thread()

@@ -1,16 +1,10 @@
-"""`hpcgym env --workers N`: the sessions of one env spread over N worker processes.
+"""`hpcgym env --workers N`: the sessions of one env spread over N worker processes (docs/server.md).
 
-The front owns the agents' socket (CURVE keys, connection caps, routing ids: server.py); each
-worker is an `EnvService` on server.py's loop, linked to the front by a DEALER. A session lives
-in one worker (a new name goes to the one with the fewest agents). Forwarding costs each message
-a hop through the front, so a 1.6+ agent's hello is answered `redirect` to the worker's own
-address, which serves only the sessions the front sent there; older agents are forwarded, and
-both kinds may share a session. The front reads only a message's `type` (and a reply's
-`episode`): the protocol, tokens and bounds are the single env's, and every episode the one
-`hpcgym run` simulates. A worker that dies, or is silent for HUNG_AFTER_S, ends only its own
-agents' episodes (each hears why) and is replaced. On SIGINT/SIGTERM the front passes the
-signal on, answers what workers no longer can, kills laggards after KILL_AFTER_S and ends in
-about a second; ipc files killed processes left are removed by the next env at that address.
+The front owns the agents' socket (server.py); each worker is an `EnvService` on server.py's loop, linked to
+the front by a DEALER, and a session lives in one worker. A 1.6+ agent's hello is answered `redirect` to its
+worker's own address (saving each message the hop through the front); older agents are forwarded. The front
+reads only a message's `type` (and a reply's `episode`). A worker that dies or hangs ends only its own agents'
+episodes (each hears why) and is replaced.
 """
 
 from __future__ import annotations
@@ -38,15 +32,14 @@ from .processes import end, spawn
 from .server import CurveKeys, Inlet, _Connections, _send_all, listening, run_loop
 from .service import EnvService, check_hello, parse_request
 
-# Messages between the front and its workers, in the place of a routing id (a client's routing
-# id never starts with a zero byte unless ZeroMQ made it, and then it has 5 bytes).
+# Messages between the front and its workers, in the place of a routing id (a client's never starts with a
+# zero byte unless ZeroMQ made it, and then it has 5 bytes).
 #: Worker to front, first: it is ready for requests.
 READY = b"\x00ready"
 #: Front to worker, after an agent's routing id: that agent's connection closed.
 DISCONNECTED = b"\x00disconnected"
-#: Front to worker, after an agent's routing id, then a session name, a serial and the hello's
-#: token (empty for none): hold this session for a hello with that token and answer the agent
-#: (its hello) with a redirect to your own address.
+#: Front to worker, after an agent's routing id, then a session name, a serial and the hello's token (empty
+#: for none): hold this session for a hello with that token and redirect the agent to your own address.
 CLAIM = b"\x00claim"
 #: Worker to front, then a session name and the serial of its claim: its last agent has gone.
 RELEASED = b"\x00released"
@@ -85,9 +78,8 @@ class _Worker:
 def serve_workers(service_options: dict[str, Any], workers: int, bind: str, *, curve: CurveKeys | None = None,
                   max_connections: int, per_peer: int | None = None, on_bound: Any = None,
                   redirect: bool = True) -> None:
-    """Serve `bind` with `workers` processes, each an `EnvService(**service_options)`, until
-    SIGINT/SIGTERM. `redirect`: 1.6 agents are sent to their worker's own address. The front and
-    each worker's address serve at most `max_connections`, `per_peer` of them from one host."""
+    """Serve `bind` with `workers` processes, each an `EnvService(**service_options)`, until SIGINT/SIGTERM;
+    `redirect`: 1.6 agents are sent to their worker's own address."""
     _remove_stale_ipc(bind)
     with tempfile.TemporaryDirectory(prefix=f"{LINK_FOLDER}{os.getpid()}-") as folder, \
             listening(bind, curve) as public:
@@ -98,8 +90,7 @@ def serve_workers(service_options: dict[str, Any], workers: int, bind: str, *, c
 
 
 def _remove_stale_ipc(bind: str) -> None:
-    """Remove what killed envs left (a killed process cannot): link folders of fronts that are
-    gone, and worker ipc files at this address nothing listens on."""
+    """Remove what killed envs left: link folders of fronts that are gone, ipc files nothing listens on."""
     for folder in Path(tempfile.gettempdir()).glob(f"{LINK_FOLDER}*-*"):
         pid = folder.name[len(LINK_FOLDER):].split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
@@ -135,8 +126,7 @@ def _listened_on(path: Path) -> bool:
 
 
 def _worker_address(bind: str) -> str | None:
-    """Where worker K listens for redirected agents (its `{}` filled in with a name of its own):
-    a free port on the front's host, or beside the front's ipc file; None for inproc://."""
+    """Where a worker listens for redirected agents (`{}`: its name): a free port, or beside the ipc file."""
     if bind.startswith("tcp://"):
         return bind[:bind.rindex(":")] + ":*"
     if bind.startswith("ipc://"):
@@ -205,8 +195,8 @@ class _Front:
             self.workers[k] = self._start(worker.index)
 
     def _end_agents_of(self, worker: _Worker, why: str) -> None:
-        """A worker is gone: its agents get an `episode_end` with `why` (at once if they wait for a
-        reply or were redirected to it, else for their next request), and its sessions are free."""
+        """A worker is gone: its agents get an `episode_end` with `why` (now if they wait, else at their next
+        request), and its sessions are free."""
         for agent in list(worker.agents):
             end = encode({"type": "episode_end", "episode": self.episode.get(agent, 0), "reason": why,
                           "metrics": {}, "reward": 0.0})
@@ -223,9 +213,8 @@ class _Front:
 
     # ---------------------------------------------------------------- routing
     def _frames_for(self, agent: bytes, body: bytes) -> list[bytes] | None:
-        """What to send which worker for a request (its identity first); None while no worker is
-        ready. A hello is routed by the session it names, and a 1.6 agent's hello becomes a claim
-        (the worker redirects it)."""
+        """The frames for a request's worker (its identity first; None while none is ready); a hello goes by its
+        session, a 1.6 agent's as a claim (the worker redirects it)."""
         hello = _hello(body)
         if hello is not None:
             name = hello.get("session", "default")
@@ -259,8 +248,7 @@ class _Front:
         worker.agents.add(agent)
 
     def _leave(self, agent: bytes) -> None:
-        """Forget where an agent was (it said bye, was refused, its connection closed, its worker
-        died, it said hello again)."""
+        """Forget where an agent was (bye, refused, closed, its worker died, a new hello)."""
         worker = self.route.pop(agent, None)
         if worker is not None:
             worker.agents.discard(agent)
@@ -278,8 +266,7 @@ class _Front:
         self.episode.pop(agent, None)
 
     def _released(self, worker: _Worker, name: str, serial: int) -> None:
-        """A worker's claimed session has lost its last agent: unless claimed again since, the
-        name is free, and its redirected agents count no more."""
+        """A claimed session lost its last agent: unless claimed again since, the name and its agents are free."""
         if self.claims.get(name) != serial or self.sessions.get(name) is not worker:
             return
         del self.claims[name]
@@ -356,9 +343,8 @@ class _Front:
             os.close(wake_out)
 
     def _stopped(self, since: float) -> bool:
-        """Stopping since `since`: answer the agents of workers that have ended (`shutdown`), kill
-        workers still alive after KILL_AFTER_S; True once every worker has ended and the front has
-        answered for STOP_WITHIN_S (an agent just answered `pending` polls once more)."""
+        """Stopping since `since`: answer the agents of ended workers, kill laggards after KILL_AFTER_S; True once
+        every worker has ended and the front has answered for STOP_WITHIN_S."""
         now = time.monotonic()
         for worker in self.workers:
             killed = worker.process.is_alive() and now - since >= KILL_AFTER_S
@@ -371,9 +357,8 @@ class _Front:
         return now - since >= STOP_WITHIN_S and all(w.answered_stop for w in self.workers)
 
     def _stop_agents_of(self, worker: _Worker, killed: bool) -> None:
-        """A worker has ended while the env stops: a request it left unanswered gets `shutdown`;
-        if it was killed, its redirected agents get an unasked `episode_end` on their first socket
-        (one that ended by itself told them)."""
+        """A worker ended while stopping: its unanswered requests get `shutdown`; if it was killed, its redirected
+        agents get an `episode_end` (one that ended by itself told them)."""
         for agent in [a for a, w in self.waiting.items() if w is worker]:
             self._reply(agent, SHUTDOWN)
         if killed:
@@ -441,8 +426,7 @@ class _Front:
 
 
 def _hello(body: bytes) -> dict[str, Any] | None:
-    """A hello the service would take, checked by its own validation (a hello whose session was a
-    list killed a worker's loop); None for any other request, which the service answers."""
+    """A hello the service would take, by its own validation; None for any other request (the service answers)."""
     if b"\xa5hello" not in body[:96]:
         return None
     message, refusal = parse_request(body)
@@ -479,8 +463,7 @@ _UINT = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}
 
 
 def _type_and_episode(body: bytes) -> tuple[str | None, int | None]:
-    """A reply's `type` and `episode`, its first two entries as the env writes every reply, read
-    from its bytes without decoding the rest (the front does this for every reply)."""
+    """A reply's `type` and `episode` (its first two entries) from its bytes, not decoding the rest."""
     if len(body) < 8 or not 0x80 <= body[0] <= 0x8f or body[1:6] != _TYPE_FIRST or not 0xa0 <= body[6] <= 0xbf:
         return None, None
     end = 7 + (body[6] & 0x1f)
@@ -495,9 +478,8 @@ def _type_and_episode(body: bytes) -> tuple[str | None, int | None]:
 
 
 def _worker_main(setup: _WorkerSetup, identity: bytes, front_pid: int) -> None:
-    """A worker process: an EnvService behind a DEALER linked to the front, and at an address of
-    its own for redirected agents. It stops once its parent is no longer `front_pid` (the front
-    was killed, so it could not stop its workers; it may die before this process gets going)."""
+    """A worker process: an EnvService behind a DEALER linked to the front, and at its own address for
+    redirected agents; it stops once its parent is no longer `front_pid` (the front was killed)."""
     ctx = zmq.Context()
     link = ctx.socket(zmq.DEALER)
     link.setsockopt(zmq.LINGER, 500)
@@ -523,8 +505,7 @@ def _worker_main(setup: _WorkerSetup, identity: bytes, front_pid: int) -> None:
 
 
 def _say_ready(link: zmq.Socket, frames: list[bytes], front_pid: int) -> bool:
-    """Tell the front this worker is ready; False if the front is gone first (a send to a front
-    that never linked up would wait for ever: a worker started just before its front was killed)."""
+    """Tell the front this worker is ready; False if the front is gone first (a send would wait for ever)."""
     while not link.poll(250, zmq.POLLOUT):
         if os.getppid() != front_pid:
             return False
@@ -533,9 +514,8 @@ def _say_ready(link: zmq.Socket, frames: list[bytes], front_pid: int) -> bool:
 
 
 class _FrontMessages:
-    """A worker's side of the front's messages: closed connections, and the sessions it claimed
-    for redirected agents (the only ones it serves at its own address, until their last agent
-    has gone)."""
+    """A worker's side of the front's messages: closed connections, and the sessions claimed for redirected
+    agents (the only ones it serves at its own address)."""
 
     def __init__(self, service: EnvService, link: zmq.Socket, address: str | None, front_pid: int) -> None:
         self.service, self.link, self.address = service, link, address
@@ -544,8 +524,7 @@ class _FrontMessages:
         self.front_pid = front_pid
 
     def tick(self) -> None:
-        """A worker whose front is gone (killed, so it could not stop its workers) stops too;
-        else it beats and releases the claims it can."""
+        """Stop if the front is gone (killed); else beat and release the claims it can."""
         if os.getppid() != self.front_pid:
             self.service.stop = True
         else:
@@ -571,9 +550,8 @@ class _FrontMessages:
         return None
 
     def admit(self, peer: bytes, rest: list[bytes]) -> bytes | None:
-        """At the worker's own address: a hello only into a session the front sent here, with the
-        redirected hello's token if it gave one (else anyone reaching this address could take the
-        name first); the claim is then held until a tick finds the session without agents."""
+        """At the worker's own address: a hello only into a session the front sent here, with the redirected
+        hello's token if it gave one (else anyone reaching this address could take the name first)."""
         hello = _hello(rest[-1]) if rest else None
         if hello is None:
             return None
