@@ -1,9 +1,6 @@
-"""hpcgym as Batsim 4 for an external scheduler (pybatsim, batsched): Batsim's event loop over an
-hpcgym workload, since those schedulers decide whole host allocations in Batsim's JSON messages
-rather than answer hpcgym's decisions. Hosts are processors (on whole nodes, nodes: `on_hosts`),
-jobs delay profiles killed at their walltime; every decision is checked and a wrong one ends the
-run in one line (`SchedulerFailed`). docs/batsim.md has the mapping, message order and scope.
-`run(exchange)` has no sockets (`exchange`: message -> decoded reply); `SchedulerSocket` is ZeroMQ's.
+"""hpcgym as Batsim 4 for an external scheduler (pybatsim, batsched): Batsim's own event loop, since those
+schedulers decide whole host allocations in Batsim's JSON messages rather than answer hpcgym's decisions. Every
+decision is checked and a wrong one ends the run in one line. docs/batsim.md has the mapping and scope.
 """
 
 from __future__ import annotations
@@ -40,14 +37,10 @@ BATSIM_CONFIG = {"redis-enabled": False, "redis-hostname": "127.0.0.1", "redis-p
                  "dynamic-jobs-acknowledged": False, "profile-reuse-enabled": False,
                  "forward-unknown-events": False}
 #: Scheduler events outside this mapping (docs/batsim.md, "Out of scope"), with the reason.
-OUT_OF_SCOPE = {
-    "REGISTER_JOB": "dynamic job registration",
-    "REGISTER_PROFILE": "dynamic job registration",
-    "SET_RESOURCE_STATE": "energy and resource states",
-    "CHANGE_JOB_STATE": "changing a job's state by hand",
-    "QUERY": "queries (energy, waiting-time estimates)",
-    "TO_JOB_MSG": "messages to jobs (SimGrid profiles other than delay)",
-}
+OUT_OF_SCOPE = {"REGISTER_JOB": "dynamic job registration", "REGISTER_PROFILE": "dynamic job registration",
+                "SET_RESOURCE_STATE": "energy and resource states", "QUERY": "queries (energy, waiting-time estimates)",
+                "CHANGE_JOB_STATE": "changing a job's state by hand",
+                "TO_JOB_MSG": "messages to jobs (SimGrid profiles other than delay)"}
 
 QUEUED, RUNNING, DONE, REJECTED = 1, 2, 3, 4
 # start_kind codes of environment/metrics.START_KINDS
@@ -98,9 +91,8 @@ def delay_profile(run: int) -> tuple[str, dict[str, Any]]:
 
 
 def on_hosts(workload: Workload) -> Workload:
-    """The workload as Batsim sees a machine: identical hosts, a job a number of them. On nodes that
-    holds where one resource decides (environment.machine.one_resource): hosts are the nodes when
-    every job gets whole nodes, else the cores; elsewhere refused in one line."""
+    """The workload as Batsim sees a machine: identical hosts (nodes, or cores), a job a number of them; a
+    machine where more than one resource decides is refused."""
     machine = workload.machine
     if machine is None:
         return workload
@@ -115,9 +107,8 @@ def on_hosts(workload: Workload) -> Workload:
 
 
 def workload_json(workload: Workload, reveal_run_times: bool = True, origin: int = 0) -> dict[str, Any]:
-    """Batsim's workload description (jobs with delay profiles), for `hpcgym batsim export` and,
-    run times hidden, for the scheduler; submit times count from `origin` (export: the window's
-    first submit, as a Batsim run's clock starts at 0 and would otherwise idle until then)."""
+    """Batsim's workload description (jobs with delay profiles); submit times count from `origin` (export: the
+    window's first submit, as a Batsim run's clock starts at 0)."""
     jobs, profiles = [], {}
     for job_id, submit, run, size, requested in zip(workload.job_id.tolist(), workload.submit.tolist(),
                                                      workload.run.tolist(), workload.size.tolist(),
@@ -130,8 +121,7 @@ def workload_json(workload: Workload, reveal_run_times: bool = True, origin: int
 
 
 def platform_xml(procs: int, speed: str = "1Gf") -> str:
-    """A SimGrid platform for real Batsim: a cluster of `procs` identical hosts (host0, host1, ...)
-    and a one-host cluster whose host is Batsim's master (role "master")."""
+    """A SimGrid platform for real Batsim: `procs` identical hosts (host0, ...) and Batsim's master host."""
     return "\n".join([
         "<?xml version='1.0'?>",
         '<!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">',
@@ -155,8 +145,7 @@ def platform_xml(procs: int, speed: str = "1Gf") -> str:
 
 @dataclass(frozen=True, eq=False)
 class BatsimRun:
-    """One Batsim run: hpcgym's records of the jobs that ran (a rejected job has none, as in
-    Batsim's own output) and what the scheduler did besides."""
+    """One Batsim run: hpcgym's records of the jobs that ran (none of a rejected one) and what else happened."""
 
     result: RunResult
     rejected: list[int] = field(default_factory=list)
@@ -177,38 +166,29 @@ class BatsimReplay:
         self.workload = workload = on_hosts(workload)
         self.reveal_run_times = reveal_run_times
         self.procs = workload.procs
-        self._ids = workload.job_id.tolist()
+        self._ids, self._submit, self._size = workload.job_id.tolist(), workload.submit.tolist(), workload.size.tolist()
         self._index = {name: i for i, name in enumerate(job_name(j) for j in self._ids)}
-        self._submit = workload.submit.tolist()
-        self._size = workload.size.tolist()
-        self._requested = workload.requested.tolist()
-        self._recorded = workload.run.tolist()
+        self._requested, self._recorded = workload.requested.tolist(), workload.run.tolist()
         # a job runs to its end or to its walltime, whichever comes first
-        self._run = [min(run, req) for run, req in zip(workload.run.tolist(), self._requested)]
-        self._past_walltime = [run > req for run, req in zip(workload.run.tolist(), self._requested)]
+        self._run = [min(run, req) for run, req in zip(self._recorded, self._requested)]
+        self._past_walltime = [run > req for run, req in zip(self._recorded, self._requested)]
 
     # ----------------------------------------------------------------- the loop
     def run(self, exchange: Callable[[dict[str, Any]], Any]) -> BatsimRun:
-        """Play the simulation, sending each message through `exchange` (which returns the
-        scheduler's decoded reply); raises SchedulerFailed with one line on a bad reply."""
+        """Play the simulation, each message through `exchange` (message -> the scheduler's decoded reply)."""
         began = time.perf_counter()
         n = len(self._ids)
-        self._exchange = exchange
-        self._exchanges = 0
-        self._state = [0] * n
-        self._start = [-1] * n
-        self._end = [-1] * n
-        self._kills = [0] * n
-        self._start_kind = [READY] * n
+        self._exchange, self._exchanges = exchange, 0
+        self._state, self._kills, self._start_kind = [0] * n, [0] * n, [READY] * n
+        self._start, self._end = [-1] * n, [-1] * n
         self._hosts: list[list[int]] = [[] for _ in range(n)]
         self._owner = [-1] * self.procs
         self._finishes: list[tuple[int, int, int]] = []  # (end, start order, index)
         self._calls: list[int] = []                      # times of requested calls
         self._waiting: list[int] = []                    # heap of submitted, unstarted job indices
         self._later: list[dict[str, Any]] = []           # events due at `now` after this exchange
-        self._starts = 0
+        self._starts, self.now = 0, 0
         self._open = 0                                   # jobs submitted and not yet done or rejected
-        self.now = 0
         profiles = dict(workload_json(self.workload, self.reveal_run_times)["profiles"])
         begins = {"nb_resources": self.procs, "nb_compute_resources": self.procs, "nb_storage_resources": 0,
                   "allow_compute_sharing": False, "allow_storage_sharing": False, "config": BATSIM_CONFIG,
@@ -217,8 +197,7 @@ class BatsimReplay:
                   "storage_resources": [], "workloads": {WORKLOAD_ID: f"{self.workload.name}.json"},
                   "profiles": {WORKLOAD_ID: profiles}}
         self._send([self._event("SIMULATION_BEGINS", begins)])
-        submitted = 0
-        at_instant = 0
+        submitted, at_instant = 0, 0
         while True:
             if self._later:
                 at_instant += 1
@@ -427,10 +406,8 @@ class BatsimReplay:
 
 
 class SchedulerSocket:
-    """Batsim's REQ socket to a scheduler's REP socket: `socket(message)` sends one message and
-    returns the decoded reply, or raises SchedulerFailed when none comes within `timeout`
-    seconds, when `gone()` says the scheduler's program has ended, or when the reply is not JSON.
-    Replies are capped at the protocol's message size."""
+    """Batsim's REQ socket to a scheduler's REP socket: `socket(message)` returns the decoded reply, or fails
+    when none comes within `timeout` s, `gone()` says the scheduler ended, or the reply is not JSON."""
 
     #: How often a wait for a reply checks `gone` (seconds).
     CHECK_S = 0.05

@@ -32,26 +32,15 @@ def summarize(jobs: dict[str, np.ndarray], procs: int) -> dict[str, Any]:
         return {"jobs": 0}
     span = int(jobs["end"].max() - jobs["submit"].min())
     used = float((jobs["run"] * jobs["size"]).sum() + jobs["lost_work"].sum())
-    return {
-        "jobs": n,
-        "mean_wait": float(jobs["wait"].mean()),
-        "max_wait": int(jobs["wait"].max()),
-        "mean_response": float(jobs["response"].mean()),
-        "mean_slowdown": float(jobs["slowdown"].mean()),
-        "mean_bsld": float(jobs["bsld"].mean()),
-        "max_bsld": float(jobs["bsld"].max()),
-        "utilization": used / (procs * span) if span > 0 else 0.0,
-        "makespan": span,
-        "kills": int(jobs["kills"].sum()),
-        "lost_work": int(jobs["lost_work"].sum()),
-        "walltime_killed": int(jobs["walltime_killed"].sum()),
-        **_start_shares(jobs),
-    }
+    return {"jobs": n, "mean_wait": float(jobs["wait"].mean()), "max_wait": int(jobs["wait"].max()),
+            "mean_response": float(jobs["response"].mean()), "mean_slowdown": float(jobs["slowdown"].mean()),
+            "mean_bsld": float(jobs["bsld"].mean()), "max_bsld": float(jobs["bsld"].max()),
+            "utilization": used / (procs * span) if span > 0 else 0.0, "makespan": span,
+            **{key: int(jobs[key].sum()) for key in ("kills", "lost_work", "walltime_killed")}, **_start_shares(jobs)}
 
 
 def _start_shares(jobs: dict[str, np.ndarray]) -> dict[str, float]:
-    """started_ready, started_reserved, started_backfilled: shares of the jobs (they sum to 1,
-    up to float rounding). Empty for columns without `start_kind` (CSV files written before it)."""
+    """started_ready, started_reserved, started_backfilled: shares of the jobs (none for CSV files before them)."""
     kinds = jobs.get("start_kind")
     if kinds is None:
         return {}
@@ -60,9 +49,8 @@ def _start_shares(jobs: dict[str, np.ndarray]) -> dict[str, float]:
 
 
 def allocate_processors(start: np.ndarray, end: np.ndarray, size: np.ndarray, procs: int) -> list[str]:
-    """Each job's processor ids as a Batsim interval set ("0-3 7 9-10"), so that a schedule, which
-    counts processors only, draws as a Gantt chart (docs/semantics.md section 10: the fixed rule);
-    a job that never ran gets "", a schedule that overfills the machine is a ValueError."""
+    """Each job's processor ids as a Batsim interval set ("0-3 7 9-10"; "" if it never ran), so that a schedule,
+    which counts processors only, draws as a Gantt chart (docs/semantics.md section 10)."""
     start, end, size = (np.asarray(a, dtype=np.int64) for a in (start, end, size))
     ran = np.flatnonzero(start >= 0)
     instant = end[ran] == start[ran]
@@ -136,8 +124,7 @@ def intervals(allocation: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 class ReservationBreak(NamedTuple):
-    """A backfill that moved the reserved job's shadow time later (only a backfill agent past
-    EASY's guard does): kept per break so a report can show where, not just how many."""
+    """A backfill that moved the reserved job's shadow time later (only one past EASY's guard does)."""
 
     time: int        # when the job was backfilled
     reserved: int    # the delayed reserved job's id
@@ -161,18 +148,12 @@ class RunResult:
         c = {name: np.asarray(value, dtype=np.int64) for name, value in columns.items()}
         if np.any(c["end"] < 0):
             raise RuntimeError("internal error: a job never finished; please report this workload")
-        run = c["run"]
-        wait = c["start"] - c["submit"]
-        response = c["end"] - c["submit"]
-        jobs = {
-            "job_id": c["job_id"], "submit": c["submit"], "start": c["start"], "end": c["end"],
-            "wait": wait, "run": run, "size": c["size"], "requested": c["requested"],
-            "response": response,
-            "slowdown": response / run,
-            "bsld": np.maximum(response / np.maximum(run, BSLD_THRESHOLD), 1.0),
-            "kills": c["kills"], "rejections": c["rejections"], "lost_work": c["lost_work"],
-            "walltime_killed": c["walltime_killed"], "start_kind": c["start_kind"],
-        }
+        run, response = c["run"], c["end"] - c["submit"]
+        jobs = {"job_id": c["job_id"], "submit": c["submit"], "start": c["start"], "end": c["end"],
+                "wait": c["start"] - c["submit"], "run": run, "size": c["size"], "requested": c["requested"],
+                "response": response, "slowdown": response / run,
+                "bsld": np.maximum(response / np.maximum(run, BSLD_THRESHOLD), 1.0),
+                **{key: c[key] for key in ("kills", "rejections", "lost_work", "walltime_killed", "start_kind")}}
         return cls(procs, jobs, summarize(jobs, procs), tuple(reservation_breaks))
 
     def write_jobs_csv(self, path: str | Path) -> None:
@@ -182,9 +163,8 @@ class RunResult:
 
 
 def write_jobs(f: IO[str], jobs: dict[str, list], procs: int) -> None:
-    """The per-job CSV of `hpcgym run --jobs-out` and `compare`, one row per job in FILE_COLUMNS,
-    with each job's processors (`allocate_processors`); floats in Python's round-trip repr, so
-    they read back exactly."""
+    """The per-job CSV of `hpcgym run --jobs-out` and `compare` (FILE_COLUMNS, with each job's processors);
+    floats in Python's round-trip repr, so they read back exactly."""
     allocation = allocate_processors(np.asarray(jobs["start"]), np.asarray(jobs["end"]), np.asarray(jobs["size"]),
                                      procs)
     writer = csv.writer(f)
@@ -197,10 +177,8 @@ def read_jobs_csv(path: str | Path) -> dict[str, np.ndarray]:
     """Read a per-job CSV written by `write_jobs` back into columns."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
-    header, body = rows[0], rows[1:]
     columns = {}
-    for k, name in enumerate(header):
-        values = [row[k] for row in body]
+    for k, name in enumerate(rows[0]):
         kind = {"slowdown": float, "bsld": float, "allocated_resources": str}.get(name, int)
-        columns[name] = np.array([kind(v) for v in values], dtype=object if kind is str else None)
+        columns[name] = np.array([kind(row[k]) for row in rows[1:]], dtype=object if kind is str else None)
     return columns
