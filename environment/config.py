@@ -34,8 +34,7 @@ def check_int(value: object, what: str, minimum: int) -> int:
 
 @dataclass(frozen=True)
 class EstimateSpec:
-    """Which run-time estimate reservations use: `noisy:E` multiplies the run time by (1 + E u), u
-    uniform in [-1, 1] and seeded; `predicted` follows the simulation's predictor."""
+    """Which run-time estimate reservations use: `noisy:E` is run time x (1 + E u), u seeded uniform in [-1, 1]."""
 
     kind: str = "requested"
     error: float = 0.0
@@ -69,9 +68,8 @@ BOOL_FIELDS = ("exact_requests", "raise_requests", "commit_pick", "backfill_stop
 
 @dataclass(frozen=True)
 class SimConfig:
-    """Options of one simulation; the defaults follow the RL scheduling papers. PROTOCOL.md's reset
-    `options` defines each field, docs/semantics.md sections 4-8 and 12 their rules; the switches
-    that replay one paper's code are named rule sets in `PRESETS`."""
+    """Options of one simulation, defaults as in the RL scheduling papers (PROTOCOL.md's reset `options`,
+    docs/semantics.md sections 4-8 and 12); the switches that replay one paper's code are `PRESETS`."""
 
     backfill: str = "easy"
     estimate: EstimateSpec = EstimateSpec()
@@ -110,18 +108,20 @@ class SimConfig:
         if self.estimate.kind == "predicted" and self.backfill == "conservative":
             raise ConfigError("conservative backfilling does not re-plan on predictions yet; with estimate "
                               "predicted use backfill easy or none")
-        for name in ("window", "max_interval", "max_rejections", "seed"):
-            if name == "max_rejections" and self.max_rejections is None:
+        for name, least in (("window", 1), ("max_interval", 1), ("max_rejections", 0), ("seed", None)):
+            value = getattr(self, name)
+            if name == "max_rejections" and value is None:
                 continue
-            if not isinstance(getattr(self, name), int) or isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{name} must be an integer, got {getattr(self, name)!r}")
-        if self.backfill not in BACKFILL_MODES:
-            raise ConfigError(f"unknown backfill {self.backfill!r}: use one of {', '.join(BACKFILL_MODES)}")
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ConfigError(f"{name} must be an integer, got {value!r}")
+            if least is not None and value < least:
+                raise ConfigError(f"{name} must be at least {least}, got {value}")
         for name in BOOL_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        for name, allowed in (("backfill_order", BACKFILL_ORDERS), ("backfill_candidates", BACKFILL_CANDIDATES),
-                              ("release_order", RELEASE_ORDERS)):
+        for name, allowed in (("backfill", BACKFILL_MODES), ("backfill_order", BACKFILL_ORDERS),
+                              ("backfill_candidates", BACKFILL_CANDIDATES), ("release_order", RELEASE_ORDERS),
+                              ("overrun", OVERRUN_MODES)):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}: use one of {', '.join(allowed)}")
         relax = self.backfill_relax
@@ -142,13 +142,6 @@ class SimConfig:
             raise ConfigError("commit_pick keeps the one reserved job of backfill easy or none until it starts; "
                               "conservative backfilling already keeps every queued job's reservation: turn "
                               "commit_pick off or use backfill easy")
-        if self.overrun not in OVERRUN_MODES:
-            raise ConfigError(f"unknown overrun {self.overrun!r}: use one of {', '.join(OVERRUN_MODES)}")
-        for name in ("window", "max_interval"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.max_rejections is not None and self.max_rejections < 0:
-            raise ConfigError(f"max_rejections must be non-negative, got {self.max_rejections}")
 
     def to_options(self) -> dict[str, object]:
         """Every option (the seed aside) as a reset's `options` map."""
@@ -165,9 +158,8 @@ class SimConfig:
 _RLBF_SCW = {"backfill": "easy", "commit_pick": True, "keep_shadow": True, "one_event": True,
              "backfill_order": "submit", "easy_extra": False, "strict_shadow": True}
 _RLBF_PUBLIC = {**_RLBF_SCW, "backfill_candidates": "unguarded", "backfill_stop": False}
-#: Named rule sets over SimConfig's flat fields, one per paper code: where that code trained and
-#: measured, so agents can train there too (docs/semantics.md section 5). A reset's (or the CLI's)
-#: own options override its preset's.
+#: Named rule sets, one per paper code: where that code trained and measured, so agents can train there too
+#: (docs/semantics.md section 5). A reset's own options override its preset's.
 PRESETS: dict[str, dict[str, object]] = {
     # SchedInspector's public code: oracle requests, a committed pick, no backfilling
     "schedinspector-code": {"backfill": "none", "exact_requests": True, "commit_pick": True},
