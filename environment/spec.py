@@ -45,10 +45,8 @@ def _key(help_text: str, types: type | tuple[type, ...]) -> Any:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """Where an episode's jobs come from, as one typed value: the job source (trace or generator,
-    cleaning, split) and the window cut from it. Every key is declared here once; the protocol's
-    reset, the CLI and a checkpoint's record carry it as the map `to_dict` gives. None means
-    "the default" for every key."""
+    """Where an episode's jobs come from (source, cleaning, split, window), every key declared here once; a
+    reset, the CLI and a checkpoint carry it as the map `to_dict` gives. None: the default."""
 
     trace: str | Path | None = _key("SWF file (absent: generated Lublin workload)", (str, Path))
     procs: int | None = _key("cluster size (default: the trace header)", int)
@@ -100,8 +98,7 @@ class WorkloadSpec:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
     def with_window(self, **window: Any) -> WorkloadSpec:
-        """The same job source cut another way: every window key replaced by `window`'s. `first_jobs`
-        stays only under random windows, the one cut it limits."""
+        """The same job source cut another way (`first_jobs` stays only under random windows, which it limits)."""
         _check_keys(window, WINDOW_KEYS, "window")
         kept = {k: v for k, v in self.to_dict().items() if k not in WINDOW_KEYS}
         if window.get("sample") is None:
@@ -109,8 +106,8 @@ class WorkloadSpec:
         return WorkloadSpec.from_dict({**kept, **{k: v for k, v in window.items() if v is not None}})
 
     def changes_from(self, other: WorkloadSpec) -> str:
-        """`key: old -> new` for each key that differs from `other`'s (none: the empty string), for
-        the one line in which an evaluation says what it overrode."""
+        """`key: old -> new` for each key that differs from `other`'s: the line where an evaluation says what it
+        overrode."""
         old, new = ({**IMPLIED, **spec.to_dict()} for spec in (other, self))
         return ", ".join(f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}"
                          for k in WORKLOAD_KEYS if old.get(k) != new.get(k))
@@ -142,26 +139,21 @@ class TraceNotFound(WorkloadError):
 
 
 def resolve_trace(path: str | os.PathLike[str]) -> Path:
-    """The file a trace argument names: the path itself when it exists; else, for a bare file name
-    (no folder part), the first folder of $HPCGYM_TRACES that holds it. Every place that takes a
-    trace (CLI, gymbridge.make, the env service, compare, train) goes through here."""
+    """The file a trace argument names: the path itself when it exists; else, for a bare file name, the first
+    folder of $HPCGYM_TRACES that holds it (every place that takes a trace comes here)."""
     if "\x00" in os.fspath(path):
         raise TraceNotFound(f"{os.fspath(path)!r}: a trace path cannot contain a NUL byte; check the path")
     given = Path(path).expanduser()
     if given.exists():
         return given
-    folders = [Path(f).expanduser() for f in os.environ.get(TRACES_ENV, "").split(os.pathsep) if f]
-    bare = len(given.parts) == 1 and not given.is_absolute()
-    if bare:
-        for folder in folders:
-            if (folder / given).exists():  # a folder too: reading it then says it is one, not "not found"
-                return folder / given
-    if not bare:
+    if len(given.parts) != 1 or given.is_absolute():
         raise TraceNotFound(f"{given}: trace file not found; check the path")
-    if folders:
-        where = f"nor in the {TRACES_ENV} folder(s) {', '.join(str(f) for f in folders)}"
-    else:
-        where = f"and {TRACES_ENV} is not set"
+    folders = [Path(f).expanduser() for f in os.environ.get(TRACES_ENV, "").split(os.pathsep) if f]
+    for folder in folders:
+        if (folder / given).exists():  # a folder too: reading it then says it is one, not "not found"
+            return folder / given
+    where = f"nor in the {TRACES_ENV} folder(s) {', '.join(map(str, folders))}" if folders else \
+        f"and {TRACES_ENV} is not set"
     raise TraceNotFound(f"{given}: trace file not found in the current folder, {where}; pass the trace's path, "
                         f"or set {TRACES_ENV} to the folder(s) holding your traces ({os.pathsep}-separated)")
 
@@ -227,9 +219,8 @@ def check_workload_spec(spec: dict[str, Any]) -> None:
 
 def load_source(spec: dict[str, Any], seed: int = 0, max_bytes: int | None = None,
                 max_jobs: int | None = None) -> Workload:
-    """The whole (split) workload a checked spec draws its sequences from: the trace (refused if
-    it unpacks to more than `max_bytes` or holds more than `max_jobs` jobs), or the generated
-    workload for `seed`. Window keys are ignored here (see `cut_sequence`)."""
+    """The whole (split) workload a checked spec draws its windows from (`cut_sequence`): the trace, within
+    `max_bytes` and `max_jobs`, or the generated workload for `seed`."""
     model = spec.get("model") or DEFAULT_MODEL
     if spec.get("trace") is None and model == GPU_MIXED:
         workload = generate_gpu_mixed(spec.get("generate_jobs") or DEFAULT_JOBS, seed)
@@ -254,10 +245,8 @@ def load_source(spec: dict[str, Any], seed: int = 0, max_bytes: int | None = Non
 
 
 def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
-    """The part of a loaded (and split) workload the spec's window keys select: `jobs` from
-    `start`, a random window (`sample`), a sampled jobset, a synthetic sequence from a workload
-    model fitted to the loaded workload (`environment.fitted`), or all of it. `load_workload` ends
-    with this; callers that cache the loaded trace call it per episode."""
+    """The part of a loaded (and split) workload the spec's window keys select (all of it without `jobs`);
+    callers that cache the loaded trace call it per episode."""
     jobs, sample = spec.get("jobs"), spec.get("sample")
     if jobs is None:
         return workload
@@ -280,8 +269,7 @@ def cut_sequence(workload: Workload, spec: dict[str, Any]) -> Workload:
 
 
 def _sjf_start(workload: Workload, jobs: int, sample: int, low: float, high: float) -> int:
-    """The first of `sample`'s random windows on which SJF's mean bsld, under RLScheduler's
-    rules, lies in (low, high)."""
+    """The first of `sample`'s random windows on which SJF's mean bsld (RLScheduler's rules) lies in (low, high)."""
     config = SimConfig(**PRESETS["rlscheduler"])
 
     def within(window: Workload) -> bool:
@@ -290,8 +278,7 @@ def _sjf_start(workload: Workload, jobs: int, sample: int, low: float, high: flo
     return sequences.random_start(workload, jobs, sample, within, SJF_RANGE_DRAWS)
 
 
-#: Models fitted to loaded workloads: a synthetic episode is cut from a cached source each time,
-#: and refitting the same source for every episode would be wasted work.
+#: Models fitted to loaded workloads, so a synthetic episode cut from a cached source does not refit it.
 _MODELS: weakref.WeakKeyDictionary[Workload, WorkloadModel] = weakref.WeakKeyDictionary()
 
 
@@ -302,20 +289,18 @@ def _fitted(workload: Workload) -> WorkloadModel:
     return model
 
 
-#: Workload keys that name a job source: a reset's workload with one of them does not take the
-#: env's default workload keys (PROTOCOL.md section 4), or it would get another trace's `procs`.
+#: Workload keys that name a job source: a reset's workload with one of them takes none of the env's default
+#: workload keys (PROTOCOL.md section 4), or it would get another trace's `procs`.
 SOURCE_KEYS = ("trace", "generate_jobs", "model")
 
 
 def reset_workload(defaults: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
-    """The workload a reset asks for: its own keys over the env's defaults, or alone if it
-    names its own source."""
+    """The workload a reset asks for: its own keys over the env's defaults, or alone if it names its source."""
     return dict(given) if any(given.get(k) is not None for k in SOURCE_KEYS) else {**defaults, **given}
 
 
 class WorkloadCache:
-    """`load_workload` that keeps the last few loaded sources, so a trace is read once and each
-    episode only cuts its window (a trace file is re-read if it changes on disk)."""
+    """`load_workload` keeping the last few sources, so a trace is read once (again if it changes on disk)."""
 
     def __init__(self, size: int = 2) -> None:
         self.size = size
@@ -344,8 +329,7 @@ class WorkloadCache:
 
 
 def sim_config(options: dict[str, Any], seed: int = 0) -> SimConfig:
-    """SimConfig from a map of option names and a seed. `policy`, which a reset's options hold
-    too, is known here but not part of the config (the simulation takes it apart)."""
+    """SimConfig from a map of option names (`policy` is known, but not part of it) and a seed."""
     _check_keys(options, ("policy", *CONFIG_KEYS), "simulation option")
     try:
         return SimConfig(seed=seed, **expand_preset({k: v for k, v in options.items() if k != "policy"}))
@@ -355,9 +339,8 @@ def sim_config(options: dict[str, Any], seed: int = 0) -> SimConfig:
 
 @dataclass(frozen=True)
 class EpisodeSpec:
-    """An episode as one checked value: its jobs, its rules (seed included), the queue's priority
-    policy and the reward spec, which is what a protocol reset carries. The service's reset and
-    the Gymnasium env both build one, so both refuse the same bad input with the same message."""
+    """An episode as one checked value (jobs, rules with the seed, priority policy, reward), as a reset carries
+    it: the service and the Gymnasium env both build one, so both refuse bad input alike."""
 
     workload: WorkloadSpec
     config: SimConfig
