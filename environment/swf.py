@@ -26,11 +26,9 @@ from hpcgym.environment.workload import Workload
 __all__ = ["SWF_FIELDS", "DROP_REASONS", "CLEANINGS", "TooManyJobs", "read_swf", "write_swf", "trace_stats"]
 
 #: The 18 SWF fields, in file order (1-based in the SWF definition, 0-based here).
-SWF_FIELDS = (
-    "job_number", "submit_time", "wait_time", "run_time", "allocated_procs", "avg_cpu_time",
-    "used_memory", "requested_procs", "requested_time", "requested_memory", "status", "user_id",
-    "group_id", "executable", "queue", "partition", "preceding_job", "think_time",
-)
+SWF_FIELDS = ("job_number", "submit_time", "wait_time", "run_time", "allocated_procs", "avg_cpu_time", "used_memory",
+              "requested_procs", "requested_time", "requested_memory", "status", "user_id", "group_id", "executable",
+              "queue", "partition", "preceding_job", "think_time")
 N_FIELDS = len(SWF_FIELDS)
 
 # Column indices of the fields a Workload keeps: job, submit, run, allocated and requested
@@ -61,18 +59,15 @@ _HEADER = re.compile(r";\s{0,2}([A-Za-z][A-Za-z0-9_]*)\s*:(?!//)\s*(.*)\Z")
 _LEADING_INT = re.compile(r"\s*\+?(\d+)")
 
 
-#: The longest line a trace may hold (SWF job lines are about 100 bytes; header lines a few
-#: hundred): a longer one is refused before it is held in memory whole.
+#: The longest line a trace may hold (job lines are about 100 bytes), refused before it is held whole.
 MAX_LINE_BYTES = 64 << 10
-#: Traces are read and parsed in pieces of about this many bytes (whole lines), so that the
-#: memory a read takes follows the parsed jobs, not the file's bytes.
+#: Traces are parsed in pieces of about this many bytes (whole lines): memory follows the jobs, not the bytes.
 PIECE_BYTES = 4 << 20
 
 
 @contextmanager
 def _opened(path: Path, unpack: bool = True) -> Iterator[BinaryIO]:
-    """The trace's bytes as a stream: unpacked if they start with the gzip magic bytes (whatever
-    the file's name) and `unpack`, else as stored; read errors as `WorkloadError`."""
+    """The trace's bytes as a stream, unpacked if gzipped (whatever the name) and `unpack`; errors: WorkloadError."""
     try:
         with open(path, "rb") as raw:
             gzipped = unpack and raw.read(2) == _GZIP_MAGIC
@@ -85,11 +80,10 @@ def _opened(path: Path, unpack: bool = True) -> Iterator[BinaryIO]:
     except FileNotFoundError:
         raise WorkloadError(f"{path}: trace file not found; check the path") from None
     except IsADirectoryError:
-        raise WorkloadError(f"{path}: is a directory, not a trace file; give an .swf or .swf.gz "
-                            "file") from None
+        raise WorkloadError(f"{path}: is a directory, not a trace file; give an .swf or .swf.gz file") from None
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise WorkloadError(f"{path}: corrupt or truncated gzip data ({exc}); re-download or "
-                            "re-compress the trace") from None
+        raise WorkloadError(f"{path}: corrupt or truncated gzip data ({exc}); re-download or re-compress the "
+                            "trace") from None
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read trace file ({exc.strerror or exc}); check the "
                             "path and its permissions") from None
@@ -105,8 +99,8 @@ def _stored_key(path: Path) -> str:
 
 
 def _pieces(path: Path, max_bytes: int | None) -> Iterator[bytes]:
-    """The trace's (unpacked) bytes in pieces of whole lines; refused when they come to more than
-    `max_bytes` or a line is longer than `MAX_LINE_BYTES`, as soon as that is seen."""
+    """The trace's (unpacked) bytes in pieces of whole lines; refused as soon as they pass `max_bytes` or a line
+    `MAX_LINE_BYTES`."""
     total, carried, lines = 0, b"", 0
     with _opened(path) as stream:
         while True:
@@ -133,8 +127,7 @@ def _longest_line(piece: bytes) -> int:
 
 
 def _check_unpacked_size(path: Path, limit: int) -> None:
-    """Refuse a trace that unpacks to more than `limit` bytes, unpacking no more than that and
-    keeping none of it (a small file must not fill the memory of an env that reads it for others)."""
+    """Refuse a trace that unpacks to more than `limit` bytes, unpacking no more than that and keeping none."""
     size = 0
     with _opened(path) as stream:
         while size <= limit and (piece := stream.read(PIECE_BYTES)):
@@ -147,14 +140,12 @@ def _decode(data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        # Header prose in old logs may be Latin-1; data lines are ASCII either way, and anything
-        # non-numeric in them is reported as a malformed line below.
+        # header prose in old logs may be Latin-1; anything non-numeric in data lines is malformed anyway
         return data.decode("latin-1")
 
 
 def _header(comment_lines: list[str]) -> dict[str, str]:
-    """`; Key: value` lines as a dict; repeated keys (Queue, Partition, Note) keep every value,
-    one per line."""
+    """`; Key: value` lines as a dict; repeated keys (Queue, Partition, Note) keep every value, one per line."""
     header: dict[str, str] = {}
     for line in comment_lines:
         m = _HEADER.match(line.strip())
@@ -190,8 +181,8 @@ def _check_line(line: str) -> str | None:
 
 def _parse_rows(lines: list[str], numbers: list[int], path: Path, on_malformed: str,
                 before: int = 0) -> tuple[np.ndarray, np.ndarray, int]:
-    """Data lines -> (n, 18) float array, their line numbers and how many were skipped: numpy's C
-    reader, else a Python scan that pins down the offending line (errors name line `before` + number)."""
+    """Data lines -> (n, 18) float array, their line numbers and how many were skipped: numpy's C reader, else
+    a Python scan that names the offending line."""
     line_no = np.asarray(numbers, dtype=np.int64)
     if not lines:
         return np.empty((0, N_FIELDS)), line_no, 0
@@ -207,19 +198,17 @@ def _parse_rows(lines: list[str], numbers: list[int], path: Path, on_malformed: 
         if problem is None:
             keep.append(idx)
         elif on_malformed == "error":
-            raise WorkloadError(
-                f"{path}:{before + numbers[idx]}: {problem}; fix the line or pass --skip-malformed to leave such "
-                "lines out")
+            raise WorkloadError(f"{path}:{before + numbers[idx]}: {problem}; fix the line or pass --skip-malformed "
+                                "to leave such lines out")
     good = [lines[i] for i in keep]
-    rows = (np.loadtxt(good, dtype=np.float64, comments=None, ndmin=2) if good
-            else np.empty((0, N_FIELDS)))
+    rows = np.loadtxt(good, dtype=np.float64, comments=None, ndmin=2) if good else np.empty((0, N_FIELDS))
     return rows, line_no[keep], len(lines) - len(keep)
 
 
 def _parse(path: Path, on_malformed: str, max_bytes: int | None,
            max_jobs: int | None = None) -> tuple[dict[str, str], np.ndarray, np.ndarray, int, bool]:
-    """(header, kept columns, job line numbers, lines skipped, whether every piece was plain), piece
-    by piece; refused as soon as the job lines pass `max_jobs`, before the bytes are all counted."""
+    """(header, kept columns, job line numbers, lines skipped, whether every piece was plain), piece by piece;
+    refused as soon as the job lines pass `max_jobs`."""
     comments: list[bytes] = []
     columns, numbers = [], []
     n_malformed, lines, plain, sniffed, jobs = 0, 0, True, False, 0
@@ -238,8 +227,7 @@ def _parse(path: Path, on_malformed: str, max_bytes: int | None,
         sniffed = sniffed or len(parsed[1]) > 0
         lines += piece.count(b"\n")
     if not sniffed and not n_malformed:
-        raise WorkloadError(f"{path}: no job lines found (only comments or empty); is this an "
-                            "SWF trace?")
+        raise WorkloadError(f"{path}: no job lines found (only comments or empty); is this an SWF trace?")
     header = _header(_decode(b"\n".join(comments)).split("\n"))
     return header, np.concatenate(columns), np.concatenate(numbers), n_malformed, plain
 
@@ -256,8 +244,7 @@ class TooManyJobs(WorkloadError):
 
 def _parse_exact(piece: bytes, path: Path, on_malformed: str, before: int,
                  sniff: bool) -> tuple[list[bytes], np.ndarray, np.ndarray, int]:
-    """A piece line by line (`before` lines precede it); with `sniff`, a piece none of whose first
-    job lines is an SWF line is refused as not a trace."""
+    """A piece line by line (after `before` lines); with `sniff`, refused if none of its first job lines is SWF."""
     comment_lines: list[bytes] = []
     data_lines: list[str] = []
     data_numbers: list[int] = []
@@ -294,21 +281,16 @@ CLEANINGS = ("hpcgym", "rlbf-scw")
 def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: bool = False,
              on_malformed: str = "error", cleaning: str = "hpcgym", max_bytes: int | None = None,
              max_jobs: int | None = None) -> Workload:
-    """Load and clean an SWF trace (plain or gzip) into a `Workload` sorted by submit time, with the
-    dropped jobs counted by `DROP_REASONS` (docs/semantics.md section 1 gives both cleanings).
-    `strict` makes a job larger than the cluster an error; `max_bytes` and `max_jobs` refuse a
-    trace as soon as parsing passes them (an env serving others sets them). hpcgym's own header
-    lines (`MACHINE_KEY`, `JOB_KEY`) give back a written sequence's machine and GPU requests."""
+    """Load and clean an SWF trace (plain or gzip) into a `Workload` sorted by submit time, dropped jobs counted
+    by `DROP_REASONS` (docs/semantics.md section 1). `strict`: a job larger than the cluster is an error;
+    `max_bytes` and `max_jobs` refuse a trace as soon as parsing passes them."""
     if cleaning not in CLEANINGS:
         raise WorkloadError(f"unknown cleaning {cleaning!r}; use one of {', '.join(CLEANINGS)}")
     path = Path(path)
     if on_malformed not in _ON_MALFORMED:
-        raise WorkloadError(f"on_malformed must be one of {', '.join(_ON_MALFORMED)}, got "
-                            f"{on_malformed!r}")
-    if procs is not None and (isinstance(procs, bool) or not isinstance(procs, (int, np.integer))
-                              or procs <= 0):
-        raise WorkloadError(f"{path}: cluster size (--procs) must be a positive integer, got "
-                            f"{procs!r}")
+        raise WorkloadError(f"on_malformed must be one of {', '.join(_ON_MALFORMED)}, got {on_malformed!r}")
+    if procs is not None and (isinstance(procs, bool) or not isinstance(procs, (int, np.integer)) or procs <= 0):
+        raise WorkloadError(f"{path}: cluster size (--procs) must be a positive integer, got {procs!r}")
     key = _stored_key(path)
     stored_jobs = trace_cache.jobs(key) if max_jobs is not None else None
     if stored_jobs is not None and stored_jobs > max_jobs:
@@ -326,8 +308,8 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
     if procs is None:
         procs = _leading_int(header.get("MaxProcs")) or _leading_int(header.get("MaxNodes"))
         if procs is None:
-            raise WorkloadError(f"{path}: the header gives no usable MaxProcs or MaxNodes, so the "
-                                "cluster size is unknown; give it (--procs N on the command line)")
+            raise WorkloadError(f"{path}: the header gives no usable MaxProcs or MaxNodes, so the cluster size is "
+                                "unknown; give it (--procs N on the command line)")
     procs = int(procs)
 
     job_id, submit, run, alloc, req_procs, req_time, user, group, queue, executable, memory, partition = ints.T
@@ -348,10 +330,9 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
         hit = bad & keep
         if reason == "larger_than_cluster" and strict and hit.any():
             i = int(np.flatnonzero(hit)[0])
-            raise WorkloadError(
-                f"{path}:{line_no[i]}: job {job_id[i]} needs {size[i]} processors but the "
-                f"cluster has {procs} ({int(hit.sum())} such job(s)); pass a larger --procs, or "
-                "leave strict mode off to drop them")
+            raise WorkloadError(f"{path}:{line_no[i]}: job {job_id[i]} needs {size[i]} processors but the cluster has "
+                                f"{procs} ({int(hit.sum())} such job(s)); pass a larger --procs, or leave strict mode "
+                                "off to drop them")
         dropped[reason] = int(hit.sum())
         keep &= ~bad
 
@@ -361,8 +342,7 @@ def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: 
     order = order[np.argsort(submit[order], kind="stable")]
     if len(order) == 0:
         detail = ", ".join(f"{k}={v}" for k, v in dropped.items() if v)
-        raise WorkloadError(f"{path}: no job is left after cleaning ({detail}); check the trace "
-                            "and the cluster size")
+        raise WorkloadError(f"{path}: no job is left after cleaning ({detail}); check the trace and the cluster size")
     gpus, exclusive = _job_extras(path, header, job_id[order])
     workload = Workload(name=_workload_name(path), procs=procs, job_id=job_id[order],
                         submit=submit[order], run=run[order], size=size[order],
@@ -397,9 +377,7 @@ def _job_extras(path: Path, header: dict[str, str], job_id: np.ndarray) -> tuple
 
 
 #: hpcgym's header key for the longest run time of the workload a written sequence was cut from
-#: (`Workload.max_run`), so that encoders normalising by it see the same scale when the sequence
-#: is read back (as `hpcgym compare` does with its sequence files). Not SWF's MaxRuntime, which
-#: is the system's limit.
+#: (`Workload.max_run`), so that encoders normalising by it see the same scale when it is read back.
 SOURCE_MAX_RUN = "HpcgymSourceMaxRun"
 #: hpcgym's header keys for what SWF has no field for, so a written sequence reads back whole: the
 #: machine (its spec as JSON) and, one line per job that asks for any, "JOB GPUS EXCLUSIVE".
@@ -409,8 +387,8 @@ JOB_KEY = "HpcgymJob"
 
 def write_swf(path: str | os.PathLike[str], workload: Workload,
               comments: list[str] | None = None) -> None:
-    """Write `workload` as an 18-field SWF file (gzip if the name ends in .gz) that `read_swf` reads
-    back identical: missing fields as -1, the machine and GPU requests in hpcgym's header lines."""
+    """Write `workload` as an SWF file (gzip if named .gz) that `read_swf` reads back identical (missing fields
+    -1, the machine and GPU requests in hpcgym's header lines)."""
     path, n, m = Path(path), len(workload), workload.machine
     head = ["; Version: 2.2", f"; Computer: hpcgym workload {workload.name}",
             f"; MaxJobs: {n}", f"; MaxRecords: {n}",
@@ -439,27 +417,20 @@ def write_swf(path: str | os.PathLike[str], workload: Workload,
         else:
             path.write_text(text, encoding="utf-8")
     except OSError as exc:
-        raise WorkloadError(f"{path}: cannot write trace ({exc.strerror or exc}); check that the "
-                            "folder exists and is writable") from None
+        raise WorkloadError(f"{path}: cannot write trace ({exc.strerror or exc}); check that the folder exists "
+                            "and is writable") from None
 
 
 def trace_stats(workload: Workload) -> dict[str, float | int | str]:
-    """The columns of the RL papers' trace tables (mean inter-arrival: the submit span over jobs - 1),
-    plus what cleaning dropped; NaN where undefined."""
-    n = len(workload)
-    nan = math.nan
+    """The columns of the RL papers' trace tables, plus what cleaning dropped; NaN where undefined."""
+    n, nan = len(workload), math.nan
     span = int(workload.submit[-1] - workload.submit[0]) if n else 0
     stats: dict[str, float | int | str] = {
-        "name": workload.name,
-        "jobs": n,
-        "procs": workload.procs,
+        "name": workload.name, "jobs": n, "procs": workload.procs,
         "mean_interarrival_s": span / (n - 1) if n > 1 else nan,
-        "mean_requested_s": float(workload.requested.mean()) if n else nan,
-        "mean_run_s": float(workload.run.mean()) if n else nan,
-        "mean_size": float(workload.size.mean()) if n else nan,
-        "span_s": span,
-        "span_days": span / 86400.0,
-    }
+        **{f"mean_{name}": float(getattr(workload, column).mean()) if n else nan
+           for name, column in (("requested_s", "requested"), ("run_s", "run"), ("size", "size"))},
+        "span_s": span, "span_days": span / 86400.0}
     reasons = list(DROP_REASONS) + sorted(set(workload.dropped) - set(DROP_REASONS))
     for reason in reasons:
         stats[f"dropped_{reason}"] = int(workload.dropped.get(reason, 0))

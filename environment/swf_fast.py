@@ -1,7 +1,5 @@
-"""A vectorised reader for the common SWF trace, every job line 18 plain numbers: the bytes as one
-numpy array, tokens found from whitespace and columns assembled digit by digit (number-by-number
-parsing takes about a second for an archive trace). Anything unusual returns None, and
-`swf.read_swf` falls back to its exact reader, which names the offending line."""
+"""A vectorised reader for the common SWF trace, every job line 18 plain numbers, assembled digit by digit from
+one numpy array of bytes. Anything unusual returns None: `swf.read_swf` then reads exactly, naming the line."""
 
 from __future__ import annotations
 

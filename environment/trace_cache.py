@@ -1,7 +1,6 @@
-"""Parsed SWF traces kept on disk, so that each trace file is parsed once per machine. Entries are
-keyed by the sha256 of the stored bytes (never stale) and hold what parsing gives before cleaning;
-the folder is $HPCGYM_CACHE (empty: off), else $XDG_CACHE_HOME/hpcgym, else ~/.cache/hpcgym, and
-the entries take at most HPCGYM_CACHE_BYTES, least recently used evicted, so no trace fills the disk."""
+"""Parsed SWF traces kept on disk, so that each trace file is parsed once per machine: keyed by the sha256 of
+the stored bytes (never stale), in $HPCGYM_CACHE (empty: off), else $XDG_CACHE_HOME/hpcgym, else
+~/.cache/hpcgym, at most HPCGYM_CACHE_BYTES in all (least recently used evicted)."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ import numpy as np
 
 #: Bumped whenever what an entry holds changes, so old entries are never misread.
 FORMAT = 5
-#: The most bytes the entries take together unless HPCGYM_CACHE_BYTES says otherwise (the largest
-#: archive traces take about 50 MB each).
+#: The most bytes the entries take together by default (the largest archive traces take about 50 MB each).
 DEFAULT_MAX_BYTES = 2 << 30
 
 
@@ -54,8 +52,7 @@ def load(key: str) -> tuple[dict[str, str], np.ndarray, np.ndarray] | None:
 
 
 def jobs(key: str) -> int | None:
-    """How many job lines the entry of this key holds, read from its array header alone (a
-    caller with a bound on jobs must not load a huge entry to learn its size), if cached."""
+    """How many job lines the entry of this key holds, if cached, from its array header alone (not loading it)."""
     entry = _entry(key)
     if entry is None or not entry.is_file():
         return None
@@ -69,9 +66,8 @@ def jobs(key: str) -> int | None:
 
 
 def store(key: str, header: dict[str, str], columns: np.ndarray, lines: np.ndarray) -> bool:
-    """Keep a parsed trace (best effort; an atomic rename, so readers never see half an entry),
-    evicting the least recently used entries to stay within `max_bytes()`; whether it was kept
-    (not when it alone is larger than the bound)."""
+    """Keep a parsed trace (best effort, renamed into place), evicting the least recently used entries to stay
+    within `max_bytes()`; whether it was kept."""
     import tempfile  # only when an entry is written: it pulls shutil and random into every start-up
 
     entry, bound = _entry(key), max_bytes()
@@ -92,8 +88,7 @@ def store(key: str, header: dict[str, str], columns: np.ndarray, lines: np.ndarr
 
 
 def _evict(folder: Path, bound: int, keep: Path) -> None:
-    """Remove the least recently used entries (by modification time: `load` touches an entry)
-    until those left take at most `bound` bytes; `keep` (the newest) stays."""
+    """Remove the least recently used entries (`load` touches an entry) until at most `bound` bytes stay, `keep` too."""
     entries = []
     for path in folder.glob("swf*-*.npz"):
         try:
