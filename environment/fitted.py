@@ -23,9 +23,8 @@ _EPOCH_HOUR_OF_WEEK = 3 * 24
 
 @dataclass(frozen=True, eq=False)
 class WorkloadModel:
-    """Job patterns fitted to one workload: `rates` and `exposure` (7 x 24, by day of week and
-    hour), the source's (size, run, requested) `jobs`, `procs`, the hour of the week generation
-    starts at and the `clock` ("local" or "relative") the hours are read on."""
+    """Job patterns fitted to one workload: `rates` and `exposure` (7 x 24, by day of week and hour), the
+    source's (size, run, requested) `jobs`, the hour of the week generation starts at and the `clock` read."""
 
     rates: np.ndarray
     exposure: np.ndarray
@@ -40,16 +39,14 @@ class WorkloadModel:
         exposure = np.array(self.exposure, dtype=np.int64)
         jobs = np.array(self.jobs, dtype=np.int64)
         if rates.shape != (7, 24) or exposure.shape != (7, 24):
-            raise ConfigError(f"workload model rates and exposure must have shape (7, 24), got "
-                              f"{rates.shape} and {exposure.shape}")
+            raise ConfigError(f"workload model rates and exposure must have shape (7, 24), got {rates.shape} and "
+                              f"{exposure.shape}")
         if jobs.ndim != 2 or jobs.shape[1] != 3:
-            raise ConfigError(f"workload model jobs must have shape (n, 3) for (size, run, "
-                              f"requested), got {jobs.shape}")
-        for arr in (rates, exposure, jobs):
+            raise ConfigError(f"workload model jobs must have shape (n, 3) for (size, run, requested), got "
+                              f"{jobs.shape}")
+        for name, arr in (("rates", rates), ("exposure", exposure), ("jobs", jobs)):
             arr.setflags(write=False)
-        object.__setattr__(self, "rates", rates)
-        object.__setattr__(self, "exposure", exposure)
-        object.__setattr__(self, "jobs", jobs)
+            object.__setattr__(self, name, arr)
 
     @property
     def weekly_rate(self) -> float:
@@ -81,8 +78,7 @@ def _unix_start(header: dict[str, str]) -> int | None:
 
 
 def hour_of_week(workload: Workload) -> tuple[np.ndarray, np.ndarray, str]:
-    """Per job: (clock hour index, hour of the week 0..167, clock kind); the index counts hours on
-    the clock read, so that whole hours covered can be counted."""
+    """Per job: (hour index on the clock read, hour of the week 0..167, clock kind)."""
     start = _unix_start(workload.header)
     if start is None:
         hours = workload.submit // HOUR
@@ -91,9 +87,8 @@ def hour_of_week(workload: Workload) -> tuple[np.ndarray, np.ndarray, str]:
     zone = _time_zone(workload.header)
     # The UTC offset is a whole number of minutes; look it up once per distinct UTC hour.
     uniq, inverse = np.unique(utc_hours, return_inverse=True)
-    offsets = np.array([
-        _dt.datetime.fromtimestamp(int(h) * HOUR, tz=zone).utcoffset().total_seconds()
-        for h in uniq], dtype=np.int64)
+    offsets = np.array([_dt.datetime.fromtimestamp(int(h) * HOUR, tz=zone).utcoffset().total_seconds() for h in uniq],
+                       dtype=np.int64)
     local_seconds = start + workload.submit + offsets[inverse]
     hours = local_seconds // HOUR
     return hours, (hours + _EPOCH_HOUR_OF_WEEK) % HOURS_PER_WEEK, "local"
@@ -104,8 +99,7 @@ def fit_workload_model(workload: Workload) -> WorkloadModel:
     if not isinstance(workload, Workload):
         raise ConfigError(f"fit_workload_model needs a Workload, got {type(workload).__name__}")
     if len(workload) == 0:
-        raise ConfigError(f"workload {workload.name!r} has no jobs; cannot fit a workload model "
-                          "to it")
+        raise ConfigError(f"workload {workload.name!r} has no jobs; cannot fit a workload model to it")
     hours, how, clock = hour_of_week(workload)
     counts = np.bincount(how, minlength=HOURS_PER_WEEK).astype(np.float64)
     # Whole clock hours covered, first to last submit's hour inclusive, binned by hour of week.
@@ -119,17 +113,13 @@ def fit_workload_model(workload: Workload) -> WorkloadModel:
     rates = np.where(exposure > 0, counts / np.maximum(exposure, 1), mean_rate)
     jobs = np.stack([workload.size, workload.run, workload.requested], axis=1)
     return WorkloadModel(rates=rates.reshape(7, 24), exposure=exposure.reshape(7, 24), jobs=jobs,
-                         procs=int(workload.procs), start_hour=first_how, clock=clock,
-                         source=workload.name)
-
+                         procs=int(workload.procs), start_hour=first_how, clock=clock, source=workload.name)
 
 
 def generate_from_model(model: WorkloadModel, n_jobs: int, seed: int) -> Workload:
-    """`n_jobs` jobs with Poisson arrivals at the fitted hourly rates and resampled job rows, the
-    same for the same `seed`."""
+    """`n_jobs` jobs with Poisson arrivals at the fitted hourly rates and resampled job rows, the same per `seed`."""
     if not isinstance(model, WorkloadModel):
-        raise ConfigError(f"generate_from_model needs a WorkloadModel, got "
-                          f"{type(model).__name__}")
+        raise ConfigError(f"generate_from_model needs a WorkloadModel, got {type(model).__name__}")
     n_jobs = check_int(n_jobs, "n_jobs", 1)
     seed = check_int(seed, "seed", 0)
     rates = model.rates.reshape(-1)
@@ -137,8 +127,8 @@ def generate_from_model(model: WorkloadModel, n_jobs: int, seed: int) -> Workloa
         raise ConfigError("workload model rates must be finite and non-negative")
     weekly = float(rates.sum())
     if not weekly > 0:
-        raise ConfigError(f"workload model of {model.source!r} has a total arrival rate of zero; "
-                          "no job could ever arrive")
+        raise ConfigError(f"workload model of {model.source!r} has a total arrival rate of zero; no job could ever "
+                          "arrive")
     if len(model.jobs) == 0:
         raise ConfigError(f"workload model of {model.source!r} has no job rows to resample")
     start = int(model.start_hour) % HOURS_PER_WEEK
@@ -157,13 +147,6 @@ def generate_from_model(model: WorkloadModel, n_jobs: int, seed: int) -> Workloa
     submit = start * HOUR + np.floor(offset).astype(np.int64)
     submit = np.maximum.accumulate(submit)           # guard against float ties at bin edges
     rows = model.jobs[rng.integers(0, len(model.jobs), size=n_jobs)]
-    return Workload(
-        name=f"{model.source}-fitted-n{n_jobs}-seed{seed}",
-        procs=int(model.procs),
-        job_id=np.arange(1, n_jobs + 1, dtype=np.int64),
-        submit=submit,
-        run=rows[:, 1],
-        size=rows[:, 0],
-        requested=rows[:, 2],
-        user=np.full(n_jobs, -1, dtype=np.int64),
-    )
+    return Workload(name=f"{model.source}-fitted-n{n_jobs}-seed{seed}", procs=int(model.procs),
+                    job_id=np.arange(1, n_jobs + 1, dtype=np.int64), submit=submit, run=rows[:, 1], size=rows[:, 0],
+                    requested=rows[:, 2], user=np.full(n_jobs, -1, dtype=np.int64))

@@ -58,13 +58,12 @@ class LublinParams:
         for fname in ("serial_prob", "pow2_prob", "uprob"):
             value = getattr(self, fname)
             if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"Lublin parameter {fname} must be a probability in [0, 1], "
-                                  f"got {value}")
+                raise ConfigError(f"Lublin parameter {fname} must be a probability in [0, 1], got {value}")
         if self.serial_prob + self.pow2_prob > 1.0 + 1e-12:
             raise ConfigError("Lublin parameters serial_prob + pow2_prob must not exceed 1, got "
                               f"{self.serial_prob} + {self.pow2_prob}")
-        for fname in ("a1", "b1", "a2", "b2", "aarr", "barr", "arar", "anum", "bnum",
-                      "max_log_run", "max_log_interarrival"):
+        for fname in ("a1", "b1", "a2", "b2", "aarr", "barr", "arar", "anum", "bnum", "max_log_run",
+                      "max_log_interarrival"):
             value = getattr(self, fname)
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"Lublin parameter {fname} must be positive, got {value}")
@@ -73,11 +72,10 @@ class LublinParams:
             if not math.isfinite(value):
                 raise ConfigError(f"Lublin parameter {fname} must be finite, got {value}")
         if self.ulow < 0:
-            raise ConfigError(f"Lublin parameter ulow (log2 of the smallest parallel size) must be "
-                              f">= 0, got {self.ulow}")
+            raise ConfigError(f"Lublin parameter ulow (log2 of the smallest parallel size) must be >= 0, got "
+                              f"{self.ulow}")
         if not (isinstance(self.start_hour, numbers.Integral) and 0 <= self.start_hour <= 23):
-            raise ConfigError(f"Lublin parameter start_hour must be an integer hour in 0..23, "
-                              f"got {self.start_hour!r}")
+            raise ConfigError(f"Lublin parameter start_hour must be an integer hour in 0..23, got {self.start_hour!r}")
 
     @classmethod
     def batch(cls) -> LublinParams:
@@ -87,23 +85,20 @@ class LublinParams:
     @classmethod
     def interactive(cls) -> LublinParams:
         """The interactive-job parameters ([C]/[G] ``*_ACTIVE``)."""
-        return cls(serial_prob=0.1541, pow2_prob=0.625, ulow=1.0, umed_offset=2.5,
-                   uhi_offset=1.5, uprob=0.705,
+        return cls(serial_prob=0.1541, pow2_prob=0.625, ulow=1.0, umed_offset=2.5, uhi_offset=1.5, uprob=0.705,
                    a1=3.8351, b1=0.6605, a2=7.073, b2=0.6856, pa=-0.0118, pb=0.9156,
                    aarr=6.5510, barr=0.6621, arar=0.9797, anum=8.9186, bnum=3.6680)
 
     @classmethod
     def typeless(cls) -> LublinParams:
         """The whole-sample parameters, fitted without splitting batch and interactive jobs."""
-        return cls(serial_prob=0.244, pow2_prob=0.576, ulow=0.8, umed_offset=2.5,
-                   uhi_offset=0.0, uprob=0.86,
+        return cls(serial_prob=0.244, pow2_prob=0.576, ulow=0.8, umed_offset=2.5, uhi_offset=0.0, uprob=0.86,
                    a1=4.2, b1=0.94, a2=312.0, b2=0.03, pa=-0.0054, pb=0.78,
                    aarr=10.2303, barr=0.4871, arar=1.0225, anum=8.1737, bnum=3.9631)
 
     @classmethod
     def lublin2_standin(cls) -> LublinParams:
-        """A stand-in for RL backfilling's non-public "Lublin-2" trace, tuned near its Table 2
-        (docs/lublin.md); not the paper's trace."""
+        """A stand-in for RL backfilling's non-public "Lublin-2" trace, tuned near its Table 2 (docs/lublin.md)."""
         return replace(cls.typeless(), umed_offset=1.05, b2=0.0255, barr=0.446)
 
     def size_bounds(self, procs: int) -> tuple[float, float, float]:
@@ -117,14 +112,11 @@ _FLOAT_FIELDS = tuple(f.name for f in fields(LublinParams) if f.name != "start_h
 
 
 def _gamma_cdf(x: float, shape: float, scale: float) -> float:
-    """Regularized lower incomplete gamma P(shape, x/scale) by its power series (positive terms,
-    converges for every z)."""
+    """Regularized lower incomplete gamma P(shape, x/scale) by its power series (converges for every z)."""
     z = x / scale
     if z <= 0:
         return 0.0
-    term = 1.0
-    total = 1.0
-    k = 0
+    term, total, k = 1.0, 1.0, 0
     while term > 1e-17 * total:
         k += 1
         term *= z / (shape + k)
@@ -135,8 +127,7 @@ def _gamma_cdf(x: float, shape: float, scale: float) -> float:
 
 
 def daily_arrival_weights(params: LublinParams | None = None) -> np.ndarray:
-    """Relative arrival intensity of each half-hour of the day (index 0 = 00:00-00:30), mean 1
-    (read-only: the same array is handed out for the same parameters)."""
+    """Relative arrival intensity of each half-hour of the day (0 = 00:00-00:30), mean 1, read-only (cached)."""
     p = params or LublinParams()
     return _daily_weights(p.anum, p.bnum)
 
@@ -148,15 +139,14 @@ def _daily_weights(anum: float, bnum: float) -> np.ndarray:
     for i in range(CYCLIC_DAY_START, CYCLIC_DAY_START + BUCKETS):
         weights[(i - 1) % BUCKETS] = _gamma_cdf(i + 0.5, anum, bnum) - _gamma_cdf(i - 0.5, anum, bnum)
     if not np.all(weights > 0):
-        raise ConfigError(f"Lublin daily-cycle parameters anum={anum}, bnum={bnum} leave some "
-                          "half-hour without arrivals; choose a gamma that covers the whole day")
+        raise ConfigError(f"Lublin daily-cycle parameters anum={anum}, bnum={bnum} leave some half-hour without "
+                          "arrivals; choose a gamma that covers the whole day")
     weights /= weights.mean()
     weights.flags.writeable = False
     return weights
 
 
-def _truncated_log_gamma(rng: np.random.Generator, shape: float, scale: float, n: int,
-                         limit: float) -> np.ndarray:
+def _truncated_log_gamma(rng: np.random.Generator, shape: float, scale: float, n: int, limit: float) -> np.ndarray:
     """n Gamma(shape, scale) draws, each redrawn while it exceeds ``limit``."""
     out = rng.gamma(shape, scale, n)
     bad = np.flatnonzero(out > limit)
@@ -172,8 +162,7 @@ def draw_sizes(rng: np.random.Generator, n: int, procs: int, p: LublinParams) ->
     serial = u <= p.serial_prob
     pow2 = ~serial & (u <= p.serial_prob + p.pow2_prob)
     first_stage = rng.random(n) <= p.uprob
-    lo = np.where(first_stage, ulow, umed)
-    hi = np.where(first_stage, umed, uhi)
+    lo, hi = np.where(first_stage, ulow, umed), np.where(first_stage, umed, uhi)
     x = lo + rng.random(n) * (hi - lo)
     x = np.where(pow2, np.floor(x + 0.5), x)
     # a power-of-two job must stay a power of two that fits the cluster
@@ -190,9 +179,7 @@ def _run_times(rng: np.random.Generator, size: np.ndarray, p: LublinParams) -> n
     todo = np.arange(n)
     while todo.size:  # like [C], a rejected draw repeats the whole hyper-gamma draw
         first = rng.random(todo.size) <= prob_first[todo]
-        shape = np.where(first, p.a1, p.a2)
-        scale = np.where(first, p.b1, p.b2)
-        log_run[todo] = rng.gamma(shape, scale)
+        log_run[todo] = rng.gamma(np.where(first, p.a1, p.a2), np.where(first, p.b1, p.b2))
         todo = todo[log_run[todo] > p.max_log_run]
     return np.floor(np.exp(log_run)).astype(np.int64)
 
@@ -203,8 +190,8 @@ def _submit_times(rng: np.random.Generator, n: int, p: LublinParams) -> np.ndarr
 
 
 def on_daily_clock(arrivals: np.ndarray, p: LublinParams) -> np.ndarray:
-    """Submit times (whole seconds, from the first day with a job) of `arrivals` measured on the
-    model's rush-hour clock: the daily cycle thins and bunches them, keeping the mean daily rate."""
+    """Submit times (whole seconds, from the first day with a job) of `arrivals` on the model's rush-hour clock,
+    which thins and bunches them, keeping the mean daily rate."""
     points = arrivals / SECONDS_IN_BUCKET
     # the clock starts at the first bucket of start_hour; a bucket costs its weight in points
     weights = np.roll(daily_arrival_weights(p), -2 * p.start_hour)
@@ -220,34 +207,22 @@ def on_daily_clock(arrivals: np.ndarray, p: LublinParams) -> np.ndarray:
     return submit - (submit[0] // 86400) * 86400
 
 
-
 def generate_lublin(n_jobs: int, procs: int, seed: int = 0, *, name: str | None = None,
                     params: LublinParams | None = None) -> Workload:
-    """``n_jobs`` jobs of the model on ``procs`` processors, the same for the same ``seed``
-    (docs/lublin.md); ``requested`` equals ``run`` and ``user`` is -1, as the model has neither."""
+    """``n_jobs`` jobs of the model on ``procs`` processors, the same for the same ``seed``; ``requested`` equals
+    ``run`` and ``user`` is -1, as the model has neither."""
     n = check_int(n_jobs, "Lublin workload n_jobs (number of jobs)", 1)
     procs = check_int(procs, "Lublin workload procs (cluster size)", 1)
     seed = check_int(seed, "Lublin workload seed", 0)
-    if params is None:
-        params = LublinParams()
-    elif not isinstance(params, LublinParams):
+    params = LublinParams() if params is None else params
+    if not isinstance(params, LublinParams):
         raise ConfigError(f"params must be a LublinParams, got {type(params).__name__}")
-
     rng = np.random.default_rng(seed)
     submit = _submit_times(rng, n, params)
     size = draw_sizes(rng, n, procs, params)
     run = _run_times(rng, size, params)
-    header = {"Generator": "Lublin-Feitelson 2003 model (hpcgym.environment.lublin)",
-              "Seed": str(seed), "MaxProcs": str(procs),
-              "Params": ", ".join(f"{k}={v}" for k, v in asdict(params).items())}
-    return Workload(
-        name=name or f"lublin-{procs}p-{n}j-seed{seed}",
-        procs=procs,
-        job_id=np.arange(1, n + 1, dtype=np.int64),
-        submit=submit,
-        run=run,
-        size=size,
-        requested=run.copy(),
-        user=np.full(n, -1, dtype=np.int64),
-        header=header,
-    )
+    header = {"Generator": "Lublin-Feitelson 2003 model (hpcgym.environment.lublin)", "Seed": str(seed),
+              "MaxProcs": str(procs), "Params": ", ".join(f"{k}={v}" for k, v in asdict(params).items())}
+    return Workload(name=name or f"lublin-{procs}p-{n}j-seed{seed}", procs=procs, header=header,
+                    job_id=np.arange(1, n + 1, dtype=np.int64), submit=submit, run=run, size=size,
+                    requested=run.copy(), user=np.full(n, -1, dtype=np.int64))
