@@ -1,6 +1,5 @@
-"""Decision requests: what the simulation asks an agent, and how an answer is checked. The
-observation is built only when read, so built-in deciders in process never pay for it; the
-actions of each kind (and 1.4's standing orders) are PROTOCOL.md's `act`."""
+"""Decision requests: what the simulation asks an agent, and how an answer (PROTOCOL.md's `act`) is checked.
+The observation is built only when read, so built-in deciders in process never pay for it."""
 
 from __future__ import annotations
 
@@ -38,20 +37,14 @@ class DecisionSource(Protocol):
 
 
 class Decision:
-    """One pending decision: `candidates` are the job ids an action may name, `context` the kind's
-    extra facts (e.g. the reserved job and its shadow time)."""
+    """One pending decision: `candidates` are the job ids an action may name, `context` the kind's extra facts."""
 
     __slots__ = ("kind", "time", "step", "candidates", "context", "can_wait", "_sim", "_observation")
 
     def __init__(self, sim: DecisionSource, kind: str, time: int, step: int, candidates: list[int],
                  context: dict[str, Any], can_wait: bool = True) -> None:
-        self.kind = kind
-        self.time = time
-        self.step = step
-        self.candidates = candidates
-        self.context = context
-        self.can_wait = can_wait
-        self._sim = sim
+        self.kind, self.time, self.step, self.candidates, self.context = kind, time, step, candidates, context
+        self.can_wait, self._sim = can_wait, sim
         self._observation: dict[str, Any] | None = None
 
     @property
@@ -62,12 +55,11 @@ class Decision:
         return self._observation
 
     def __repr__(self) -> str:
-        return (f"Decision({self.kind}, t={self.time}, step={self.step}, "
-                f"{len(self.candidates)} candidates, context={self.context})")
+        return f"Decision({self.kind}, t={self.time}, step={self.step}, {len(self.candidates)} candidates, " \
+               f"context={self.context})"
 
     def default(self) -> Action:
-        """The built-in default's answer; candidates come in queue order, so the first is the priority
-        policy's pick (select) and EASY's first fit (backfill)."""
+        """The built-in default's answer: candidates come in queue order, so the first is the policy's pick."""
         if self.kind == INSPECT:
             return True
         if self.kind == KILL or (self.kind == SELECT_KILL and not self.context["queued"]):
@@ -84,8 +76,7 @@ class Decision:
         return decision
 
     def parse(self, action: Action) -> Any:
-        """`action` normalised (select: a list of ids, empty to wait; inspect: a bool; else an id or
-        None), or InvalidAction."""
+        """`action` normalised (select: a list of ids, empty to wait; inspect: a bool; else an id or None)."""
         if self.kind == INSPECT:
             if not isinstance(action, bool):
                 raise InvalidAction(f"inspect expects true (accept) or false (reject), got {action!r}")
@@ -118,14 +109,13 @@ class Decision:
                                     "from the candidates")
         if action is None:
             if not self.can_wait:  # backfill under backfill_stop off, with two or more candidates
-                raise InvalidAction(f"{self.kind} cannot stop now (the env's backfill_stop is off): "
-                                    "start one of the candidates")
+                raise InvalidAction(f"{self.kind} cannot stop now (the env's backfill_stop is off): start one of "
+                                    "the candidates")
             return None
         return self._check_candidate(action)
 
     def parse_order(self, action: Any) -> dict[int, int]:
-        """A standing order (`{"order": [ids, best first]}`, 1.4) as job id -> rank; it must rank every
-        candidate, once each."""
+        """A standing order (`{"order": [ids, best first]}`, 1.4) ranking every candidate once, as id -> rank."""
         if self.kind != SELECT:
             raise InvalidAction(f"an order answers select decisions only; this is a {self.kind} decision")
         ids = action["order"]

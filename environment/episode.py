@@ -1,7 +1,6 @@
-"""One episode as both faces play it (the protocol service and the Gymnasium env): the simulation,
-the reward accounts and who decides each kind (an outside agent, an in-process decider, or the
-built-in default once an agent is lost). One loop for both is why an episode earns the same
-rewards, bit for bit, in process and over sockets."""
+"""One episode as both faces play it (the protocol service and the Gymnasium env): the simulation, the reward
+accounts and who decides each kind. One loop for both is why an episode earns the same rewards, bit for bit, in
+process and over sockets."""
 
 from __future__ import annotations
 
@@ -25,9 +24,8 @@ class Episode:
                  policy: str | PriorityPolicy = "fcfs", outside: Iterable[str] = (),
                  deciders: Mapping[str, Decider] | None = None, accounts: Iterable[Hashable] = (None,),
                  observed: Mapping[str, Collection[str]] | None = None) -> None:
-        """outside: the kinds outside agents answer; deciders: kinds answered here; accounts: who
-        earns the reward (the service: every participating agent; the Gymnasium env: one);
-        observed: the only observation columns anyone reads (`Simulation`'s; None: all)."""
+        """outside: the kinds outside agents answer; deciders: kinds answered here; accounts: who earns the
+        reward; observed: the only observation columns anyone reads (`Simulation`'s)."""
         self.deciders = dict(deciders or {})
         self.sim = Simulation(workload, config, policy=policy, external={*outside, *self.deciders}, observed=observed)
         self.reward = reward.make()
@@ -49,9 +47,8 @@ class Episode:
         return self.sim.pending
 
     def next_decision(self) -> Decision | None:
-        """Step past the decisions answered here; the pending one for an outside agent, or None
-        at the end (or once `stop` was called). Asking again without an action returns the same
-        decision and accounts nothing."""
+        """Step past the decisions answered here: the pending one for an outside agent (again, unaccounted, if
+        asked again), or None at the end or after `stop`."""
         sim, deciders, fallback = self.sim, self.deciders, self.fallback
         while not self._stopped:
             decision = sim.pending
@@ -86,16 +83,13 @@ class Episode:
         return metrics, self.reward.end(self.sim, metrics)
 
     def fall_back(self, kinds: Iterable[str]) -> None:
-        """From now on the built-in defaults answer `kinds` (their agent is lost); the decisions
-        still arise and earn rewards."""
+        """From now on the built-in defaults answer `kinds` (their agent is lost); the decisions still earn."""
         self.fallback |= set(kinds)
 
     def decide_internally(self) -> None:
-        """Nobody is left to answer: the simulation's built-in defaults decide every kind from
-        now on, inside its loop, at full speed (no more decisions arise)."""
+        """Nobody is left to answer: the built-in defaults decide every kind inside the loop, at full speed."""
         self.sim.decide_internally(self.sim.external)
 
     def stop(self) -> None:
-        """End `next_decision`'s loop at its next decision (the episode was given up, e.g. at
-        shutdown, possibly from another thread while that loop runs)."""
+        """End `next_decision`'s loop at its next decision (given up, e.g. at shutdown, maybe from another thread)."""
         self._stopped = True

@@ -1,5 +1,5 @@
-"""What one agent may ask of an env: `check_reset_size` bounds what a reset may cost before any
-state is looked at, and `Limits` applies `hpcgym env`'s operator options to a reset."""
+"""What one agent may ask of an env: `check_reset_size` bounds a reset before any state is looked at, and
+`Limits` applies `hpcgym env`'s operator options to it."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from .errors import HpcgymError
 from .predictions import PredictionSpec
 from .spec import TraceNotFound, check_workload_spec
 
-#: The longest path a reset may name (a trace or model), in characters and in components: the
-#: path is resolved on the file system, and that costs time quadratic in its components.
+#: The longest path a reset may name, in characters and components (resolving it is quadratic in components).
 MAX_PATH_CHARS = 4096
 MAX_PATH_PARTS = 256
 #: The most keys of a reset's `workload` or `options` map (each has about 20 known keys).
@@ -31,8 +30,7 @@ HEADER_MACHINES = ("nodes", "nodes:shared")
 
 @dataclass(frozen=True)
 class Limits:
-    """What one agent may ask of a shared env (`hpcgym env`'s operator options); None: no limit,
-    as for an env a program runs for itself in process."""
+    """What one agent may ask of a shared env (`hpcgym env`'s operator options); None: no limit."""
 
     trace_dirs: tuple[Path, ...] | None = None  # traces only from inside these folders
     max_trace_bytes: int | None = None           # and only regular files up to this size
@@ -42,8 +40,7 @@ class Limits:
     idle_timeout: float | None = None            # agents silent this long (not in an episode) are forgotten
     max_sessions: int | None = None              # sessions at once
     max_agents: int | None = None                # agents (said hello, not yet gone) at once
-    # learned prediction models only from inside these folders; None: from anywhere if trace_dirs is
-    # None too (an env a program runs for itself), else from nowhere
+    # learned prediction models only from inside these folders; None: from anywhere if trace_dirs is None too
     model_dirs: tuple[Path, ...] | None = None
     # the folders resolved once, when the limits are made
     _trace_dirs: tuple[Path, ...] | None = field(init=False, repr=False, compare=False)
@@ -72,8 +69,7 @@ class Limits:
         return spec
 
     def options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """The options with a learned predictor's model file named by its real path, if the
-        operator allows it (`--model-dir`; an env without limits opens any path)."""
+        """The options with a learned predictor's model file named by its real path, if the operator allows it."""
         given = options.get("prediction")
         if not isinstance(given, str):
             return options  # absent, or a wrong type sim_config names
@@ -112,9 +108,8 @@ def check_reset_size(msg: dict[str, Any]) -> None:
 
 def _allowed_file(given: str, dirs: tuple[Path, ...] | None, max_bytes: int | None, what: str, dir_flag: str,
                   size_flag: str = "") -> Path:
-    """The file a reset names, if the operator allows it: inside one of `dirs` (None: anywhere;
-    checked before the file is even looked for, so a refusal does not say whether it exists), a
-    regular file (not a FIFO or a device), and not over `max_bytes`."""
+    """The file a reset names, if the operator allows it: inside one of `dirs` (None: anywhere; checked before the
+    file is looked for, so a refusal does not say whether it exists), regular, and not over `max_bytes`."""
     if "\x00" in given:
         raise TraceNotFound(f"a {what} path cannot contain a NUL byte; check the path")
     name = Path(given).expanduser()

@@ -1,7 +1,5 @@
-"""Run-time predictions: what a scheduler believes a job will run, before it starts (pre-run) and
-while it runs (current), as RLSchert (Wang et al. 2021) schedules with them. The predictors
-`user_history`, `learned:MODEL` (ridge regression, numpy only) and `running` (a seeded model of
-a predictor hpcgym cannot have) are docs/semantics.md section 12."""
+"""Run-time predictions: what a scheduler believes a job will run, before it starts and while it runs, as
+RLSchert (Wang et al. 2021) schedules with them; docs/semantics.md section 12 defines the predictors."""
 
 from __future__ import annotations
 
@@ -18,13 +16,11 @@ from .workload import Workload
 
 PREDICTION_KINDS = ("none", "user_history", "learned", "running")
 PREDICTION_SYNTAX = "none, user_history, learned:MODEL.json or running[:PRE,RUN,END[,PERIOD]][,share=S]"
-#: The running model's defaults: the paper's reported mean absolute percentage errors (Table 5:
-#: about 40% before the run and 10% while it runs; Fig. 6: a few percent near the end) and its
-#: 5-minute time step.
+#: The running model's defaults: the paper's mean absolute percentage errors (Table 5: about 40% before the run
+#: and 10% while it runs; Fig. 6: a few percent near the end) and its 5-minute time step.
 RUNNING_DEFAULTS = (0.4, 0.1, 0.03, 300)
-#: The shortest revision period: every running job makes run / PERIOD revision events, so a
-#: period of seconds would turn a day-long job into tens of thousands of events (an env serving
-#: others must not be stalled by one reset); a minute is finer than any predictor's step.
+#: The shortest revision period: a job makes run / PERIOD revision events, and an env serving others must not
+#: be stalled by one reset; a minute is finer than any predictor's step.
 MIN_PERIOD = 60
 
 
@@ -47,8 +43,8 @@ class PredictionSpec:
             raise ConfigError(f"unknown prediction {text!r}: use {PREDICTION_SYNTAX}")
         if kind == "learned":
             if not arg:
-                raise ConfigError("prediction learned needs its model file, e.g. learned:model.json "
-                                  "(fit one with hpcgym predict fit)")
+                raise ConfigError("prediction learned needs its model file, e.g. learned:model.json (fit one with "
+                                  "hpcgym predict fit)")
             return cls(kind, model=arg)
         if kind != "running":
             if arg:
@@ -65,8 +61,8 @@ class PredictionSpec:
         except ValueError:
             values = []
         if len(values) != 3 or len(parts) > 4:
-            raise ConfigError(f"prediction running takes PRE,RUN,END[,PERIOD][,share=S], e.g. "
-                              f"running:0.4,0.1,0.03,300 or running:share=0.5; got {text!r}")
+            raise ConfigError(f"prediction running takes PRE,RUN,END[,PERIOD][,share=S], e.g. running:0.4,0.1,0.03,300 "
+                              f"or running:share=0.5; got {text!r}")
         pre, run, end = values
         if not (0 <= end <= run and 0 <= pre <= 10 and run <= 5):
             raise ConfigError(f"prediction running needs 0 <= END <= RUN <= 5 and 0 <= PRE <= 10, got {text!r}")
@@ -135,8 +131,8 @@ class UserHistory:
 
 
 class RunningModel:
-    """The running predictor's model: per job two seeded draws z0 (before the run) and z1 (while it
-    runs) with mean absolute size 1, scaled by PRE and by m(f) (docs/semantics.md section 12)."""
+    """The running predictor's model: per job seeded draws z0 (before the run) and z1 (while it runs), mean
+    absolute size 1, scaled by PRE and by m(f) (docs/semantics.md section 12)."""
 
     def __init__(self, spec: PredictionSpec, run: np.ndarray, seed: int) -> None:
         rng = np.random.default_rng([seed, 0x5C4E])
@@ -193,8 +189,8 @@ def _features(workload: Workload, known: dict[str, list[int]]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class PrerunModel:
-    """Ridge regression of log(run time) on submit-time fields; predictions capped by the request.
-    `categories`: per field of CATEGORIES, the values that have a weight of their own."""
+    """Ridge regression of log(run time) on submit-time fields, capped by the request; `categories`: per field,
+    the values that have a weight of their own."""
 
     categories: dict[str, list[int]]
     weights: list[float]
