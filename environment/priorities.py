@@ -1,7 +1,6 @@
-"""Priority policies: a table of score functions, lowest score runs first, ties to the earlier
-submit then the lower job id (docs/semantics.md section 9 gives every formula and its source).
-They live in the simulator as its built-in `select` default; `agents.base.PriorityAgent` serves
-the same table as an agent."""
+"""Priority policies: a table of score functions, lowest score runs first, ties to the earlier submit then the
+lower job id (docs/semantics.md section 9 gives every formula and its source); the simulator's built-in
+`select` default and `agents.base.PriorityAgent` serve the same table."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ ScoreFn = Callable[[Jobs, int, int], np.ndarray]
 
 @dataclass(frozen=True)
 class PriorityPolicy:
-    """A named priority order. `dynamic` policies depend on the current time and are re-sorted
-    at every scheduling pass; static ones are ranked once per run."""
+    """A named priority order; `dynamic` ones depend on the time and are re-sorted at every pass."""
 
     name: str
     formula: str
@@ -30,8 +28,7 @@ class PriorityPolicy:
     seed: int = 0
     #: Per-job columns derived once from the whole workload (e.g. each user's share of its work).
     prepare: Callable[[Any], Jobs] | None = None
-    #: Whether the score reads `usage`: the job's user's decayed recent usage, as a share of all
-    #: users' (the simulator keeps it, with a half-life of USAGE_HALF_LIFE).
+    #: Whether the score reads `usage`: the job's user's decayed recent usage, as a share of all users'.
     usage: bool = False
 
     @property
@@ -88,9 +85,8 @@ MULTIFACTOR_WEIGHTS = (1000.0, 1000.0, 1000.0, 1000.0)
 
 
 def _multifactor_columns(workload: Any) -> Jobs:
-    """Each job's user's share of the workload's work (processor-seconds), its queue's share
-    scaled so the largest is 1 (the partition factor), and 1 - requested / the longest request
-    (the job-attribute factor: shorter requests rank higher)."""
+    """Each job's user's share of the workload's work, its queue's share scaled so the largest is 1 (partition
+    factor), and 1 - requested / the longest request (job-attribute factor)."""
     work = workload.run.astype(np.float64) * workload.size
     total = work.sum() or 1.0
     _, by_user = np.unique(workload.user, return_inverse=True)
@@ -104,10 +100,8 @@ def _multifactor_columns(workload: Any) -> Jobs:
 
 
 def multifactor_score(weights: tuple[float, float, float, float] = MULTIFACTOR_WEIGHTS) -> ScoreFn:
-    """Slurm's multifactor priority as SchedInspector's section 4.5 sets it up: age (wait / 7
-    days, at most 1), fair share 2^(-usage / share) (Slurm's classic formula; a user's share is
-    its actual share of the workload's work, as the paper says), the job attribute (requested
-    time) and the partition (queue) factor; the highest priority runs first."""
+    """Slurm's multifactor priority as SchedInspector's section 4.5 sets it up (docs/semantics.md section 9):
+    age, fair share 2^(-usage / share), job attribute and partition; the highest priority runs first."""
     w_age, w_fair, w_attr, w_part = weights
 
     def score(jobs: Jobs, now: int, seed: int) -> np.ndarray:
@@ -133,33 +127,18 @@ POLICIES: dict[str, PriorityPolicy] = {
         PriorityPolicy("lrf", "-r / n", lambda j, now, seed: -_f(j["requested"]) / _f(j["size"])),
         PriorityPolicy("sexp", "(w + r) / n", lambda j, now, seed: _expansion(j, now), dynamic=True),
         PriorityPolicy("lexp", "-(w + r) / n", lambda j, now, seed: -_expansion(j, now), dynamic=True),
-        PriorityPolicy(
-            "wfp3", "-(w / r)^3 * n",
-            lambda j, now, seed: -((_wait(j, now) / _f(j["requested"])) ** 3) * _f(j["size"]),
-            dynamic=True,
-        ),
-        PriorityPolicy(
-            "unicef", "-w / (log2(max(n, 2)) * r)",
-            lambda j, now, seed: -_wait(j, now)
-            / (np.log2(np.maximum(_f(j["size"]), 2.0)) * _f(j["requested"])),
-            dynamic=True,
-        ),
-        PriorityPolicy(
-            "f1", "log10(r) * n + 870 * log10(s)",
-            lambda j, now, seed: np.log10(_f(j["requested"])) * _f(j["size"]) + 870 * _log10_submit(j),
-        ),
-        PriorityPolicy(
-            "f2", "sqrt(r) * n + 25600 * log10(s)",
-            lambda j, now, seed: np.sqrt(_f(j["requested"])) * _f(j["size"]) + 25600 * _log10_submit(j),
-        ),
-        PriorityPolicy(
-            "f3", "r * n + 6860000 * log10(s)",
-            lambda j, now, seed: _f(j["requested"]) * _f(j["size"]) + 6860000 * _log10_submit(j),
-        ),
-        PriorityPolicy(
-            "f4", "r * sqrt(n) + 530000 * log10(s)",
-            lambda j, now, seed: _f(j["requested"]) * np.sqrt(_f(j["size"])) + 530000 * _log10_submit(j),
-        ),
+        PriorityPolicy("wfp3", "-(w / r)^3 * n",
+                       lambda j, now, seed: -((_wait(j, now) / _f(j["requested"])) ** 3) * _f(j["size"]), dynamic=True),
+        PriorityPolicy("unicef", "-w / (log2(max(n, 2)) * r)", lambda j, now, seed: -_wait(j, now)
+                       / (np.log2(np.maximum(_f(j["size"]), 2.0)) * _f(j["requested"])), dynamic=True),
+        PriorityPolicy("f1", "log10(r) * n + 870 * log10(s)",
+                       lambda j, now, seed: np.log10(_f(j["requested"])) * _f(j["size"]) + 870 * _log10_submit(j)),
+        PriorityPolicy("f2", "sqrt(r) * n + 25600 * log10(s)",
+                       lambda j, now, seed: np.sqrt(_f(j["requested"])) * _f(j["size"]) + 25600 * _log10_submit(j)),
+        PriorityPolicy("f3", "r * n + 6860000 * log10(s)",
+                       lambda j, now, seed: _f(j["requested"]) * _f(j["size"]) + 6860000 * _log10_submit(j)),
+        PriorityPolicy("f4", "r * sqrt(n) + 530000 * log10(s)",
+                       lambda j, now, seed: _f(j["requested"]) * np.sqrt(_f(j["size"])) + 530000 * _log10_submit(j)),
         PriorityPolicy("random", "hash(seed, job id)", lambda j, now, seed: _mix64(j["id"], seed)),
         PriorityPolicy("multifactor", "-1000 * (age + fairshare + attribute + partition) (Slurm)",
                        multifactor_score(), dynamic=True, prepare=_multifactor_columns, usage=True),

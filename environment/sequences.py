@@ -26,23 +26,20 @@ def _check_seed(seed: object) -> int:
 
 def _check_length(workload: Workload, n_jobs: int) -> None:
     if n_jobs > len(workload):
-        raise ConfigError(f"asked for {n_jobs} jobs but workload {workload.name!r} has only "
-                          f"{len(workload)}; use fewer jobs or a larger trace")
+        raise ConfigError(f"asked for {n_jobs} jobs but workload {workload.name!r} has only {len(workload)}; use "
+                          "fewer jobs or a larger trace")
 
 
 def split(workload: Workload, train: float) -> tuple[Workload, Workload]:
-    """The first `train` fraction of the jobs (in submit order) and the rest: a chronological split,
-    so that a policy is evaluated on jobs that come after those it was trained on."""
+    """The first `train` fraction of the jobs and the rest: chronological, so a policy is evaluated on later jobs."""
     if isinstance(train, bool) or not isinstance(train, Real) or not math.isfinite(train) \
             or not 0.0 < float(train) < 1.0:
-        raise ConfigError(f"train fraction must be a number strictly between 0 and 1, got "
-                          f"{train!r}")
+        raise ConfigError(f"train fraction must be a number strictly between 0 and 1, got {train!r}")
     n = len(workload)
     cut = int(math.floor(float(train) * n))
     if cut == 0 or cut == n:
-        raise WorkloadError(f"workload {workload.name!r} has {n} jobs, too few to split at "
-                            f"train={train}: one side would be empty; use more jobs or another "
-                            "fraction")
+        raise WorkloadError(f"workload {workload.name!r} has {n} jobs, too few to split at train={train}: one side "
+                            "would be empty; use more jobs or another fraction")
     return (workload.take(slice(0, cut), name=f"{workload.name}-train"),
             workload.take(slice(cut, n), name=f"{workload.name}-test"))
 
@@ -52,18 +49,15 @@ def window(workload: Workload, n_jobs: int, start: int) -> Workload:
     n_jobs = check_int(n_jobs, "n_jobs", 1)
     start = check_int(start, "start", 0)
     if start + n_jobs > len(workload):
-        raise ConfigError(f"window [{start}, {start + n_jobs}) runs past the end of workload "
-                          f"{workload.name!r} ({len(workload)} jobs); use a smaller start or "
-                          "n_jobs")
-    return workload.take(slice(start, start + n_jobs),
-                         name=f"{workload.name}-w{start}-{start + n_jobs}")
+        raise ConfigError(f"window [{start}, {start + n_jobs}) runs past the end of workload {workload.name!r} "
+                          f"({len(workload)} jobs); use a smaller start or n_jobs")
+    return workload.take(slice(start, start + n_jobs), name=f"{workload.name}-w{start}-{start + n_jobs}")
 
 
 def random_window(workload: Workload, n_jobs: int, seed: int,
                   accept: Callable[[Workload], bool] | None = None, draws: int = 1) -> Workload:
-    """A contiguous window whose start is drawn uniformly from all that fit (seeded); with `accept`,
-    drawn again from the same stream until it holds, at most `draws` times (RLScheduler's
-    trajectory filtering). A seed never reproduces the papers' own windows (docs/fidelity.md)."""
+    """A contiguous window whose start is drawn uniformly (seeded); with `accept`, drawn again until it holds, at
+    most `draws` times (RLScheduler's trajectory filtering)."""
     return window(workload, n_jobs, random_start(workload, n_jobs, seed, accept, draws))
 
 
@@ -102,22 +96,20 @@ def prefilled(workload: Workload, n_jobs: int, start: int, seed: int) -> Workloa
 
 
 def sampled_jobset(workload: Workload, n_jobs: int, seed: int) -> Workload:
-    """DRAS-style "sampled" jobset: random jobs with Poisson arrivals at the source's rate, renumbered
-    1..n_jobs since drawing with replacement can repeat a job."""
+    """DRAS-style "sampled" jobset: random jobs with Poisson arrivals at the source's rate, renumbered 1..n_jobs."""
     n_jobs = check_int(n_jobs, "n_jobs", 1)
     rng = np.random.default_rng(_check_seed(seed))
     n = len(workload)
     if n < 2:
-        raise WorkloadError(f"workload {workload.name!r} has {n} job(s); at least 2 are needed "
-                            "to know its arrival rate")
+        raise WorkloadError(f"workload {workload.name!r} has {n} job(s); at least 2 are needed to know its arrival "
+                            "rate")
     mean_gap = float(workload.submit[-1] - workload.submit[0]) / (n - 1)
     pick = rng.choice(n, size=n_jobs, replace=n_jobs > n)
     gaps = rng.exponential(mean_gap, size=n_jobs - 1) if mean_gap > 0 else np.zeros(n_jobs - 1)
     # Rounding the cumulative times (not each gap) keeps the mean rate unbiased.
     submit = np.rint(np.concatenate(([0.0], np.cumsum(gaps)))).astype(np.int64)
-    cols = {col: getattr(workload, col)[pick] for col in COLUMNS}
-    cols["submit"] = submit
-    cols["job_id"] = np.arange(1, n_jobs + 1, dtype=np.int64)
-    return Workload(name=f"{workload.name}-sampled-n{n_jobs}-seed{seed}",
-                    procs=workload.procs, dropped=dict(workload.dropped),
-                    header=dict(workload.header), source_max_run=workload.max_run, machine=workload.machine, **cols)
+    cols = {**{col: getattr(workload, col)[pick] for col in COLUMNS}, "submit": submit,
+            "job_id": np.arange(1, n_jobs + 1, dtype=np.int64)}
+    return Workload(name=f"{workload.name}-sampled-n{n_jobs}-seed{seed}", procs=workload.procs,
+                    dropped=dict(workload.dropped), header=dict(workload.header), source_max_run=workload.max_run,
+                    machine=workload.machine, **cols)

@@ -19,14 +19,9 @@ OPTIONAL_COLUMNS = {"queue": -1, "group": -1, "executable": -1, "memory": -1, "g
 
 @dataclass(frozen=True, eq=False)
 class Workload:
-    """Jobs ready for simulation; times in seconds, sizes in processors.
-
-    `requested` is the user's walltime request after cleaning (never -1: it falls back to the run
-    time). `dropped` counts the jobs left out while cleaning, by reason. `max_run` is the longest
-    run time of the workload a sequence was cut from (its own, for a workload read or generated
-    whole): encoders that normalise by a trace-wide constant (SchedInspector's) read it from the
-    observation, so a window sees the same scale as the whole trace.
-    """
+    """Jobs ready for simulation; times in seconds, sizes in processors. `requested` falls back to the run time;
+    `dropped` counts the jobs cleaning left out, by reason; `max_run` is that of the workload a sequence was cut
+    from, so an encoder normalising by it sees a window at the whole trace's scale."""
 
     name: str
     procs: int
@@ -46,12 +41,10 @@ class Workload:
     dropped: dict[str, int] = field(default_factory=dict)
     header: dict[str, str] = field(default_factory=dict)
     source_max_run: int | None = None
-    #: Jobs already running when the episode starts (RLScheduler's pre-filled cluster), one row
-    #: each: size, run time (its request: it ends by its estimate), seconds already run. They hold
-    #: processors but are not the episode's jobs (no metrics); None or no rows: an empty cluster.
+    #: Jobs already running when the episode starts (RLScheduler's pre-filled cluster), rows of size, run time
+    #: (its request) and seconds already run; not the episode's jobs (no metrics). None: an empty cluster.
     prefill: np.ndarray | None = None
-    #: The nodes the jobs run on (an environment.machine.Machine, whose cores `procs` counts);
-    #: None: `procs` interchangeable processors, the papers' pool.
+    #: The nodes the jobs run on (an environment.machine.Machine; None: `procs` interchangeable processors).
     machine: Any = None
 
     def __post_init__(self) -> None:
@@ -86,19 +79,17 @@ class Workload:
 
     def take(self, index: np.ndarray | slice, name: str | None = None) -> Workload:
         """A sub-workload of the given rows (kept in submit order)."""
-        cols = {col: getattr(self, col)[index] for col in COLUMNS}
-        order = np.argsort(cols["submit"], kind="stable")
-        cols = {col: arr[order] for col, arr in cols.items()}
-        return Workload(name=name or self.name, procs=self.procs, dropped=dict(self.dropped),
-                        header=dict(self.header), source_max_run=self.max_run, machine=self.machine, **cols)
+        return self._sorted({col: getattr(self, col)[index] for col in COLUMNS}, name, self.max_run)
 
     def with_columns(self, name: str | None = None, **columns: np.ndarray) -> Workload:
         """A copy with some columns replaced (e.g. re-drawn submit times)."""
-        cols = {col: columns.get(col, getattr(self, col)) for col in COLUMNS}
+        return self._sorted({col: columns.get(col, getattr(self, col)) for col in COLUMNS}, name, self.source_max_run)
+
+    def _sorted(self, cols: dict[str, Any], name: str | None, source_max_run: int | None) -> Workload:
         order = np.argsort(cols["submit"], kind="stable")
-        cols = {col: np.asarray(arr)[order] for col, arr in cols.items()}
-        return Workload(name=name or self.name, procs=self.procs, dropped=dict(self.dropped),
-                        header=dict(self.header), source_max_run=self.source_max_run, machine=self.machine, **cols)
+        return Workload(name=name or self.name, procs=self.procs, dropped=dict(self.dropped), header=dict(self.header),
+                        source_max_run=source_max_run, machine=self.machine,
+                        **{col: np.asarray(arr)[order] for col, arr in cols.items()})
 
 
 def describe_dropped(dropped: dict[str, int]) -> str:
