@@ -162,27 +162,23 @@ class EnvService:
             raise HpcgymError(f"on_agent_lost must be one of {', '.join(AGENT_LOST_MODES)}")
         self.defaults = {"workload": {}, "options": {}, "policy": "fcfs", "seed": 0, "reward": "none",
                          **(defaults or {})}
-        self.decision_timeout = decision_timeout
+        self.decision_timeout, self.heartbeat, self.clock, self.limits = decision_timeout, heartbeat, clock, limits
         # how long a reset is held for agents to take its required kinds (a launcher may give longer)
         self.start_timeout = decision_timeout if start_timeout is None else start_timeout
-        self.heartbeat = heartbeat
         self.on_agent_lost = on_agent_lost
-        self.clock = clock
-        self.limits = limits
         self.private = private  # joining a session that has agents takes its token (`hpcgym env`)
         self._next_sweep = 0.0
         self.sessions: dict[str, Session] = {}
         self.peers: dict[bytes, Peer] = {}
         # lost peers, with why: a late `act` of one is a stale decision (section 7), not an unknown peer
         self.lost: OrderedDict[bytes, str] = OrderedDict()
-        # with record_latency: per agent (kinds_key), each decision's seconds until its act (grows with every act)
+        # with record_latency: per agent (kinds_key), each decision's seconds until its act, and the decisions its
+        # standing orders answered (never asked)
         self.latency: dict[str, list[float]] | None = {} if record_latency else None
-        # With record_latency: per agent, the decisions its standing orders answered (never asked).
         self.answered_by_order: dict[str, int] = {}
         self.on_end = on_end  # called with each simulation run to its end (compare reads broken reservations)
         self.on_act = on_act  # called with each answered decision and its action once taken (agents/records.py)
-        # called with each decision and its valid answer; what it returns is applied (`hpcgym distill`)
-        self.steer = steer
+        self.steer = steer  # called with each decision and its valid answer, which it may replace (distill)
         self._workloads = WorkloadCache()  # a trace is read once, not at every reset
         self._out: list[Reply] = []
         # guards all but a running episode (only its session's task touches it); released around simulation

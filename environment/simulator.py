@@ -121,18 +121,15 @@ class Simulation:
         elif cfg.estimate.kind == "actual":
             est = run
         elif cfg.estimate.kind == "noisy":
-            rng = np.random.default_rng(cfg.seed)
-            noise = rng.uniform(-1.0, 1.0, len(w))
+            noise = np.random.default_rng(cfg.seed).uniform(-1.0, 1.0, len(w))
             est = np.maximum(1, np.rint(run * (1.0 + cfg.estimate.error * noise))).astype(np.int64)
-        self._req = w.requested.tolist()
-        self._run = run.tolist()
+        self._req, self._run = w.requested.tolist(), run.tolist()
         self._prepare_predictions(run)
         if cfg.estimate.kind == "predicted":
             est = np.asarray(self._prerun, np.int64)
         self._ids = w.job_id.tolist()
         self._index = dict(zip(self._ids, range(len(self._ids))))
-        self._submit = w.submit.tolist()
-        self._size = w.size.tolist()
+        self._submit, self._size = w.submit.tolist(), w.size.tolist()
         # the same list where the column is the same: none is written to (estimate `predicted`,
         # whose estimates change, gets a list of its own at reset)
         self._est = self._req if est is w.requested else self._run if est is run else est.tolist()
@@ -198,8 +195,7 @@ class Simulation:
         self._held = [READY] * n     # EASY/none: RESERVED once the job was the reserved job of a pass
         self._queue: list[int] = []
         # sizes and estimates of the queued jobs, in queue order: a long queue is searched at once
-        self._queue_size = array("q")
-        self._queue_est = array("q")
+        self._queue_size, self._queue_est = array("q"), array("q")
         self._running: list[tuple[int, int]] = []   # (estimated end, index), sorted
         self._finishes: list[tuple[int, int]] = []  # heap of (end, index)
         if self._nodes is not None:
@@ -216,16 +212,14 @@ class Simulation:
         # (index, start time, busy after) of every start, flat: tuples kept alive by the million
         # would make the garbage collector rescan them over and over
         self._start_log: list[int] = []
-        self._steps = 0
-        self._completed = 0
+        self._steps, self._completed = 0, 0
         # usage-reading policies: per user (and in all, key None) [decayed usage, busy processors, as of]
         self._usage: dict[int | None, list[float]] = {}
         self._committed = -1  # commit_pick: the index of the pick that waits to fit, else -1
         self._kept_shadow: tuple[int, int] | None = None  # keep_shadow: the committed pick's (shadow, extra)
         self.reservation_breaks: list[ReservationBreak] = []  # unguarded backfills that moved the reserved job's shadow later
         self.reservation_delay_s = 0     # by how many seconds in all (kept: the delay penalty reads it every decision)
-        self.done = False
-        self._result = None
+        self.done, self._result = False, None
         if self._prefill is not None:
             self._start_prefill()
         self._gen = self._episode()
