@@ -16,8 +16,7 @@ from .priorities import get_policy
 
 
 class Reward:
-    """Per-episode reward state; the default earns nothing. At the end a dense reward pays what its step since
-    the last decision earned."""
+    """Per-episode reward state (the default earns nothing); at the end a dense reward pays its last step."""
 
     def step(self, sim: Any) -> float:
         return 0.0

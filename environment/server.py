@@ -30,7 +30,7 @@ import zmq
 from ..protocol import messages as m
 from ..protocol.codec import MAX_MESSAGE_BYTES, encode
 from .errors import ConfigError, HpcgymError
-from .service import EnvService
+from .service import RETRY_S, EnvService
 
 LOOPBACK_PREFIXES = ("tcp://127.", "tcp://localhost:", "tcp://[::1]:", "ipc://", "inproc://")
 
@@ -67,8 +67,6 @@ class CurveKeys:
 
 #: Connections served at once unless the operator says otherwise (`hpcgym env --max-connections`).
 DEFAULT_MAX_CONNECTIONS = 1000
-#: How long an agent refused for a full cap should wait before it tries again (error `retry_s`, 1.7).
-RETRY_S = 5.0
 #: Open files the env keeps for itself beyond its connections (traces, pipes, threads' sockets).
 SPARE_FILES = 128
 #: Connections that have sent nothing yet held at once, and from one host; the oldest beyond either is closed
@@ -181,7 +179,7 @@ def run_loop(service: EnvService, inlets: list[Inlet], *, on_bound: Any = None, 
     the service's ticks. Raises HpcgymError with the traceback if the loop raised: its process must end."""
     stopping: list[int] = []
     previous = {sig: signal.signal(sig, lambda *_: stopping.append(sig)) for sig in (signal.SIGINT, signal.SIGTERM)} \
-        if _main_thread() else {}
+        if threading.current_thread() is threading.main_thread() else {}
     # a thread computing a long reset holds the interpreter a switch interval each time the loop wants it:
     # at the default 5 ms six such resets cut another session's throughput 60x
     sys.setswitchinterval(SWITCH_INTERVAL_S)
@@ -577,7 +575,3 @@ class _AllowList:
 
     def callback(self, domain: str, key: bytes) -> bool:
         return key in self.allowed
-
-
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()

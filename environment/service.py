@@ -34,8 +34,7 @@ from .work import Cancelled, Work, running
 from .workload import Workload
 
 Reply = tuple[bytes, dict[str, Any]]
-#: A request as the lock holder gets it: the message as far as it was read, and why it is refused
-#: (None: it is valid).
+#: A request as the lock holder gets it: the message as far as it was read, and why it is refused (None: valid).
 Request = tuple[dict[str, Any], "m.ProtocolError | None"]
 AGENT_LOST_MODES = ("fallback", "end")
 
@@ -46,8 +45,8 @@ VERSION = re.compile(r"\d+\.\d+\Z")
 MAX_NAME = 256
 #: Lost peers remembered (so that their late acts get `stale_decision`), the oldest forgotten first.
 MAX_LOST = 10_000
-#: Per-job record columns x the most bytes msgpack spends on one value, plus room for the map:
-#: records of more jobs than fit the message limit by this bound are paged (`records` requests).
+#: Per-job record columns x the most bytes msgpack spends on one value: records of more jobs than fit the message
+#: limit by this bound are paged (`records` requests).
 RECORD_BYTES_PER_JOB = 16 * 9
 RECORDS_PAGE_JOBS = 50_000
 #: How long an agent refused for a full cap on agents or sessions waits before it tries again (1.7).
@@ -135,11 +134,8 @@ class SessionWorker:
                 task()
             finally:
                 with self._lock:
-                    if not self._tasks:
-                        self._running = False
-                        task = None
-                    else:
-                        task = self._tasks.popleft()
+                    task = self._tasks.popleft() if self._tasks else None
+                    self._running = task is not None
             if task is None:
                 return
             if spawn:
@@ -242,8 +238,7 @@ class EnvService:
             return {name for name, session in self.sessions.items() if session.peers}
 
     def disconnected(self, peer_id: bytes) -> None:
-        """The connection of this routing id closed: outside an episode the agent is gone; in one, a hello with
-        its session's token resumes it."""
+        """The connection closed: outside an episode the agent is gone; in one, a hello with its token resumes it."""
         with self._lock:
             peer = self.peers.get(peer_id)
             if peer is None:
@@ -678,8 +673,7 @@ class EnvService:
             core.act(job)
 
     def _by_order(self, ep: SessionEpisode, decision: Decision) -> int | None:
-        """The job the owner's standing order picks (steered, recorded), or None: ask the owner (an order that
-        ranks no candidate is dropped)."""
+        """The job the owner's standing order picks (steered, recorded), or None: ask the owner."""
         owner = ep.owners[decision.kind]
         order = ep.orders.get(owner.id)
         if order is None:

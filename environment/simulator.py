@@ -61,8 +61,7 @@ class Simulation:
             workload = workload.with_columns(requested=workload.run)
         elif config.raise_requests:
             workload = workload.with_columns(requested=np.maximum(workload.requested, workload.run))
-        self.workload = workload
-        self.config = config
+        self.workload, self.config = workload, config
         self.policy = get_policy(policy, config.seed) if isinstance(policy, str) else policy
         self.external = check_kinds(external)
         if config.backfill == "conservative" and self.external & {SELECT, INSPECT, BACKFILL, SELECT_KILL}:
@@ -93,10 +92,9 @@ class Simulation:
         self._prepare_jobs()
         if len(self._index) != len(workload):
             raise ConfigError(f"workload {workload.name!r} has duplicate job ids; renumber its jobs")
-        self._gen = None
+        self._gen, self.done = None, False
         self._pending: Decision | None = None
         self._progress: Callable[[int], None] | None = None
-        self.done = False
 
     # ----------------------------------------------------------------- set-up
     def _check_machine_options(self) -> None:
@@ -403,8 +401,7 @@ class Simulation:
         return position
 
     def _schedule_builtin(self, now: int) -> None:
-        """`_schedule` when every decision of the pass is built in: a plain call, not a generator, as most
-        replays and baselines run."""
+        """`_schedule` when every decision is built in: a plain call, not a generator, as most replays run."""
         queue, size, held, nodes = self._queue, self._size, self._held, self._nodes
         if self.policy.dynamic and len(queue) > 1:
             self._resort(now)
@@ -871,8 +868,7 @@ class Simulation:
         return Decision(self, kind, self.now, self._steps, candidates, context, can_wait)
 
     def observe(self, decision: Decision, observed: Mapping[str, Collection[str]] | None = None) -> dict[str, Any]:
-        """The raw state an external agent sees; of the job tables only the columns `observed` (else the
-        constructor's) names."""
+        """The raw state an external agent sees; of the job tables only the columns `observed` names."""
         keep = self._observed if observed is None else observed
         now = self.now
         queued, run = _gather(self._queue[:self.config.window]), _gather([i for _, i in self._running])

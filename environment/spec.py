@@ -106,8 +106,7 @@ class WorkloadSpec:
         return WorkloadSpec.from_dict({**kept, **{k: v for k, v in window.items() if v is not None}})
 
     def changes_from(self, other: WorkloadSpec) -> str:
-        """`key: old -> new` for each key that differs from `other`'s: the line where an evaluation says what it
-        overrode."""
+        """`key: old -> new` for each key that differs from `other`'s (what an evaluation overrode)."""
         old, new = ({**IMPLIED, **spec.to_dict()} for spec in (other, self))
         return ", ".join(f"{k}: {old.get(k, '(unset)')} -> {new.get(k, '(unset)')}"
                          for k in WORKLOAD_KEYS if old.get(k) != new.get(k))

@@ -99,8 +99,7 @@ def _stored_key(path: Path) -> str:
 
 
 def _pieces(path: Path, max_bytes: int | None) -> Iterator[bytes]:
-    """The trace's (unpacked) bytes in pieces of whole lines; refused as soon as they pass `max_bytes` or a line
-    `MAX_LINE_BYTES`."""
+    """The trace's (unpacked) bytes in pieces of whole lines, refused once past `max_bytes` or a line too long."""
     total, carried, lines = 0, b"", 0
     with _opened(path) as stream:
         while True:

@@ -16,8 +16,7 @@ _NEWLINE, _DOT, _MINUS, _PLUS, _ZERO = b"\n.-+0"
 
 
 def _blank_comments(data: bytes) -> tuple[bytearray, list[bytes]] | None:
-    """The data with comment lines (first non-blank character `;`) blanked out, and those lines;
-    None if a `;` stands anywhere else."""
+    """The data with comment lines blanked out, and those lines; None if a `;` stands anywhere else."""
     body = bytearray(data)
     comments = []
     position = data.find(b";")

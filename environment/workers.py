@@ -195,8 +195,7 @@ class _Front:
             self.workers[k] = self._start(worker.index)
 
     def _end_agents_of(self, worker: _Worker, why: str) -> None:
-        """A worker is gone: its agents get an `episode_end` with `why` (now if they wait, else at their next
-        request), and its sessions are free."""
+        """A worker is gone: its agents get an `episode_end` with `why` (now, or at their next request)."""
         for agent in list(worker.agents):
             end = encode({"type": "episode_end", "episode": self.episode.get(agent, 0), "reason": why,
                           "metrics": {}, "reward": 0.0})
