@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from dataclasses import dataclass, fields
 from numbers import Integral, Real
 
@@ -126,10 +127,8 @@ class SimConfig:
                 raise ConfigError(f"unknown {name} {getattr(self, name)!r}: use one of {', '.join(allowed)}")
         relax = self.backfill_relax
         if isinstance(relax, str):  # as compare's KEY:VALUE items and the CLI's --option give it
-            try:
+            with suppress(ValueError):
                 relax = float(relax)
-            except ValueError:
-                pass
         if isinstance(relax, bool) or not isinstance(relax, Real) or not 0.0 <= relax <= MAX_RELAX:
             raise ConfigError(f"backfill_relax must be a number in [0, {MAX_RELAX:g}], got {relax!r}")
         object.__setattr__(self, "backfill_relax", float(relax))

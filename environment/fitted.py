@@ -4,6 +4,7 @@ phase): hour-of-week arrival rates and resampled job rows (docs/semantics.md sec
 from __future__ import annotations
 
 import datetime as _dt
+from contextlib import suppress
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,8 +13,7 @@ from .config import check_int
 from .errors import ConfigError
 from .workload import Workload
 
-__all__ = ["WorkloadModel", "fit_workload_model", "generate_from_model", "hour_of_week",
-           "HOURS_PER_WEEK"]
+__all__ = ["WorkloadModel", "fit_workload_model", "generate_from_model", "hour_of_week", "HOURS_PER_WEEK"]
 
 HOUR = 3600
 HOURS_PER_WEEK = 7 * 24
@@ -58,11 +58,9 @@ def _time_zone(header: dict[str, str]) -> _dt.tzinfo:
     """The trace's local zone: TimeZoneString, else the fixed TimeZone offset, else UTC."""
     name = header.get("TimeZoneString", "").strip()
     if name:
-        try:
+        with suppress(Exception):  # unknown zone or no tz database: fall through to the offset
             from zoneinfo import ZoneInfo
             return ZoneInfo(name)
-        except Exception:  # unknown zone or no tz database: fall through to the offset
-            pass
     offset = header.get("TimeZone", "").strip()
     try:
         return _dt.timezone(_dt.timedelta(seconds=int(offset)))

@@ -18,7 +18,6 @@ from .workload import COLUMNS, Workload
 __all__ = ["random_window", "sampled_jobset", "split", "window"]
 
 
-
 def _check_seed(seed: object) -> int:
     """Seeds must be explicit non-negative ints, so that every sequence can be reproduced."""
     return check_int(seed, "seed", 0)

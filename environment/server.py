@@ -20,7 +20,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -555,18 +555,14 @@ _MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
 
 
 def _poke(fd: int) -> None:
-    try:
+    with suppress(OSError):  # the pipe is full (the loop will wake anyway) or closed (the server stopped)
         os.write(fd, b"!")
-    except (BlockingIOError, OSError):
-        pass  # the pipe is full (the loop will wake anyway) or closed (the server stopped)
 
 
 def _drain(fd: int) -> None:
-    try:
+    with suppress(BlockingIOError):
         while os.read(fd, 4096):
             pass
-    except BlockingIOError:
-        pass
 
 
 class _AllowList:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -883,10 +884,8 @@ def check_hello(msg: dict[str, Any]) -> None:
 
 def _release_freed_memory() -> None:
     """Hand a refused load's pages back: glibc keeps freed pages (a refused 24.9 M-job trace left 330 MB)."""
-    try:
+    with suppress(OSError, AttributeError):  # not glibc: nothing to trim
         ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc: nothing to trim
 
 
 def _without_contents(message: str) -> str:

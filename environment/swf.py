@@ -11,7 +11,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
 
@@ -185,12 +185,10 @@ def _parse_rows(lines: list[str], numbers: list[int], path: Path, on_malformed: 
     line_no = np.asarray(numbers, dtype=np.int64)
     if not lines:
         return np.empty((0, N_FIELDS)), line_no, 0
-    try:
+    with suppress(ValueError):
         rows = np.loadtxt(lines, dtype=np.float64, comments=None, ndmin=2)
         if rows.shape[1] == N_FIELDS and bool(np.all(np.abs(rows) < _MAX_ABS)):
             return rows, line_no, 0
-    except ValueError:
-        pass
     keep: list[int] = []
     for idx, line in enumerate(lines):
         problem = _check_line(line)

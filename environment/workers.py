@@ -18,7 +18,7 @@ import signal
 import socket
 import tempfile
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -527,10 +527,8 @@ class _FrontMessages:
         if os.getppid() != self.front_pid:
             self.service.stop = True
         else:
-            try:
+            with suppress(zmq.Again):  # the front is behind: it has our beats queued
                 self.link.send(BEAT, zmq.NOBLOCK)
-            except zmq.Again:
-                pass  # the front is behind: it has our beats queued
             self.release()
 
     def screen(self, peer: bytes, rest: list[bytes]) -> bool | None:
