@@ -45,14 +45,20 @@ class ConservativePlan:
         """Job `i` joined the queue: the next pass places it."""
         self._unplaced.append(i)
 
-    def released(self, now: int, est_end: int, size: int) -> None:
-        """A job of `size` processors ended at `now`, before its estimated end: the profile gets
-        them back until then."""
+    def released(self, now: int, i: int, est_end: int) -> None:
+        """Job `i` ended at `now`: if that is before its estimated end, the profile gets its
+        processors back until then."""
+        if est_end <= now:
+            return
         if self._nreleased == len(self._released):
             self._released = np.concatenate([self._released, self._released])
-        self._released[self._nreleased] = now, est_end, size
+        self._released[self._nreleased] = now, est_end, self._size[i]
         self._nreleased += 1
         self._freed_until = max(self._freed_until, est_end)
+
+    def start(self, i: int, now: int) -> bool:
+        """Due job `i` may start: any free processors will do."""
+        return True
 
     def due(self, now: int, free: int, running: list[tuple[int, int]], rank: Callable[[int], int],
             reranked: bool) -> tuple[list[int], list[int]]:

@@ -42,8 +42,7 @@ class CountedPlan:
         self._plan.queued(i)
 
     def released(self, now: int, i: int, est_end: int) -> None:
-        if est_end > now:
-            self._plan.released(now, est_end, self._amount[i])
+        self._plan.released(now, i, est_end)  # the plan's sizes are this resource's amounts
 
     def start(self, i: int, now: int) -> bool:
         allocation = self._nodes.find(i)

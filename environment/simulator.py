@@ -562,11 +562,8 @@ class Simulation:
         self.free += self._size[i] if self._nodes is None else self._nodes.give_back(i, self.now - self._start[i])
         if self.policy.usage and i < len(self._submit):  # a pre-filled job was never charged
             self._charge(i, -self._size[i], self.now)
-        if self._conservative:  # ends before its estimate: the plan gets the processors (nodes) back
-            if self._nodes is not None:
-                self._plan.released(self.now, i, est_end)
-            elif est_end > self.now:
-                self._plan.released(self.now, est_end, self._size[i])
+        if self._conservative:  # an end before its estimate gives the plan processors (nodes) back
+            self._plan.released(self.now, i, est_end)
 
     def _complete(self, i: int) -> None:
         self._release(i)
@@ -843,9 +840,8 @@ class Simulation:
         due, new = self._plan.due(now, self.free, self._running, rank, reranked)
         size = self._size
         started = []
-        nodes = self._nodes is not None
         for i in due:
-            if size[i] <= self.free and (not nodes or self._plan.start(i, now)):
+            if size[i] <= self.free and self._plan.start(i, now):
                 self._start_job(i, now, READY)
                 started.append(i)
         if started:
