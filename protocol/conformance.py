@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,28 +26,23 @@ from .tables import (ALWAYS, JOB_RECORDS, JOB_TABLES, METRICS, OBSERVATION, OPTI
                      WITH_PREDICTOR, names)
 
 KINDS = ("select", "inspect", "backfill", "kill")
-#: 1.4: the joint select+kill decision (section 1).
-SELECT_KILL = "select_kill"
-#: Reset options under which hpcgym serves every kind: a checker's reset refused with `bad_request`
-#: under an env's own defaults (conservative backfilling refuses select agents, commit_pick the
-#: joint kind) is asked again with them, so that any env hpcgym starts can be checked.
-SERVING_OPTIONS = {"backfill": "easy", "commit_pick": False, "keep_shadow": False}
+SELECT_KILL = "select_kill"  # 1.4: the joint select+kill decision (section 1)
 AGENT_KINDS = (*KINDS, SELECT_KILL)
-# The documented tables (tables.py): what a 1.0 env must send, and what is checked only where sent.
+#: Reset options under which hpcgym serves every kind (conservative backfilling refuses select agents, commit_pick
+#: the joint kind): a reset refused with bad_request under an env's own defaults is asked again with them.
+SERVING_OPTIONS = {"backfill": "easy", "commit_pick": False, "keep_shadow": False}
+# The documented tables (tables.py): what a 1.0 env must send, what is checked only where sent, and the columns that
+# 1.4 (to agents in episodes with a predictor) and 1.5 (the queued jobs' group, executable, memory) added.
 METRICS_KEYS = names(METRICS, sent=ALWAYS)
 JOB_COLUMNS = names(JOB_RECORDS, sent=ALWAYS)
 OPTIONAL_METRICS_KEYS = names(METRICS, sent=OPTIONAL)
 OBSERVATION_KEYS = names(OBSERVATION, since="1.0")
-#: 1.4: the prediction columns, sent to 1.4 agents in episodes with a predictor (section 6).
 PREDICTION_COLUMNS = {table: names(columns, sent=WITH_PREDICTOR) for table, columns in JOB_TABLES.items()}
-#: 1.5: the queued jobs' group, executable and memory, sent to 1.5 agents (section 6).
 QUEUE_JOB_COLUMNS = names(QUEUE, since="1.5")
 ENV_KEYS = ("kinds", "policies", "rewards", "defaults", "limits", "on_agent_lost")
 LIMIT_KEYS = ("max_message_bytes", "heartbeat_s", "decision_timeout_s")
 PENDING_KEYS = ("decision", "kind", "time", "candidates", "can_wait")
-
-#: The workload check_env asks for: a short window of the env's default workload.
-DEFAULT_ENV_WORKLOAD: dict[str, Any] = {"jobs": 24}
+DEFAULT_ENV_WORKLOAD: dict[str, Any] = {"jobs": 24}  # what check_env asks for: a short window of the env's default
 CONTROLLER_ID = b"hpcgym-conformance-controller"
 
 
@@ -84,6 +80,11 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _wrong(*cases: tuple[Any, str]) -> list[str]:
+    """The problems of the (wrong, problem) pairs that are wrong."""
+    return [problem for wrong, problem in cases if wrong]
+
+
 def _of_type(value: Any, type_name: str) -> bool:
     """Whether a value has a table's type (section 3: float metrics are sent as floats, also when whole)."""
     return isinstance(value, float) if type_name == "float" else _is_int(value)
@@ -116,11 +117,8 @@ class _Client:
         self.front, self.sock, self.redirected_to = self.sock, self._connect(address), address
 
     def send(self, body: bytes | dict[str, Any], *, delimiter: bool = True) -> None:
-        data = body if isinstance(body, bytes) else encode(body)
-        if self.socket_type == zmq.REQ:
-            self.sock.send(data)
-        else:
-            self.sock.send_multipart([b"", data] if delimiter else [data])
+        data = body if isinstance(body, bytes) else encode(body)  # a REQ socket adds the delimiter itself
+        self.sock.send_multipart([b"", data] if delimiter and self.socket_type != zmq.REQ else [data])
 
     def recv(self) -> list[bytes] | None:
         return self.sock.recv_multipart() if self.sock.poll(int(self.timeout * 1000)) else None
@@ -217,20 +215,14 @@ class _EnvChecker:
         if reply.get("type") != "error":
             self.check(name, False, f"expected error {code}, got {_short(reply)}")
             return None
-        problems = []
-        if reply.get("code") != code:
-            problems.append(f"code {reply.get('code')!r}, expected {code!r}")
-        if reply.get("recoverable") is not recoverable:
-            problems.append(f"recoverable {reply.get('recoverable')!r}, expected {recoverable}")
         pending = reply.get("pending")
-        if standing is None:
-            if pending is not None:
-                problems.append(f"pending {_short(pending)}, expected nil (nothing stands)")
-        else:
-            want = {k: standing[k] for k in PENDING_KEYS}
-            got = {k: pending.get(k) for k in PENDING_KEYS} if isinstance(pending, dict) else pending
-            if got != want:
-                problems.append(f"pending {_short(got)}, expected the standing decision {_short(want)}")
+        want = None if standing is None else {k: standing[k] for k in PENDING_KEYS}
+        got = {k: pending.get(k) for k in PENDING_KEYS} if want is not None and isinstance(pending, dict) else pending
+        problems = _wrong((reply.get("code") != code, f"code {reply.get('code')!r}, expected {code!r}"),
+                          (reply.get("recoverable") is not recoverable,
+                           f"recoverable {reply.get('recoverable')!r}, expected {recoverable}"),
+                          (got != want, f"pending {_short(got)}, expected "
+                           + ("nil (nothing stands)" if want is None else f"the standing decision {_short(want)}")))
         detail = "; ".join(problems) if problems else (
             f"{code}, recoverable={recoverable}, pending={'nil' if standing is None else standing['decision']}")
         return reply if self.check(name, not problems, detail) else None
@@ -255,10 +247,11 @@ class _EnvChecker:
             self.ctx.term()
         return self.results
 
-    def hello(self, name: str = "conformance", kinds: Sequence[str] = ("select",)) -> dict[str, Any]:
-        """A hello into the checker's session, with its token once the env gave one."""
-        return {"type": "hello", "protocol": PROTOCOL_VERSION, "agent": name, "kinds": list(kinds),
-                "session": self.session, **({"token": self.token} if self.token else {})}
+    def hello(self, name: str = "conformance", kinds: Sequence[str] = ("select",), protocol: str = PROTOCOL_VERSION,
+              session: str | None = None) -> dict[str, Any]:
+        """A hello into `session`, else into the checker's session with its token once the env gave one."""
+        return {"type": "hello", "protocol": protocol, "agent": name, "kinds": list(kinds), "session": session or
+                self.session, **({"token": self.token} if self.token and session is None else {})}
 
     def script(self) -> None:
         a = self.client()
@@ -360,11 +353,15 @@ class _EnvChecker:
         # -------- other envelopes
         self.envelopes()
         self.redirect_address(a)
-        # -------- 1.4: predictions, the joint select+kill decision
-        if self.strict:
-            self.predictions()
-            self.select_kill()
-            self.job_columns()
+        if self.strict:  # 1.4: the prediction option is checked like every option, its columns go to a 1.4 agent
+            self.newer_columns("predictions", "prediction", "1.3", PREDICTION_COLUMNS, {"prediction": "running"}, 1,
+                               "the prediction columns, one per job", {
+                                   "prediction_bad_request_unknown": {"prediction": "oracle"},
+                                   "prediction_bad_request_model_path": {
+                                       "prediction": "learned:/nonexistent/hpcgym-model.json"}})
+            self.select_kill()  # 1.4: the joint select+kill decision
+            self.newer_columns("job_columns", "job", "1.4", {"queue": QUEUE_JOB_COLUMNS}, {}, None,
+                               "group, executable and memory, one per job")  # 1.5
         # -------- bye
         r = self.ask(a, {"type": "bye"}, "bye")
         self.check("bye", r.get("type") == "bye", f"bye answered {r.get('type')}")
@@ -384,24 +381,23 @@ class _EnvChecker:
         if r.get("session") != self.session:
             problems.append(f"session {r.get('session')!r}, expected {self.session!r}")
         if isinstance(env, dict):
-            problems += [f"env lacks {k!r}" for k in ENV_KEYS if k not in env]
-            if isinstance(env.get("limits"), dict):
-                problems += [f"env.limits lacks {k!r}" for k in LIMIT_KEYS if k not in env["limits"]]
-            if isinstance(env.get("kinds"), list) and not set(KINDS) <= set(env["kinds"]):
-                problems.append(f"env.kinds {env['kinds']} lacks some of {list(KINDS)}")
-            if self.strict and SELECT_KILL not in (env.get("kinds") or []):
-                problems.append(f"env.kinds lacks {SELECT_KILL!r} (1.4)")
-            if env.get("on_agent_lost") not in ("fallback", "end"):
-                problems.append(f"env.on_agent_lost {env.get('on_agent_lost')!r}")
             self.private = env.get("sessions") == "private"
-            defaults = env.get("defaults")
-            if self.strict and not (isinstance(defaults, dict) and isinstance(defaults.get("options"), dict)
-                                    and "policy" in defaults["options"]):
-                problems.append("env.defaults.options lacks 'policy' (1.3: the defaults have a reset's shape)")
-            if self.private and not (isinstance(r.get("token"), str) and r["token"]):
-                problems.append("private sessions but no token in the welcome")
-            if "workers" in env and not (_is_int(env["workers"]) and env["workers"] >= 2):
-                problems.append(f"env.workers {env['workers']!r} is not a number of worker processes (1.7: at least 2)")
+            kinds, limits, defaults = env.get("kinds"), env.get("limits"), env.get("defaults")
+            problems += [f"env lacks {k!r}" for k in ENV_KEYS if k not in env]
+            problems += [f"env.limits lacks {k!r}" for k in LIMIT_KEYS if isinstance(limits, dict) and k not in limits]
+            problems += _wrong(
+                (isinstance(kinds, list) and not set(KINDS) <= set(kinds),
+                 f"env.kinds {kinds} lacks some of {list(KINDS)}"),
+                (self.strict and SELECT_KILL not in (kinds or []), f"env.kinds lacks {SELECT_KILL!r} (1.4)"),
+                (env.get("on_agent_lost") not in ("fallback", "end"),
+                 f"env.on_agent_lost {env.get('on_agent_lost')!r}"),
+                (self.strict and not (isinstance(defaults, dict) and isinstance(defaults.get("options"), dict)
+                                      and "policy" in defaults["options"]),
+                 "env.defaults.options lacks 'policy' (1.3: the defaults have a reset's shape)"),
+                (self.private and not (isinstance(r.get("token"), str) and r["token"]),
+                 "private sessions but no token in the welcome"),
+                ("workers" in env and not (_is_int(env["workers"]) and env["workers"] >= 2),
+                 f"env.workers {env.get('workers')!r} is not a number of worker processes (1.7: at least 2)"))
         return self.check("welcome", not problems,
                           "; ".join(problems)
                           or f"protocol {protocol}, session {r.get('session')!r}, env keys complete")
@@ -415,25 +411,20 @@ class _EnvChecker:
                 problems.append(f"observation.{table} is not a map")
                 continue
             missing = [c for c in names(columns, since="1.0") if not isinstance(t.get(c), list)]
-            if missing:
-                problems.append(f"observation.{table} lacks columns {missing}")
             mistyped = [f"{c.name} ({c.type})" for c in columns if isinstance(t.get(c.name), list)
                         and not all(_of_type(v, c.type) for v in t[c.name])]
-            if mistyped:
-                problems.append(f"observation.{table} columns hold values of another type: {mistyped}")
             lengths = {len(v) for v in t.values() if isinstance(v, list)}
-            if len(lengths) > 1:
-                problems.append(f"observation.{table} columns have different lengths {sorted(lengths)}")
-        if obs.get("time") != d.get("time"):
-            problems.append(f"observation.time {obs.get('time')} != decision time {d.get('time')}")
+            problems += _wrong((missing, f"observation.{table} lacks columns {missing}"),
+                               (mistyped, f"observation.{table} columns hold values of another type: {mistyped}"),
+                               (len(lengths) > 1,
+                                f"observation.{table} columns have different lengths {sorted(lengths)}"))
         queue_ids = obs.get("queue", {}).get("id") if isinstance(obs.get("queue"), dict) else None
-        if d.get("candidates") != queue_ids:
-            problems.append(f"select candidates {_short(d.get('candidates'))} are not the queue window ids "
-                            f"{_short(queue_ids)}")
-        if not d.get("candidates"):
-            problems.append("select with no candidates")
-        if not all(_is_int(j) for j in d.get("candidates", [])):
-            problems.append("candidates are not all integers")
+        problems += _wrong(
+            (obs.get("time") != d.get("time"), f"observation.time {obs.get('time')} != decision time {d.get('time')}"),
+            (d.get("candidates") != queue_ids,
+             f"select candidates {_short(d.get('candidates'))} are not the queue window ids {_short(queue_ids)}"),
+            (not d.get("candidates"), "select with no candidates"),
+            (not all(_is_int(j) for j in d.get("candidates", [])), "candidates are not all integers"))
         self.check("decision_shape", not problems, "; ".join(problems) or
                    f"{len(d.get('candidates', []))} candidates, observation tables columnar")
 
@@ -608,9 +599,9 @@ class _EnvChecker:
             return  # not redirected this time (no worker ready, say): nothing to check
         owner.follow(str(decode(frames[-1]).get("address")))
         intruder = self.client(address=owner.sock.getsockopt(zmq.LAST_ENDPOINT).decode())
-        self.refused("redirect_needs_the_hellos_token", "not_allowed", intruder, {
-            "type": "hello", "protocol": PROTOCOL_VERSION, "agent": "conformance-intruder", "kinds": [],
-            "session": session}, "hello without the token at the redirect's address")
+        self.refused("redirect_needs_the_hellos_token", "not_allowed", intruder,
+                     self.hello("conformance-intruder", (), session=session),
+                     "hello without the token at the redirect's address")
         r = self.ask(owner, greeting, "hello with the token at the redirect's address")
         self.check("redirect_takes_the_hellos_token", r.get("type") == "welcome", f"answered {_short(r)}")
         self.ask(owner, {"type": "bye"}, "bye at the redirect's address")
@@ -618,25 +609,11 @@ class _EnvChecker:
     def select_client(self, protocol: str, what: str) -> Any:
         """A select agent speaking `protocol`, welcomed in a session of its own; None (the failed
         check recorded) when the env does not welcome it."""
-        c = self.client()
-        r = self.ask(c, {"type": "hello", "protocol": protocol, "agent": f"conformance-{what.replace('_', '-')}",
-                         "kinds": ["select"], "session": f"{self.session}-{what.replace('_', '-')}-{protocol}"},
-                     f"hello {protocol} for {what}")
+        c, name = self.client(), what.replace("_", "-")
+        r = self.ask(c, self.hello(f"conformance-{name}", protocol=protocol,
+                                   session=f"{self.session}-{name}-{protocol}"), f"hello {protocol} for {what}")
         return c if self.check(f"{what}_welcome_{protocol}", r.get("type") == "welcome", f"answered {_short(r)}") \
             else None
-
-    def predictions(self) -> None:
-        """1.4: the `prediction` option is checked like every option, and its columns go to a 1.4 agent,
-        not to a 1.3 one."""
-        refused = {"unknown": "oracle", "model_path": "learned:/nonexistent/hpcgym-model.json"}
-        self.newer_columns("predictions", "prediction", "1.3", PREDICTION_COLUMNS, {"prediction": "running"}, 1,
-                           "the prediction columns, one per job",
-                           {f"prediction_bad_request_{name}": {"prediction": given} for name, given in refused.items()})
-
-    def job_columns(self) -> None:
-        """1.5: the queue's group, executable and memory columns go to a 1.5 agent, not to a 1.4 one."""
-        self.newer_columns("job_columns", "job", "1.4", {"queue": QUEUE_JOB_COLUMNS}, {}, None,
-                           "group, executable and memory, one per job")
 
     def newer_columns(self, what: str, label: str, older: str, columns: dict[str, tuple[str, ...]],
                       options: dict[str, Any], least: int | None, sent: str,
@@ -675,8 +652,8 @@ class _EnvChecker:
         """1.4: the joint kind's candidates are the queue window's ids then running ids, a list is
         refused with invalid_action, and the episode plays out."""
         c = self.client()
-        r = self.ask(c, {"type": "hello", "protocol": PROTOCOL_VERSION, "agent": "conformance-select-kill",
-                         "kinds": [SELECT_KILL], "session": f"{self.session}-select-kill"}, "hello select_kill")
+        r = self.ask(c, self.hello("conformance-select-kill", [SELECT_KILL], session=f"{self.session}-select-kill"),
+                     "hello select_kill")
         if not self.check("select_kill_welcome", r.get("type") == "welcome", f"answered {_short(r)}"):
             return
         d = self.reset(c, {"seed": 1, "workload": self.workload}, "reset select_kill")
@@ -714,13 +691,11 @@ def check_env(address: str, timeout: float = 10.0, *, workload: dict[str, Any] |
 # =========================================================================== check_agent
 @dataclass
 class _Event:
-    t: float
     peer: bytes
     request: bool
     body: bytes | None = None       # requests: the raw body
     message: Any = None             # the decoded message (requests: None if it did not decode)
     error: ProtocolError | None = None  # requests: why it is not a valid request
-    injected: bool = False          # replies made by the checker, not the env
 
 
 class _Recorder:
@@ -737,7 +712,7 @@ class _Recorder:
         self.delayed: set[bytes] = set()
 
     def handle(self, peer: bytes, body: bytes) -> list[tuple[bytes, bytes]]:
-        event = _Event(time.monotonic(), peer, True, body)
+        event = _Event(peer, True, body)
         try:
             event.message = decode(body)
             validate(event.message, REQUESTS)
@@ -750,7 +725,7 @@ class _Recorder:
                 and peer in getattr(self.service, "peers", {}):
             self.delayed.add(peer)
             self.held[peer] = body
-            return self._record([(peer, encode({"type": "pending"}))], injected=True)
+            return self._record([(peer, encode({"type": "pending"}))])
         if peer in self.held and kind in ("poll", "join"):
             body = self.held.pop(peer)   # the slow reset (or join) is answered now
         else:
@@ -760,11 +735,9 @@ class _Recorder:
     def tick(self) -> list[tuple[bytes, bytes]]:
         return self._record(self._tick())
 
-    def _record(self, replies: list[tuple[bytes, bytes]], injected: bool = False) -> list[tuple[bytes, bytes]]:
-        now = time.monotonic()
+    def _record(self, replies: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
         with self.lock:
-            for peer, data in replies:
-                self.events.append(_Event(now, peer, False, None, decode(data), injected=injected))
+            self.events += [_Event(peer, False, None, decode(data)) for peer, data in replies]
         return replies
 
     def snapshot(self) -> list[_Event]:
@@ -877,8 +850,7 @@ def _analyse(events: list[_Event], peer: bytes) -> dict[str, list[str] | int | b
     """Walk one agent's traffic in order; collect violations per property."""
     v: dict[str, Any] = {k: [] for k in ("hello", "valid", "one_at_a_time", "echo", "on_pending", "candidates",
                                           "poll", "errors", "after_bye")}
-    v.update(requests=0, decisions=0, answered=0, ends=[], pending_seen=0, bye_sent=False, bye_received=False,
-             first=None, welcomed=False, kinds=[])
+    v.update(requests=0, answered=0, ends=[], bye_sent=False, first=None, kinds=[], replies=Counter())
     outstanding = False
     standing: dict[str, Any] | None = None
     last_reply: str | None = None
@@ -925,24 +897,15 @@ def _analyse(events: list[_Event], peer: bytes) -> dict[str, list[str] | int | b
             if kind not in (None, "hello") and v["first"] != "hello" and not v["hello"]:
                 v["hello"].append(f"the first request was {v['first']}, not hello")
         else:
-            outstanding = False
-            msg = ev.message
+            outstanding, msg = False, ev.message
             last_reply = msg.get("type")
-            if last_reply == "decision":
-                standing = msg
-                v["decisions"] += 1
-            elif last_reply == "error":
+            v["replies"][last_reply] += 1
+            if last_reply in ("decision", "error", "episode_end"):  # what stands after it
+                standing = {"decision": msg, "error": msg.get("pending") or None}.get(last_reply)
+            if last_reply == "error":
                 v["errors"].append(f"{msg.get('code')}: {msg.get('message')}")
-                standing = msg.get("pending") if msg.get("pending") else None
             elif last_reply == "episode_end":
-                standing = None
                 v["ends"].append(msg.get("reason"))
-            elif last_reply == "pending":
-                v["pending_seen"] += 1
-            elif last_reply == "welcome":
-                v["welcomed"] = True
-            elif last_reply == "bye":
-                v["bye_received"] = True
     return v
 
 
@@ -954,22 +917,23 @@ def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, elaps
     def rule(name: str, key: str, fine: str, ok: bool = True) -> Check:
         return Check(name, ok and not v[key], joined(v[key]) if v[key] else fine)
 
-    hello_ok = v["first"] == "hello" and v["welcomed"]
+    replies = v["replies"]
+    hello_ok = v["first"] == "hello" and replies["welcome"] > 0
     out = [Check("exits_0", not timed_out and proc_rc == 0,
                  f"still running after {elapsed:.1f} s (killed)" if timed_out else
                  f"exit status {proc_rc}" + (f"; stderr: {tail}" if proc_rc and tail else "")),
            rule("hello", "hello", f"protocol 1.x, kinds {v['kinds']}" if hello_ok else
-                f"first request: {v['first']}, welcomed: {v['welcomed']}", hello_ok),
+                f"first request: {v['first']}, welcomed: {replies['welcome'] > 0}", hello_ok),
            rule("valid_requests", "valid", f"{v['requests']} requests, all valid", v["requests"] > 0),
            rule("one_request_at_a_time", "one_at_a_time", "each request waited for its reply"),
            rule("echoes_decision_ids", "echo", f"{v['answered']} acts echoed the pending decision"),
            rule("acts_only_on_pending", "on_pending", "no act without a pending decision"),
            rule("candidate_actions", "candidates", "every action fits its decision's kind and candidates"),
-           rule("polls_after_pending", "poll", f"{v['pending_seen']} pending replies, each followed by poll"
-                if v["pending_seen"] else "never asked again after pending (no pending seen)", v["pending_seen"] > 0),
+           rule("polls_after_pending", "poll", f"{replies['pending']} pending replies, each followed by poll"
+                if replies["pending"] else "never asked again after pending (no pending seen)", replies["pending"] > 0),
            rule("no_error_replies", "errors", "the env refused nothing")]
     out.append(Check("answers_decisions", v["answered"] > 0 or not v["kinds"],
-                     f"{v['decisions']} decisions received, {v['answered']} answered"))
+                     f"{replies['decision']} decisions received, {v['answered']} answered"))
     ends = v["ends"]
     completed = bool(ends) and all(r == "completed" for r in ends)
     detail = f"{len(ends)} episode(s): {', '.join(map(str, ends[:3]))}" if ends else "no episode_end received"
@@ -978,7 +942,7 @@ def _agent_checks(v: dict[str, Any], proc_rc: int | None, timed_out: bool, elaps
                   (f", controller: {controller.error})" if controller.error else ")")
     return out + [Check("finishes_episode", completed, detail),
                   rule("says_bye", "after_bye", "bye sent and answered" if v["bye_sent"] else "never said bye",
-                       v["bye_sent"] and v["bye_received"])]
+                       v["bye_sent"] and replies["bye"] > 0)]
 
 
 @dataclass
@@ -1050,9 +1014,8 @@ def check_agent(command: str | Sequence[str], env: EnvUnderTest, timeout: float 
         for peer in peers:
             checks = _agent_checks(_analyse(events, peer), proc.returncode, timed_out, elapsed, tail,
                                    controller if controller.episodes else None)
-            if len(peers) > 1:
-                checks = [Check(f"{c.name}[{peer.hex()[:8]}]", c.passed, c.detail) for c in checks]
-            results.extend(checks)
+            results += [Check(f"{c.name}[{peer.hex()[:8]}]", c.passed, c.detail) for c in checks] \
+                if len(peers) > 1 else checks
         return results
     finally:
         stop.set()
