@@ -51,8 +51,7 @@ class CandidateFeatures:
         return 2 if self.table is None else self.window
 
     def rows(self, decision: Decision) -> tuple[np.ndarray, np.ndarray, list[int]]:
-        """(float32 rows, one per slot; bool mask of the allowed slots; the job id of each job
-        slot) of `decision`."""
+        """(float32 rows, one per slot; bool mask of the allowed slots; the job id of each job slot) of `decision`."""
         vector = slot_observation(self.encoder, decision.observation, decision.kind, self.kinds)
         mask, ids = slot_mask(decision, self.window)
         rows, allowed = self.from_vector(vector, mask)

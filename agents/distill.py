@@ -167,9 +167,8 @@ class Rollout:
 
 
 class _Labeller(Agent):
-    """Drives an episode with the teacher (tree None) or a tree, labelling every decision; a tree's
-    decisions are labelled in one batch at the end (`finish`), as single forward passes were most
-    of a distillation's time."""
+    """Drives an episode with the teacher (tree None) or a tree, labelling every decision; a tree's decisions are
+    labelled in one batch at the end (`finish`), as single forward passes were most of a distillation's time."""
 
     def __init__(self, teacher: Teacher, features: CandidateFeatures, tree: TreeModel | None, mode: str,
                  out: Rollout) -> None:

@@ -359,9 +359,8 @@ class InspectorEncoder(Encoder):
 
 
 class BackfillEncoder(WindowTableEncoder):
-    """RL backfilling's six features per window job, as the authors' public code computes them
-    (docs/rlbackfilling.md); a row that cannot be backfilled now is the code's padding row, every row
-    at its action slot."""
+    """RL backfilling's six features per window job, as the authors' public code computes them (docs/rlbackfilling.md);
+    a row that cannot be backfilled now is the code's padding row, every row at its action slot."""
 
     reads = {"queue": ("size", "requested", "wait")}
     kinds = ("backfill",)

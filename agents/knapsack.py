@@ -1,7 +1,6 @@
-"""DRAS's "Optimization" baseline (Fan et al., IEEE TPDS 2022, section 5.1): at each scheduling instance
-the subset of the queue window maximizing eq. (1) or (2), solved exactly by one DP table over (count,
-size) since both objectives depend on a subset only through its count, size sum and one value sum
-(docs/agents.md, "The exact DP")."""
+"""DRAS's "Optimization" baseline (Fan et al., IEEE TPDS 2022, section 5.1): at each scheduling instance the subset of
+the queue window maximizing eq. (1) or (2), solved exactly by one DP table over (count, size) since both objectives
+depend on a subset only through its count, size sum and one value sum (docs/agents.md, "The exact DP")."""
 
 from __future__ import annotations
 
@@ -28,10 +27,9 @@ TIE_TOLERANCE = 1e-12
 
 def subset_table(sizes: np.ndarray, values: np.ndarray, capacity: int,
                  max_items: int) -> tuple[np.ndarray, np.ndarray]:
-    """best[k, c]: the largest value sum of exactly k of the items whose (gcd-divided) sizes sum to
-    exactly c (-inf if none), k <= max_items, c <= capacity; take[i, k, c]: item i is in that
-    subset among items 0..i (a cell is replaced only when strictly better, so ties keep the
-    earlier items). O(n K C) time, n K C bytes."""
+    """best[k, c]: the largest value sum of exactly k of the items whose (gcd-divided) sizes sum to exactly c (-inf if
+    none), k <= max_items, c <= capacity; take[i, k, c]: item i is in that subset among items 0..i (a cell is replaced
+    only when strictly better, so ties keep the earlier items). O(n K C) time, n K C bytes."""
     n = len(sizes)
     best = np.full((max_items + 1, capacity + 1), -np.inf)
     best[0, 0] = 0.0
@@ -100,9 +98,8 @@ def _argmax_cell(objective: np.ndarray, used: np.ndarray) -> tuple[int, int] | N
 def best_capability(waits: Sequence[float], sizes: Sequence[int], *, t_max: float, procs: int, free: int,
                     weights: Sequence[float] = (1 / 3, 1 / 3, 1 / 3),
                     nonempty: bool = False) -> tuple[float, list[int]]:
-    """The subset of the given jobs (positions) maximizing DRAS eq. (1), and its value. The empty
-    subset scores w3 (procs - free) / procs (with `nonempty` it is not allowed unless none fits);
-    a t_max of 0 makes the wait term 0."""
+    """The subset of the given jobs (positions) maximizing DRAS eq. (1), and its value. The empty subset scores w3
+    (procs - free) / procs (with `nonempty` it is not allowed unless none fits); a t_max of 0 makes the wait term 0."""
     w1, w2, w3 = (float(w) for w in weights)
     used0 = procs - free
     empty_value = w3 * used0 / procs
@@ -161,10 +158,9 @@ def best_capacity(waits: Sequence[float], sizes: Sequence[int], pickable: int, *
 
 
 def _on_nodes(obs: dict, n: int) -> tuple[np.ndarray, int]:
-    """The first n jobs' sizes and the free amount of the one resource that decides on nodes (the
-    cores of the nodes a whole-node job holds and of the idle nodes, or plain cores); refused
-    where jobs compete for several resources or partitions (an exact DP grows with the product of
-    every resource's free amount)."""
+    """The first n jobs' sizes and the free amount of the one resource that decides on nodes (the cores of the nodes a
+    whole-node job holds and of the idle nodes, or plain cores); refused where jobs compete for several resources or
+    partitions (an exact DP grows with the product of every resource's free amount)."""
     table, queue = obs["machine"], obs["queue"]
     found = one_resource(machine_from_table(table), *(np.asarray(queue[c][:n]) for c in REQUESTS))
     if found is None:

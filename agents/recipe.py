@@ -16,10 +16,9 @@ BASE, TEACHER = "BASE", "TEACHER"
 
 @dataclass(frozen=True)
 class Recipe:
-    """One paper's run. `options` are the simulation options of training and evaluation episodes
-    (the reset's options, without `window` and `policy`, which have their own fields); `workload`
-    the workload keys both draw with; `first_jobs` limits where training windows start (on a
-    trace, without a chronological split or a fixed window)."""
+    """One paper's run. `options` are the simulation options of training and evaluation episodes (the reset's options,
+    without `window` and `policy`, which have their own fields); `workload` the workload keys both draw with;
+    `first_jobs` limits where training windows start (on a trace, without a chronological split or a fixed window)."""
 
     name: str
     summary: str

@@ -342,9 +342,8 @@ def agent_class(target: str) -> type:
 
 
 def load_model(path: str | os.PathLike, online: bool = False, **kwargs: Any) -> Agent:
-    """A checkpoint's policy as an agent (`RLAgent`; with `online`, `OnlineRLAgent`, which keeps
-    updating it while it serves). torch is imported only here, so agents without a model need
-    neither torch nor the rl extra."""
+    """A checkpoint's policy as an agent (`RLAgent`; with `online`, `OnlineRLAgent`, which keeps updating it while it
+    serves). torch is imported only here, so agents without a model need neither torch nor the rl extra."""
     try:
         from .rl.online import OnlineRLAgent
         from .rl.serve import RLAgent

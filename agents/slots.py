@@ -1,6 +1,5 @@
-"""The slot table: how a fixed-size discrete action maps onto a decision (docs/gymnasium.md shows it),
-shared by the Gymnasium bridge and served checkpoints so a policy acts in service exactly as it
-acted in training."""
+"""The slot table: how a fixed-size discrete action maps onto a decision (docs/gymnasium.md shows it), shared by the
+Gymnasium bridge and served checkpoints so a policy acts in service exactly as it acted in training."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from ..environment.errors import HpcgymError
 
 
 def slot_mask(decision: Decision, window: int) -> tuple[np.ndarray, list[int]]:
-    """The int8 action mask of `decision` over `window` slots (1 = allowed), and the job id of
-    each job slot."""
+    """The int8 action mask of `decision` over `window` slots (1 = allowed), and the job id of each job slot."""
     kind, w = decision.kind, window
     if kind == INSPECT:
         return np.ones(2, np.int8), []
@@ -59,9 +57,8 @@ def slot_observation(encoder: Any, observation: dict[str, Any], kind: str, kinds
 
 
 def drop_last_slot(mask: np.ndarray) -> np.ndarray:
-    """A select or backfill mask without its last slot (wait / stop) whenever a job slot is
-    allowed: the RL scheduling papers' agents always pick a job, and DRAS's level 2 backfills
-    until no candidate is left."""
+    """A select or backfill mask without its last slot (wait / stop) whenever a job slot is allowed: the RL scheduling
+    papers' agents always pick a job, and DRAS's level 2 backfills until no candidate is left."""
     if mask[:-1].any() and mask[-1]:
         mask = mask.copy()
         mask[-1] = 0
@@ -115,9 +112,8 @@ def slot_meanings(kind: str, window: int) -> list[tuple[str, int]]:
 
 
 def kill_prior(kind: str, window: int, rate: float) -> list[float]:
-    """Initial actor biases under which an untrained policy kills with probability about `rate`: a
-    near-uniform start kills at almost every kill decision, so its episodes never end
-    (docs/rlschert.md, "Why the kill agents stalled")."""
+    """Initial actor biases under which an untrained policy kills with probability about `rate`: a near-uniform start
+    kills at almost every kill decision, so its episodes never end (docs/rlschert.md, "Why the kill agents stalled")."""
     if kind not in (KILL, SELECT_KILL):
         raise HpcgymError(f"a kill prior is for the kill and select_kill kinds, not {kind!r}")
     if not 0 < rate < 1:

@@ -1,7 +1,6 @@
-"""hpcgym as Batsim 4 for an external scheduler (pybatsim, batsched): Batsim's own event loop, since those
-schedulers decide whole host allocations in Batsim's JSON messages rather than answer hpcgym's decisions. Every
-decision is checked and a wrong one ends the run in one line. docs/batsim.md has the mapping and scope.
-"""
+"""hpcgym as Batsim 4 for an external scheduler (pybatsim, batsched): Batsim's own event loop, since those schedulers
+decide whole host allocations in Batsim's JSON messages rather than answer hpcgym's decisions. Every decision is checked
+and a wrong one ends the run in one line. docs/batsim.md has the mapping and scope."""
 
 from __future__ import annotations
 

@@ -62,12 +62,11 @@ class ConservativePlan:
 
     def due(self, now: int, free: int, running: list[tuple[int, int]], rank: Callable[[int], int],
             reranked: bool) -> tuple[list[int], list[int]]:
-        """One pass: the jobs whose place is `now`, in placement order, and the jobs placed for
-        the first time. free, running: the cluster now ((estimated end, index) of every running
-        job, sorted); rank: a queued job's position in the priority order; reranked: that order
-        changed since the last pass (a dynamic policy). With the profile unchanged since the last
-        pass every reservation stays (it was the earliest then); otherwise they are re-placed.
-        """
+        """One pass: the jobs whose place is `now`, in placement order, and the jobs placed for the first time. free,
+        running: the cluster now ((estimated end, index) of every running job, sorted); rank: a queued job's position in
+        the priority order; reranked: that order changed since the last pass (a dynamic policy). With the profile
+        unchanged since the last pass every reservation stays (it was the earliest then); otherwise they are
+        re-placed."""
         reserved, m = self._reserved, self._count
         stale = m > 0 and reserved[0, 0] < now
         if not (stale or self._nreleased or self._unplaced or reranked):

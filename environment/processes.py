@@ -123,10 +123,9 @@ class CallCancelled(Exception):
 
 
 class Calls:
-    """Picklable calls in up to `size` processes (started when first needed, at `nice`), one a
-    process at a time: CPU-heavy work holds up no thread of the caller's, and a call is stopped
-    at once by killing its process (replaced at the next call). Callers check `cancelled()` every
-    CHECK_S while they wait for a process or an answer."""
+    """Picklable calls in up to `size` processes (started when first needed, at `nice`), one a process at a time:
+    CPU-heavy work holds up no thread of the caller's, and a call is stopped at once by killing its process (replaced at
+    the next call). Callers check `cancelled()` every CHECK_S while they wait for a process or an answer."""
 
     CHECK_S = 0.05
 

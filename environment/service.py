@@ -1,8 +1,7 @@
-"""The env side of the protocol as a plain request handler, no sockets: every transport and the tests call
-`handle` (one request in, its replies out) and `tick` (heartbeats, timeouts), so an episode gives the same
-schedule over any transport. Under the socket server a session's requests run one at a time, in order, with the
-simulation outside the service's lock, so a long reset holds up no other session.
-"""
+"""The env side of the protocol as a plain request handler, no sockets: every transport and the tests call `handle` (one
+request in, its replies out) and `tick` (heartbeats, timeouts), so an episode gives the same schedule over any
+transport. Under the socket server a session's requests run one at a time, in order, with the simulation outside the
+service's lock, so a long reset holds up no other session."""
 
 from __future__ import annotations
 

@@ -735,10 +735,9 @@ class Simulation:
         return True
 
     def _backfill_nodes(self, head: int, now: int) -> None:
-        """EASY on nodes: start, in queue order, every job that fits now and ends by the shadow
-        time or, ending later, fits in what the head's reservation leaves over on each node of
-        its partition at the shadow time (`NodeState.reserve`), so no backfilled job delays the
-        reservation on any resource of any node."""
+        """EASY on nodes: start, in queue order, every job that fits now and ends by the shadow time or, ending later,
+        fits in what the head's reservation leaves over on each node of its partition at the shadow time
+        (`NodeState.reserve`), so no backfilled job delays the reservation on any resource of any node."""
         nodes, size, est, queue = self._nodes, self._size, self._est, self._queue
         reservation = nodes.reserve(head, now, self._running)
         shadow = reservation.shadow

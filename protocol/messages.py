@@ -95,9 +95,8 @@ _ABSENT = object()
 
 def validate(message: Any, table: dict[str, tuple[Field, ...]] = REQUESTS, *,
              ignore_unknown: bool = False) -> dict[str, Any]:
-    """Check a decoded message against `table`; return it, or raise ProtocolError. With
-    `ignore_unknown` fields the table does not list are dropped, as PROTOCOL.md section 8 asks of
-    a reader facing a newer minor version."""
+    """Check a decoded message against `table`; return it, or raise ProtocolError. With `ignore_unknown` fields the
+    table does not list are dropped, as PROTOCOL.md section 8 asks of a reader facing a newer minor version."""
     if not isinstance(message, dict):
         raise ProtocolError(BAD_MESSAGE, f"a message must be a map, got {type(message).__name__}")
     kind = message.get("type")
@@ -158,9 +157,8 @@ MAX_ERROR_CHARS = 600
 
 
 def shorten(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    """`text`, or its beginning marked as cut: `limit` characters in all, whatever the length of
-    the count in the mark (a fixed room for it let a cut text of 100,000 characters and more
-    come to 601 and more)."""
+    """`text`, or its beginning marked as cut: `limit` characters in all, whatever the length of the count in the mark
+    (a fixed room for it let a cut text of 100,000 characters and more come to 601 and more)."""
     if len(text) <= limit:
         return text
     mark = f"... ({len(text):,} characters in all)"

@@ -154,8 +154,7 @@ START_KIND_CODES = (0, 1, 2)
 
 
 def names(table: tuple[Column, ...], *, sent: str | None = None, since: str | None = None) -> tuple[str, ...]:
-    """The names of a table's entries, in order; only those `sent` so and added in version `since`
-    where given."""
+    """The names of a table's entries, in order; only those `sent` so and added in version `since` where given."""
     return tuple(c.name for c in table if (sent is None or c.sent == sent) and (since is None or c.since == since))
 
 

@@ -1,8 +1,7 @@
-"""Deep Q-learning: epsilon-greedy acting, replay and a target network, the target's max over the next
-state's valid actions only. `n_step=1` is DQN (the DRAS and IRL recipes); the default (None) is the
-Monte Carlo return, since hpcgym's end-of-episode rewards make one-step targets diverge
-(docs/performance.md, "Learning across seeds"). Epsilon falls linearly per step, or by `eps_decay`
-per update (DRAS-DQL)."""
+"""Deep Q-learning: epsilon-greedy acting, replay and a target network, the target's max over the next state's valid
+actions only. `n_step=1` is DQN (the DRAS and IRL recipes); the default (None) is the Monte Carlo return, since hpcgym's
+end-of-episode rewards make one-step targets diverge (docs/performance.md, "Learning across seeds"). Epsilon falls
+linearly per step, or by `eps_decay` per update (DRAS-DQL)."""
 
 from __future__ import annotations
 

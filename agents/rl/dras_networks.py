@@ -39,9 +39,8 @@ class _DRASBase(nn.Module):
         self.conv = nn.Conv2d(1, 1, kernel_size=(1, 2))
 
     def row_values(self, obs: torch.Tensor) -> torch.Tensor:
-        """(B, 2W + N): the convolution over the table. Features past the table (a two-kind env's
-        kind flag) are not DRAS's input: the level is implicit in the mask, as in the paper, where
-        both levels share one network."""
+        """(B, 2W + N): the convolution over the table. Features past the table (a two-kind env's kind flag) are not
+        DRAS's input: the level is implicit in the mask, as in the paper, where both levels share one network."""
         b = obs.shape[0]
         x = obs.reshape(b, -1)[:, :2 * self.rows].reshape(b, 1, self.rows, 2)
         return self.conv(x).reshape(b, self.rows)
@@ -86,9 +85,8 @@ class DRASNetwork(_DRASBase):
 
 
 class DRASQNetwork(_DRASBase):
-    """DRAS-DQL's per-job network: one Q value per window slot from that job's block and the node
-    rows, whose (linear) share of the first layer is computed once per state; a learned constant
-    for each action past the window."""
+    """DRAS-DQL's per-job network: one Q value per window slot from that job's block and the node rows, whose (linear)
+    share of the first layer is computed once per state; a learned constant for each action past the window."""
 
     def __init__(self, window: int, nodes: int, n_actions: int | None = None,
                  hidden: Sequence[int] | None = None, negative_slope: float = 0.01) -> None:

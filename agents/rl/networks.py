@@ -1,6 +1,5 @@
-"""Networks built by name, so a checkpoint can rebuild them: `mlp`, and `conv`, the same small network
-over every job row of a (slots, features) table (the papers' "kernel" policy), so a job's score does
-not depend on where it sits."""
+"""Networks built by name, so a checkpoint can rebuild them: `mlp`, and `conv`, the same small network over every job
+row of a (slots, features) table (the papers' "kernel" policy), so a job's score does not depend on where it sits."""
 
 from __future__ import annotations
 

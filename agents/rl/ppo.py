@@ -1,8 +1,7 @@
-"""Proximal policy optimisation (clipped objective, GAE, a KL early stop), as the RL scheduling papers
-train. Options for the papers that need them: `imitation_coef`/`pretrain_epochs` (RLSchert's eq. 11:
-a falling imitation term, behaviour cloning first), `value_target="monte_carlo"` (a critic that must
-learn a reward coming only at a long episode's end), `value_epochs`/`vf_lr` (Spinning Up's separate
-value passes, SchedInspector's)."""
+"""Proximal policy optimisation (clipped objective, GAE, a KL early stop), as the RL scheduling papers train. Options
+for the papers that need them: `imitation_coef`/`pretrain_epochs` (RLSchert's eq. 11: a falling imitation term,
+behaviour cloning first), `value_target="monte_carlo"` (a critic that must learn a reward coming only at a long
+episode's end), `value_epochs`/`vf_lr` (Spinning Up's separate value passes, SchedInspector's)."""
 
 from __future__ import annotations
 
@@ -61,9 +60,8 @@ class PPOConfig(PolicyNetworkConfig):
 def ppo_update(model, optimizer_step, batch: dict[str, torch.Tensor], advantages: torch.Tensor,
                returns: torch.Tensor, config: PPOConfig, rng: np.random.Generator,
                imitation: float = 0.0, clone: bool = False) -> dict[str, float]:
-    """The clipped-objective passes over one batch (plus `imitation` times the imitation term;
-    with `clone`, the imitation term alone, without the clipped objective and the KL stop);
-    returns the last minibatch's statistics."""
+    """The clipped-objective passes over one batch (plus `imitation` times the imitation term; with `clone`, the
+    imitation term alone, without the clipped objective and the KL stop); returns the last minibatch's statistics."""
     n = len(advantages)
     batch = {**batch, "adv": advantages, "ret": returns}
     keys = ("obs", "mask", "action", "logp", "adv", *(("teacher",) if imitation > 0 else ()),
@@ -144,9 +142,8 @@ class PPO(ActorCriticAlgorithm):
         self.epochs_done = int(state.get("epochs_done", 0))
 
     def update(self, storage: RolloutStorage) -> dict[str, float]:
-        """The clipped passes over the steps in `storage`: GAE advantages and returns
-        (bootstrapped from its last values where a sequence does not end), then `ppo_update`;
-        `updates` is the number of gradient steps it took."""
+        """The clipped passes over the steps in `storage`: GAE advantages and returns (bootstrapped from its last values
+        where a sequence does not end), then `ppo_update`; `updates` is the number of gradient steps it took."""
         c = self.config
         batch = storage.batch(self.device)
         adv, ret = storage.advantages(c.gamma, c.gae_lambda)

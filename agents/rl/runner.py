@@ -17,8 +17,7 @@ Policy = Callable[[np.ndarray, np.ndarray, Sequence[np.random.Generator]],
 
 
 def sampling_rng(seed: int, episode: int) -> np.random.Generator:
-    """The generator of training episode `episode`'s action sampling: its own stream, from
-    (seed, episode) alone."""
+    """The generator of training episode `episode`'s action sampling: its own stream, from (seed, episode) alone."""
     return np.random.default_rng(np.random.SeedSequence([int(seed), int(episode)]))
 
 

@@ -41,8 +41,7 @@ class RLAgent(Agent):
         self.greedy, self.rng = greedy, None if greedy else np.random.default_rng(seed)
 
     def observe(self, decision: Decision) -> tuple[np.ndarray, np.ndarray, list[int]]:
-        """The network input, the action mask and the job id of each slot, as the env gave them
-        in training."""
+        """The network input, the action mask and the job id of each slot, as the env gave them in training."""
         obs = slot_observation(self.encoder, decision.observation, decision.kind, self.kinds)
         mask, ids = slot_mask(decision, self.window)
         if self.no_wait and decision.kind in (SELECT, BACKFILL):
