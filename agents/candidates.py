@@ -13,8 +13,7 @@ from ..environment.errors import HpcgymError
 from .encoders import HORIZONS, ConcatEncoder, Encoder
 from .slots import slot_mask, slot_observation
 
-#: Decision kinds a per-candidate model takes.
-CANDIDATE_KINDS = (SELECT, BACKFILL, INSPECT)
+CANDIDATE_KINDS = (SELECT, BACKFILL, INSPECT)  #: Decision kinds a per-candidate model takes.
 #: The job table of each encoder part that has one: its column names (None: the part's COLUMNS).
 JOB_TABLES: dict[str, tuple[str, ...] | None] = {"jobs": None, "irl": None, "irl_wait": None,
                                                  "dras": ("size", "estimate", "priority", "queued")}

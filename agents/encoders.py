@@ -15,8 +15,7 @@ import numpy as np
 from ..environment.machine import REQUESTS, RESOURCES
 from .packing import node_fit
 
-#: Seconds that map to 1.0 on the logarithmic time scale (longer times are clipped to 1).
-TIME_SCALE = 7 * 24 * 3600
+TIME_SCALE = 7 * 24 * 3600  #: Seconds that map to 1.0 on the logarithmic time scale (longer times are clipped to 1).
 _INV_LOG_TIME = 1.0 / math.log1p(TIME_SCALE)
 #: Horizons (seconds from now) of `NodeAvailabilityEncoder`: now, 5 and 15 minutes, 0.5, 1, 2, 4,
 #: 8, 16 hours, 1, 2 and 4 days.
@@ -37,8 +36,7 @@ class Encoder:
 
     size: int = 0
     name: str = ""  # the registry name (set by `get_encoder`)
-    #: The decision kinds whose observations it reads (None: any).
-    kinds: tuple[str, ...] | None = None
+    kinds: tuple[str, ...] | None = None  #: The decision kinds whose observations it reads (None: any).
     #: The queue and running columns it reads (`id` always comes; None: any): an env that serves
     #: only this encoder gathers only those.
     reads: Mapping[str, tuple[str, ...]] | None = None
@@ -429,8 +427,7 @@ ENCODER_OPTIONS = {
 #: The encoder of each decision kind when none is named (the Gymnasium env's, decision records').
 DEFAULT_ENCODERS = {"select": "jobs+nodes", "backfill": "jobs+nodes", "inspect": "jobs+nodes", "kill": "running+nodes",
                     "select_kill": "jobs+running+nodes"}
-#: Named concatenations (any "a+b" of base names also works).
-COMBINED = ("jobs+nodes", "running+nodes")
+COMBINED = ("jobs+nodes", "running+nodes")  #: Named concatenations (any "a+b" of base names also works).
 
 
 def get_encoder(name: str, window: int, procs: int | None = None, **options: Any) -> Encoder:

@@ -21,8 +21,7 @@ CAPACITY_COUNTS = ("decision", "remaining")
 #: `environment.rewards.DRASCapacityRuntime`).
 CAPACITY_TIMES = ("wait", "runtime")
 
-#: Objective values within this relative distance of the best count as ties.
-TIE_TOLERANCE = 1e-12
+TIE_TOLERANCE = 1e-12  #: Objective values within this relative distance of the best count as ties.
 
 
 def subset_table(sizes: np.ndarray, values: np.ndarray, capacity: int,

@@ -9,8 +9,7 @@ from ..environment.errors import ConfigError
 from .base import Agent, PriorityAgent
 from .recipe import BASE, TEACHER, Recipe
 
-#: The rule's 50-minute line (the paper's 10 time steps of 5 minutes).
-SHORT = 50 * 60
+SHORT = 50 * 60  #: The rule's 50-minute line (the paper's 10 time steps of 5 minutes).
 
 
 class RuleKill(Agent):

@@ -241,10 +241,8 @@ def _expect(reply: dict[str, Any], *types: str) -> str:
 #: Agent spec prefixes naming a file the agent is loaded from: a checkpoint (`model:`, `sampled:`,
 #: `online:`) or a tree (`tree:`).
 CHECKPOINT_SOURCES = ("model", "sampled", "online", "tree")
-#: Those of them served by a torch network.
-NETWORK_SOURCES = ("model", "sampled", "online")
-#: An agent's class by `module:Class`.
-MODULE_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+NETWORK_SOURCES = ("model", "sampled", "online")  #: Those of them served by a torch network.
+MODULE_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  #: An agent's class by `module:Class`.
 _PROGRAM_EXAMPLE = "cmd:./my_agent {addr} --join"
 
 

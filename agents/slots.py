@@ -91,8 +91,7 @@ def action_slot(kind: str, action: Action, ids: list[int], window: int) -> int:
     return k + 1 if kind == KILL else k
 
 
-#: The meaning of the slot that does nothing (wait, stop, kill nothing).
-NOTHING = ("none", 0)
+NOTHING = ("none", 0)  #: The meaning of the slot that does nothing (wait, stop, kill nothing).
 
 
 def slot_meanings(kind: str, window: int) -> list[tuple[str, int]]:

@@ -20,8 +20,7 @@ from .machine import REQUESTS, one_resource
 from .metrics import RunResult
 from .workload import Workload
 
-#: The one workload's id: Batsim names jobs WORKLOAD!ID.
-WORKLOAD_ID = "w0"
+WORKLOAD_ID = "w0"  #: The one workload's id: Batsim names jobs WORKLOAD!ID.
 #: The profile every job names when run times are hidden, and what it says: no type (pybatsim
 #: reads it as an unknown profile; one with an unknown type crashes its high-level API).
 HIDDEN_PROFILE = "hidden"
@@ -408,8 +407,7 @@ class SchedulerSocket:
     """Batsim's REQ socket to a scheduler's REP socket: `socket(message)` returns the decoded reply, or fails
     when none comes within `timeout` s, `gone()` says the scheduler ended, or the reply is not JSON."""
 
-    #: How often a wait for a reply checks `gone` (seconds).
-    CHECK_S = 0.05
+    CHECK_S = 0.05  #: How often a wait for a reply checks `gone` (seconds).
 
     def __init__(self, address: str, timeout: float = 30.0, gone: Callable[[], str | None] | None = None) -> None:
         self.address, self.timeout, self.gone = address, timeout, gone

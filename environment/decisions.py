@@ -9,8 +9,7 @@ from typing import Any, Protocol, Union
 from .errors import InvalidAction
 
 SELECT, INSPECT, BACKFILL, KILL = "select", "inspect", "backfill", "kill"
-#: The joint decision: select and kill in one (it takes the place of both).
-SELECT_KILL = "select_kill"
+SELECT_KILL = "select_kill"  #: The joint decision: select and kill in one (it takes the place of both).
 #: The decision kinds, in the order they are asked at one instant (select_kill where select is).
 KINDS = (SELECT, INSPECT, BACKFILL, KILL, SELECT_KILL)
 

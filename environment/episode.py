@@ -30,10 +30,8 @@ class Episode:
         self.sim = Simulation(workload, config, policy=policy, external={*outside, *self.deciders}, observed=observed)
         self.reward = reward.make()
         self.accounts = dict.fromkeys(accounts, 0.0)
-        #: Kinds whose agent is lost: their built-in default answers them.
-        self.fallback: set[str] = set()
-        #: Decisions that arose so far, whoever decided them.
-        self.decisions = 0
+        self.fallback: set[str] = set()  #: Kinds whose agent is lost: their built-in default answers them.
+        self.decisions = 0  #: Decisions that arose so far, whoever decided them.
         self._step = -1  # the simulation step last accounted
         self._stopped = False
 

@@ -18,12 +18,10 @@ from .spec import TraceNotFound, check_workload_spec
 #: The longest path a reset may name, in characters and components (resolving it is quadratic in components).
 MAX_PATH_CHARS = 4096
 MAX_PATH_PARTS = 256
-#: The most keys of a reset's `workload` or `options` map (each has about 20 known keys).
-MAX_MAP_KEYS = 64
+MAX_MAP_KEYS = 64  #: The most keys of a reset's `workload` or `options` map (each has about 20 known keys).
 #: The largest learned prediction model a reset may name (one is a few kB per thousand users).
 MAX_MODEL_BYTES = 16 << 20
-#: The largest machine spec file a reset may name (a spec lists a few partitions).
-MAX_MACHINE_BYTES = 1 << 20
+MAX_MACHINE_BYTES = 1 << 20  #: The largest machine spec file a reset may name (a spec lists a few partitions).
 #: The workload key `machine`'s values that name no file (environment/machine.py parse_machine).
 HEADER_MACHINES = ("nodes", "nodes:shared")
 

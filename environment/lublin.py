@@ -14,11 +14,9 @@ from .config import check_int
 from .errors import ConfigError
 from .workload import Workload
 
-#: Half-hour buckets per day and their length in seconds ([C] BUCKETS, SECONDS_IN_BUCKET).
-BUCKETS = 48
+BUCKETS = 48  #: Half-hour buckets per day and their length in seconds ([C] BUCKETS, SECONDS_IN_BUCKET).
 SECONDS_IN_BUCKET = 86400 // BUCKETS
-#: The fitted daily-cycle gamma starts at this bucket and wraps around ([C] CYCLIC_DAY_START).
-CYCLIC_DAY_START = 11
+CYCLIC_DAY_START = 11  #: The fitted daily-cycle gamma starts at this bucket and wraps around ([C] CYCLIC_DAY_START).
 
 
 @dataclass(frozen=True)

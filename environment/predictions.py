@@ -155,11 +155,9 @@ class RunningModel:
 MODEL_FORMAT = 2
 #: The submit-time fields read as categories (one weight per common value), in weight order.
 CATEGORIES = ("user", "group", "queue")
-#: A value gets its own weight when the training part has at least this many of its jobs.
-MIN_CATEGORY_JOBS = 5
+MIN_CATEGORY_JOBS = 5  #: A value gets its own weight when the training part has at least this many of its jobs.
 RIDGE = 1.0
-#: Weights besides the per-category ones: intercept, log request, log size, 24 hours.
-FIXED_WEIGHTS = 27
+FIXED_WEIGHTS = 27  #: Weights besides the per-category ones: intercept, log request, log size, 24 hours.
 
 
 def _hours(workload: Workload) -> np.ndarray:

@@ -12,8 +12,7 @@ import numpy as np
 
 from .errors import ConfigError
 
-#: Columns a score function reads: job id, submit, requested time, size (all arrays).
-Jobs = Mapping[str, np.ndarray]
+Jobs = Mapping[str, np.ndarray]  #: Columns a score function reads: job id, submit, requested time, size (all arrays).
 ScoreFn = Callable[[Jobs, int, int], np.ndarray]
 
 

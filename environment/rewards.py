@@ -226,8 +226,7 @@ class SumReward(Reward):
 
 
 DELAY_SYNTAX = "delay_penalty[:C]"
-#: C of `delay_penalty` when none is given: -1 per hour of delay.
-DEFAULT_DELAY_PENALTY = 1 / 3600
+DEFAULT_DELAY_PENALTY = 1 / 3600  #: C of `delay_penalty` when none is given: -1 per hour of delay.
 
 
 def delay_spec(name: str) -> RewardSpec:

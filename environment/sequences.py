@@ -74,8 +74,7 @@ def random_start(workload: Workload, n_jobs: int, seed: int,
                         "passed the filter; widen its range or use another seed")
 
 
-#: Tells the pre-fill's random stream apart from the window draw's of the same seed.
-PREFILL_STREAM = 1
+PREFILL_STREAM = 1  #: Tells the pre-fill's random stream apart from the window draw's of the same seed.
 
 
 def prefilled(workload: Workload, n_jobs: int, start: int, seed: int) -> Workload:

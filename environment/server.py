@@ -67,8 +67,7 @@ class CurveKeys:
 
 #: Connections served at once unless the operator says otherwise (`hpcgym env --max-connections`).
 DEFAULT_MAX_CONNECTIONS = 1000
-#: Open files the env keeps for itself beyond its connections (traces, pipes, threads' sockets).
-SPARE_FILES = 128
+SPARE_FILES = 128  #: Open files the env keeps for itself beyond its connections (traces, pipes, threads' sockets).
 #: Connections that have sent nothing yet held at once, and from one host; the oldest beyond either is closed
 #: (they count toward no cap of connections that speak, so they cannot keep those clients out).
 MAX_SILENT = 256
@@ -166,8 +165,7 @@ class Inlet:
     sock: zmq.Socket
     #: The socket's connections (cap, routing-id owners); None for a worker's link to the front.
     connections: _Connections | None = None
-    #: One byte, or empty for the only inlet.
-    tag: bytes = b""
+    tag: bytes = b""  #: One byte, or empty for the only inlet.
     #: Sees each request (tagged peer, frames after the routing id) first: returns True when it took it
     #: (a message of the front's to its worker), or the encoded refusal to send instead.
     screen: Callable[[bytes, list[bytes]], bool | bytes | None] | None = None
@@ -201,18 +199,15 @@ def run_loop(service: EnvService, inlets: list[Inlet], *, on_bound: Any = None, 
         raise HpcgymError(f"the env's socket loop failed, so this process ends:\n{loop.failure}")
 
 
-#: The interpreter's switch interval while an env serves (see `run_loop`).
-SWITCH_INTERVAL_S = 0.0005
+SWITCH_INTERVAL_S = 0.0005  #: The interpreter's switch interval while an env serves (see `run_loop`).
 
 
 class _Loop:
     """The socket loop, run by one thread at a time, and the watchdog that takes it over (module docstring)."""
 
     TAKEOVER_S = 0.005
-    #: A connection over the cap is answered (its requests refused) this long, then closed.
-    REFUSE_FOR_S = 1.0
-    #: The most such connections kept at once; beyond them a connection is closed at once.
-    MAX_REFUSING = 64
+    REFUSE_FOR_S = 1.0  #: A connection over the cap is answered (its requests refused) this long, then closed.
+    MAX_REFUSING = 64  #: The most such connections kept at once; beyond them a connection is closed at once.
     #: After a stop signal, how long agents that were not waiting may still fetch their episode's end.
     SHUTDOWN_GRACE_S = 1.0
 

@@ -39,20 +39,15 @@ Request = tuple[dict[str, Any], "m.ProtocolError | None"]
 AGENT_LOST_MODES = ("fallback", "end")
 
 
-#: What a hello's `protocol` must look like: MAJOR.MINOR, digits only.
-VERSION = re.compile(r"\d+\.\d+\Z")
-#: Longest agent or session name: names are kept while their session lives.
-MAX_NAME = 256
-#: Lost peers remembered (so that their late acts get `stale_decision`), the oldest forgotten first.
-MAX_LOST = 10_000
+VERSION = re.compile(r"\d+\.\d+\Z")  #: What a hello's `protocol` must look like: MAJOR.MINOR, digits only.
+MAX_NAME = 256  #: Longest agent or session name: names are kept while their session lives.
+MAX_LOST = 10_000  #: Lost peers remembered (so that their late acts get `stale_decision`), the oldest forgotten first.
 #: Per-job record columns x the most bytes msgpack spends on one value: records of more jobs than fit the message
 #: limit by this bound are paged (`records` requests).
 RECORD_BYTES_PER_JOB = 16 * 9
 RECORDS_PAGE_JOBS = 50_000
-#: How long an agent refused for a full cap on agents or sessions waits before it tries again (1.7).
-RETRY_S = 5.0
-#: The priority of offloaded reset work: below the serving process's, whose decisions wait on it.
-RESET_WORK_NICE = 10
+RETRY_S = 5.0  #: How long an agent refused for a full cap on agents or sessions waits before it tries again (1.7).
+RESET_WORK_NICE = 10  #: The priority of offloaded reset work: below the serving process's, whose decisions wait on it.
 
 
 @dataclass(eq=False)

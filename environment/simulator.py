@@ -31,8 +31,7 @@ from .work import check as check_work
 from .workload import Workload
 
 NEVER = sys.maxsize
-#: From this queue length on, EASY finds its candidates with one vectorised pass over the queue.
-LONG_QUEUE = 64
+LONG_QUEUE = 64  #: From this queue length on, EASY finds its candidates with one vectorised pass over the queue.
 PENDING, QUEUED, RUNNING, DONE = 0, 1, 2, 3
 # How a job started (the `start_kind` column; names in metrics.START_KINDS; docs/semantics.md 11)
 READY, RESERVED, BACKFILLED = 0, 1, 2

@@ -119,14 +119,11 @@ class WorkloadSpec:
 WORKLOAD_KEYS = {f.name: f.metadata["help"] for f in fields(WorkloadSpec)}
 #: Value types of the workload keys (None is always allowed: it means "the default").
 WORKLOAD_TYPES = {f.name: f.metadata["types"] for f in fields(WorkloadSpec)}
-#: What an unset key means where saying it or not makes no difference.
-IMPLIED = {"cleaning": "hpcgym"}
+IMPLIED = {"cleaning": "hpcgym"}  #: What an unset key means where saying it or not makes no difference.
 WINDOW_KEYS = ("jobs", "start", "sample", "sampled_jobset", "synthetic", "sjf_range", "prefill")
 CONFIG_KEYS = ("preset", *(f.name for f in fields(SimConfig) if f.name != "seed"))
-#: How many windows `sjf_range` draws at most per episode (each is simulated once with SJF).
-SJF_RANGE_DRAWS = 200
-#: The largest generated workload; larger ones would stall an env serving others.
-MAX_GENERATED_JOBS = 10_000_000
+SJF_RANGE_DRAWS = 200  #: How many windows `sjf_range` draws at most per episode (each is simulated once with SJF).
+MAX_GENERATED_JOBS = 10_000_000  #: The largest generated workload; larger ones would stall an env serving others.
 
 
 #: Environment variable naming the folders (os.pathsep-separated) where bare trace names are found.

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-#: Bumped whenever what an entry holds changes, so old entries are never misread.
-FORMAT = 5
+FORMAT = 5  #: Bumped whenever what an entry holds changes, so old entries are never misread.
 #: The most bytes the entries take together by default (the largest archive traces take about 50 MB each).
 DEFAULT_MAX_BYTES = 2 << 30
 

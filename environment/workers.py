@@ -36,29 +36,22 @@ from .service import EnvService, check_hello, parse_request
 # zero byte unless ZeroMQ made it, and then it has 5 bytes).
 #: Worker to front, first: it is ready for requests.
 READY = b"\x00ready"
-#: Front to worker, after an agent's routing id: that agent's connection closed.
-DISCONNECTED = b"\x00disconnected"
+DISCONNECTED = b"\x00disconnected"  #: Front to worker, after an agent's routing id: that agent's connection closed.
 #: Front to worker, after an agent's routing id, then a session name, a serial and the hello's token (empty
 #: for none): hold this session for a hello with that token and redirect the agent to your own address.
 CLAIM = b"\x00claim"
 #: Worker to front, then a session name and the serial of its claim: its last agent has gone.
 RELEASED = b"\x00released"
-#: Worker to front, at each tick of its loop: it is alive and its loop turns.
-BEAT = b"\x00beat"
+BEAT = b"\x00beat"  #: Worker to front, at each tick of its loop: it is alive and its loop turns.
 #: The tags of a worker's two inlets (environment/server.py): the front's link and its own address.
 FROM_FRONT, DIRECT = b"f", b"d"
-#: How long a claimed session waits for its first agent at the worker's address.
-CLAIM_WITHIN_S = 30.0
-#: How often the front looks for workers that died.
-CHECK_EVERY_S = 0.2
-#: A ready worker silent this long (stopped, or its loop hung) is killed and replaced.
-HUNG_AFTER_S = 5.0
-#: After a stop signal: how long the front goes on answering (a worker's own grace is a second).
-STOP_WITHIN_S = 1.0
+CLAIM_WITHIN_S = 30.0  #: How long a claimed session waits for its first agent at the worker's address.
+CHECK_EVERY_S = 0.2  #: How often the front looks for workers that died.
+HUNG_AFTER_S = 5.0  #: A ready worker silent this long (stopped, or its loop hung) is killed and replaced.
+STOP_WITHIN_S = 1.0  #: After a stop signal: how long the front goes on answering (a worker's own grace is a second).
 #: After a stop signal: when a worker still alive is killed (its agents get `shutdown` from the front).
 KILL_AFTER_S = 1.5
-#: How long an agent told that no worker is ready should wait before it tries again (`retry_s`).
-RETRY_S = 2.0
+RETRY_S = 2.0  #: How long an agent told that no worker is ready should wait before it tries again (`retry_s`).
 #: The prefix of the folder of the link between a front and its workers (then its pid and a dash).
 LINK_FOLDER = "hpcgym-env-"
 
@@ -143,8 +136,7 @@ class _WorkerSetup:
     own_address: str | None
     curve: CurveKeys | None
     max_connections: int
-    #: How many workers share the env's caps (each enforces its share and says so).
-    workers: int = 1
+    workers: int = 1  #: How many workers share the env's caps (each enforces its share and says so).
     #: Connections from one host at once, at the worker's own address (None: max_connections).
     per_peer: int | None = None
 
@@ -454,11 +446,9 @@ def _unlink_ipc(address: str | None) -> None:
     if address is not None and address.startswith("ipc://"):
         Path(address[len("ipc://"):]).unlink(missing_ok=True)
 
-#: How a reply the env wrote starts: a map of up to 15 entries whose first key is `type`.
-_TYPE_FIRST = b"\xa4type"
+_TYPE_FIRST = b"\xa4type"  #: How a reply the env wrote starts: a map of up to 15 entries whose first key is `type`.
 _EPISODE_NEXT = b"\xa7episode"
-#: msgpack's unsigned integer markers: the number of bytes that follow.
-_UINT = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}
+_UINT = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}  #: msgpack's unsigned integer markers: the number of bytes that follow.
 
 
 def _type_and_episode(body: bytes) -> tuple[str | None, int | None]:

@@ -11,8 +11,7 @@ from .messages import BAD_MESSAGE, TOO_LARGE, ProtocolError
 
 #: Largest message, in bytes, either side accepts (also set as ZMQ_MAXMSGSIZE on sockets).
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-#: Largest array or map (entries) and string or binary (bytes) inside a message.
-MAX_CONTAINER = 1_000_000
+MAX_CONTAINER = 1_000_000  #: Largest array or map (entries) and string or binary (bytes) inside a message.
 MAX_STRING = 1_000_000
 
 

@@ -103,8 +103,7 @@ RUNNING = _table(
     ("prediction", "int", "1.4", WITH_PREDICTOR, "the current prediction of its run time, s"),
 )
 
-#: The job tables of an observation, by name.
-JOB_TABLES = {"queue": QUEUE, "running": RUNNING}
+JOB_TABLES = {"queue": QUEUE, "running": RUNNING}  #: The job tables of an observation, by name.
 
 #: `episode_end.metrics` (section 5): the episode's summary.
 METRICS = _table(
@@ -149,8 +148,7 @@ JOB_RECORDS = _table(
      "the processor ids of its last run as a Batsim interval set, e.g. `0-3 7 9-10` (below)"),
 )
 
-#: The `start_kind` codes.
-START_KIND_CODES = (0, 1, 2)
+START_KIND_CODES = (0, 1, 2)  #: The `start_kind` codes.
 
 
 def names(table: tuple[Column, ...], *, sent: str | None = None, since: str | None = None) -> tuple[str, ...]:

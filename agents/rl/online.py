@@ -19,10 +19,8 @@ from .storage import RolloutStorage
 
 #: Algorithms whose checkpoints can adapt online (on-policy, with an `update(storage)`).
 ONLINE_ALGORITHMS = ("pg", "a2c", "ppo")
-#: Default decisions per update (docs/agents.md says why).
-DEFAULT_EVERY = 1000
-#: Default learning rate: the checkpoint's, divided by this.
-LR_DIVISOR = 10.0
+DEFAULT_EVERY = 1000  #: Default decisions per update (docs/agents.md says why).
+LR_DIVISOR = 10.0  #: Default learning rate: the checkpoint's, divided by this.
 REWARD_SOURCES = ("auto", "env", "metrics")
 
 
