@@ -24,9 +24,8 @@ class Agent:
         raise NotImplementedError
 
     def order(self, decision: Decision) -> list[int] | None:
-        """Every candidate of a select decision ranked best first, if this agent would pick by that ranking
-        at every later decision it covers (a static priority): over the protocol (1.4) the env then
-        answers those itself. None (the default): the agent is asked every time."""
+        """Every candidate of a select decision ranked best first, if the agent would pick by that ranking at every
+        later decision it covers (a static priority), so the env (1.4) answers those itself; None: asked every time."""
         return None
 
     def on_reward(self, reward: float) -> None:

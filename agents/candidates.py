@@ -1,6 +1,5 @@
-"""Per-candidate feature rows: one row for each action slot of a decision, so one small model (a
-tree) scores every candidate the same way and the best allowed one is chosen (IRL's per-job
-scoring, for any encoder with a per-job table; docs/irl.md, "Files and features in detail")."""
+"""Per-candidate feature rows, one for each action slot of a decision, so one small model (a tree) scores every
+candidate the same way (IRL's per-job scoring; docs/irl.md, "Files and features in detail")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Distil any agent into a decision tree: DAgger (Ross, Gordon and Bagnell, AISTATS 2011) with
-IRL's critical states (seed paper 004, Algorithm 1); docs/irl.md gives the labels (regression on
-a checkpoint's scores, else classification on its choice) and the fidelity measured."""
+"""Distil any agent into a decision tree: DAgger (Ross, Gordon and Bagnell, AISTATS 2011) with IRL's critical states
+(seed paper 004, Algorithm 1); docs/irl.md gives the labels and the fidelity measured."""
 
 from __future__ import annotations
 
@@ -27,9 +26,8 @@ Label = tuple[Action, int, "np.ndarray | None"]
 
 
 class Teacher:
-    """What a tree learns from: per decision a `Label`. Labelling is split so that a network teacher
-    labels a tree's whole rollout in one batch: `prepare` takes what the label needs while the
-    decision is current, `labels` turns the prepared list into labels."""
+    """What a tree learns from: a `Label` per decision, in two steps (`prepare` while the decision is current, `labels`
+    on the prepared list) so a network teacher labels a whole rollout in one batch."""
 
     kinds: tuple[str, ...] = ()
     has_scores = False

@@ -1,8 +1,5 @@
-"""DRAS (Fan et al., "DRAS: Deep reinforcement learning for cluster scheduling in high performance computing", IEEE TPDS
-2022) as a composition of the shared pieces: the state is the `dras` encoder (`agents.encoders.DRASEncoder`), the
-networks are `agents.rl.dras_networks`, the rewards are the env's `dras_capability` / `dras_capacity` specs
-(`environment.rewards`), and `hpcgym train dras-ALGO` trains PG, A2C, PPO or DQL with the defaults below
-(docs/dras.md)."""
+"""DRAS (Fan et al., IEEE TPDS 2022) from the shared pieces: the `dras` encoder, `agents.rl.dras_networks`, the env's
+`dras_capability` / `dras_capacity` rewards; `hpcgym train dras-ALGO` trains PG, A2C, PPO or DQL (docs/dras.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Feature encoders: the raw observation map (PROTOCOL.md section 6) to a fixed-length float32
-vector in [0, 1], read the same in process and over the protocol, so one trained network serves both
-(docs/gymnasium.md lists the encoders and their features)."""
+"""Feature encoders: the raw observation map (PROTOCOL.md section 6) to a float32 vector in [0, 1], read the same in
+process and over the protocol, so one trained network serves both (docs/gymnasium.md)."""
 
 from __future__ import annotations
 

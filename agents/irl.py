@@ -1,5 +1,4 @@
-"""IRL's teacher (interpretable RL scheduling, seed paper 004, section IV-A) as a composition of the
-shared pieces: a DQN scoring one job at a time on select and backfill, rewarded by
+"""IRL's teacher (seed paper 004, section IV-A): a DQN scoring one job at a time on select and backfill, rewarded by
 `system_slowdown` (reward A); `hpcgym distill` turns it into trees (docs/irl.md)."""
 
 from __future__ import annotations

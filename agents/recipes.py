@@ -1,6 +1,5 @@
-"""The seed papers' runs as recipes, resolved by `get_recipe("NAME[:VARIANT]")` for every entry point
-(train, compare, agent, env, record, distill, `gymbridge.make`); `hpcgym recipes` lists them.
-Adding a paper: its pieces on their floors, its `RECIPE`, and its module in RECIPES."""
+"""The seed papers' runs as recipes, resolved by `get_recipe("NAME[:VARIANT]")` for every entry point; a new paper adds
+its pieces on their floors, its `RECIPE`, and its module in RECIPES."""
 
 from __future__ import annotations
 
@@ -88,9 +87,8 @@ def _recorded_episode(path: str, kind: str | None) -> dict[str, Any]:
 
 
 def recipe_episode(spec: str | None, **given: Any) -> dict[str, Any]:
-    """`Recipe.episode` of the recipe `spec` names (or of the run a checkpoint or results file
-    records), under what the caller was `given` (values that are not None win; `workload` and
-    `options` are merged key by key); without a recipe, `given`."""
+    """`Recipe.episode` of the recipe `spec` names (or that a checkpoint or results file records), under the caller's
+    `given` values that are not None (`workload` and `options` merged key by key)."""
     if spec is None:
         return {k: v for k, v in given.items() if v is not None}
     kind = given.get("kind")

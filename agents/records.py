@@ -1,6 +1,5 @@
-"""Decision records: what an agent saw and did at each decision of one kind, for analysis
-(SchedInspector's rejection study) and for distilling any agent, in any language, into a tree;
-the file format is docs/irl.md's "Files and features in detail"."""
+"""Decision records: what an agent saw and did at each decision of one kind, for analysis and for distilling any agent,
+in any language, into a tree (docs/irl.md, "Files and features in detail")."""
 
 from __future__ import annotations
 

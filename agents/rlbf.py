@@ -1,7 +1,5 @@
-"""RL backfilling (Kolker-Hicks, Zhang, Dai, SC-W 2023) as a composition of the shared pieces: a
-base priority policy picks the head job and the agent takes the `backfill` decisions. Its run is
-`RECIPE`, with the variants `public` (the public code), `scw` (the code behind the paper's
-tables) and `textbook`; docs/rlbackfilling.md has the facts behind each choice."""
+"""RL backfilling (Kolker-Hicks, Zhang, Dai, SC-W 2023): a base priority policy picks the head job and the agent takes
+the `backfill` decisions; `RECIPE` and its variants public, scw and textbook (docs/rlbackfilling.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""RLSchert (Wang et al., 2021) as a composition of the shared pieces, on hpcgym's event simulator: a `kill` agent over
-running jobs whose run-time predictions are refined while they run, trained by PPO guided at first by the rule-based
-kill (eq. 11); docs/rlschert.md says what is built and what is a model."""
+"""RLSchert (Wang et al., 2021) on hpcgym's event simulator: a `kill` agent over running jobs whose run-time predictions
+are refined while they run, trained by PPO guided at first by the rule-based kill (docs/rlschert.md)."""
 
 from __future__ import annotations
 

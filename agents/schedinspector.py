@@ -1,7 +1,5 @@
-"""SchedInspector (Zhang et al., HPDC 2022) as a composition of the shared pieces: a base priority
-policy picks, the agent takes the `inspect` decision (accept or reject the pick), rewarded at the
-end by the improvement over the base alone. Its run is `RECIPE`, with the variants `code` (the
-authors' code's rules) and `textbook`; docs/schedinspector.md has the facts behind each choice."""
+"""SchedInspector (Zhang et al., HPDC 2022): the agent accepts or rejects a base policy's pick (`inspect`), rewarded at
+the end by the improvement over the base alone; `RECIPE` and its variants code and textbook (docs/schedinspector.md)."""
 
 from __future__ import annotations
 

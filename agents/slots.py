@@ -95,9 +95,8 @@ NOTHING = ("none", 0)  #: The meaning of the slot that does nothing (wait, stop,
 
 
 def slot_meanings(kind: str, window: int) -> list[tuple[str, int]]:
-    """What each slot of a decision of `kind` does, comparable across kinds (("queued", k),
-    ("running", k), ("none", 0), ("accept", 0), ("reject", 0)), so a network's output row can
-    start another kind's network at the row of the same meaning."""
+    """What each slot of a decision of `kind` does, comparable across kinds (("queued", k), ("running", k), ("none", 0),
+    ...), so one kind's network can start another's output rows."""
     w = window
     if kind == INSPECT:
         return [("accept", 0), ("reject", 0)]

@@ -1,6 +1,5 @@
-"""Decision trees as agents: a tree scores each candidate row of a decision (`agents.candidates`) and
-the best allowed candidate is taken (IRL's student). Tree files load without running code and
-serve with numpy only (docs/irl.md, "Files and features in detail")."""
+"""Decision trees as agents (IRL's student): a tree scores each candidate row and the best allowed is taken; tree files
+load without running code and serve with numpy only (docs/irl.md)."""
 
 from __future__ import annotations
 

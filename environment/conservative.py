@@ -1,11 +1,5 @@
-"""Conservative backfilling's plan: a reservation for every queued job, kept across passes.
-
-Every queued job holds a reservation, placed in queue order at the earliest time it delays no
-earlier reservation, in one availability profile that lives for the whole episode; at each pass
-reservations are re-placed (never later) in the order of their start times, and the jobs whose
-place is now are due to start. The simulation owns the jobs and starts them; the plan only says
-when each may. The passes run compiled (`replan`).
-"""
+"""Conservative backfilling's plan: a reservation for every queued job in one availability profile kept across passes
+(docs/semantics.md section 6); the simulation starts the jobs, the plan says when each may."""
 
 from __future__ import annotations
 
@@ -62,11 +56,9 @@ class ConservativePlan:
 
     def due(self, now: int, free: int, running: list[tuple[int, int]], rank: Callable[[int], int],
             reranked: bool) -> tuple[list[int], list[int]]:
-        """One pass: the jobs whose place is `now`, in placement order, and the jobs placed for the first time. free,
-        running: the cluster now ((estimated end, index) of every running job, sorted); rank: a queued job's position in
-        the priority order; reranked: that order changed since the last pass (a dynamic policy). With the profile
-        unchanged since the last pass every reservation stays (it was the earliest then); otherwise they are
-        re-placed."""
+        """One pass: the jobs whose place is `now`, in placement order, and those placed for the first time (`rank`: a
+        queued job's position by priority; `reranked`: that order changed). An unchanged profile keeps every reservation
+        (each was the earliest then); else they are re-placed."""
         reserved, m = self._reserved, self._count
         stale = m > 0 and reserved[0, 0] < now
         if not (stale or self._nreleased or self._unplaced or reranked):

@@ -1,6 +1,5 @@
-"""One episode as both faces play it (the protocol service and the Gymnasium env): the simulation, the reward
-accounts and who decides each kind. One loop for both is why an episode earns the same rewards, bit for bit, in
-process and over sockets."""
+"""One episode as both faces play it (the protocol service and the Gymnasium env): one loop for both is why an episode
+earns the same rewards, bit for bit, in process and over sockets."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Priority policies: a table of score functions, lowest score runs first, ties to the earlier submit then the
-lower job id (docs/semantics.md section 9 gives every formula and its source); the simulator's built-in
-`select` default and `agents.base.PriorityAgent` serve the same table."""
+"""Priority policies: one table of score functions (lowest runs first; ties to the earlier submit, then the lower id;
+docs/semantics.md section 9) that the simulator's `select` default and `PriorityAgent` both serve."""
 
 from __future__ import annotations
 

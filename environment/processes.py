@@ -1,12 +1,5 @@
-"""Worker processes, started, watched and ended one way wherever hpcgym runs work in other
-processes (rollout workers, vector envs, compare's units, the env's workers and its reset work).
-
-A worker is a daemon that ignores SIGINT: Ctrl-C reaches every process of the terminal's group,
-and the parent, which ends its workers, decides. `Workers` waits on a worker's pipe and its
-sentinel together, so a death is seen at once, not at a timeout. `end` gives workers asked to
-stop (each caller's stop message is its own) a grace to exit, then SIGTERM, which a worker may
-catch to clean up, then SIGKILL.
-"""
+"""Worker processes, started, watched and ended one way wherever hpcgym runs work in other processes. A worker ignores
+SIGINT (Ctrl-C reaches the whole group; its parent decides), and a death is seen at once, not at a timeout."""
 
 from __future__ import annotations
 
@@ -27,9 +20,8 @@ from .errors import HpcgymError
 
 def spawn(target: Callable[..., Any], args: tuple, name: str, context: str | None = "spawn",
           parent_end: Connection | None = None, daemon: bool = True) -> BaseProcess:
-    """A started process running `target(*args)` with SIGINT ignored; `context`: the start
-    method (spawn by default: no fork of a parent holding torch or ZeroMQ threads). Not a
-    `daemon` if it starts processes of its own (multiprocessing forbids a daemon children)."""
+    """A started process running `target(*args)` with SIGINT ignored, by `context` (spawn by default: no fork of a
+    parent holding torch or ZeroMQ threads); not a `daemon` if it starts processes of its own."""
     process = multiprocessing.get_context(context).Process(target=_run, args=(target, args, parent_end), name=name,
                                                            daemon=daemon)
     process.start()
@@ -123,9 +115,8 @@ class CallCancelled(Exception):
 
 
 class Calls:
-    """Picklable calls in up to `size` processes (started when first needed, at `nice`), one a process at a time:
-    CPU-heavy work holds up no thread of the caller's, and a call is stopped at once by killing its process (replaced at
-    the next call). Callers check `cancelled()` every CHECK_S while they wait for a process or an answer."""
+    """Picklable calls in up to `size` processes (started when first needed, at `nice`), so CPU-heavy work holds up no
+    thread of the caller's and a call is stopped at once by killing its process."""
 
     CHECK_S = 0.05
 

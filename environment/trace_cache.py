@@ -1,6 +1,5 @@
-"""Parsed SWF traces kept on disk, so that each trace file is parsed once per machine: keyed by the sha256 of
-the stored bytes (never stale), in $HPCGYM_CACHE (empty: off), else $XDG_CACHE_HOME/hpcgym, else
-~/.cache/hpcgym, at most HPCGYM_CACHE_BYTES in all (least recently used evicted)."""
+"""Parsed SWF traces kept on disk (docs/performance.md), so each trace file is parsed once per machine: keyed by the
+sha256 of the stored bytes, so an entry is never stale."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Conformance checkers for other implementations of the protocol: `check_env` plays a scripted session
-against a running env (right and wrong answers, other envelopes, every reply validated), `check_agent`
-serves an env to an agent and judges its recorded traffic; both return `Check`s, never raising."""
+"""Conformance checkers for other implementations of the protocol: `check_env` plays a scripted session against a
+running env, `check_agent` judges an agent's recorded traffic; both return `Check`s, never raising."""
 
 from __future__ import annotations
 
@@ -618,9 +617,8 @@ class _EnvChecker:
     def newer_columns(self, what: str, label: str, older: str, columns: dict[str, tuple[str, ...]],
                       options: dict[str, Any], least: int | None, sent: str,
                       refused: dict[str, dict[str, Any]] | None = None) -> None:
-        """Columns a minor version added go to an agent of this version (with reset `options`), one
-        integer per job (at least `least`), and not to an `older` one; `refused`: reset options this
-        version's agent sees refused with bad_request first."""
+        """Columns a minor version added go to an agent of this version (with reset `options`), one integer (>= `least`)
+        per job, not to an `older` one; `refused`: reset options refused with bad_request first."""
         for protocol in (PROTOCOL_VERSION, older):
             c = self.select_client(protocol, what)
             if c is None:

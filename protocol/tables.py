@@ -1,6 +1,5 @@
-"""The protocol's data tables, held once: the observation's fields, its job tables' columns, the
-episode's metrics and the per-job records. PROTOCOL.md prints them (tests/test_protocol_tables.py
-keeps the text equal), the env sends from them and the conformance checker checks against them."""
+"""The protocol's data tables, held once: PROTOCOL.md prints them (tests/test_protocol_tables.py keeps the text equal),
+the env sends from them and the conformance checker checks against them."""
 
 from __future__ import annotations
 
