@@ -84,6 +84,14 @@ def act(decision: Any, action: Any, **fields: Any) -> dict[str, Any]:
     return {"type": "act", "decision": decision, "action": action, **fields}
 
 
+def end(episode: int, reason: str, metrics: Any, reward: Any, **fields: Any) -> dict[str, Any]:
+    return {"type": "episode_end", "episode": episode, "reason": reason, "metrics": metrics, "reward": reward, **fields}
+
+
+def error(code: str, message: str, recoverable: Any = True, **fields: Any) -> dict[str, Any]:
+    return {"type": "error", "code": code, "message": message, "recoverable": recoverable, **fields}
+
+
 # --------------------------------------------------------------------------- the vectors
 # (name, direction, body, expected, description): expected is ("valid", decoded) or (error code, stage).
 VECTORS: list[tuple[str, str, bytes, tuple[str, Any], str]] = []
@@ -308,40 +316,31 @@ add("reply", "valid", [
     ("pending_bare", {"type": "pending"}, "pending without the optional episode"),
     ("pending_episode_zero", {"type": "pending", "episode": 0},
      "pending before the session's first episode: episode 0"),
-    ("episode_end_completed",
-     {"type": "episode_end", "episode": 1, "reason": "completed", "metrics": METRICS, "reward": -4.27,
-      "jobs": None}, "episode end with metrics and jobs nil"),
-    ("episode_end_records",
-     {"type": "episode_end", "episode": 1, "reason": "completed", "metrics": METRICS, "reward": 0.0, "jobs": JOBS},
+    ("episode_end_completed", end(1, "completed", METRICS, -4.27, jobs=None), "episode end with metrics and jobs nil"),
+    ("episode_end_records", end(1, "completed", METRICS, 0.0, jobs=JOBS),
      "episode end with per-job columns (reset records: true)"),
-    ("episode_end_reset",
-     {"type": "episode_end", "episode": 3, "reason": "reset by 'sjf@12'", "metrics": {}, "reward": 0.0},
+    ("episode_end_reset", end(3, "reset by 'sjf@12'", {}, 0.0),
      "an episode ended early: empty metrics, optional jobs absent"),
-    ("episode_end_shutdown", {"type": "episode_end", "episode": 2, "reason": "shutdown", "metrics": {}, "reward": 0.0},
+    ("episode_end_shutdown", end(2, "shutdown", {}, 0.0),
      "the env stopped (SIGTERM) mid-episode: also the reply to the act of an agent that was computing it"),
     ("decision_ordered", decision("select", decision=19, step=47, time=300, ordered=5),
      "1.4: five select decisions were answered by this agent's standing order since its previous decision"),
-    ("episode_end_ordered",
-     {"type": "episode_end", "episode": 2, "reason": "completed", "metrics": METRICS, "reward": -3.5, "jobs": None,
-      "ordered": 12}, "1.4: the last twelve select decisions were answered by the agent's standing order"),
-    ("episode_end_paged",
-     {"type": "episode_end", "episode": 4, "reason": "completed", "metrics": METRICS, "reward": 0.0, "jobs": None,
-      "records_pages": 9}, "1.3: records too many for one message: jobs nil, fetch pages 0..8 with `records` requests"),
+    ("episode_end_ordered", end(2, "completed", METRICS, -3.5, jobs=None, ordered=12),
+     "1.4: the last twelve select decisions were answered by the agent's standing order"),
+    ("episode_end_paged", end(4, "completed", METRICS, 0.0, jobs=None, records_pages=9),
+     "1.3: records too many for one message: jobs nil, fetch pages 0..8 with `records` requests"),
     ("records_reply", {"type": "records", "episode": 4, "page": 0, "pages": 9, "jobs": JOBS},
      "1.3: one page of per-job records, the same columns as episode_end's jobs"),
-    ("error_stale",
-     {"type": "error", "code": "stale_decision", "message": "decision 99 is not pending for this agent",
-      "recoverable": True, "pending": None}, "an error with no decision standing"),
-    ("error_with_pending",
-     {"type": "error", "code": "invalid_action", "message": "job 5 is not a valid select choice",
-      "recoverable": True, "pending": PENDING_MAP}, "an error repeating the decision still standing"),
+    ("error_stale", error("stale_decision", "decision 99 is not pending for this agent", pending=None),
+     "an error with no decision standing"),
+    ("error_with_pending", error("invalid_action", "job 5 is not a valid select choice", pending=PENDING_MAP),
+     "an error repeating the decision still standing"),
     ("error_retry",
      {"type": "error", "code": "not_allowed", "retry_s": 2.0, "recoverable": True, "pending": None,
       "message": "no worker process of this env is ready (one is starting in the place of one that failed): "
                  "try again in 2 s"}, "1.7: a refusal that passes by itself says when to try again"),
-    ("error_version",
-     {"type": "error", "code": "version_mismatch", "message": "this env speaks protocol 1.0",
-      "recoverable": False, "pending": None}, "an unrecoverable error"),
+    ("error_version", error("version_mismatch", "this env speaks protocol 1.0", False, pending=None),
+     "an unrecoverable error"),
     ("bye_reply", {"type": "bye"}, "the reply to bye"),
 ])
 # ---- replies, invalid
@@ -360,14 +359,11 @@ add("reply", "bad_field", [
     ("redirect_missing_address", {"type": "redirect", "session": "default"}, "redirect without address"),
     ("welcome_missing_env", {"type": "welcome", "protocol": "1.0", "session": "default"}, "welcome without env"),
     ("pending_episode_nil", {"type": "pending", "episode": None}, "optional episode sent as nil"),
-    ("episode_end_metrics_nil",
-     {"type": "episode_end", "episode": 1, "reason": "completed", "metrics": None, "reward": 0.0},
+    ("episode_end_metrics_nil", end(1, "completed", None, 0.0),
      "metrics as nil (an empty map when the episode did not complete)"),
-    ("error_missing_pending", {"type": "error", "code": "bad_field", "message": "x", "recoverable": True},
+    ("error_missing_pending", error("bad_field", "x"),
      "error without pending: it is required, nil when nothing stands"),
-    ("error_recoverable_str",
-     {"type": "error", "code": "bad_field", "message": "x", "recoverable": "yes", "pending": None},
-     "recoverable as a string"),
+    ("error_recoverable_str", error("bad_field", "x", "yes", pending=None), "recoverable as a string"),
 ])
 add("reply", "bad_message", stage="decode", rows=[
     ("reply_int_map_key", b"\x82" + s("type") + s("pending") + b"\x01\x01", "a reply with an integer key"),
