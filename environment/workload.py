@@ -19,9 +19,8 @@ OPTIONAL_COLUMNS = {"queue": -1, "group": -1, "executable": -1, "memory": -1, "g
 
 @dataclass(frozen=True, eq=False)
 class Workload:
-    """Jobs ready for simulation; times in seconds, sizes in processors. `requested` falls back to the run time;
-    `dropped` counts the jobs cleaning left out, by reason; `max_run` is that of the workload a sequence was cut
-    from, so an encoder normalising by it sees a window at the whole trace's scale."""
+    """Jobs ready for simulation; times in seconds, sizes in processors. `max_run` is that of the workload a sequence
+    was cut from, so an encoder normalising by it sees a window at the whole trace's scale."""
 
     name: str
     procs: int
@@ -29,7 +28,7 @@ class Workload:
     submit: np.ndarray
     run: np.ndarray
     size: np.ndarray
-    requested: np.ndarray
+    requested: np.ndarray  # falls back to the run time
     user: np.ndarray
     queue: np.ndarray | None = None   # SWF field 15; None: -1 (unknown) for every job
     group: np.ndarray | None = None   # SWF field 13, the user's group; None: -1 for every job
@@ -38,7 +37,7 @@ class Workload:
     gpus: np.ndarray | None = None    # GPUs requested in all (environment/machine.py); None: 0
     exclusive: np.ndarray | None = None  # 1: the job gets whole nodes; None: 0 (shared nodes)
     partition: np.ndarray | None = None  # SWF field 16, the partition the job ran in; None: -1
-    dropped: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)  # the jobs cleaning left out, by reason
     header: dict[str, str] = field(default_factory=dict)
     source_max_run: int | None = None
     #: Jobs already running when the episode starts (RLScheduler's pre-filled cluster), rows of size, run time

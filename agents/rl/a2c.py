@@ -1,6 +1,5 @@
-"""Advantage actor-critic (A2C, synchronous A3C): the envs step together for `n_steps` rounds, then one
-step on -mean(log pi(a|s) A) + vf_coef mean((V - R)^2) - ent_coef mean(H), A the GAE advantage
-bootstrapped from where each episode stands (gae_lambda 1: the n-step return)."""
+"""Advantage actor-critic (A2C, synchronous A3C): the envs step together for `n_steps` rounds, then one update on the
+GAE advantage bootstrapped from where each episode stands (gae_lambda 1: the n-step return)."""
 
 from __future__ import annotations
 

@@ -193,9 +193,8 @@ class ActorCriticAlgorithm(Algorithm):
     @torch.inference_mode()
     def sample(self, obs: np.ndarray, mask: np.ndarray, rngs: Sequence[np.random.Generator] | None = None
                ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """A runner policy: sampled actions (row r's from rngs[r], else the algorithm's generator) with
-        their log-probabilities and values, from one call of the model (in inference mode: the same
-        numbers as under no_grad, each small torch call cheaper)."""
+        """A runner policy: sampled actions (row r's from rngs[r]) with their log-probabilities and values, from one
+        model call in inference mode (the same numbers as under no_grad, each small torch call cheaper)."""
         from .policy import choose, masked_logits
 
         logits, values = self.model(self.tensor(obs))

@@ -1,7 +1,6 @@
-"""Deep Q-learning: epsilon-greedy acting, replay and a target network, the target's max over the next state's valid
-actions only. `n_step=1` is DQN (the DRAS and IRL recipes); the default (None) is the Monte Carlo return, since hpcgym's
-end-of-episode rewards make one-step targets diverge (docs/performance.md, "Learning across seeds"). Epsilon falls
-linearly per step, or by `eps_decay` per update (DRAS-DQL)."""
+"""Deep Q-learning with replay and a target network (max over the next state's valid actions only). `n_step=1` is DQN
+(the DRAS and IRL recipes); the default (None) is the Monte Carlo return, since hpcgym's end-of-episode rewards make
+one-step targets diverge (docs/performance.md, "Learning across seeds")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Imitation of a teacher agent (RLSchert's eq. 11): the term -log pi(a_teacher | s), and the labeller
-that maps any agent's answer to the learner's pending decision onto a slot (-1: unlabelled). A kill
-is labelled once per run of a job: labelling every later state "kill" taught the student kills
-everywhere (docs/rlschert.md, "Why PPO then raised the kills again")."""
+"""Imitation of a teacher agent (RLSchert's eq. 11): the term -log pi(a_teacher | s) and the labeller. A kill is
+labelled once per run of a job: labelling every later state "kill" taught the student kills everywhere
+(docs/rlschert.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Online adaptation of a served checkpoint, DRAS's "dynamic DRAS-PPO" (section 6): it keeps
-training its on-policy network while it schedules, far more rarely than in training, so a served
-policy drifts slowly (docs/agents.md, "Online adaptation", gives the rules and the defaults' why)."""
+"""Online adaptation of a served checkpoint, DRAS's "dynamic DRAS-PPO" (section 6): it keeps training while it
+schedules, far more rarely than in training, so a served policy drifts slowly (docs/agents.md)."""
 
 from __future__ import annotations
 

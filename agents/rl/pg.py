@@ -1,6 +1,5 @@
-"""REINFORCE with a learned value baseline: per epoch whole episodes, then steps on
--mean(log pi(a_t|s_t) (G_t - V(s_t))) + vf_coef mean((V - G_t)^2); the baseline only lowers the
-variance (the advantage is a constant in the policy term)."""
+"""REINFORCE with a learned value baseline: whole episodes per epoch, then steps on -mean(log pi(a_t|s_t) (G_t -
+V(s_t))) + vf_coef mean((V - G_t)^2); the baseline only lowers the variance."""
 
 from __future__ import annotations
 

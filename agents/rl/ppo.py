@@ -1,7 +1,5 @@
-"""Proximal policy optimisation (clipped objective, GAE, a KL early stop), as the RL scheduling papers train. Options
-for the papers that need them: `imitation_coef`/`pretrain_epochs` (RLSchert's eq. 11: a falling imitation term,
-behaviour cloning first), `value_target="monte_carlo"` (a critic that must learn a reward coming only at a long
-episode's end), `value_epochs`/`vf_lr` (Spinning Up's separate value passes, SchedInspector's)."""
+"""Proximal policy optimisation (clipped objective, GAE, a KL early stop), as the RL scheduling papers train, with the
+options their runs need: imitation (RLSchert), a Monte Carlo critic target, separate value passes (SchedInspector's)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Steps several Gymnasium envs in lockstep, one batched forward pass per round. Episode j is reset with
-`seed_of(j)` and samples from its own generator `sampling_rng(seed, j)`, so what is trained on
-depends on the seed alone, not on timing or on env and worker counts, and a resume goes on exactly."""
+"""Steps several Gymnasium envs in lockstep, one batched forward pass per round; episode j is reset with `seed_of(j)`
+and samples from its own generator, so training depends on the seed alone, not on timing or env and worker counts."""
 
 from __future__ import annotations
 
@@ -42,9 +41,8 @@ class Transition:
 
 @dataclass
 class EpisodeRecord:
-    """One episode played elsewhere (by a rollout worker), whole: the states (reset state first,
-    last state last), the masks and teacher labels there (-1: none), and per step the action, the
-    policy's extras, the reward and the end flags (`max_steps` already applied)."""
+    """One episode played by a rollout worker, whole: its states (reset state first), masks and teacher labels (-1:
+    none), and per step the action, the policy's extras, the reward and the end flags."""
 
     index: int
     obs: np.ndarray
@@ -90,9 +88,8 @@ ROW_BLOCK = 8
 
 
 class Runner:
-    """Envs stepped together; `round` advances every running episode by one step. `max_steps` truncates
-    an episode (Gymnasium's TimeLimit), `discard_after` throws it away and starts another
-    (SchedInspector's code), `teacher` labels each state with its action (imitation)."""
+    """Envs stepped together, one step of every running episode per `round`; `max_steps` truncates an episode,
+    `discard_after` throws it away (SchedInspector's code), `teacher` labels each state (imitation)."""
 
     def __init__(self, envs: Sequence[Any], seed_of: Callable[[int], int], next_episode: int = 0,
                  max_steps: int | None = None,

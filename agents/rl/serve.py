@@ -1,6 +1,5 @@
-"""Serve a trained checkpoint as an `Agent`, in process or over the protocol: the decision is encoded,
-masked and mapped back through the same slot table as `HpcEnv` (agents/slots.py), with the
-checkpoint's encoder, window and `no_wait` rule, so a policy acts here as it acted in training."""
+"""Serve a trained checkpoint as an `Agent`, in process or over the protocol, through the same slot table, encoder,
+window and `no_wait` rule as in training, so a policy acts here as it acted there."""
 
 from __future__ import annotations
 

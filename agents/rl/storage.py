@@ -1,6 +1,5 @@
-"""Rollout storage with GAE, n-step returns and a replay buffer. `dones[t]`: the episode ended right
-after step t (nothing is bootstrapped across it); `last_value`: V of the state after the last stored
-step, read only where that step did not end its episode."""
+"""Rollout storage with GAE, n-step returns and a replay buffer. `dones[t]`: the episode ended right after step t
+(nothing is bootstrapped across it); `last_value`: V after the last stored step."""
 
 from __future__ import annotations
 
@@ -112,9 +111,8 @@ class RolloutStorage:
 
 
 class NStepReturns:
-    """One env's steps as n-step transitions (s_t, a_t, R, s_{t+k}, discount gamma^k, 0 after a terminal
-    step; k = n or fewer at the episode's end): a reward that comes only at the end of a long episode
-    would reach early states one biased bootstrap at a time."""
+    """One env's steps as n-step transitions (s_t, a_t, R, s_{t+k}, gamma^k, 0 after a terminal step), since a reward
+    that comes only at the end of a long episode would reach early states one biased bootstrap at a time."""
 
     def __init__(self, n: int | None, gamma: float) -> None:
         """n None: Monte Carlo (every transition waits for its episode's end)."""
