@@ -53,9 +53,7 @@ class PriorityAgent(Agent):
     def order(self, decision: Decision) -> list[int] | None:
         """A static policy ranks jobs the same way whenever it looks, so its ranking can stand; a
         subclass that changes `act` is asked every time (unless it says otherwise here too)."""
-        if self.policy.dynamic or type(self).act is not PriorityAgent.act:
-            return None
-        return self._ranking(decision)
+        return None if self.policy.dynamic or type(self).act is not PriorityAgent.act else self._ranking(decision)
 
     @property
     def reads(self) -> dict[str, tuple[str, ...]] | None:  # type: ignore[override]

@@ -31,9 +31,7 @@ class CandidateFeatures:
         flags = len(self.kinds) if len(self.kinds) > 1 else 0
         names = _feature_names(encoder) + [f"kind={k}" for k in self.kinds][:flags]
         if self.kinds == (INSPECT,):
-            self.table = None
-            self.relative = False
-            self.names = names + ["reject"]
+            self.table, self.relative, self.names = None, False, names + ["reject"]
             return
         self.table = _job_table(encoder, self.window)
         start, columns = self.table

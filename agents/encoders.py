@@ -16,8 +16,7 @@ from .packing import node_fit
 
 TIME_SCALE = 7 * 24 * 3600  #: Seconds that map to 1.0 on the logarithmic time scale (longer times are clipped to 1).
 _INV_LOG_TIME = 1.0 / math.log1p(TIME_SCALE)
-#: Horizons (seconds from now) of `NodeAvailabilityEncoder`: now, 5 and 15 minutes, 0.5, 1, 2, 4,
-#: 8, 16 hours, 1, 2 and 4 days.
+#: Horizons (seconds from now) of `NodeAvailabilityEncoder`: now to 4 days, each about twice the one before.
 HORIZONS = (0, 300, 900, 1800, 3600, 7200, 14400, 28800, 57600, 86400, 172800, 345600)
 
 

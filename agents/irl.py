@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from .recipe import Recipe
 
-#: What `hpcgym train irl-dqn` sets unless a flag says otherwise (docs/irl.md: which values are the
-#: paper's and which are ours).
+#: What `hpcgym train irl-dqn` sets unless a flag says otherwise (docs/irl.md: which are the paper's, which ours).
 RECIPE = Recipe(
     name="irl", summary="IRL's teacher (interpretable RL scheduling): a DQN on select and backfill over 20 slots, "
                         "reward A (system slowdown), trained on the first 10,000 jobs; `hpcgym distill` turns it "

@@ -1,6 +1,5 @@
-"""DRAS's "Optimization" baseline (Fan et al., IEEE TPDS 2022, section 5.1): at each scheduling instance the subset of
-the queue window maximizing eq. (1) or (2), solved exactly by one DP table over (count, size) since both objectives
-depend on a subset only through its count, size sum and one value sum (docs/agents.md, "The exact DP")."""
+"""DRAS's "Optimization" baseline (Fan et al., IEEE TPDS 2022, section 5.1): the queue window's subset maximizing eq.
+(1) or (2), solved exactly by one DP table over (count, size) (docs/agents.md, "The exact DP")."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ from .base import Agent
 OBJECTIVES = ("capability", "capacity")
 #: What the capacity objective divides by: the jobs waiting at the decision, or after the picks.
 CAPACITY_COUNTS = ("decision", "remaining")
-#: What t_j of the capacity objective is: the job's wait, or its estimated run time (see
-#: `environment.rewards.DRASCapacityRuntime`).
+#: What t_j of the capacity objective is: the job's wait, or its estimated run time (`DRASCapacityRuntime`).
 CAPACITY_TIMES = ("wait", "runtime")
 
 TIE_TOLERANCE = 1e-12  #: Objective values within this relative distance of the best count as ties.
@@ -63,11 +61,6 @@ def read_back(take: np.ndarray, sizes: np.ndarray, k: int, c: int) -> list[int]:
     return items[::-1]
 
 
-def _max_items(sizes: np.ndarray, capacity: int) -> int:
-    """The largest number of items that fit together: as many of the smallest as fit."""
-    return int(np.searchsorted(np.cumsum(np.sort(sizes)), capacity, side="right"))
-
-
 def _prepare(sizes: Sequence[int], free: int) -> tuple[np.ndarray, np.ndarray, int, int, int]:
     """Positions of the jobs that fit alone, their sizes divided by the gcd g, the scaled
     capacity C = min(free, total size) // g, the item bound K, and g."""
@@ -78,7 +71,8 @@ def _prepare(sizes: Sequence[int], free: int) -> tuple[np.ndarray, np.ndarray, i
     g = math.gcd(*sizes[fit].tolist())
     scaled = sizes[fit] // g
     capacity = int(min(free, int(sizes[fit].sum())) // g)
-    return fit, scaled, capacity, _max_items(scaled, capacity), g
+    # the item bound: as many of the smallest as fit together
+    return fit, scaled, capacity, int(np.searchsorted(np.cumsum(np.sort(scaled)), capacity, side="right")), g
 
 
 def _argmax_cell(objective: np.ndarray, used: np.ndarray) -> tuple[int, int] | None:
@@ -126,9 +120,8 @@ def best_capability(waits: Sequence[float], sizes: Sequence[int], *, t_max: floa
 def best_capacity(waits: Sequence[float], sizes: Sequence[int], pickable: int, *, free: int,
                   count: str = "decision", min_wait: float = 1.0,
                   nonempty: bool = False) -> tuple[float, list[int]]:
-    """The subset of the first `pickable` jobs maximizing DRAS eq. (2), and its value: `waits`
-    covers the whole visible queue (all count in J, the jobs left waiting); c is the jobs waiting
-    at the decision or, with count="remaining", after the picks (an empty J scores 0)."""
+    """The subset of the first `pickable` jobs maximizing DRAS eq. (2), and its value; `waits` covers the whole visible
+    queue (all count in J); c counts the jobs waiting at the decision or, with count="remaining", after the picks."""
     if count not in CAPACITY_COUNTS:
         raise ConfigError(f"count must be one of {', '.join(CAPACITY_COUNTS)}, got {count!r}")
     u = 1.0 / np.maximum(np.asarray(waits, dtype=np.float64), min_wait)
@@ -157,9 +150,8 @@ def best_capacity(waits: Sequence[float], sizes: Sequence[int], pickable: int, *
 
 
 def _on_nodes(obs: dict, n: int) -> tuple[np.ndarray, int]:
-    """The first n jobs' sizes and the free amount of the one resource that decides on nodes (the cores of the nodes a
-    whole-node job holds and of the idle nodes, or plain cores); refused where jobs compete for several resources or
-    partitions (an exact DP grows with the product of every resource's free amount)."""
+    """The first n jobs' sizes and the free amount of the one resource that decides on nodes; refused where jobs compete
+    for several resources or partitions (an exact DP grows with the product of their free amounts)."""
     table, queue = obs["machine"], obs["queue"]
     found = one_resource(machine_from_table(table), *(np.asarray(queue[c][:n]) for c in REQUESTS))
     if found is None:
@@ -174,9 +166,8 @@ def _on_nodes(obs: dict, n: int) -> tuple[np.ndarray, int]:
 
 
 class KnapsackAgent(Agent):
-    """DRAS's Optimization baseline: each scheduling instance, start the subset of the first `window`
-    queued jobs that maximizes eq. (1) or (2) within the free processors; once per instant, ties and
-    the readings of eq. (2): docs/agents.md. On nodes it names the subset's jobs one per decision."""
+    """DRAS's Optimization baseline: each scheduling instance, start the subset of the first `window` queued jobs
+    maximizing eq. (1) or (2) within the free processors (docs/agents.md); on nodes one job per decision."""
 
     kinds = (SELECT,)
 

@@ -9,8 +9,7 @@ from typing import Any
 
 from ..environment.config import expand_preset
 
-#: In a recipe's baselines: the run's base priority policy, and its teacher running with that policy
-#: (left out when the run has no teacher).
+#: In a recipe's baselines: the run's base priority policy, and its teacher with that policy (if it has one).
 BASE, TEACHER = "BASE", "TEACHER"
 
 

@@ -12,9 +12,8 @@ SHORT = 50 * 60  #: The rule's 50-minute line (the paper's 10 time steps of 5 mi
 
 
 class RuleKill(Agent):
-    """The paper's rule-based kill (section 3.3): the first running job that has run no longer than its
-    pre-run prediction, was predicted under `short` seconds and now over it, and whose prediction
-    changed by more than `change` of the pre-run one; else nothing."""
+    """The paper's rule-based kill (section 3.3): the first running job within its pre-run prediction, predicted under
+    `short` seconds and now over it, whose prediction moved by more than `change` of the pre-run one."""
 
     kinds = (KILL,)
 

@@ -1,5 +1,4 @@
-"""The agent runtime: serve an `Agent`'s decisions to an env over one DEALER socket (hello, reset or
-join, act until the episode ends), every wait bounded so that an env that is gone raises
+"""Serve an `Agent` to an env over one DEALER socket, every wait bounded so that an env that is gone raises
 `EnvUnreachable` instead of hanging; and the agent specs every command reads."""
 
 from __future__ import annotations
@@ -26,8 +25,7 @@ from .knapsack import KnapsackAgent
 from .packing import BinPackingAgent, RandomPackingAgent, TetrisAgent, TetrisStarAgent
 from .rlschert import JointTeacher, RuleKill
 
-#: Built-in agents other than the priority policies: name -> (factory (keyword arguments pass on), one
-#: line on what it does for `hpcgym agent --help`).
+#: Built-in agents other than the priority policies: name -> (factory, one line for `hpcgym agent --help`).
 BUILTINS: dict[str, tuple[Callable[..., Agent], str]] = {
     "knapsack": (lambda **kw: KnapsackAgent("capability", **kw), "DRAS's optimum start set, capability (eq. 1)"),
     "knapsack-capacity": (lambda **kw: KnapsackAgent("capacity", **kw), "DRAS's optimum start set, capacity (eq. 2)"),
@@ -68,8 +66,7 @@ class EnvRefused(HpcgymError):
 
 
 class Connection:
-    """A DEALER socket speaking the protocol's envelope, with a timeout on every reply. A hello
-    answered `redirect` (1.6: an env of several worker processes) is said again at the worker's
+    """A DEALER socket with a timeout on every reply. A hello answered `redirect` (1.6) is said again at the worker's
     address; the first socket stays open, since the env's front tells there of a failed worker."""
 
     def __init__(self, address: str, timeout: float = 10.0, curve: tuple[bytes, bytes, bytes] | None = None) -> None:
@@ -100,8 +97,9 @@ class Connection:
         deadline = time.monotonic() + self.timeout
         while True:
             reply = self._exchange(message)
-            if reply["type"] == "redirect" and message["type"] == "hello" and self._front is None:
-                self._redirect(reply["address"])
+            if reply["type"] == "redirect" and message["type"] == "hello" and self._front is None:  # to the worker
+                self._front, self._sock = self._sock, self._connect(redirect_target(self.address, reply["address"]))
+                self._poller.register(self._sock, zmq.POLLIN)
                 reply = self._exchange(message)
             wait = reply.get("retry_s") if reply["type"] == "error" else None
             if not wait or time.monotonic() + wait > deadline:
@@ -120,11 +118,6 @@ class Connection:
             return validate(decode(frames[-1]), REPLIES, ignore_unknown=True)
         except ProtocolError as exc:  # an HpcgymError, so the CLI prints one line, not a traceback
             raise EnvRefused(f"the env at {self.address} sent a malformed reply: {exc.message}") from None
-
-    def _redirect(self, given: str) -> None:
-        """Go on at a worker's address."""
-        self._front, self._sock = self._sock, self._connect(redirect_target(self.address, given))
-        self._poller.register(self._sock, zmq.POLLIN)
 
     def leave(self, wait_s: float = 1.0) -> None:
         """Say bye and wait a little for the env's `bye` (replies still due before it are
@@ -157,17 +150,17 @@ def run_agent(agent: Agent, address: str, *, name: str = "agent", session: str =
               curve: tuple[bytes, bytes, bytes] | None = None,
               progress: Callable[[AgentRun, Decision], None] | None = None, token: str | None = None,
               orders: bool = True) -> AgentRun:
-    """Serve `agent` for `episodes` episodes, starting each with `reset` (a reset message's fields) or
-    joining those others start. `progress(run, decision)` sees each decision before the agent acts;
-    `token`: the session's (1.3); `orders`: send the agent's standing orders to an env that takes
-    them (1.4), so that it is asked only when its ranking no longer covers the candidates."""
+    """Serve `agent` for `episodes` episodes, each started with `reset` (a reset message's fields) or joined;
+    `progress(run, decision)` sees each decision first; `orders`: send standing orders to an env that takes them (1.4),
+    so the agent is asked only when its ranking no longer covers the candidates."""
     conn = Connection(address, timeout, curve)
     run = AgentRun()
     try:
         welcome = conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": name,
                                 "kinds": list(agent.kinds), "session": session, **({"token": token} if token else {})})
         _expect(welcome, "welcome")
-        minor = _minor(welcome["protocol"])
+        _, _, minor_text = welcome["protocol"].partition(".")
+        minor = int(minor_text) if minor_text.isdigit() else 0
         orders = orders and minor >= 4
         reads = getattr(agent, "reads", None) if minor >= 8 else None  # only what it reads is sent (1.8)
         start = {"type": "reset", **reset} if reset is not None else {"type": "join"}
@@ -224,12 +217,6 @@ def _fetch_records(conn: Connection, episode: int, pages: int) -> dict[str, list
     return jobs
 
 
-def _minor(version: str) -> int:
-    """The minor number of a `MAJOR.MINOR` version (0 if it has none)."""
-    _, _, minor = version.partition(".")
-    return int(minor) if minor.isdigit() else 0
-
-
 def _expect(reply: dict[str, Any], *types: str) -> str:
     if reply["type"] == "error":
         raise EnvRefused(f"the env refused: {reply['code']}: {reply['message']}")
@@ -238,8 +225,7 @@ def _expect(reply: dict[str, Any], *types: str) -> str:
     return reply["type"]
 
 
-#: Agent spec prefixes naming a file the agent is loaded from: a checkpoint (`model:`, `sampled:`,
-#: `online:`) or a tree (`tree:`).
+#: Agent spec prefixes naming a file the agent is loaded from: a checkpoint, or a tree (`tree:`).
 CHECKPOINT_SOURCES = ("model", "sampled", "online", "tree")
 NETWORK_SOURCES = ("model", "sampled", "online")  #: Those of them served by a torch network.
 MODULE_CLASS = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")  #: An agent's class by `module:Class`.
@@ -248,9 +234,8 @@ _PROGRAM_EXAMPLE = "cmd:./my_agent {addr} --join"
 
 @dataclass(frozen=True)
 class AgentRef:
-    """What an agent spec names: `source` `builtin`, `python` (module:Class), `model`, `sampled`, `online`,
-    `tree` (a file) or `cmd` (a program asked over the protocol; `hpcgym compare` also has `batsim`), and
-    `target`, the name, module:Class, path or command line."""
+    """What an agent spec names: its `source` (builtin, python, model, sampled, online, tree or cmd; `hpcgym compare`
+    also has batsim) and `target` (the name, module:Class, path or command line)."""
 
     source: str
     target: str
@@ -262,9 +247,8 @@ class AgentRef:
 
 
 def resolve_agent(spec: str, *, programs: bool = False) -> AgentRef:
-    """Read an agent spec, the one way every command does: a built-in name, `module:Class`, `model:`,
-    `sampled:`, `online:` or `tree:PATH`, and with `programs` (callers that can run one over the
-    protocol) `cmd:COMMAND`, `{addr}` replaced by the env's address. A bad spec: one line saying so."""
+    """Read an agent spec the one way every command does (docs/compare.md lists them); `programs`: the caller can run a
+    `cmd:COMMAND` over the protocol. A bad spec: one line saying so."""
     text = spec.strip()
     lowered = text.lower()
     if lowered in POLICIES or lowered in BUILTIN_AGENTS:
@@ -300,9 +284,8 @@ def _program_here(spec: str) -> HpcgymError:
 
 
 def load_agent(spec: str | AgentRef, **kwargs: Any) -> Agent:
-    """An agent by spec (`resolve_agent`; docs/compare.md lists the specs). `sampled:` seeds each agent's
-    sampling with 0, so a window's schedule repeats; `online:` scores its episodes by their end
-    metrics, since in process and in `hpcgym compare` no env reward reaches it."""
+    """An agent by spec. `sampled:` seeds its sampling with 0, so a window's schedule repeats; `online:` scores its
+    episodes by their end metrics, since in process no env reward reaches it."""
     ref = spec if isinstance(spec, AgentRef) else resolve_agent(spec)
     check_agent_file(ref)
     if ref.source == "builtin":
@@ -351,18 +334,16 @@ def load_model(path: str | os.PathLike, online: bool = False, **kwargs: Any) -> 
 
 
 def serve_on_one_thread() -> None:
-    """For a process that serves a checkpoint: torch on one thread. A served network scores one
-    decision at a time, which more threads only slow (they contend with the simulation and with
-    each other: a comparison of a DRAS agent took 108 s with two threads, 52 s with one)."""
+    """torch on one thread where a checkpoint is served: a network scoring one decision at a time is only slowed by more
+    (a DRAS comparison took 108 s with two threads, 52 s with one)."""
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(1)
 
 
 def episode_policy(agent: str | None, policy: str | None = None) -> str | None:
-    """The env priority policy an agent's resets ask for: `policy` if given, else the agent's own
-    name when it is a priority policy (the window and the built-in backfill scan then follow the
-    agent's order, so the episode is the built-in policy's job for job), else None (the env's)."""
+    """The env priority policy an agent's resets ask for: `policy`, else the agent's own name when it is a priority
+    policy (the episode is then that policy's job for job), else None (the env's)."""
     if policy is not None:
         return policy.lower()
     name = (agent or "").lower()

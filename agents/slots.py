@@ -117,6 +117,4 @@ def kill_prior(kind: str, window: int, rate: float) -> list[float]:
     if not 0 < rate < 1:
         raise HpcgymError(f"the kill prior's rate is a probability between 0 and 1 (exclusive), got {rate!r}")
     bias = math.log(rate / (1 - rate) / window)
-    if kind == KILL:
-        return [0.0] + [bias] * window
-    return [0.0] * window + [bias] * window + [0.0]
+    return [0.0] + [bias] * window if kind == KILL else [0.0] * window + [bias] * window + [0.0]

@@ -165,9 +165,8 @@ class TreeAgent(Agent):
 
     def act(self, decision: Decision) -> Action:
         scores, ids = self.scores(decision)
-        if not np.isfinite(scores).any():
-            return slot_action(decision.kind, self.features.window, ids, self.features.window)
-        return slot_action(decision.kind, int(np.argmax(scores)), ids, self.features.window)
+        slot = int(np.argmax(scores)) if np.isfinite(scores).any() else self.features.window  # none allowed: wait
+        return slot_action(decision.kind, slot, ids, self.features.window)
 
     def describe(self) -> dict[str, Any]:
         return {"kinds": list(self.kinds), "nodes": self.tree.node_count, "depth": self.tree.depth,

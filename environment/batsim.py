@@ -1,6 +1,5 @@
 """hpcgym as Batsim 4 for an external scheduler (pybatsim, batsched): Batsim's own event loop, since those schedulers
-decide whole host allocations in Batsim's JSON messages rather than answer hpcgym's decisions. Every decision is checked
-and a wrong one ends the run in one line. docs/batsim.md has the mapping and scope."""
+decide whole host allocations rather than answer hpcgym's decisions (docs/batsim.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from itertools import groupby
 from typing import Any
 
 import zmq
@@ -73,14 +73,8 @@ def parse_interval_set(text: Any) -> list[int]:
 
 def format_interval_set(hosts: list[int]) -> str:
     """The interval set of sorted, distinct hosts: [0, 1, 2, 3, 7] -> "0-3 7"."""
-    parts, k = [], 0
-    while k < len(hosts):
-        j = k
-        while j + 1 < len(hosts) and hosts[j + 1] == hosts[j] + 1:
-            j += 1
-        parts.append(str(hosts[k]) if j == k else f"{hosts[k]}-{hosts[j]}")
-        k = j + 1
-    return " ".join(parts)
+    runs = [[host for _, host in run] for _, run in groupby(enumerate(hosts), lambda kh: kh[1] - kh[0])]
+    return " ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
 def delay_profile(run: int) -> tuple[str, dict[str, Any]]:

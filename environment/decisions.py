@@ -93,11 +93,9 @@ class Decision:
             if len(ids) > 1 and self._sim.workload.machine is not None:
                 raise InvalidAction(f"on a machine of nodes select takes one job at a time (it starts, or is reserved "
                                     f"if it does not fit), not {len(ids)}")
-            if len(ids) > 1:
-                need = self._sim.total_size(ids)
-                if need > self._sim.free:
-                    raise InvalidAction(f"jobs {ids} need {need} processors together but only "
-                                        f"{self._sim.free} are free; pick a set that fits, or one job to reserve")
+            if len(ids) > 1 and (need := self._sim.total_size(ids)) > self._sim.free:
+                raise InvalidAction(f"jobs {ids} need {need} processors together but only {self._sim.free} are free; "
+                                    "pick a set that fits, or one job to reserve")
             return ids
         if self.kind == SELECT_KILL:
             if isinstance(action, (list, tuple)):
@@ -133,9 +131,7 @@ class Decision:
     def by_order(self, rank: dict[int, int]) -> int | None:
         """The best-ranked candidate, or None when the order leaves one out (the agent must be asked)."""
         ranks = list(map(rank.get, self.candidates))
-        if None in ranks:
-            return None
-        return self.candidates[ranks.index(min(ranks))]
+        return None if None in ranks else self.candidates[ranks.index(min(ranks))]
 
     def _check_candidate(self, job: Any) -> int:
         try:

@@ -59,7 +59,8 @@ class Limits:
         if self._trace_dirs is None and self.max_trace_bytes is None:
             return spec
         if spec.get("trace") is not None:
-            spec = {**spec, "trace": str(self._allowed_trace(os.fspath(spec["trace"])))}
+            spec = {**spec, "trace": str(_allowed_file(os.fspath(spec["trace"]), self._trace_dirs, self.max_trace_bytes,
+                                                       "trace", "--trace-dir", "--max-trace-bytes"))}
         head, comma, placement = (spec.get("machine") or "nodes").partition(",")
         if head not in HEADER_MACHINES:  # a spec file: from the trace folders only, as a trace
             real = _allowed_file(head, self._trace_dirs, MAX_MACHINE_BYTES, "machine spec", "--trace-dir")
@@ -79,11 +80,6 @@ class Limits:
                               "with --model-dir); use prediction running or user_history")
         real = _allowed_file(spec.model, self._model_dirs, MAX_MODEL_BYTES, "prediction model", "--model-dir")
         return {**options, "prediction": f"learned:{real}"}
-
-    def _allowed_trace(self, given: str) -> Path:
-        """The file a reset's trace names, if the operator allows it (`_allowed_file`)."""
-        return _allowed_file(given, self._trace_dirs, self.max_trace_bytes, "trace", "--trace-dir",
-                             "--max-trace-bytes")
 
 
 def check_reset_size(msg: dict[str, Any]) -> None:

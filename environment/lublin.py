@@ -182,11 +182,6 @@ def _run_times(rng: np.random.Generator, size: np.ndarray, p: LublinParams) -> n
     return np.floor(np.exp(log_run)).astype(np.int64)
 
 
-def _submit_times(rng: np.random.Generator, n: int, p: LublinParams) -> np.ndarray:
-    log_gap = _truncated_log_gamma(rng, p.aarr * p.arar, p.barr, n, p.max_log_interarrival)
-    return on_daily_clock(np.cumsum(np.exp(log_gap)), p)
-
-
 def on_daily_clock(arrivals: np.ndarray, p: LublinParams) -> np.ndarray:
     """Submit times (whole seconds, from the first day with a job) of `arrivals` on the model's rush-hour clock,
     which thins and bunches them, keeping the mean daily rate."""
@@ -216,7 +211,8 @@ def generate_lublin(n_jobs: int, procs: int, seed: int = 0, *, name: str | None 
     if not isinstance(params, LublinParams):
         raise ConfigError(f"params must be a LublinParams, got {type(params).__name__}")
     rng = np.random.default_rng(seed)
-    submit = _submit_times(rng, n, params)
+    submit = on_daily_clock(np.cumsum(np.exp(_truncated_log_gamma(rng, params.aarr * params.arar, params.barr, n,
+                                                                  params.max_log_interarrival))), params)
     size = draw_sizes(rng, n, procs, params)
     run = _run_times(rng, size, params)
     header = {"Generator": "Lublin-Feitelson 2003 model (hpcgym.environment.lublin)", "Seed": str(seed),

@@ -125,9 +125,7 @@ class UserHistory:
     def predict(self, user: int, requested: int) -> int:
         """The mean of the last two, rounded up, at most `requested`; `requested` without two."""
         last = self._last.get(user, ())
-        if user < 0 or len(last) < 2:
-            return requested
-        return min(requested, (last[0] + last[1] + 1) // 2)
+        return requested if user < 0 or len(last) < 2 else min(requested, (last[0] + last[1] + 1) // 2)
 
 
 class RunningModel:

@@ -173,9 +173,7 @@ class RelativeReward(Reward):
             return d / base if base else d
         if self.form == "pct_max":
             return d / max(base, x, 1.0)
-        if self.form == "diff":
-            return d
-        return float((d > 0) - (d < 0))
+        return d if self.form == "diff" else float((d > 0) - (d < 0))
 
 
 def relative_spec(name: str) -> RewardSpec:
@@ -309,10 +307,6 @@ class RewardSpec:
             raise ConfigError(f"reward {self.name!r}: {problem}")
 
 
-def _needs_prediction(config: Any) -> str | None:
-    return None if config.prediction.on else "it reads run-time predictions: set the option prediction (e.g. running)"
-
-
 REWARDS: dict[str, RewardSpec] = {
     r.name: r
     for r in (
@@ -348,7 +342,8 @@ REWARDS: dict[str, RewardSpec] = {
                                            "running (IRL's reward I)", lambda: SystemSlowdown(wait=True)),
         RewardSpec("system_slowdown_prediction", "as system_slowdown with the predicted run time: a running job's "
                                                  "current prediction, a waiting one's pre-run one (RLSchert eq. 9)",
-                   lambda: SystemSlowdown("prediction"), _needs_prediction),
+                   lambda: SystemSlowdown("prediction"), lambda config: None if config.prediction.on else
+                   "it reads run-time predictions: set the option prediction (e.g. running)"),
         RewardSpec("system_jobs", "dense: minus the job-hours spent in the system (queued or running) since the "
                                   "previous decision; an episode's rewards add up to minus the sum of the response "
                                   "times in hours (RLSchert eq. 10)", lambda: SystemSlowdown("hour")),

@@ -1,6 +1,5 @@
-"""Job sequences cut from a workload for training and evaluation, all reproducible from a seed
-(docs/semantics.md section 2). Windows keep the original submit times: metrics depend only on
-differences between times, and raw times let a reader find the jobs in the source trace."""
+"""Job sequences cut from a workload, reproducible from a seed (docs/semantics.md section 2); windows keep the original
+submit times, so a reader finds the jobs in the source trace."""
 
 from __future__ import annotations
 
@@ -21,12 +20,6 @@ __all__ = ["random_window", "sampled_jobset", "split", "window"]
 def _check_seed(seed: object) -> int:
     """Seeds must be explicit non-negative ints, so that every sequence can be reproduced."""
     return check_int(seed, "seed", 0)
-
-
-def _check_length(workload: Workload, n_jobs: int) -> None:
-    if n_jobs > len(workload):
-        raise ConfigError(f"asked for {n_jobs} jobs but workload {workload.name!r} has only {len(workload)}; use "
-                          "fewer jobs or a larger trace")
 
 
 def split(workload: Workload, train: float) -> tuple[Workload, Workload]:
@@ -65,7 +58,9 @@ def random_start(workload: Workload, n_jobs: int, seed: int,
     """The start of `random_window`'s window."""
     n_jobs = check_int(n_jobs, "n_jobs", 1)
     rng = np.random.default_rng(_check_seed(seed))
-    _check_length(workload, n_jobs)
+    if n_jobs > len(workload):
+        raise ConfigError(f"asked for {n_jobs} jobs but workload {workload.name!r} has only {len(workload)}; use "
+                          "fewer jobs or a larger trace")
     for _ in range(draws if accept is not None else 1):
         start = int(rng.integers(0, len(workload) - n_jobs + 1))
         if accept is None or accept(window(workload, n_jobs, start)):

@@ -1,11 +1,5 @@
-"""The env server process: ZeroMQ ROUTER sockets (`Inlet`s) in front of an `EnvService`; agents connect with
-DEALER or REQ, and replies go back with the same envelope on the socket the request came from.
-
-Never blocked, with no thread hand-off per request: the loop thread runs a request itself, and a watchdog that
-sees it inside one request longer than `TAKEOVER_S` becomes the loop thread while the old one finishes. SIGINT
-and SIGTERM end the episodes with reason "shutdown". A loop that raises ends the process (a front replaces only
-a dead worker).
-"""
+"""The env server process: ZeroMQ ROUTER sockets in front of an `EnvService`, never blocked by one long request, since a
+watchdog then takes over the loop (docs/server.md); a loop that raises ends the process."""
 
 from __future__ import annotations
 
@@ -23,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import zmq
@@ -33,21 +28,14 @@ from .errors import ConfigError, HpcgymError
 from .service import RETRY_S, EnvService
 
 LOOPBACK_PREFIXES = ("tcp://127.", "tcp://localhost:", "tcp://[::1]:", "ipc://", "inproc://")
-
-
 ADDRESS = re.compile(r"(tcp://(\[[0-9A-Fa-f:.]+\]|[^:/\s]+):(\d+|\*)|ipc://\S+|inproc://\S+)\Z")
-
-
-def check_address(bind: str) -> None:
-    """Refuse what is not a ZeroMQ address at all, before any other rule about it."""
-    if not ADDRESS.match(bind):
-        raise ConfigError(f"{bind!r} is not a ZeroMQ address; use tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) "
-                          "or ipc://PATH")
 
 
 def check_listening(bind: str, authenticated: bool, allow_remote: bool, insecure: bool) -> None:
     """Listening for other hosts is an explicit choice, and without CURVE an insecure one."""
-    check_address(bind)
+    if not ADDRESS.match(bind):  # before any other rule about it
+        raise ConfigError(f"{bind!r} is not a ZeroMQ address; use tcp://HOST:PORT (e.g. tcp://127.0.0.1:5555) "
+                          "or ipc://PATH")
     if bind.startswith(LOOPBACK_PREFIXES):
         return
     if not allow_remote:
@@ -136,7 +124,8 @@ def listening(bind: str, curve: CurveKeys | None) -> Iterator[zmq.Socket]:
 
         auth = ThreadAuthenticator(ctx)
         auth.start()
-        auth.configure_curve_callback(domain="*", credentials_provider=_AllowList(curve.allowed))
+        auth.configure_curve_callback(domain="*", credentials_provider=SimpleNamespace(
+            callback=lambda domain, key, allowed=frozenset(curve.allowed): key in allowed))
         sock.curve_server = True
         sock.curve_publickey = curve.server_public
         sock.curve_secretkey = curve.server_secret
@@ -255,7 +244,8 @@ class _Loop:
         """Wake the loop's holder (replies are waiting, or it must stop)."""
         with self.roles:
             if not self.closed:
-                _poke(self.wake_out)
+                with suppress(OSError):  # the pipe is full (the loop will wake anyway) or closed (the server stopped)
+                    os.write(self.wake_out, b"!")
 
     def _spawn(self, target, holder: bool = False) -> None:
         thread = threading.Thread(target=target, name="hpcgym-env-loop", daemon=True)
@@ -303,7 +293,9 @@ class _Loop:
                 return
             events = dict(poller.poll(int(self.tick_every * 1000)))
             if self.wake_in in events:  # a session thread has replies: the tick collects them
-                _drain(self.wake_in)
+                with suppress(BlockingIOError):
+                    while os.read(self.wake_in, 4096):
+                        pass
                 self.next_tick = 0.0
             for inlet in self.inlets:
                 if inlet.connections is not None and inlet.connections.monitor in events:
@@ -376,9 +368,8 @@ class _Loop:
 
 
 class _Connections:
-    """The socket's connections, as its monitor reports them and as they speak. One counts toward the caps
-    from its first request (silent ones are held apart, MAX_SILENT); a routing id belongs to the connection
-    that first used it, and the service hears when one closes."""
+    """The socket's connections, as its monitor reports them and as they speak: one counts toward the caps from its
+    first request, and a routing id belongs to the connection that first used it."""
 
     def __init__(self, sock: zmq.Socket, service: Any, cap: int, per_peer: int | None = None) -> None:
         self.service, self.cap, self.per_peer = service, cap, min(per_peer or cap, cap)
@@ -412,7 +403,9 @@ class _Connections:
                 self._forget(fd)
                 del self.open[fd]
                 for peer in self.ids.pop(fd, ()):
-                    self._gone(peer, envelopes)
+                    self.owner.pop(peer, None)
+                    envelopes.pop(peer, None)
+                    self.service.disconnected(peer)
 
     def admit(self, peer: bytes, fd: int, envelopes: dict[bytes, bool]) -> bytes | None:
         """None if the request may be served; else the encoded refusal to send instead."""
@@ -471,16 +464,11 @@ class _Connections:
         host = self.host.get(fd)
         if fd in self.silent:
             del self.silent[fd]
-            _uncount(self.silent_from, host)
+            self.silent_from -= Counter((host,))  # a host counted no more is dropped
         if fd in self.served:
             self.served.discard(fd)
-            _uncount(self.served_from, host)
+            self.served_from -= Counter((host,))
         self.refusing.pop(fd, None)
-
-    def _gone(self, peer: bytes, envelopes: dict[bytes, bool]) -> None:
-        self.owner.pop(peer, None)
-        envelopes.pop(peer, None)
-        self.service.disconnected(peer)
 
     def close_refused(self) -> None:
         """Close the refused connections whose time to hear why is over."""
@@ -493,12 +481,6 @@ class _Connections:
     def close(self) -> None:
         self.sock.disable_monitor()
         self.monitor.close(0)
-
-
-def _uncount(counts: Counter[str | None], host: str | None) -> None:
-    counts[host] -= 1
-    if counts[host] <= 0:
-        del counts[host]
 
 
 def _peer_host(fd: int) -> str | None:
@@ -522,12 +504,9 @@ def _close_fd(fd: int) -> None:
         connection = socket.socket(fileno=fd)
     except OSError:
         return  # closed meanwhile
-    try:
+    with suppress(OSError):
         connection.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    finally:
-        connection.detach()
+    connection.detach()
 
 
 def _send_all(sock: zmq.Socket, envelopes: dict[bytes, bool], replies: list[tuple[bytes, bytes]]) -> None:
@@ -547,22 +526,3 @@ def _send_one(sock: zmq.Socket, peer: bytes, delimited: bool, data: bytes) -> No
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _MORE = int(zmq.NOBLOCK | zmq.SNDMORE)
-
-
-def _poke(fd: int) -> None:
-    with suppress(OSError):  # the pipe is full (the loop will wake anyway) or closed (the server stopped)
-        os.write(fd, b"!")
-
-
-def _drain(fd: int) -> None:
-    with suppress(BlockingIOError):
-        while os.read(fd, 4096):
-            pass
-
-
-class _AllowList:
-    def __init__(self, allowed: list[bytes]) -> None:
-        self.allowed = set(allowed)
-
-    def callback(self, domain: str, key: bytes) -> bool:
-        return key in self.allowed

@@ -1,7 +1,5 @@
-"""The env side of the protocol as a plain request handler, no sockets: every transport and the tests call `handle` (one
-request in, its replies out) and `tick` (heartbeats, timeouts), so an episode gives the same schedule over any
-transport. Under the socket server a session's requests run one at a time, in order, with the simulation outside the
-service's lock, so a long reset holds up no other session."""
+"""The env side of the protocol as a plain request handler, no sockets, so an episode gives the same schedule over any
+transport; a session's simulation runs outside the service's lock, so a long reset holds up no other session."""
 
 from __future__ import annotations
 
@@ -37,8 +35,6 @@ Reply = tuple[bytes, dict[str, Any]]
 #: A request as the lock holder gets it: the message as far as it was read, and why it is refused (None: valid).
 Request = tuple[dict[str, Any], "m.ProtocolError | None"]
 AGENT_LOST_MODES = ("fallback", "end")
-
-
 VERSION = re.compile(r"\d+\.\d+\Z")  #: What a hello's `protocol` must look like: MAJOR.MINOR, digits only.
 MAX_NAME = 256  #: Longest agent or session name: names are kept while their session lives.
 MAX_LOST = 10_000  #: Lost peers remembered (so that their late acts get `stale_decision`), the oldest forgotten first.
@@ -572,10 +568,9 @@ class EnvService:
 
     def _forget(self, peer: Peer) -> None:
         """Unregister a peer, freeing its kinds; a later request from it must say hello again."""
-        if self.peers.get(peer.id) is peer:  # not a newer agent that said hello with the same routing id
-            del self.peers[peer.id]
-        if peer.session.peers.get(peer.id) is peer:
-            del peer.session.peers[peer.id]
+        for peers in (self.peers, peer.session.peers):
+            if peers.get(peer.id) is peer:  # not a newer agent that said hello with the same routing id
+                del peers[peer.id]
         if peer.session.held_reset is not None and peer.session.held_reset[0] is peer:
             peer.session.held_reset = None
 
@@ -602,7 +597,9 @@ class EnvService:
                                accounts=[p.id for p in participants])
                 core.start()
         except HpcgymError as exc:
-            raise m.ProtocolError(m.BAD_REQUEST, _without_contents(str(exc))) from None
+            # without the bits of the file a trace error quotes (a malformed field's text)
+            raise m.ProtocolError(m.BAD_REQUEST, re.sub(r"(non-numeric field \d+) ('[^']*'|\"[^\"]*\")", r"\1",
+                                                        str(exc))) from None
         except MemoryError:
             raise m.ProtocolError(m.BAD_REQUEST, "the workload does not fit in the env's memory; ask for fewer "
                                                  "jobs") from None
@@ -628,7 +625,8 @@ class EnvService:
             refusal = HpcgymError(str(exc))
         except MemoryError:
             refusal = MemoryError()
-        _release_freed_memory()
+        with suppress(OSError, AttributeError):  # glibc keeps freed pages (a refused 24.9 M-job trace left 330 MB)
+            ctypes.CDLL(None).malloc_trim(0)
         raise refusal
 
     def _dispatch(self, session: Session) -> None:
@@ -876,17 +874,6 @@ def check_hello(msg: dict[str, Any]) -> None:
                                            f"got {m._describe(kinds)}")
 
 
-def _release_freed_memory() -> None:
-    """Hand a refused load's pages back: glibc keeps freed pages (a refused 24.9 M-job trace left 330 MB)."""
-    with suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        ctypes.CDLL(None).malloc_trim(0)
-
-
-def _without_contents(message: str) -> str:
-    """An error about a trace without the bits of the file it quotes (a malformed field's text)."""
-    return re.sub(r"(non-numeric field \d+) ('[^']*'|\"[^\"]*\")", r"\1", message)
-
-
 def kinds_key(kinds: Any) -> str:
     """An agent's kinds as one label, in protocol order: "select/inspect"."""
     return "/".join(k for k in KINDS if k in set(kinds))
@@ -898,9 +885,7 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
 def sent_columns(minor: int, asked: dict[str, list[str]] | None) -> dict[str, frozenset[str]] | None:

@@ -1,9 +1,5 @@
-"""The event-driven simulation: run until a decision, then apply it (docs/semantics.md gives the rules).
-
-All events of one instant (finishes, then submits, then prediction revisions) come before one scheduling pass
-(select -> inspect -> start or reserve -> backfill), then the kill decision. The episode is one generator, so an
-external decision suspends the loop where it stands; the built-in defaults never build an observation.
-"""
+"""The event-driven simulation (docs/semantics.md gives the rules): the episode is one generator, so an external
+decision suspends the loop where it stands, and the built-in defaults never build an observation."""
 
 from __future__ import annotations
 
@@ -78,14 +74,17 @@ class Simulation:
         if SELECT_KILL in self.external and config.commit_pick:
             raise ConfigError("select_kill asks at every pass, which commit_pick skips while its pick waits: "
                               "turn commit_pick off")
+        self._easy_variant = (config.backfill_order != "queue" or config.strict_shadow or not config.easy_extra
+                              or bool(config.backfill_relax) or config.backfill_skip_next)
         self._nodes = NodeState(workload) if workload.machine is not None else None
-        if self._nodes is not None:
-            self._check_machine_options()
+        if self._nodes is not None and (self._easy_variant or config.keep_shadow or self._prefill is not None
+                                        or self.external & {BACKFILL, SELECT_KILL}):  # docs/semantics.md section 13
+            raise ConfigError("on a machine of nodes (--machine) backfill easy (textbook rules), conservative or none "
+                              "runs, with select (one job at a time), inspect and kill agents; the EASY variants, "
+                              "pre-filled clusters and backfill or select_kill agents are not built on nodes yet")
         self.procs = workload.procs
         self._conservative = config.backfill == "conservative"
         self._release_by_start = config.release_order == "start"
-        self._easy_variant = (config.backfill_order != "queue" or config.strict_shadow or not config.easy_extra
-                              or bool(config.backfill_relax) or config.backfill_skip_next)
         self._max_run = workload.max_run
         self._rejection_cap = NEVER if config.max_rejections is None else config.max_rejections
         self._prepare_jobs()
@@ -96,17 +95,6 @@ class Simulation:
         self._progress: Callable[[int], None] | None = None
 
     # ----------------------------------------------------------------- set-up
-    def _check_machine_options(self) -> None:
-        """Refuse what is not yet built on nodes, in one line (docs/semantics.md section 13)."""
-        cfg = self.config
-        variant = (cfg.backfill_order != "queue" or cfg.strict_shadow or not cfg.easy_extra
-                   or bool(cfg.backfill_relax) or cfg.backfill_skip_next or cfg.keep_shadow)
-        if variant or self._prefill is not None \
-                or self.external & {BACKFILL, SELECT_KILL}:
-            raise ConfigError("on a machine of nodes (--machine) backfill easy (textbook rules), conservative or none "
-                              "runs, with select (one job at a time), inspect and kill agents; the EASY variants, "
-                              "pre-filled clusters and backfill or select_kill agents are not built on nodes yet")
-
     def _prepare_jobs(self) -> None:
         w, cfg = self.workload, self.config
         run = w.run
@@ -734,9 +722,8 @@ class Simulation:
         return True
 
     def _backfill_nodes(self, head: int, now: int) -> None:
-        """EASY on nodes: start, in queue order, every job that fits now and ends by the shadow time or, ending later,
-        fits in what the head's reservation leaves over on each node of its partition at the shadow time
-        (`NodeState.reserve`), so no backfilled job delays the reservation on any resource of any node."""
+        """EASY on nodes: start, in queue order, every job that fits now and ends by the shadow time or fits in what the
+        head's reservation leaves on each node of its partition (`NodeState.reserve`)."""
         nodes, size, est, queue = self._nodes, self._size, self._est, self._queue
         reservation = nodes.reserve(head, now, self._running)
         shadow = reservation.shadow

@@ -31,8 +31,7 @@ SWF_FIELDS = ("job_number", "submit_time", "wait_time", "run_time", "allocated_p
               "queue", "partition", "preceding_job", "think_time")
 N_FIELDS = len(SWF_FIELDS)
 
-# Column indices of the fields a Workload keeps: job, submit, run, allocated and requested
-# processors, requested time, user, group, queue, executable, requested memory, partition.
+# Column indices of the fields a Workload keeps, named below.
 _KEPT = (0, 1, 3, 4, 7, 8, 11, 12, 14, 13, 9, 15)
 _JOB, _SUBMIT, _RUN, _ALLOC, _REQ_PROCS, _REQ_TIME, _USER, _GROUP, _QUEUE, _EXECUTABLE, _MEMORY, _PARTITION = _KEPT
 
@@ -263,11 +262,7 @@ def _parse_exact(piece: bytes, path: Path, on_malformed: str, before: int,
 
 def _workload_name(path: Path) -> str:
     """Trace name without .gz / .swf suffixes ("SDSC-SP2-1998-4.2-cln")."""
-    name = path.name
-    for suffix in (".gz", ".swf"):
-        if name.lower().endswith(suffix):
-            name = name[: -len(suffix)]
-    return name or path.name
+    return re.sub(r"(\.swf)?(\.gz)?\Z", "", path.name, flags=re.IGNORECASE) or path.name
 
 
 #: Cleaning rules: hpcgym's own (below), or that of RL backfilling's SC-W code, whose Table 4
@@ -278,9 +273,9 @@ CLEANINGS = ("hpcgym", "rlbf-scw")
 def read_swf(path: str | os.PathLike[str], procs: int | None = None, *, strict: bool = False,
              on_malformed: str = "error", cleaning: str = "hpcgym", max_bytes: int | None = None,
              max_jobs: int | None = None) -> Workload:
-    """Load and clean an SWF trace (plain or gzip) into a `Workload` sorted by submit time, dropped jobs counted
-    by `DROP_REASONS` (docs/semantics.md section 1). `strict`: a job larger than the cluster is an error;
-    `max_bytes` and `max_jobs` refuse a trace as soon as parsing passes them."""
+    """Load and clean an SWF trace (plain or gzip) into a `Workload` sorted by submit time, dropped jobs counted by
+    `DROP_REASONS` (docs/semantics.md section 1); `max_bytes` and `max_jobs` refuse a trace as soon as parsing passes
+    them."""
     if cleaning not in CLEANINGS:
         raise WorkloadError(f"unknown cleaning {cleaning!r}; use one of {', '.join(CLEANINGS)}")
     path = Path(path)

@@ -61,9 +61,8 @@ def _rounded(buf: np.ndarray, first: np.ndarray, end: np.ndarray, dots: np.ndarr
 
 
 def parse_plain(data: bytes, columns: Sequence[int]) -> tuple[list[bytes], np.ndarray, np.ndarray] | None:
-    """(comment lines, the given 0-based columns of every job line as rounded int64 (n, len),
-    1-based line numbers of the job lines), or None unless every job line is 18 plain decimal
-    numbers (optional sign, digits, optional fraction)."""
+    """(comment lines, the given 0-based columns of every job line as rounded int64, 1-based job line numbers), or None
+    unless every job line is 18 plain decimal numbers."""
     blanked = _blank_comments(data)
     if blanked is None:
         return None

@@ -1,11 +1,5 @@
-"""`hpcgym env --workers N`: the sessions of one env spread over N worker processes (docs/server.md).
-
-The front owns the agents' socket (server.py); each worker is an `EnvService` on server.py's loop, linked to
-the front by a DEALER, and a session lives in one worker. A 1.6+ agent's hello is answered `redirect` to its
-worker's own address (saving each message the hop through the front); older agents are forwarded. The front
-reads only a message's `type` (and a reply's `episode`). A worker that dies or hangs ends only its own agents'
-episodes (each hears why) and is replaced.
-"""
+"""`hpcgym env --workers N`: one env's sessions spread over N worker processes, so that a worker that dies or hangs ends
+only its own agents' episodes (docs/server.md: the front, forwarding and 1.6 redirects)."""
 
 from __future__ import annotations
 
@@ -122,9 +116,7 @@ def _worker_address(bind: str) -> str | None:
     """Where a worker listens for redirected agents (`{}`: its name): a free port, or beside the ipc file."""
     if bind.startswith("tcp://"):
         return bind[:bind.rindex(":")] + ":*"
-    if bind.startswith("ipc://"):
-        return bind + ".{}"
-    return None
+    return bind + ".{}" if bind.startswith("ipc://") else None
 
 
 @dataclass
@@ -215,7 +207,7 @@ class _Front:
                 if not ready:
                     return None
                 worker = min(ready, key=lambda w: len(w.agents))
-            if worker.address is not None and _redirects(hello):
+            if worker.address is not None and int(hello["protocol"].split(".")[1]) >= 6:  # 1.6+ follows redirects
                 self._leave(agent)
                 serial = next(self.serials)
                 self.sessions[name], self.claims[name] = worker, serial
@@ -421,18 +413,11 @@ def _hello(body: bytes) -> dict[str, Any] | None:
     if b"\xa5hello" not in body[:96]:
         return None
     message, refusal = parse_request(body)
-    if refusal is not None or message["type"] != "hello":
-        return None
-    try:
-        check_hello(message)
-    except m.ProtocolError:
-        return None
-    return message
-
-
-def _redirects(hello: dict[str, Any]) -> bool:
-    """Whether an agent's (valid) hello says it follows a redirect: protocol 1.6 or later."""
-    return int(hello["protocol"].split(".")[1]) >= 6
+    if refusal is None and message["type"] == "hello":
+        with suppress(m.ProtocolError):
+            check_hello(message)
+            return message
+    return None
 
 
 NONE_READY = encode(m.error(m.ProtocolError(

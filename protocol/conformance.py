@@ -470,21 +470,19 @@ class _EnvChecker:
                 r = self.ask(a, {"type": "poll"}, "poll during the episode")
                 continue
             n += 1
-            if r.get("decision") in self.seen_ids:
-                problems.append(f"decision id {r.get('decision')} was used before in this session")
+            cands, before = r.get("candidates") or [None], last or {}
+            problems += _wrong(
+                (r.get("decision") in self.seen_ids,
+                 f"decision id {r.get('decision')} was used before in this session"),
+                (last is not None and not r.get("step", 0) > before["step"],
+                 f"step {r.get('step')} after {before.get('step')}"),
+                (last is not None and not r.get("time", 0) >= before["time"],
+                 f"time {r.get('time')} after {before.get('time')}"),
+                (r.get("kind") != "select", f"a {r.get('kind')!r} decision for an agent that took only select"),
+                (order and set(cands) <= order,
+                 f"decision {r.get('decision')} was sent although the standing order ranks all its candidates"))
             self.seen_ids.add(r.get("decision"))
-            if last is not None:
-                if not r.get("step", 0) > last["step"]:
-                    problems.append(f"step {r.get('step')} after {last['step']}")
-                if not r.get("time", 0) >= last["time"]:
-                    problems.append(f"time {r.get('time')} after {last['time']}")
-            if r.get("kind") != "select":
-                problems.append(f"a {r.get('kind')!r} decision for an agent that took only select")
             last = r
-            cands = r.get("candidates") or [None]
-            if order and set(cands) <= order:
-                problems.append(f"decision {r.get('decision')} was sent although the standing order ranks all its "
-                                "candidates")
             ordered += self.ordered_count(r, problems)
             action: Any = {"order": list(cands)} if self.strict and None not in cands else cands[0]
             order = set(cands) if isinstance(action, dict) else set()
@@ -839,9 +837,7 @@ def _fits(decision: dict[str, Any], action: Any) -> str | None:
     outside = [j for j in ids if j not in cands]
     if outside:
         return f"{kind} action names job(s) {outside} not among the candidates {_short(cands, 80)}"
-    if len(set(ids)) != len(ids):
-        return f"{kind} action names a job twice: {ids}"
-    return None
+    return f"{kind} action names a job twice: {ids}" if len(set(ids)) != len(ids) else None
 
 
 def _analyse(events: list[_Event], peer: bytes) -> dict[str, list[str] | int | bool]:
@@ -955,12 +951,8 @@ class EnvUnderTest:
 def check_agent(command: str | Sequence[str], env: EnvUnderTest, timeout: float = 30.0) -> list[Check]:
     """Serve `env` to the agent `command` (``{addr}`` replaced by the env's ipc:// address) and
     check the agent's side of the protocol; the agent must finish within `timeout` seconds."""
-    tmp = tempfile.mkdtemp(prefix="hpcgym-conf-")
-    addr = f"ipc://{tmp}/env.sock"
-    service = env.service
-    recorder = _Recorder(service)
-    ready = threading.Event()
-    failure: list[BaseException] = []
+    tmp, service, ready = tempfile.mkdtemp(prefix="hpcgym-conf-"), env.service, threading.Event()
+    addr, recorder, failure = f"ipc://{tmp}/env.sock", _Recorder(service), []
 
     def serving() -> None:
         try:

@@ -1,5 +1,4 @@
-"""Checkpoints: one `torch.save`d map of plain values (loaded `weights_only`, so opening one never
-runs code) holding the weights with all that rebuilds the policy, its encoder and a resume
+"""Checkpoints: one `torch.save`d map of plain values, loaded `weights_only` so opening one never runs code
 (docs/architecture.md, "Checkpoint files", lists the fields)."""
 
 from __future__ import annotations
@@ -73,9 +72,7 @@ def _plain(value: Any) -> Any:
         return tuple(_plain(v) for v in value)
     if isinstance(value, list):
         return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
-        return value
-    return str(value)
+    return value if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)) else str(value)
 
 
 def make_checkpoint(algo: Algorithm, *, kind: str = "select", encoder: str | None = None,
@@ -121,10 +118,9 @@ def latest_checkpoint(folder: str | Path) -> Path | None:
 
 
 def start_from(algo: Algorithm, source: Checkpoint, kind: str, encoder: str | None, window: int | None) -> None:
-    """Load `source`'s weights into `algo`, a fresh run taking `kind`, output rows matched by what their
-    slots do (`slot_meanings`). A row with no counterpart (a kill slot) starts as the source's
-    do-nothing row plus its fresh offset from the fresh do-nothing row (the kill prior): kept fresh,
-    it would compete with trained rows that can be far lower in states the source never met."""
+    """Load `source`'s weights into `algo`, a fresh run taking `kind`, output rows matched by what their slots do. A row
+    with no counterpart (a kill slot) starts as the source's do-nothing row plus its fresh offset (the kill prior): kept
+    fresh, it would compete with trained rows far lower in states the source never met."""
     from ..slots import NOTHING, slot_meanings
 
     if tuple(source.obs_shape) != tuple(algo.obs_shape) or source.encoder != encoder:

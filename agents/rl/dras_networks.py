@@ -1,6 +1,5 @@
-"""DRAS's networks (Fan et al., IEEE TPDS 2022, sections 3.2, 5.3, Table 3), built for `net="dras"`
-over `DRASEncoder`'s table; docs/dras.md gives the layers, the hidden sizes' rule and why the
-hidden layers have no bias (Table 3's parameter counts)."""
+"""DRAS's networks (Fan et al., IEEE TPDS 2022, sections 3.2, 5.3, Table 3) for `net="dras"` over `DRASEncoder`'s table;
+docs/dras.md gives the layers and why the hidden layers have no bias."""
 
 from __future__ import annotations
 
@@ -124,6 +123,4 @@ def dras_network(obs_shape: Sequence[int], n_actions: int, layout: Sequence[int]
         raise ValueError(f"observations of {size} features are smaller than the dras table of "
                          f"W={window}, N={nodes} ({2 * (2 * window + nodes)} features)")
     hidden = tuple(hidden) if hidden else None
-    if q_values:
-        return DRASQNetwork(window, nodes, n_actions, hidden)
-    return DRASNetwork(window, nodes, n_actions, hidden)
+    return DRASQNetwork(window, nodes, n_actions, hidden) if q_values else DRASNetwork(window, nodes, n_actions, hidden)

@@ -44,9 +44,8 @@ class MaskedCategorical:
 
 def choose(scores: np.ndarray, masks: np.ndarray,
            rng: np.random.Generator | Sequence[np.random.Generator] | None) -> np.ndarray:
-    """Actions for a batch: the best valid one (`rng` None), or one sampled from softmax(scores)
-    over the valid ones (Gumbel-max: argmax of scores + Gumbel noise), the noise of row r from
-    rng[r] when `rng` is one generator per row (each episode its own stream)."""
+    """Actions for a batch: the best valid one (`rng` None), or one sampled from softmax(scores) over the valid ones by
+    Gumbel-max, row r's noise from rng[r] when `rng` is one generator per row."""
     scores = np.where(masks.astype(bool), scores.astype(np.float64), -np.inf)
     if isinstance(rng, np.random.Generator):
         scores = scores + rng.gumbel(size=scores.shape)
