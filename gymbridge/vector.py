@@ -1,6 +1,5 @@
-"""Several `HpcEnv`s stepped together in worker processes that share memory: a step costs each
-worker two semaphore hand-offs, and any worker count gives SyncVectorEnv's numbers (seeds, autoreset
-modes, speed: docs/gymnasium.md "Several envs at once", docs/performance.md "Vector envs")."""
+"""Several `HpcEnv`s stepped together in worker processes over shared memory (two semaphore hand-offs a step),
+with SyncVectorEnv's numbers for any worker count (docs/gymnasium.md, docs/performance.md "Vector envs")."""
 
 from __future__ import annotations
 
@@ -22,16 +21,13 @@ from gymnasium.vector.utils import batch_space
 from ..environment.processes import Workers
 from . import make
 
-#: The parent's commands to a worker (a byte in the control block); a reply through the pipe
-#: starts with one of the reply bytes.
+#: The parent's commands to a worker (a control byte); a reply through the pipe starts with a reply byte.
 _STEP, _RESET, _CALL, _SET, _CLOSE = range(5)
 _INFOS, _VALUES, _ERROR = b"i", b"v", b"e"
 _CLOSE_WAIT_S = 5.0
-#: A worker's three control bytes in the shared control block: the command, whether its
-#: arguments wait in the pipe, whether its reply does.
+#: A worker's control bytes: the command, whether its arguments wait in the pipe, whether its reply does.
 _COMMAND, _HAS_ARGS, _HAS_REPLY = range(3)
-#: How long a waiting side spins on its semaphore before it sleeps on it (sleeping and waking
-#: are system calls, which cost tens of microseconds where the kernel is virtualised).
+#: Seconds a waiting side spins before it sleeps (waking costs tens of microseconds on a virtualised kernel).
 DEFAULT_SPIN_S = 0.0005
 #: While asleep on a semaphore: how often to look whether the other side is still alive.
 _ALIVE_EVERY_S = 0.25
@@ -53,9 +49,8 @@ def make_vector(n: int, kind: str = "select", seed: int = 0, asynchronous: bool 
                 workers: int | None = None, caller_share: bool = True, context: str | None = None,
                 autoreset_mode: AutoresetMode | str | None = None, spin_s: float | None = None,
                 **kwargs: Any) -> gym.vector.VectorEnv:
-    """`n` HpcEnvs of decision kind `kind` (`kwargs` as `HpcEnv` takes them) as one vector env, stepped by
-    `workers` processes (this one among them unless `caller_share=False`), or with `asynchronous=False`
-    by Gymnasium's SyncVectorEnv in this process (docs/gymnasium.md, "Several envs at once")."""
+    """`n` HpcEnvs (`kwargs` as `HpcEnv` takes them) as one vector env stepped by `workers` processes (this one
+    among them unless `caller_share=False`), or by Gymnasium's SyncVectorEnv here with `asynchronous=False`."""
     mode = autoreset(autoreset_mode or AutoresetMode.NEXT_STEP)
     fns = env_fns(n, kind, seed, **kwargs)
     if asynchronous:
@@ -78,12 +73,9 @@ def autoreset(mode: AutoresetMode | str) -> AutoresetMode:
 
 def usable_cores() -> int:
     """The cores this process may run on (its affinity where the platform tells it)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-# ------------------------------------------------------------------------------ shared memory
 def _layout(n: int, obs_space: gym.spaces.Box, n_actions: int) -> list[tuple[str, tuple[int, ...], np.dtype]]:
     """The fields of the shared block, one row per env."""
     return [("obs", (n, *obs_space.shape), np.dtype(obs_space.dtype)), ("mask", (n, n_actions), np.dtype(np.int8)),
@@ -106,10 +98,8 @@ def _views(block: Any, layout: list[tuple[str, tuple[int, ...], np.dtype]]) -> d
     return views
 
 
-# ------------------------------------------------------------------------------ a share of the envs
 class _Share:
-    """Envs first, first + 1, ... of one process (a worker's, or the caller's own), stepped over
-    the shared block; what does not fit there is returned as {env index: extra info}."""
+    """One process's consecutive envs from `first`, stepped over the shared block; other info as {env: info}."""
 
     def __init__(self, first: int, envs: list, shared: dict[str, np.ndarray], kinds: tuple[str, ...],
                  mode: AutoresetMode) -> None:
@@ -232,8 +222,7 @@ def _work(conn: Connection, first: int, fns_pickled: bytes, block: Any, layout: 
 
 
 def _acquire(semaphore: Any, spin_s: float, alive: Callable[[], bool]) -> bool:
-    """Take the semaphore: spinning for `spin_s`, then asleep; False once `alive()` says the
-    other side is gone."""
+    """Take the semaphore, spinning for `spin_s`, then asleep; False once `alive()` says the other side is gone."""
     if semaphore.acquire(False):
         return True
     end = time.perf_counter() + spin_s
@@ -265,10 +254,8 @@ def _error_reply(index: int, exc: BaseException) -> bytes:
     return _ERROR + payload
 
 
-# ------------------------------------------------------------------------------ parent side
 class WorkerVectorEnv(gym.vector.VectorEnv):
-    """`HpcEnv`s stepped in shares of consecutive envs, one share per process, through shared memory:
-    the same spaces, infos, autoreset modes and numbers as `SyncVectorEnv` over the same factories."""
+    """`HpcEnv`s in shares of consecutive envs, one per process, through shared memory: `SyncVectorEnv`'s numbers."""
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, workers: int | None = None,
                  caller_share: bool = True, context: str | None = None,
@@ -289,8 +276,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         self.num_envs = n
         self.autoreset_mode = autoreset(autoreset_mode)
         first_env = env_fns[0]()
-        self.single_observation_space = first_env.observation_space
-        self.single_action_space = first_env.action_space
+        self.single_observation_space, self.single_action_space = first_env.observation_space, first_env.action_space
         kinds = tuple(first_env.kinds)
         self.metadata = {**first_env.metadata, "autoreset_mode": self.autoreset_mode}
         self.render_mode = first_env.render_mode
@@ -313,10 +299,8 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         else:
             first_env.close()
         self._remote = self._shares[1:] if caller_share else self._shares
-        # Spinning pays only with a core per spinner: with more processes than cores it takes
-        # the core of the process it waits for. Envs on an env server wait on it, and a spinner
-        # takes the core of a server on this machine (two remote envs on 2 cores: 0.72x one env
-        # spinning, 1.22x asleep).
+        # Spinning pays only with a core per spinner, and not on an env server, whose core a spinner takes
+        # (two remote envs on 2 cores: 0.72x one env spinning, 1.22x asleep).
         if spin_s is None:
             on_server = getattr(first_env.unwrapped, "remote", None) is not None
             spin_s = DEFAULT_SPIN_S if len(self._remote) + 1 <= usable_cores() and not on_server else 0.0
@@ -333,7 +317,6 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
                 raise VectorEnvError(f"env {i} has spaces {obs_space}, {action_space}; env 0 has "
                                      f"{self.single_observation_space}, {self.single_action_space}")
 
-    # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
         n = self.num_envs
         seeds = [None] * n if seed is None else [seed + i for i in range(n)] if isinstance(seed, int) else list(seed)
@@ -375,8 +358,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         self._exchange(_SET, [(name, list(values[s.start:s.stop])) for s in self._shares])
 
     def close_extras(self, **kwargs: Any) -> None:
-        """Closes this process's envs and asks every worker to close its own and exit; ends those
-        that do not within 5 s."""
+        """Closes this process's envs and every worker's; ends the workers that do not exit within 5 s."""
         if self._local is not None:
             self._local.close()
         for go, _, control in self._handoffs:
@@ -389,10 +371,8 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         if not getattr(self, "closed", True):
             self.close()
 
-    # ------------------------------------------------------------------ the exchange
     def _exchange(self, command: int, arguments: list[tuple] | None = None) -> list:
-        """Runs `command` on every share (arguments: a tuple each), the workers' while this process runs
-        its own; the results in share order ({env: extra info} for a step or reset, values for a call)."""
+        """Runs `command` on every share (a tuple of arguments each), this process's own meanwhile; results in order."""
         if self.closed:
             raise VectorEnvError("the vector env is closed")
         local_arguments, remote_arguments = (), None  # a step takes none
@@ -417,8 +397,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         return results + self._collect()
 
     def _collect(self) -> list:
-        """Every worker's reply to the command just handed out, decoded ({} for none: a
-        step's usual answer)."""
+        """Every worker's reply to the command just handed out, decoded ({} for none: a step's usual answer)."""
         replies = []
         for w, (_, done, control) in enumerate(self._handoffs):
             if not _acquire(done, self._spin_s, self._workers.processes[w].is_alive):
@@ -452,8 +431,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         return {i: extra for reply in replies if reply for i, extra in reply.items()}
 
     def _infos(self, present: np.ndarray | None, extras: dict[int, dict]) -> dict[str, Any]:
-        """The vector info as SyncVectorEnv builds it: every key with its `_key` mask; `present`:
-        the envs that have an info (None: all)."""
+        """The vector info as SyncVectorEnv builds it (each key with its `_key` mask); `present`: None for all."""
         shared = self._shared
         if present is None:
             masks, kinds, present = shared["mask"].copy(), shared["kind"], self._everyone.copy()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -817,7 +818,7 @@ def test_adam_steps_as_torchs_without_importing_dynamo():
 def test_free_threads_caps_by_affinity_and_idle_cores(monkeypatch):
     from hpcgym.gymbridge.training import trainer
 
-    monkeypatch.setattr(trainer.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     monkeypatch.setattr(trainer.time, "sleep", lambda s: None)
     # /proc/stat: 4 cores; between the two reads 400 ticks, 150 idle and 50 iowait: 4 * 200/400 = 2 cores idle
     stats = iter(["cpu 100 0 100 100 0 0 0 0\ncpu0 1\ncpu1 1\ncpu2 1\ncpu3 1\n",
@@ -825,5 +826,5 @@ def test_free_threads_caps_by_affinity_and_idle_cores(monkeypatch):
     monkeypatch.setattr("builtins.open", lambda *a, **k: __import__("io").StringIO(next(stats)))
     assert trainer.free_threads(8) == 2
     assert trainer.free_threads(1) == 1   # one thread asked: nothing read
-    monkeypatch.setattr(trainer.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert trainer.free_threads(8) == 1   # one usable core (taskset): nothing read

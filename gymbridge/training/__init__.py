@@ -1,2 +1,1 @@
-"""`hpcgym train` on the bridge floor: its episodes run in Gymnasium envs, and it ends with a
-`hpcgym compare` evaluation."""
+"""`hpcgym train` on the bridge floor: episodes in Gymnasium envs, ending with a `hpcgym compare` evaluation."""

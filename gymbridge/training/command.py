@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -124,9 +123,8 @@ REMAKE_MAY_CHANGE = RESUME_MAY_CHANGE - {"resume"} | {"seed"}
                    "(repeat it; the first is the baseline of the paired differences; default fcfs and sjf).")
 @click.option("--device", default="auto", show_default=True, help="auto (CUDA when present), cpu, cuda, cuda:1 ...")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
-              help="The learner's CPU threads for torch at most: each epoch takes those of them whose cores "
-                   "are idle; with --workers, the update's alone (each worker acts on one), so on idle cores more "
-                   "threads shorten the update. A run repeats bit for bit only with the same count.")
+              help="The learner's torch CPU threads at most: each epoch takes those on idle cores (with --workers, "
+                   "the update's; each worker acts on one). A run repeats bit for bit only with the same count.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bar (default: a bar when stderr is a terminal, else one line per epoch; "
                    "--no-progress: neither).")
@@ -152,8 +150,6 @@ def train(ctx, algorithm, recipe, **flags) -> None:
         raise ConfigError(f"--workers takes 1 or more rollout workers, got {workers}")
     if address is not None and executor != "ray":
         raise ConfigError("--address is for --executor ray")
-    if executor == "ray" and importlib.util.find_spec("ray") is None:
-        raise ConfigError("--executor ray needs Ray: pip install ray (or, in the clone, pip install -e '.[ray]')")
     given = {name for name in flags if ctx.get_parameter_source(name) != click.core.ParameterSource.DEFAULT}
     record = recorded_settings(recipe) if recipe is not None and is_record(recipe) else None
     chosen = train_recipe(algorithm or record["algorithm"], None, None, None) if record else \

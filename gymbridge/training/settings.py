@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ...agents.encoders import ENCODER_OPTIONS
 from ...agents.recipes import RECIPES, TRAIN_ALIASES, Recipe, get_recipe
 from ...environment.decisions import KILL, SELECT_KILL
-from ...environment.errors import ConfigError
+from ...environment.errors import ConfigError, HpcgymError
 from ...environment.spec import resolve_trace, sim_config
 
 if TYPE_CHECKING:  # the trainer needs the rl extra; `hpcgym train --help` does not
@@ -56,8 +56,7 @@ def key_values(items: tuple[str, ...], flag: str, example: str) -> dict[str, Any
 
 
 def train_recipe(algorithm: str | None, recipe: str | None, semantics: str | None, base: str | None) -> Recipe:
-    """The recipe a `hpcgym train` command line names: ALGORITHM (an update rule, or a recipe by its
-    name or older spelling), --recipe, and --semantics (the variant)."""
+    """The recipe that ALGORITHM (an update rule or a recipe's name), --recipe and --semantics name."""
     algorithm = (algorithm or "").lower()
     if algorithm in BASE_ALGORITHMS:
         if recipe is None:
@@ -83,8 +82,7 @@ def train_recipe(algorithm: str | None, recipe: str | None, semantics: str | Non
 
 
 def train_settings(recipe: Recipe, flags: dict[str, Any], given: set[str], label: str) -> TrainSettings:
-    """The run of `recipe` with the command's `flags`: the recipe with the fields the flags given
-    (their names in `given`) replace, then the run's own flags."""
+    """The run of `recipe` with the fields the flags `given` replace, then the run's own flags."""
     from .trainer import TrainSettings
 
     recipe = replace(recipe, **{field: flags[flag] for flag, field in RECIPE_FLAGS.items() if flag in given},
@@ -118,9 +116,8 @@ def training_options(recipe: Recipe, flags: dict[str, Any], given: set[str]) -> 
 
 
 def training_workloads(recipe: Recipe, flags: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The training workload and, where it differs, the held-out evaluation's: a chronological
-    split, the recipe's first jobs (training windows only), --sjf-range and --prefill (training
-    windows only), and --cleaning over the recipe's."""
+    """The training workload and, where it differs, the held-out evaluation's: a chronological split; the
+    recipe's first jobs, --sjf-range and --prefill (training windows only); --cleaning over the recipe's."""
     trace, start, sampled = flags["trace"], flags["start"], flags["sampled_jobset"]
     if sampled and start is not None:
         raise ConfigError("--start (one fixed window) and --sampled-jobset exclude each other")
@@ -184,8 +181,7 @@ def encoder_options(flags: dict[str, Any]) -> dict[str, Any]:
 
 def algorithm_config(recipe: Recipe, flags: dict[str, Any], teacher: str | None, kind: str,
                      window: int) -> dict[str, Any]:
-    """The recipe's algorithm config (with its kill prior on a kill kind) under --net, --hidden,
-    --lr, --gamma and --set; checked against the algorithm's config fields."""
+    """The recipe's algorithm config (a kill kind's prior) under --net, --hidden, --lr, --gamma and --set, checked."""
     from ...agents.rl.algorithms import get_algorithm
     from ...agents.slots import kill_prior
 
@@ -212,7 +208,6 @@ def algorithm_config(recipe: Recipe, flags: dict[str, Any], teacher: str | None,
 def resumed_settings(out: Path, algorithm: str, epochs: int) -> TrainSettings:
     """The settings of the run in `out`, to go on with until `epochs`."""
     from ...agents.rl.checkpoint import latest_checkpoint, load_checkpoint
-    from ...environment.errors import HpcgymError
     from .trainer import TrainSettings
 
     last = latest_checkpoint(out)

@@ -1,6 +1,5 @@
-"""The training loop around any algorithm: epochs, curve.csv, checkpoints (a resumed run goes on
-exactly as an uninterrupted one), and the held-out evaluation through `hpcgym compare`'s harness;
-everything random follows from one seed (`train_seed`)."""
+"""The training loop around any algorithm: epochs, curve.csv, checkpoints (a resumed run goes on exactly as an
+uninterrupted one), the held-out evaluation through `hpcgym compare`; all randomness follows one seed."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ import csv
 import functools
 import itertools
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +28,7 @@ from ...environment.config import SimConfig
 from ...environment.errors import ConfigError
 from ..progress import progress
 from ..provenance import provenance
+from ..vector import usable_cores
 
 if TYPE_CHECKING:
     from ..compare.plan import SequenceSpec
@@ -43,8 +42,7 @@ def train_seed(seed: int, episode: int) -> int:
 
 
 def eval_seed(seed: int) -> int:
-    """Sample seed of the first held-out sequence (sequence k has eval_seed(seed) + k): at least
-    2^30, so never a training seed."""
+    """Sample seed of held-out sequence 0 (k has eval_seed(seed) + k): at least 2^30, never a training seed."""
     return SEED_SPACE + (seed * 1_009) % SEED_SPACE
 
 
@@ -108,9 +106,8 @@ def make_env(settings: TrainSettings, workload: dict[str, Any] | None = None, re
 
 
 class NoWait(gym.Wrapper):
-    """The select / backfill env without its last action (wait / stop) whenever a job can be
-    picked (the RL scheduling papers' setting); `RLAgent` applies the same rule when a checkpoint
-    says `no_wait`."""
+    """The select / backfill env without its last action (wait / stop) whenever a job can be picked, as
+    in the RL scheduling papers (`RLAgent` does the same for a `no_wait` checkpoint)."""
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
@@ -132,8 +129,7 @@ PHASES = ("sampled", "real", "synthetic")
 
 
 def phase_workload(workload: dict[str, Any], phase: str) -> dict[str, Any]:
-    """The workload spec of a curriculum phase (DRAS section 3.3: sampled jobsets, real windows, synthetic
-    sequences of a model fitted to the training part) from the training workload."""
+    """The workload of a curriculum phase (DRAS 3.3: sampled jobsets, real windows, synthetic sequences)."""
     if phase not in PHASES:
         raise ConfigError(f"unknown curriculum phase {phase!r}; use {', '.join(PHASES)}")
     if workload.get("jobs") is None or workload.get("start") is not None:
@@ -144,9 +140,8 @@ def phase_workload(workload: dict[str, Any], phase: str) -> dict[str, Any]:
 
 
 def parse_curriculum(text: str, total_episodes: int) -> list[list[Any]]:
-    """`sampled,real,synthetic` (the order; the episodes split evenly, the remainder to the last
-    phase) or with counts, `sampled:9,real:9,synthetic:82` (episodes per phase; DRAS's Theta
-    split). Episodes past the last phase's end stay in the last phase."""
+    """`sampled,real,synthetic` (episodes split evenly, the remainder to the last phase) or with counts,
+    `sampled:9,real:9,synthetic:82` (DRAS's Theta split); episodes past the end stay in the last phase."""
     phases: list[list[Any]] = []
     for item in (part.strip() for part in text.split(",")):
         name, sep, count = item.partition(":")
@@ -180,8 +175,7 @@ def curriculum_phase(curriculum: Sequence[Sequence[Any]], episode: int) -> str:
 
 
 class PhasedEnv(gym.Env):
-    """One env per curriculum phase, behind one env: `reset(options={"phase": name})` picks
-    the phase of the episode (the trainer passes it), and the episode runs on that env."""
+    """One env per curriculum phase behind one env: `reset(options={"phase": name})` picks the episode's."""
 
     def __init__(self, envs: dict[str, gym.Env]) -> None:
         self.envs = envs
@@ -223,8 +217,7 @@ def dras_layout(env, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def table_layout(env, kind: str = SELECT) -> list[int] | None:
-    """(offset, rows, columns) of the first table in the env's encoder, for the conv network; for
-    the kill kind a fourth value, 1: row k is action k + 1, after the no-kill action."""
+    """(offset, rows, columns) of the encoder's first table (conv network); kill adds 1: row k is action k + 1."""
     for _, offset, shape in getattr(getattr(env.unwrapped, "encoder", None), "parts", []):
         if len(shape) == 2:
             return [offset, shape[0], shape[1], *([1] if kind == KILL else [])]
@@ -240,7 +233,6 @@ class Trainer:
                  address: str | None = None, worker_timeout: float = 600.0, threads: int | None = None) -> None:
         self.settings, self.out, self.device, self.progress = settings, Path(out), device, progress
         self.threads = threads   # the learner's torch threads at most (None: torch's setting, untouched)
-        # rollout workers (gymbridge/training/workers.py): 1 local one is this process's own runner
         self.workers, self.executor, self.address, self.worker_timeout = workers, executor, address, worker_timeout
         self.env_fn = env_fn or (lambda i: make_env(settings))
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
@@ -250,7 +242,6 @@ class Trainer:
         self.runner: Runner | None = None
         self.epoch = 0
 
-    # ---------------------------------------------------------------- set-up
     def setup(self, resume: bool = False) -> None:
         s = self.settings
         if s.eval_episodes:  # a held-out evaluation it cannot make fails now, not after the training
@@ -302,8 +293,7 @@ class Trainer:
                                         next_episode, self.worker_timeout)
 
     def _teacher(self):
-        """The labeller of the teacher agent (None without one); imitation without a teacher, or a
-        teacher without PPO's imitation term, is a mistake worth one line."""
+        """The teacher's labeller (None without one); imitation without a teacher, or vice versa, is a mistake."""
         s, coef = self.settings, getattr(self.algo.config, "imitation_coef", None)
         if s.teacher is None:
             if coef or getattr(self.algo.config, "pretrain_epochs", 0):
@@ -314,7 +304,6 @@ class Trainer:
             raise ConfigError(f"--teacher needs ppo (its imitation term), not {s.algorithm}")
         return teacher_for(s)
 
-    # ---------------------------------------------------------------- the loop
     def train(self, resume: bool = False) -> list[dict[str, Any]]:
         self.setup(resume)
         try:
@@ -326,15 +315,12 @@ class Trainer:
         s = self.settings
         self.out.mkdir(parents=True, exist_ok=True)
         self._write_curve()
-        # A bar of episodes on a terminal; elsewhere (a batch job's log) rate-limited lines within
-        # epochs and one line per epoch, unless progress was turned off (False) or forced to a bar (True).
         lines = self.progress is None and not sys.stderr.isatty()
         bar = progress(s.epochs * s.trajectories, "episodes", "train", self.progress,
                        initial=min(self.epoch, s.epochs) * s.trajectories)
 
         def episode_ended(episode: Any) -> None:
-            """An epoch's last episode counts once its update is done (so do the next epoch's, which
-            workers collect during it): 100% means the run is done, not its last episode."""
+            """An epoch's last episode counts once its update is done: 100% means the run is done."""
             if bar.n < (self.epoch + 1) * s.trajectories - 1:
                 bar.update(1)
 
@@ -384,8 +370,7 @@ class Trainer:
                                         "settings": s.to_json(), "provenance": self.starts})
 
     def save(self) -> Path:
-        """epoch_NNNNNN.pt; a replay buffer (DQL) goes beside it in epoch_NNNNNN.replay.pt, and
-        only the newest is kept (it is large, and only resuming needs it)."""
+        """epoch_NNNNNN.pt; a DQL replay buffer beside it (.replay.pt), the newest only: only a resume needs it."""
         ckpt = self.checkpoint()
         path = self.out / f"epoch_{self.epoch:06d}.pt"
         buffer = ckpt.state.get("extra", {}).get("buffer")
@@ -415,11 +400,9 @@ class Trainer:
             writer.writerows(self.history)
         tmp.replace(self.out / "curve.csv")
 
-    # ---------------------------------------------------------------- evaluation
     def evaluate(self, episodes: int | None = None) -> dict[str, Any]:
-        """The trained model (model.pt, served greedily) on held-out sequences next to the baselines,
-        through the harness of `hpcgym compare` (in process, one worker): its output folder is
-        eval/ (redone from scratch each time), and eval.json sums up the main metrics."""
+        """model.pt (greedy) and the baselines on held-out sequences by `hpcgym compare`'s harness into
+        eval/ (redone each time); eval.json sums up the main metrics."""
         from ..compare.plan import unit_id
         from ..compare.policy import AgentSpec, PolicySpec, parse_policy
         from ..compare.runner import Comparison, run_comparison
@@ -461,10 +444,9 @@ class Trainer:
 
 
 def free_threads(requested: int, window: float = 0.05) -> int:
-    """`requested` torch threads, capped by the cores this process may use and by the cores idle
-    now (/proc/stat over `window` s): a thread on a busy core stalls every parallel step, and made
-    an epoch 4x slower on a shared machine (issue 46)."""
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """`requested` torch threads, capped by the usable cores idle now (/proc/stat over `window` s): a thread
+    on a busy core stalls every parallel step (an epoch 4x slower on a shared machine, issue 46)."""
+    usable = usable_cores()
     if min(requested, usable) <= 1:
         return 1
 
@@ -497,8 +479,7 @@ def teacher_for(settings: TrainSettings):
 
 
 def epoch_line(row: dict[str, Any], epochs: int) -> str:
-    """One learning-curve row as the line `hpcgym train` logs per epoch outside a terminal:
-    `epoch 3/10: 300 episodes, mean return -4.21, mean bsld 3.18, 12.4 s`."""
+    """The line logged per epoch outside a terminal: `epoch 3/10: 300 episodes, mean return -4.21, 12.4 s`."""
     means = [f"mean {name} {row[key]:.4g}" for key, name in (("return", "return"), ("mean_bsld", "bsld")) if key in row]
     return ", ".join([f"epoch {row['epoch']}/{epochs}: {row['episodes_total']} episodes", *means,
                       f"{row['seconds']:.1f} s"])
@@ -509,9 +490,8 @@ EVAL_METRICS = ("mean_bsld", "mean_wait", "utilization", "max_bsld")
 
 
 def eval_sequences(workload: dict[str, Any], episodes: int, seed: int) -> SequenceSpec:
-    """The held-out sequences, as `hpcgym compare` draws them: `episodes` windows (or sampled jobsets)
-    of the episodes' length, sequence k with seed eval_seed(seed) + k (a fixed `start` gives way to
-    random windows; a workload without a length is one sequence, all of it)."""
+    """`episodes` held-out windows (or sampled jobsets) of the episodes' length, k seeded eval_seed(seed) + k
+    (random windows even for a fixed `start`; a workload without a length is one sequence, all of it)."""
     from ..compare.plan import SequenceSpec
 
     drawn = set(SequenceSpec.__dataclass_fields__) - {"samples", "seed", "first_jobs", "start"}

@@ -1,6 +1,5 @@
-"""Rollout workers (processes or Ray actors) play an epoch's episodes while the learner updates; the
-learner gets them in the order and on the env slots the in-process runner would, so a run depends on
-its seed alone (docs/performance.md "Rollout workers"; faults: README, "Reinforcement learning")."""
+"""Rollout workers (processes or Ray actors) play an epoch's episodes while the learner updates, handed over in
+the in-process runner's order and slots: a run depends on its seed alone (docs/performance.md "Rollout workers")."""
 
 from __future__ import annotations
 
@@ -9,6 +8,7 @@ import operator
 import pickle
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from multiprocessing.connection import Connection
@@ -24,8 +24,7 @@ from ...environment.errors import HpcgymError
 from ...environment.processes import Workers
 
 
-#: Seconds a worker may take to start (spawn, import torch, build its envs and its algorithm), whatever
-#: the per-answer timeout: on a loaded machine that alone can take longer than a short timeout.
+#: Seconds a worker may take to start (spawn, import torch, build envs), whatever the per-answer timeout.
 START_TIMEOUT_S = 300.0
 
 
@@ -82,8 +81,7 @@ class RolloutWorker:
         self.policy: Policy | None = None
 
     def sync(self, build: tuple | None, state: dict[str, Any], policy: str) -> None:
-        """Act from now on with `state` (the learner's weights and counters) through the method
-        `policy` of the algorithm; `build` (class, obs shape, actions, config) makes the copy."""
+        """Act with the learner's `state` through method `policy`; `build` (class, shape, actions, config): a copy."""
         if build is not None:
             cls, obs_shape, n_actions, config = build
             self.algorithm = cls(obs_shape, n_actions, config, device="cpu")
@@ -91,8 +89,7 @@ class RolloutWorker:
         self.policy = getattr(self.algorithm, policy)
 
     def advance(self, episodes: list[int]) -> list[EpisodeRecord]:
-        """Take `episodes` on, and play until at least one held episode has ended (or was cut to
-        be discarded, see `EpisodeRecord.discarded_by`): those."""
+        """Take `episodes` on; play until a held episode ended (or was cut to be discarded): those."""
         runner = self.runner
         runner.assigned += episodes
         finished: list[EpisodeRecord] = []
@@ -143,16 +140,13 @@ class ReplayEnv(gym.Env):
         return int(self.record.action[self.t]), {k: v[self.t] for k, v in self.record.extras.items()}
 
 
-# ------------------------------------------------------------------------------------------ where workers run
 #: (worker, whether its call succeeded, its result or what went wrong)
 Event = tuple[int, bool, Any]
 
 
 class SharedArrays:
-    """A worker's answers with their arrays (pickle protocol 5's out-of-band buffers) in a shared
-    block, not the pipe, which cost 5-30 us per decision (docs/performance.md "Rollout workers").
-    One block per worker does (one call at a time); a larger one replaces it, and the learner
-    unlinks the old one when an answer names the new."""
+    """A worker's answers with their arrays (pickle 5's out-of-band buffers) in one shared block per worker, not
+    the pipe (5-30 us per decision); a larger block replaces it, the learner unlinks the old one."""
 
     def __init__(self) -> None:
         self.block: shared_memory.SharedMemory | None = None
@@ -246,10 +240,8 @@ class ProcessWorkers:
 
     def close(self) -> None:
         for conn in self.pool.conns:
-            try:
+            with suppress(OSError):
                 conn.send(("stop", ()))
-            except OSError:
-                pass
         self.pool.end(2.0)
         for answers in self.answers:
             answers.close()
@@ -309,10 +301,8 @@ def start_workers(n: int, spec: WorkerSpec, executor: str = "local", address: st
     return ProcessWorkers(n, data)
 
 
-# ------------------------------------------------------------------------------------------ the collector
 class ParallelCollector(Runner):
-    """A Runner whose episodes rollout workers play; `spec.envs` virtual envs replay them, as the
-    in-process runner's envs would have played them."""
+    """A Runner whose episodes rollout workers play, replayed on `spec.envs` slots as the in-process runner's."""
 
     def __init__(self, workers: ProcessWorkers | RayWorkers, spec: WorkerSpec, spaces: gym.Env,
                  next_episode: int = 0, timeout: float = 600.0) -> None:
@@ -322,8 +312,7 @@ class ParallelCollector(Runner):
                          spec.sampling_seed)
         self.workers, self.capacity, self.timeout = workers, spec.envs, timeout   # capacity: episodes a worker holds
         self.recorded: dict[int, EpisodeRecord] = {}
-        self.collected = True
-        self.built = False
+        self.collected, self.built = True, False
         self.held: list[list[int]] = [[] for _ in range(len(workers))]
         self.sent: dict[int, float] = {w: time.monotonic() for w in range(len(workers))}
         self._wait_all("starting", max(timeout, START_TIMEOUT_S))
@@ -341,8 +330,7 @@ class ParallelCollector(Runner):
     def run_epoch(self, episodes: int, policy: Policy, on_step: Callable[[Transition], None] | None = None,
                   on_discard: Callable[[int], None] | None = None,
                   on_episode: Callable[[int, EpisodeRecord], None] | None = None) -> list[Episode]:
-        """With `on_episode`, the epoch's episodes handed over whole (see `_hand_over`); without,
-        replayed step by step through `round`."""
+        """With `on_episode`, the epoch's episodes handed over whole (`_hand_over`); else replayed by `round`."""
         if on_episode is None:
             return super().run_epoch(episodes, policy, on_step, on_discard)
         self._check_discard(on_discard)
@@ -358,9 +346,8 @@ class ParallelCollector(Runner):
 
     def _hand_over(self, on_episode: Callable[[int, EpisodeRecord], None],
                    on_discard: Callable[[int], None] | None) -> list[Episode]:
-        """The recorded episodes given to `on_episode` whole, on the slots and in the order `round` would
-        have ended them, without stepping: an idle slot starts the next episode (slots in order), and an
-        episode of n steps started at round r ends at round r + n - 1 (those of one round in slot order)."""
+        """The recorded episodes handed to `on_episode` whole, on the slots and in the order `round` would end
+        them: an idle slot starts the next episode, one of n steps started at round r ends at round r + n - 1."""
         ended: list[Episode] = []
         idle = list(range(len(self.envs)))
         running: list[tuple[int, int, EpisodeRecord]] = []    # (the round it ends in, slot, episode)
@@ -383,8 +370,7 @@ class ParallelCollector(Runner):
 
     def _finish(self, slot: int, record: EpisodeRecord, on_episode: Callable[[int, EpisodeRecord], None],
                 on_discard: Callable[[int], None] | None, ended: list[Episode]) -> None:
-        """An episode handed over whole: its steps to `on_episode`, and its end (or its discard)
-        counted as `round` counts them."""
+        """An episode handed over whole; its end (or discard) counted as `round` counts it."""
         on_episode(slot, record)
         self.steps += len(record.action)
         if record.discarded_by(self.discard_after):
@@ -413,7 +399,6 @@ class ParallelCollector(Runner):
     def close(self) -> None:
         self.workers.close()
 
-    # -------------------------------------------------------------- the workers' part
     def _sync(self, policy: Policy) -> None:
         algorithm = getattr(policy, "__self__", None)
         if not isinstance(algorithm, Algorithm):
@@ -427,8 +412,7 @@ class ParallelCollector(Runner):
         self.built = True
 
     def _play(self, wanted: int) -> None:
-        """Episodes next_episode, next_episode + 1, ... played until `wanted` of them are kept
-        (a discarded one, see `discard_after`, is replaced by the next)."""
+        """Episodes from next_episode played until `wanted` are kept (a discarded one is replaced by the next)."""
         next_index, end = self.next_episode, self.next_episode + wanted
         while True:
             idle = [w for w in range(len(self.workers)) if w not in self.workers.busy]
@@ -459,8 +443,7 @@ class ParallelCollector(Runner):
             self._events(doing, timeout)
 
     def _events(self, doing: str = "", timeout: float | None = None) -> list[tuple[int, Any]]:
-        """The answers of the busy workers as they come; a failed, dead or silent one (nothing for
-        `timeout` seconds, default the collector's) stops the run."""
+        """The busy workers' answers; a failed, dead or silent one (`timeout` s, default the collector's) stops it."""
         timeout = self.timeout if timeout is None else timeout
         deadline = min(self.sent[w] for w in self.workers.busy) + timeout
         events = self.workers.wait(max(0.0, deadline - time.monotonic()))
