@@ -1,6 +1,5 @@
-"""What a result file records under `provenance` so that it can be remade: the hpcgym commit, the
-exact command, the settings and a hash of every checkpoint read (tests/test_provenance.py checks
-every JSON under docs/results/)."""
+"""A result file's `provenance`, so that it can be remade: the hpcgym commit, the exact command, the settings and
+a hash of every checkpoint read (tests/test_provenance.py checks every JSON under docs/results/)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,7 @@ SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
 
 def git_commit(folder: str | os.PathLike | None = None) -> str | None:
-    """The commit of the hpcgym source in use, with `-dirty` when tracked files have local changes;
-    None outside a git checkout."""
+    """The hpcgym source's commit, `-dirty` when tracked files have local changes; None outside a checkout."""
     here = str(folder or SOURCE_ROOT)
     try:
         head = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
@@ -33,17 +31,16 @@ def git_commit(folder: str | os.PathLike | None = None) -> str | None:
         return None
 
 
-def sha256_file(path: str | os.PathLike) -> str:
+def sha256_file(path: str | os.PathLike, opener: Callable[..., Any] = open) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with opener(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
 
 
 def shown_path(path: str | os.PathLike) -> str:
-    """`path` relative to the hpcgym checkout when it lies inside it (so that a result names the
-    committed file, wherever the checkout is), else absolute."""
+    """`path` relative to the hpcgym checkout when inside it (a result names the committed file), else absolute."""
     resolved = Path(path).resolve()
     try:
         return str(resolved.relative_to(SOURCE_ROOT))
@@ -52,8 +49,7 @@ def shown_path(path: str | os.PathLike) -> str:
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:
-    """The command as one would type it again: `hpcgym ...` for the command-line tool,
-    `python benchmarks/X.py ...` for a script, arguments quoted for a POSIX shell."""
+    """The command as typed again (`hpcgym ...` or `python benchmarks/X.py ...`), quoted for a POSIX shell."""
     argv = list(sys.argv if argv is None else argv)
     program = argv[0] if argv else "python"
     head = ["python", shown_path(program)] if program.endswith(".py") else [Path(program).name]
@@ -76,8 +72,7 @@ def provenance(settings: Mapping[str, Any] | None = None, checkpoints: Iterable[
 
 
 def _file_of(spec: str) -> Path | None:
-    """The file a checkpoint argument names: a path, or an agent spec such as `model:PATH` or
-    `tree:PATH`; None for anything else (a built-in agent's name)."""
+    """The file a checkpoint argument names (a path, `model:PATH`, `tree:PATH`); None for a built-in agent."""
     for candidate in (spec, spec.partition(":")[2]):
         if candidate and Path(candidate).is_file():
             return Path(candidate)

@@ -16,16 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from ...agents.runtime import load_agent, run_agent, serve_on_one_thread
+    from .unit import taking
 
     try:
-        agent = load_agent(args.agent)
+        agent = taking(load_agent(args.agent), tuple(k for k in args.kinds.split(",") if k), args.agent)
         serve_on_one_thread()
-        kinds = tuple(k for k in args.kinds.split(",") if k)
-        declared = tuple(getattr(agent, "kinds", ()))
-        if kinds:
-            if not set(kinds) <= set(declared):
-                raise ValueError(f"agent {args.agent} takes {', '.join(declared) or 'no kinds'}, not {', '.join(kinds)}")
-            agent.kinds = kinds
         run = run_agent(agent, args.connect, name=f"{args.agent}", reset=None, episodes=1, timeout=args.timeout)
     except Exception as exc:  # noqa: BLE001 - the last line is what the comparison reports
         import traceback

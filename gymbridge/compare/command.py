@@ -26,16 +26,15 @@ from .unit import DEFAULT_START_TIMEOUT
 if TYPE_CHECKING:  # plan reads numpy: only the commands that compare import it
     from .plan import SequenceSpec
 
-POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or +: a priority (fcfs, sjf, ...), "
-               "a backfill mode (easy, conservative, none), KIND:AGENT (KIND: select, inspect, backfill, kill, "
-               "select_kill; "
-               "AGENT: a built-in name, module:Class, model:CHECKPOINT, or cmd:'PROGRAM {addr} ...'), "
-               "agent:module:Class, model:CHECKPOINT (a trained model, taking its own kind), sampled:CHECKPOINT (the same, "
-               "sampling its actions), online:CHECKPOINT (the same, updating itself while it serves), estimate:E, "
-               "overrun:O, window:N, prediction:P. "
-               "E.g. --policy fcfs+easy --policy sjf=sjf+easy --policy ppo=select:model:runs/ppo/model.pt "
-               "--policy 'c=cmd:examples/c-sjf/build/sjf_agent {addr} --join'; alone, batsim:'PROGRAM {addr} ...' is a Batsim "
-               "scheduler (docs/batsim.md), e.g. --policy 'pyb=batsim:pybatsim easyBackfill -t 0 -s {addr}'.")
+POLICY_HELP = ("A policy, NAME=SPEC (repeat for each). SPEC items joined by , or +: a priority (fcfs, sjf, ...), a "
+               "backfill mode (easy, conservative, none), KIND:AGENT (KIND: select, inspect, backfill, kill, "
+               "select_kill; AGENT: a built-in name, module:Class, model:CHECKPOINT, or cmd:'PROGRAM {addr} ...'), "
+               "agent:module:Class, model:CHECKPOINT (a trained model, taking its own kind), sampled:CHECKPOINT (the "
+               "same, sampling its actions), online:CHECKPOINT (the same, updating itself while it serves), "
+               "estimate:E, overrun:O, window:N, prediction:P. E.g. --policy fcfs+easy --policy sjf=sjf+easy --policy "
+               "ppo=select:model:runs/ppo/model.pt --policy 'c=cmd:examples/c-sjf/build/sjf_agent {addr} --join'; "
+               "alone, batsim:'PROGRAM {addr} ...' is a Batsim scheduler (docs/batsim.md), e.g. --policy "
+               "'pyb=batsim:pybatsim easyBackfill -t 0 -s {addr}'.")
 #: The C agent of the examples, built by `make -C examples/c-sjf`.
 C_AGENT = "examples/c-sjf"
 
@@ -107,9 +106,7 @@ def compare(ctx, policies, baseline, samples, recipe, estimate, overrun, metric,
         saved = load_saved(out)
         if saved is None:
             raise ConfigError(f"nothing to resume in {out} (no run.json); give the policies to start a comparison")
-        comparison = from_saved(saved, out, baseline=baseline, **how)
-        if metric != "mean_bsld":
-            comparison.metric = metric
+        comparison = from_saved(saved, out, baseline=baseline, metric=None if metric == "mean_bsld" else metric, **how)
     else:
         options = {k: str(v) for k, v in (("estimate", estimate), ("overrun", overrun)) if v is not None}
         if recipe is not None:  # its rules and window for every policy (a policy's own items win), its cleaning
@@ -155,8 +152,7 @@ def compare(ctx, policies, baseline, samples, recipe, estimate, overrun, metric,
 
 def record_settings(kind: str, encoder: str | None, executor: str = "local", window: int = 128,
                     what: str = "--record") -> dict:
-    """Record settings of units (kind, encoder, window), checked before any unit runs; `what`
-    names the option in the messages."""
+    """Units' record settings (kind, encoder, window), checked before any unit runs; `what` names the option."""
     from ...agents.encoders import DEFAULT_ENCODERS, get_encoder
     from ...environment.decisions import KINDS
 
@@ -175,8 +171,7 @@ def record_settings(kind: str, encoder: str | None, executor: str = "local", win
 
 
 def _check_files(policies: list[PolicySpec], executor: str) -> None:
-    """A missing checkpoint or program fails here, once, not in every unit of the comparison (a
-    Ray cluster's machines may hold programs this one lacks: they are not checked for it)."""
+    """A missing checkpoint or program fails here once, not in every unit (a Ray cluster's programs are not checked)."""
     for policy in policies:
         for agent in policy.agents:
             try:
@@ -194,8 +189,7 @@ def _check_files(policies: list[PolicySpec], executor: str) -> None:
 
 
 def _check_checkpoint(policy: str, agent: AgentSpec) -> None:
-    """A checkpoint is served by torch and takes the decision kinds it was trained on: without
-    torch, or asked for other kinds, every unit would fail after starting its agent, so say it once."""
+    """A checkpoint needs torch and takes its own kinds: otherwise every unit would fail, so say it once."""
     try:
         from ...agents.rl.checkpoint import checkpoint_kinds, load_checkpoint
     except ImportError as exc:
@@ -212,8 +206,7 @@ def _check_checkpoint(policy: str, agent: AgentSpec) -> None:
 
 
 def _batsim_rules(policies: list[PolicySpec], options: dict) -> list[str]:
-    """One line when a batsim: scheduler, run under Batsim's rule (a job is killed at its walltime),
-    is compared with policies that let jobs run past it: its numbers would not be comparable."""
+    """A line when a batsim: scheduler (walltime kills) meets policies that let jobs overrun: not comparable."""
     batsim = [p.name for p in policies if p.batsim]
     others = [p.name for p in policies if not p.batsim and {**options, **p.options}.get("overrun", "run") != "kill"]
     if not batsim or not others:
@@ -223,9 +216,8 @@ def _batsim_rules(policies: list[PolicySpec], options: dict) -> list[str]:
 
 
 def _trained_elsewhere(policies: list[PolicySpec], spec: SequenceSpec) -> list[str]:
-    """One line per checkpoint trained on other jobs than the comparison's (another trace, cleaning,
-    split or window), naming what differs: every policy must see the same sequences, so the
-    comparison's win, but an agent met on other jobs than it learned on should be a choice seen."""
+    """A line per checkpoint trained on other jobs (trace, cleaning, split, window) than the comparison's: they
+    win, as every policy sees the same sequences, but the change should be seen."""
     from ...agents.rl.checkpoint import load_checkpoint
 
     compared, lines = spec.workload(), []

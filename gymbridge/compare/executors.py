@@ -25,8 +25,7 @@ STOP_WITHIN_S = 10.0
 
 
 def run_local(jobs: list[Job], workers: int, on_done: Done) -> None:
-    """Run units in `workers` processes (1: in this process, one after the other). A worker that
-    dies fails its unit and is replaced; the other units go on."""
+    """Run units in `workers` processes (1: here, in turn); a worker that dies fails its unit and is replaced."""
     if workers <= 1 or len(jobs) <= 1:
         for uid, task, _, text in jobs:
             on_done(uid, run_unit(task, text))
@@ -49,8 +48,7 @@ def run_local(jobs: list[Job], workers: int, on_done: Done) -> None:
                     result = pickle.loads(reply)
                 on_done(running.pop(w), result)
     except BaseException:
-        # Interrupted (Ctrl-C): stop the running units now. Their workers clean up (agent processes,
-        # temporary files) on SIGTERM; nothing of theirs is recorded, so --resume runs them again.
+        # interrupted: the workers clean up on SIGTERM; nothing of theirs is recorded, so --resume reruns them
         pool.end(STOP_WITHIN_S, asked=False)
         raise
     for conn in pool.conns:
@@ -59,9 +57,7 @@ def run_local(jobs: list[Job], workers: int, on_done: Done) -> None:
 
 
 def _serve_units(conn: Connection) -> None:
-    """A worker process: runs the units it is sent, one at a time, until sent None. SIGTERM (the
-    parent ending it) becomes an exception, so a unit under way stops its env and agents on the
-    way out."""
+    """A worker process running the units sent until None; SIGTERM raises, so a unit stops its env and agents."""
     signal.signal(signal.SIGTERM, _terminated)
     while (unit := conn.recv()) is not None:
         conn.send(run_unit(*unit))
@@ -73,8 +69,7 @@ def _terminated(signum: int, frame: Any) -> None:
 
 @contextlib.contextmanager
 def ray_session(workers: int, address: str | None) -> Iterator[Any]:
-    """The `ray` module, initialized: the Ray instance already initialized in this process, else
-    the cluster at `address`, else a new local instance with `workers` CPUs (shut down after)."""
+    """`ray`, initialized: as it is, else on the cluster at `address`, else a local instance of `workers` CPUs."""
     try:
         import ray
     except ImportError:
@@ -97,9 +92,8 @@ def ray_session(workers: int, address: str | None) -> Iterator[Any]:
 
 
 def ray_unreachable(address: str, exc: BaseException) -> str:
-    """Why joining the cluster at `address` failed, in one line, with what to do. A cluster of
-    `ray start` takes only clients with its token, and Ray turns a client's token on by itself only
-    for a local cluster it finds, never for an address it is given: the likeliest cause."""
+    """Why joining the cluster at `address` failed, and what to do: likeliest, Ray sends its token to a local
+    cluster only, never to an address it is given."""
     why = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
     hint = ("; a cluster started by `ray start` uses token authentication: export RAY_AUTH_MODE=token here, with "
             "the cluster's token in ~/.ray/auth_token or RAY_AUTH_TOKEN (`ray get-auth-token` on the head node "

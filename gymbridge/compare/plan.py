@@ -59,8 +59,6 @@ class SequenceSpec:
                             model=self.model, generate_jobs=self.generate_jobs, machine=self.machine)
 
     def check(self) -> None:
-        if self.samples < 1:
-            raise ConfigError("--samples must be at least 1")
         if self.jobs is None and self.samples > 1:
             raise ConfigError("several samples need a sample length (--jobs M); without it the whole trace "
                               "is one sequence")
@@ -73,8 +71,6 @@ class SequenceSpec:
                                        or self.first_jobs is not None):
             raise ConfigError("--start N is one fixed window of --jobs M jobs (jobs N+1 to N+M): it needs --jobs, "
                               "one sample, and no --sampled-jobset or --first-jobs")
-        if self.seed < 0:
-            raise ConfigError("--seed must be non-negative")
 
 
 def sample_seeds(spec: SequenceSpec) -> list[int]:
@@ -116,15 +112,11 @@ def trace_checksums(path: str | Path) -> dict[str, Any]:
     path = resolve_trace(path)
     info: dict[str, Any] = {"path": str(path), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
     if path.name.lower().endswith(".gz"):
-        h = hashlib.sha256()
         try:
-            with gzip.open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    h.update(block)
+            info["sha256_uncompressed"] = sha256_file(path, gzip.open)
         except (OSError, EOFError, zlib.error) as exc:  # click would turn an EOFError into "Aborted!"
             raise WorkloadError(f"{path}: corrupt or truncated gzip data ({exc}); re-download or re-compress "
                                 "the trace") from None
-        info["sha256_uncompressed"] = h.hexdigest()
     return info
 
 
@@ -134,9 +126,8 @@ def unit_id(policy: PolicySpec, index: int) -> str:
 
 def fingerprint(policies: list[PolicySpec], trace_sha256: str | None, spec: SequenceSpec,
                 options: dict[str, Any]) -> str:
-    """What makes two comparisons the same: the policies, the source's contents, how sequences are
-    drawn from it, and the common options (not the trace's path, so a moved trace still resumes;
-    nor unset keys added later, so comparisons begun before them still resume)."""
+    """What makes two comparisons the same: policies, source contents, how sequences are drawn, common options (not
+    the trace's path, nor unset keys added later: a moved trace or an older comparison still resumes)."""
     later = ("start", "model", "generate_jobs", "machine")
     drawn = {k: v for k, v in spec.to_json().items() if k != "trace" and not (k in later and v is None)}
     data = {"policies": [p.to_json() for p in policies], "trace_sha256": trace_sha256, "sequences": drawn,

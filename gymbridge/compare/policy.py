@@ -8,8 +8,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...agents.runtime import (BUILTIN_AGENTS, CHECKPOINT_SOURCES, MODULE_CLASS, AgentRef, builtin_kinds,
-                               resolve_agent)
+from ...agents.runtime import BUILTIN_AGENTS, CHECKPOINT_SOURCES, MODULE_CLASS, AgentRef, builtin_kinds, resolve_agent
 from ...environment.config import BACKFILL_MODES, BOOL_FIELDS, SimConfig, expand_preset
 from ...environment.decisions import BACKFILL, INSPECT, KINDS, SELECT
 from ...environment.errors import ConfigError, HpcgymError
@@ -145,8 +144,7 @@ def parse_policy(text: str) -> PolicySpec:
 
 
 def _unread(item: str) -> str:
-    """What to name in an item that reads as nothing: in `sjf+eazy` the unknown `eazy` (a word
-    that starts no item does not split it off), with the closest known word when one is close."""
+    """What to name in an unreadable item: in `sjf+eazy` the unknown `eazy`, with the closest known word."""
     known = [*POLICIES, *BACKFILL_MODES, *BUILTIN_AGENTS]
     words = [w.strip() for w in re.split(r"[,+]", item)]
     unknown = [w for w in words if w.lower() not in known]

@@ -20,8 +20,7 @@ from .policy import parse_policy
 
 @click.command("record")
 @click.argument("spec")
-@click.option("--kind", help="The decision kind to record: select, inspect, backfill or kill (default: the "
-                             "recipe's).")
+@click.option("--kind", help="The decision kind to record: select, inspect, backfill or kill (default: the recipe's).")
 @click.option("--encoder", help="Features of each decision (default: the recipe's, else the kind's usual encoder).")
 @recipe_option
 @trace_option()

@@ -100,17 +100,15 @@ def latency_rows(latency: list[dict[str, Any]]) -> tuple[str, str]:
     md_rows = [[r["policy"], r["agent"], r["kinds"], r["mode"], str(r["asked"]), str(r["ordered"])]
                + [f"{r[k]:.3f}" if r.get(k) is not None else "-" for k in ("mean_ms", "p50_ms", "p95_ms", "max_ms")]
                for r in latency]
-    md = ("## Decision latency per agent (ms)\n\n"
-          "Over the protocol: env-side, from handing a decision to its agent until its act arrives. "
-          "In process: the agent's act call. Asked: the decisions the agent answered itself (the "
-          "latencies' count); ordered: those its standing orders answered inside the env (no latency). "
-          "Policies without agents decide inside the env.\n\n"
+    md = ("## Decision latency per agent (ms)\n\nOver the protocol: env-side, from handing a decision to its agent "
+          "until its act arrives. In process: the agent's act call. Asked: the decisions the agent answered itself "
+          "(the latencies' count); ordered: those its standing orders answered inside the env (no latency). Policies "
+          "without agents decide inside the env.\n\n"
           + (_md_table(["policy", "agent", "kinds", "mode", "asked", "ordered", "mean", "median", "p95", "max"], md_rows)
              if md_rows else "No policy has agents.\n"))
     return md, buf.getvalue()
 
 
-# --------------------------------------------------------------------------- plots
 def pyplot() -> Any:
     """matplotlib's pyplot on the Agg backend: files only, so it runs without a display."""
     import matplotlib
@@ -122,8 +120,7 @@ def pyplot() -> Any:
 
 
 def write_plots(folder: Path, names: list[str], per_sample: dict[str, dict[str, list[float]]], primary: str) -> list[str]:
-    """Box plots of per-sample bounded slowdown and wait per policy (as in SchedInspector's
-    figures) and a radar chart of normalized metrics (as in DRAS's). Returns the files written."""
+    """Box plots of per-sample bsld and wait (SchedInspector's figures), a radar chart (DRAS's); the files."""
     plt = pyplot()
     folder.mkdir(parents=True, exist_ok=True)
     names = [n for n in names if n in per_sample]
@@ -162,8 +159,7 @@ def write_plots(folder: Path, names: list[str], per_sample: dict[str, dict[str, 
 
 
 def radar_scores(names: list[str], per_sample: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
-    """Each metric's mean over samples, scaled so the best policy scores 1: best/value for
-    lower-is-better metrics, value/best for higher-is-better ones (0 when undefined)."""
+    """Each metric's mean scaled so the best policy scores 1 (best/value, or value/best; 0 when undefined)."""
     keys = ["mean_bsld", "mean_wait", "mean_response", "mean_slowdown", "max_wait", "utilization", "makespan"]
     means = {n: {k: sum(per_sample[n][k]) / len(per_sample[n][k]) for k in keys} for n in names}
     out: dict[str, dict[str, float]] = {n: {} for n in names}
@@ -184,8 +180,7 @@ CURVE_COUNTERS = ("epoch", "episodes_total", "steps_total", "episodes", "updates
 
 
 def read_curve(run: Path) -> dict[str, list[float]]:
-    """A run's curve.csv (`run` is the file or its folder) by column; a cell some epochs leave
-    empty (a column added on a resume) is NaN, a column that is not numeric is left out."""
+    """A run's curve.csv (the file or its folder) by column; an empty cell is NaN, a non-numeric column left out."""
     with open(run / "curve.csv" if run.is_dir() else run, newline="") as f:
         rows = list(csv.DictReader(f))
     columns: dict[str, list[float]] = {}
@@ -199,8 +194,7 @@ def read_curve(run: Path) -> dict[str, list[float]]:
 
 @dataclass
 class Panel:
-    """One plot of a learning-curve figure: `lines` maps a label to (x, y) or (x, y, matplotlib
-    line options); a label starting with "_" stays out of the legend."""
+    """A learning-curve plot: `lines` maps a label ("_...": not in the legend) to (x, y[, line options])."""
     title: str
     lines: dict[str, tuple] = field(default_factory=dict)
     xlabel: str = "epoch"
@@ -219,8 +213,7 @@ class Panel:
 
 def write_curves(panels: list[Panel], path: Path, title: str = "", columns: int = 4, dpi: int = 100,
                  size: tuple[float, float] = (3.6, 2.7)) -> None:
-    """Learning curves as one picture, a panel per `Panel`, `columns` to a row, each panel `size`
-    inches: `hpcgym train`'s curve.png and the papers' figures in docs/ are drawn here alike."""
+    """Learning curves as one picture, `columns` panels of `size` inches a row (curve.png and docs/ figures)."""
     plt = pyplot()
     width = min(columns, max(1, len(panels)))
     height = max(1, -(-len(panels) // width))
@@ -251,8 +244,7 @@ def write_curves(panels: list[Panel], path: Path, title: str = "", columns: int 
 
 
 def write_curve_plot(curve_csv: Path, path: Path, title: str) -> None:
-    """One training run's curve.csv, a panel per column: return and episode length first, then the
-    scheduling metrics and the algorithm's diagnostics in the file's order."""
+    """A training run's curve.csv, a panel per column: return and episode length first, then the file's order."""
     columns = read_curve(curve_csv)
     drawn = sorted((k for k in columns if k not in CURVE_COUNTERS), key=lambda k: (k != "return", k != "length"))
     epochs = columns.get("epoch", [])

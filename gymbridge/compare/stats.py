@@ -32,8 +32,7 @@ def win_rate(values: np.ndarray, baseline: np.ndarray, higher_is_better: bool) -
 
 def summarize_policies(policies: list[str], baseline: str, values: dict[str, dict[str, list[float]] | None],
                        resamples: int, seed: int) -> dict[str, dict[str, float | None]]:
-    """Per policy (None values: it failed), per metric: mean, median, and against the baseline
-    the mean paired difference, its interval and the win rate. Keys are `{metric}_{stat}`."""
+    """`{metric}_{stat}` per policy (None: failed): mean, median, paired difference to the baseline, CI, win rate."""
     out: dict[str, dict[str, float | None]] = {}
     base = values.get(baseline)
     for name in policies:
@@ -60,8 +59,7 @@ def summarize_policies(policies: list[str], baseline: str, values: dict[str, dic
 
 
 def latency_stats(samples_s: list[float]) -> dict[str, float]:
-    """How many decisions were asked, and their latencies' mean, median, 95th percentile and
-    maximum in milliseconds."""
+    """Decisions asked, and their latencies' mean, median, 95th percentile and maximum in ms."""
     a = np.asarray(samples_s, dtype=np.float64) * 1000.0
     if len(a) == 0:
         return {"asked": 0}

@@ -1,6 +1,5 @@
-"""One unit of work: one policy on one job sequence, over the protocol (agents as processes, this
-process the env and driver) or in process, with the same records either way (docs/compare.md).
-`run_unit` never raises: a failure comes back as {"status": "error", "error": "..."}."""
+"""One unit: one policy on one job sequence, over the protocol (agents as processes, this process the env and
+driver) or in process, with the same records (docs/compare.md); a failure comes back as {"status": "error"}."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ DEFAULT_START_TIMEOUT = 300.0
 
 
 def run_unit(task: dict[str, Any], swf_text: str) -> dict[str, Any]:
-    """Run one unit. `task`: policy (PolicySpec JSON), seed, options (common sim options), mode
-    ("protocol" or "inproc"), cwd (for agent processes and module imports), decision_timeout."""
+    """`task`: policy (PolicySpec JSON), seed, options, mode (protocol or inproc), cwd, decision_timeout."""
     started = time.perf_counter()
     policy = PolicySpec.from_json(task["policy"])
     tmp = ipc_folder("hpcgym-cmp-")
@@ -63,8 +61,7 @@ class UnitFailed(Exception):
 
 
 def ipc_folder(prefix: str) -> Path:
-    """A new temporary folder, under /tmp where it exists: an ipc:// socket path inside it must fit
-    the ~107-byte limit, which a long $TMPDIR can break."""
+    """A new temporary folder under /tmp where it exists: an ipc:// path in it must fit ~107 bytes."""
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp" if os.path.isdir("/tmp") else None))
 
 
@@ -73,8 +70,7 @@ def _sim_options(policy: PolicySpec, task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _records(jobs: dict[str, Any], procs: int, metrics: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The unit's per-job records and summary; on nodes with the simulation's utilization of each
-    resource (`metrics`), which the per-job records cannot give."""
+    """The unit's per-job records and summary, with each resource's utilization from `metrics` (on nodes)."""
     import numpy as np
 
     columns = {name: list(jobs[name]) for name in JOB_COLUMNS}
@@ -84,9 +80,7 @@ def _records(jobs: dict[str, Any], procs: int, metrics: dict[str, Any] | None = 
     return {"jobs": columns, "procs": procs, "summary": {**summarize(arrays, procs), **per_resource}}
 
 
-# --------------------------------------------------------------------------- in process
-#: Kills per job of the episode after which a unit fails: a kill policy that kills at every
-#: decision (an untrained or badly trained one) would otherwise never end its episode.
+#: Kills per job after which a unit fails: a policy killing at every decision never ends its episode.
 MAX_KILLS_PER_JOB = 100
 
 
@@ -179,14 +173,17 @@ def _make_agent(spec: AgentSpec, cwd: str | None) -> Any:
     agent = load_agent(f"{spec.source}:{os.path.join(cwd, spec.target)}"  # relative to the comparison's folder
                        if spec.source in CHECKPOINT_SOURCES and cwd and os.path.isdir(cwd) else spec.agent)
     serve_on_one_thread()
+    return taking(agent, spec.kinds, spec.agent)
+
+
+def taking(agent: Any, kinds: tuple[str, ...], name: str) -> Any:
+    """`agent` restricted to `kinds` (empty: the kinds it declares), or UnitFailed saying what it takes."""
     declared = tuple(getattr(agent, "kinds", ()))
-    if spec.kinds:
-        if not set(spec.kinds) <= set(declared):
-            raise UnitFailed(f"agent {spec.agent} takes {', '.join(declared) or 'no kinds'}, "
-                             f"not {', '.join(spec.kinds)}")
-        agent.kinds = tuple(spec.kinds)
-    elif not declared:
-        raise UnitFailed(f"agent {spec.agent} declares no decision kinds (its class's `kinds`)")
+    if kinds and not set(kinds) <= set(declared):
+        raise UnitFailed(f"agent {name} takes {', '.join(declared) or 'no kinds'}, not {', '.join(kinds)}")
+    if not kinds and not declared:
+        raise UnitFailed(f"agent {name} declares no decision kinds (its class's `kinds`)")
+    agent.kinds = tuple(kinds or declared)
     return agent
 
 
@@ -195,7 +192,6 @@ def _with_cwd_on_path(cwd: str | None) -> None:
         sys.path.insert(0, cwd)
 
 
-# --------------------------------------------------------------------------- a Batsim scheduler
 def _run_batsim(spec: AgentSpec, task: dict[str, Any], trace: Path) -> dict[str, Any]:
     """The policy's Batsim scheduler program, with hpcgym playing Batsim for it (docs/batsim.md)."""
     from ...environment.swf import read_swf
@@ -210,10 +206,8 @@ def _run_batsim(spec: AgentSpec, task: dict[str, Any], trace: Path) -> dict[str,
     return out
 
 
-# --------------------------------------------------------------------------- over the protocol
 def _agent_kinds(spec: AgentSpec, cwd: str | None) -> tuple[str, ...]:
-    """The kinds an agent takes; without explicit kinds, its class attribute for `module:Class`,
-    the checkpoint's kind for `model:PATH` and `online:PATH`."""
+    """The kinds an agent takes: given, else its class's `kinds` or its checkpoint's kind."""
     if spec.kinds:
         return spec.kinds
     if spec.source in CHECKPOINT_SOURCES:
@@ -266,8 +260,8 @@ def _failed(agents: list[tuple[AgentSpec, Any]], within: float, when: str) -> st
 
 def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Path,
                  steer: Callable[[Any, Any], Any] | None = None) -> dict[str, Any]:
-    """The policy's agents as processes over ipc:// in `tmp`, this process the env and driver
-    (`steer`: `EnvService`'s, what is taken instead of an agent's answer). Raises UnitFailed."""
+    """The policy's agents as processes over ipc:// in `tmp`, this process the env and driver (`steer`:
+    `EnvService`'s, taken instead of an agent's answer). Raises UnitFailed."""
     from ...agents.runtime import Connection
     from ...environment.server import serve
     from ...protocol.messages import PROTOCOL_VERSION
@@ -304,8 +298,7 @@ def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pat
         reply = conn.request({"type": "hello", "protocol": PROTOCOL_VERSION, "agent": DRIVER_NAME, "kinds": []})
         _expect(reply, "welcome")
         reset: dict[str, Any] = {"type": "reset", "seed": task["seed"], "workload": {"trace": str(trace)},
-                                 "options": {**_sim_options(policy, task), "policy": policy.priority},
-                                 "records": True}
+                                 "options": {**_sim_options(policy, task), "policy": policy.priority}, "records": True}
         if kinds:
             reset["require"] = sorted(set(kinds), key=KINDS.index)
         reply = conn.request(reset)
@@ -323,10 +316,8 @@ def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pat
             raise UnitFailed("the env sent no per-job records")
         procs = int(task.get("procs") or _read_procs(trace))
         out = _records(reply["jobs"], procs, reply.get("metrics"))
-        try:
+        with contextlib.suppress(HpcgymError):
             conn.request({"type": "bye"})
-        except HpcgymError:
-            pass
         failed = _failed(agents, 10, "after the episode")
         if failed:
             raise UnitFailed(failed)
