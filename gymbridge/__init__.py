@@ -1,6 +1,5 @@
-"""Gymnasium bridge: `make(kind=...)` gives an `HpcEnv`, in process or on a running `hpcgym env`.
-Nothing here imports gymnasium until used, so the command line (in this package) runs without
-the `rl` extra; the Gymnasium ids are registered whenever gymnasium is imported."""
+"""Gymnasium bridge: `make(kind=...)` gives an `HpcEnv`, in process or on a running `hpcgym env`. Nothing here
+imports gymnasium until used (the CLI runs without the `rl` extra); its ids are registered when it is imported."""
 
 from __future__ import annotations
 
@@ -14,11 +13,9 @@ register_when_gymnasium_is_imported()
 
 
 def make(kind: str | tuple[str, ...] | None = None, *, recipe: str | None = None, **kwargs: Any):
-    """An `HpcEnv` for decision kind `kind` (default select; or `("select", "backfill")`: both in one
-    env, with the kind in `info["kind"]` and a one-hot flag ending the observation); keyword
-    arguments as `HpcEnv` takes them (workload, options, reward, encoder, seed, remote, others, ...).
-    `recipe="rlbf:scw"` starts from a paper's episode (`hpcgym recipes`): its kind, workload keys,
-    simulation options, reward and encoder, under the arguments given."""
+    """An `HpcEnv` of decision kind `kind` (default select; `("select", "backfill")`: both, the kind in
+    `info["kind"]`, a one-hot flag ending the observation), keywords as `HpcEnv` takes them; `recipe="rlbf:scw"`
+    starts from a paper's episode (`hpcgym recipes`): kind, workload, options, reward, encoder under those given."""
     from ..agents.recipes import recipe_episode
     from .env import HpcEnv
 

@@ -1,5 +1,4 @@
-"""`hpcgym batsim`: Batsim's schedulers (pybatsim, batsched) on hpcgym's workloads, run or exported
-for a real Batsim (docs/batsim.md)."""
+"""`hpcgym batsim`: Batsim's schedulers on hpcgym's workloads, run or exported for a real Batsim (docs/batsim.md)."""
 
 from __future__ import annotations
 
@@ -91,9 +90,8 @@ def run_command(connect, reveal_run_times, timeout, as_json, out, jobs_out, prog
               help="Folder for workload.json and platform.xml.")
 @click.option("--speed", default="1Gf", show_default=True, help="Host speed in the platform (delay profiles ignore it).")
 def export_command(out, speed, **spec) -> None:
-    """Write a trace window as a Batsim workload (delay profiles, walltime = requested time, submit
-    times from the window's first submit) and a homogeneous platform of as many hosts as
-    processors (with --machine, of nodes where jobs get whole nodes), to replay the same jobs in real Batsim."""
+    """Write a trace window as a Batsim workload (delay profiles, walltime = requested time, submit times from the
+    window's first) and a platform of a host per processor (per node with --machine), to replay in real Batsim."""
     workload = on_hosts(load_workload(workload_keys(spec)))
     origin = int(workload.submit.min()) if len(workload) else 0
     try:

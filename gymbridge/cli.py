@@ -1,5 +1,4 @@
-"""The `hpcgym` command line. Every user mistake (bad option, missing or malformed file) ends in one
-line on stderr and exit status 2, never a traceback for a problem the user can fix."""
+"""The `hpcgym` command line: a user's mistake (bad option, missing or malformed file) is one line, exit status 2."""
 
 from __future__ import annotations
 
@@ -20,8 +19,7 @@ from ..environment.lublin import generate_lublin
 from ..environment.machine import RESOURCES
 from ..environment.predictions import PredictionSpec
 from ..environment.simulator import simulate
-from ..environment.spec import (DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload,
-                                 resolve_trace)
+from ..environment.spec import DEFAULT_JOBS, DEFAULT_MODEL, DEFAULT_PROCS, LUBLIN_MODELS, load_workload, resolve_trace
 from ..environment.swf import trace_stats, write_swf
 from ..environment.workload import Workload, describe_dropped
 from .usage import (check_part, estimate_spec, given, jobs_option, procs_option, reading_options, recipe_option,
@@ -34,8 +32,7 @@ SUMMARY_LABELS = [("jobs", "jobs", "{:d}"), ("mean_wait", "mean wait (s)", "{:.1
                   ("makespan", "makespan (s)", "{:d}")]
 
 
-#: Commands defined in other modules, imported only when they run: `hpcgym run` starts without
-#: loading the comparison, training and protocol machinery.
+#: Commands of other modules, imported only when they run (`hpcgym run` starts without that machinery).
 LAZY_COMMANDS = {"protocol": ".protocol_commands:protocol", "train": ".training.command:train",
                  "compare": ".compare:compare", "record": ".compare.record:record", "distill": ".distill:distill",
                  "tree": ".distill:tree_command", "predict": ".predict:predict", "batsim": ".batsim:batsim",
@@ -43,8 +40,7 @@ LAZY_COMMANDS = {"protocol": ".protocol_commands:protocol", "train": ".training.
 
 
 class HpcgymGroup(click.Group):
-    """Turns HpcgymError anywhere below into one clear line and exit status 2; a reader that closes
-    the output early (a pipe into head) ends the command quietly with status 0."""
+    """HpcgymError below becomes one line and status 2; a reader leaving early (`| head`) ends it with status 0."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
@@ -85,8 +81,7 @@ def _rule_options(f):
 
 
 def _rules(ctx: click.Context, recipe: str | None = None, **values: Any) -> dict[str, Any]:
-    """The simulation options of run/env: the defaults, the recipe's, the preset's, then every flag
-    the command line gave."""
+    """run's and env's simulation options: the defaults, the recipe's, the preset's, then the flags given."""
     from ..agents.recipes import recipe_episode  # only here: `hpcgym run` starts without the agents floor
 
     flags = {k: v for k, v in given(ctx, **values).items() if k != "preset"}
@@ -339,8 +334,7 @@ def env_command(ctx, bind, trace, procs, machine, policy, backfill, exact_reques
 
 
 class _AgentCommand(click.Command):
-    """`hpcgym agent`: its help ends with every built-in agent, one line each (read from the
-    agents floor only when the help is shown)."""
+    """`hpcgym agent`, its help ending with every built-in agent (read only when the help is shown)."""
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         from ..agents.runtime import builtin_agents
@@ -489,9 +483,8 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
                                    ("reward", episode.get("reward"))) if v is not None}
     progress = _AgentProgress(progress_every) if progress_every else None
     try:
-        run = run_agent(policy, connect, name=name, session=session, reset=reset, episodes=episodes,
-                        timeout=timeout, curve=_client_curve(curve_server, curve_secret), progress=progress, token=token,
-                        orders=orders)
+        run = run_agent(policy, connect, name=name, session=session, reset=reset, episodes=episodes, timeout=timeout,
+                        curve=_client_curve(curve_server, curve_secret), progress=progress, token=token, orders=orders)
     finally:
         if progress is not None:
             progress.close()
@@ -512,8 +505,7 @@ def agent_command(agent, model, greedy, sampling_seed, online, online_every, onl
 
 
 class _AgentProgress:
-    """What `hpcgym agent` has done so far (a whole trace takes minutes): a tqdm counter of the
-    decisions when stderr is a terminal, else a line every `every` seconds for a log."""
+    """`hpcgym agent`'s progress: a tqdm counter of decisions on a terminal, else a line every `every` s."""
 
     def __init__(self, every: float) -> None:
         self.every = every
@@ -528,21 +520,17 @@ class _AgentProgress:
         if self.bar is not None:
             self.bar.update(1)
             if run.decisions % 100 == 1:
-                self.bar.set_postfix_str(f"simulated time {_days(decision.time)}", refresh=False)
+                self.bar.set_postfix_str(f"simulated time {decision.time / 86400:.1f} days", refresh=False)
             return
         now = time.monotonic()
         if now - self.last >= self.every:
             self.last = now
             click.echo(f"agent: {run.decisions} decisions, {len(run.episodes)} episode(s) done, simulated time "
-                       f"{_days(decision.time)}, {now - self.began:.1f} s elapsed", err=True)
+                       f"{decision.time / 86400:.1f} days, {now - self.began:.1f} s elapsed", err=True)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
-
-
-def _days(seconds: int) -> str:
-    return f"{seconds / 86400:.1f} days"
 
 
 @main.command("keys")

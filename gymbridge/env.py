@@ -1,11 +1,11 @@
-"""`HpcEnv`: one decision kind (or select + backfill) of an hpcgym episode as a Gymnasium environment,
-played in process or on a running `hpcgym env`; docs/gymnasium.md gives its actions, masks,
-rewards, seeds and infos."""
+"""`HpcEnv`: one decision kind (or select + backfill) of an hpcgym episode as a Gymnasium environment, played
+in process or on a running `hpcgym env` (docs/gymnasium.md: actions, masks, rewards, seeds, infos)."""
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import replace
 from typing import Any
 
@@ -14,6 +14,7 @@ import numpy as np
 
 from ..agents.encoders import DEFAULT_ENCODERS, Encoder, get_encoder
 from ..agents.slots import slot_action, slot_mask, slot_observation
+from ..environment.config import check_int
 from ..environment.decisions import BACKFILL, INSPECT, KILL, KINDS, SELECT, SELECT_KILL, Action, Decision
 from ..environment.episode import Episode
 from ..environment.errors import ConfigError, InvalidAction
@@ -66,12 +67,10 @@ class MaskableDiscrete(gym.spaces.Discrete):
 
 
 class InProcessEpisodes:
-    """The env's episodes played here, with `RemoteEpisodes`' interface, so `HpcEnv` holds "its
-    episodes" whichever side runs them."""
+    """The env's episodes played here, with `RemoteEpisodes`' interface: `HpcEnv` holds "its episodes"."""
 
     def __init__(self, workloads: WorkloadCache, kinds: tuple[str, ...], others: Mapping[str, Any],
-                 observed: Mapping[str, tuple[str, ...]] | None = None) -> None:
-        """observed: the only observation columns read here (the encoder's), or None: all."""
+                 observed: Mapping[str, tuple[str, ...]] | None = None) -> None:  # observed: columns read (None: all)
         self.workloads, self.kinds, self.observed = workloads, kinds, observed
         self.deciders = {kind: agent.act for kind, agent in others.items()}
         self.episode: Episode | None = None
@@ -111,10 +110,9 @@ class HpcEnv(gym.Env):
                  seed: int = 0, remote: str | None = None, *, others: Mapping[str, Any] | None = None,
                  seed_stride: int = 1, remote_timeout: float = 10.0, decision_info: bool = True,
                  encoder_options: Mapping[str, Any] | None = None, render_mode: str | None = None) -> None:
-        """workload: `WorkloadSpec` keys; options: `SimConfig` keys plus `policy`; encoder: a name
-        (`agents.encoders.get_encoder`, with `encoder_options`) or an instance; remote: the address of
-        an `hpcgym env` to play on; others: {kind: Agent} deciding other kinds here; decision_info:
-        whether infos carry the decision (a vector env pickles it every step)."""
+        """workload: `WorkloadSpec` keys; options: `SimConfig` keys plus `policy`; encoder: a name (with
+        `encoder_options`) or an instance; remote: an `hpcgym env`'s address; others: {kind: Agent} deciding other
+        kinds here; decision_info: whether infos carry the decision (a vector env pickles it every step)."""
         super().__init__()
         self.render_mode = check_render_mode(render_mode, remote)
         #: The kinds this env decides; `kind` is the one kind, or this tuple for a two-kind env.
@@ -124,12 +122,10 @@ class HpcEnv(gym.Env):
         self.others = dict(others or {})
         spec = self.episode_spec = EpisodeSpec.from_reset(workload or {}, options or {}, reward, seed)
         self.workload_spec, self.config, self.policy = spec.workload.to_dict(), spec.config, spec.policy
-        self.options = {k: v for k, v in (options or {}).items() if k != "policy"}
         placed = {SELECT, INSPECT, BACKFILL, SELECT_KILL}  # what conservative backfilling decides itself
         if self.config.backfill == "conservative" and ({*kinds, *self.others} & placed):
             raise ConfigError("conservative backfilling places every queued job by the built-in priority policy; "
                               f"a {'+'.join(kinds)} env needs backfill easy or none")
-        self.reward_spec, self.reward_name = spec.reward_spec(), reward
         self.window = self.config.window
         self.remote, self.remote_timeout, self.decision_info = remote, remote_timeout, decision_info
         self._base_seed, self._seed_stride = int(seed), int(seed_stride)
@@ -150,14 +146,13 @@ class HpcEnv(gym.Env):
         self._mask: np.ndarray | None = None
         self._done, self._empty_episode = True, False
 
-    # ------------------------------------------------------------------ gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         if options:
             raise ValueError(f"HpcEnv.reset takes no options (got {sorted(options)}); "
                              "set the workload and simulation options when making the env")
         if seed is not None:
-            self._episode_seed = _check_seed(seed)
+            self._episode_seed = check_int(seed, "seed", 0)
         elif self._episode_seed is None:
             self._episode_seed = self._base_seed
         else:
@@ -209,17 +204,13 @@ class HpcEnv(gym.Env):
         super().close()
 
     def __del__(self) -> None:
-        try:
+        with suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
-    # ------------------------------------------------------------------ episodes
     def _start(self, ep_seed: int) -> tuple[Decision | None, float]:
         """The first decision of this env's kinds (None: none arises) and the reward earned before it."""
         if self._episodes is None:
-            # only the encoder reads the observations, unless infos or frames show them or agents here decide
-            # other kinds
+            # only the encoder reads observations, unless infos, frames or agents here read them
             observed = None if self.decision_info or self.others or self.render_mode else self.encoder.reads
             self._episodes = InProcessEpisodes(self._workloads, self.kinds, self.others, observed) \
                 if self.remote is None else RemoteEpisodes(self.remote, self.remote_timeout, self.kinds, self.others)
@@ -242,7 +233,6 @@ class HpcEnv(gym.Env):
             workload = replace(workload, sample=ep_seed)
         return replace(self.episode_spec, workload=workload, config=replace(self.config, seed=ep_seed))
 
-    # ------------------------------------------------------------------ actions and observations
     def _present(self, decision: Decision, info: dict[str, Any]) -> np.ndarray:
         """Encode the decision, build its mask, fill `info`."""
         obs_raw, kind = decision.observation, decision.kind
@@ -348,15 +338,8 @@ def _env_encoder(encoder: str | Encoder | None, kinds: tuple[str, ...], window: 
 
 
 def _action_space(kinds: tuple[str, ...], w: int) -> tuple[MaskableDiscrete, dict[str, np.ndarray]]:
-    """One discrete space for every kind taken, and each kind's always-valid actions, which a
-    mask-free sample draws from."""
+    """One discrete space for every kind taken, and each kind's always-valid actions (a mask-free sample's)."""
     safe = {INSPECT: (0, 1), SELECT: (0,), BACKFILL: (w,), KILL: (0,), SELECT_KILL: (2 * w,)}
     n = {INSPECT: 2, SELECT_KILL: 2 * w + 1}.get(kinds[0], w + 1)
     space = MaskableDiscrete(n, tuple(sorted({a for k in kinds for a in safe[k]})))
     return space, {k: MaskableDiscrete(n, safe[k])._safe_mask for k in kinds}
-
-
-def _check_seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
-    return int(seed)

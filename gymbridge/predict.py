@@ -1,5 +1,4 @@
-"""`hpcgym predict fit|score`: fit the learned pre-run run-time predictor and measure predictors'
-errors (docs/semantics.md section 12)."""
+"""`hpcgym predict fit|score`: fit the learned pre-run predictor, measure predictors' errors (semantics.md 12)."""
 
 from __future__ import annotations
 

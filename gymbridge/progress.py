@@ -1,5 +1,4 @@
-"""Progress of long commands (compare, train, distill) on stderr: a tqdm bar on a terminal; elsewhere
-(a log, a pipe), where carriage returns would pile up, a plain line at the start, then one every
+"""Progress of long commands on stderr: a tqdm bar on a terminal; in a log, a plain line at the start, one every
 `EVERY` seconds and the last (`compare: 12/40 units (30%), 01:21 elapsed, 03:09 left`)."""
 
 from __future__ import annotations
@@ -14,19 +13,16 @@ EVERY = 30.0
 
 
 def progress(total: int, unit: str, desc: str, enabled: bool | None, initial: int = 0, leave: bool = True) -> Any:
-    """A bar (`enabled` True, or None on a terminal), plain lines (None elsewhere) or nothing (False);
-    each has tqdm's `update`, `set_postfix_str`, `write` and `close`."""
+    """A bar (`enabled` True, or None on a terminal), plain lines (None elsewhere) or nothing (False)."""
     from tqdm import tqdm
 
     if enabled is False or (enabled is None and not sys.stderr.isatty()):
         return tqdm(disable=True) if enabled is False else ProgressLines(total, unit, desc, initial)
-    return tqdm(total=total, initial=initial, unit=unit, desc=desc, file=sys.stderr, dynamic_ncols=True,
-                leave=leave)
+    return tqdm(total=total, initial=initial, unit=unit, desc=desc, file=sys.stderr, dynamic_ncols=True, leave=leave)
 
 
 class ProgressLines:
-    """tqdm's progress as a plain stderr line: one at the start, then one every `every` seconds,
-    whether or not anything ended since (a heartbeat), and the last."""
+    """tqdm's progress as plain stderr lines: at the start, every `every` seconds (a heartbeat) and the last."""
 
     FORMAT = "{desc}: {n_fmt}/{total_fmt} {unit} ({percentage:.0f}%), {elapsed} elapsed, {remaining} left{postfix}"
 

@@ -1,6 +1,5 @@
-"""`hpcgym protocol check-env ADDRESS` and `check-agent "CMD {addr}"`: conformance checks for other
-implementations of the protocol, one line per check (PASS/FAIL name: detail), exit 1 on a
-failure. The codec's message vectors are protocol/vectors/ (index.json describes them)."""
+"""`hpcgym protocol check-env ADDRESS` and `check-agent "CMD {addr}"`: conformance checks of other implementations,
+a line per check (PASS/FAIL name: detail), exit 1 on a failure; the codec's vectors are in protocol/vectors/."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ DEFAULT_AGENT_WORKLOAD: dict[str, Any] = {"generate_jobs": 64, "procs": 64}
 def check_agent_against_reference(command: str | Sequence[str], timeout: float = 30.0, *,
                                   workload: dict[str, Any] | None = None,
                                   options: dict[str, Any] | None = None) -> list:
-    """`protocol.conformance.check_agent` against the Python reference env serving `workload`
-    (default: a small generated one), with a decision timeout no shorter than the agent's."""
+    """`check_agent` against the reference env serving `workload` (default: a small generated one)."""
     from ..environment.server import serve
     from ..environment.service import EnvService
     from ..protocol.conformance import EnvUnderTest, check_agent

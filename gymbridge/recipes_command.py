@@ -1,5 +1,4 @@
-"""`hpcgym recipes [show NAME[:VARIANT]]`: the seed papers' runs (agents/recipes.py), listed or one
-shown resolved."""
+"""`hpcgym recipes [show NAME[:VARIANT]]`: the seed papers' runs (agents/recipes.py), listed or one shown."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Gymnasium ids of the hpcgym envs (`ENV_IDS`, docs/gymnasium.md), registered by `import
-hpcgym.gymbridge` without importing gymnasium, which costs as much as starting the command line:
-at once when gymnasium is already imported, else by a one-shot import hook when it is."""
+"""Gymnasium ids of the hpcgym envs (`ENV_IDS`), registered by `import hpcgym.gymbridge` without importing
+gymnasium (as costly as starting the CLI): at once if it is imported, else by a one-shot import hook."""
 
 from __future__ import annotations
 
@@ -34,8 +33,7 @@ def register_when_gymnasium_is_imported() -> None:
 
 
 def _register_or_warn() -> None:
-    # Done as a side effect of an import: a gymnasium this cannot register with must not make
-    # `import hpcgym.gymbridge` (the command line) or `import gymnasium` fail.
+    # a side effect of an import: a failure here must not make `import gymnasium` or the CLI fail
     try:
         register_envs()
     except Exception as exc:  # noqa: BLE001
@@ -44,9 +42,8 @@ def _register_or_warn() -> None:
 
 
 class _RegisterAfterImport:
-    """Finds nothing itself: when `gymnasium` is about to be imported, it steps off `sys.meta_path`
-    and registers the ids once the module has run. A finder by duck typing: subclassing
-    `importlib.abc.MetaPathFinder` would import `importlib.resources` into every start of the CLI."""
+    """Steps off `sys.meta_path` when `gymnasium` is imported and registers the ids once it has run (a finder
+    by duck typing: `importlib.abc.MetaPathFinder` would import `importlib.resources` into every CLI start)."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "gymnasium":

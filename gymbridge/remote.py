@@ -1,5 +1,4 @@
-"""The Gymnasium env's episodes on a running `hpcgym env`, with `InProcessEpisodes`' interface (the
-next decision and the reward since), so both give the same trajectories."""
+"""The Gymnasium env's episodes on a running `hpcgym env`, with `InProcessEpisodes`' interface and trajectories."""
 
 from __future__ import annotations
 

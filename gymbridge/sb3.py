@@ -1,6 +1,5 @@
-"""Stable-Baselines3 (and sb3-contrib's MaskablePPO) on a `make_vector(..., autoreset_mode="same_step")`
-env: `SB3VecEnv` (docs/gymnasium.md shows it). MaskablePPO's per-step `env_method("action_masks")`
-is answered from the last step's `info["action_mask"]`, so it costs no round trip to the workers."""
+"""Stable-Baselines3 (and MaskablePPO) on a `make_vector(..., autoreset_mode="same_step")` env; the per-step
+`env_method("action_masks")` is answered from the last step's info, with no round trip to the workers."""
 
 from __future__ import annotations
 

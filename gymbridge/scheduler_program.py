@@ -1,6 +1,5 @@
-"""A Batsim scheduler program run over an hpcgym workload, hpcgym playing Batsim (docs/batsim.md):
-`hpcgym batsim run` and compare's `batsim:` policies both go through `run_scheduler`; `Program` also
-starts and ends compare's agent processes."""
+"""A Batsim scheduler program over an hpcgym workload, hpcgym playing Batsim (`hpcgym batsim run`, compare's
+`batsim:` policies; docs/batsim.md); `Program` also starts and ends compare's agent processes."""
 
 from __future__ import annotations
 
@@ -60,8 +59,7 @@ class Program:
 def run_scheduler(workload: Workload, argv: list[str] | None = None, *, connect: str | None = None,
                   folder: Path | None = None, reveal_run_times: bool = False, timeout: float = 30.0,
                   cwd: str | None = None) -> tuple[BatsimRun, list[float]]:
-    """Play Batsim for the program `argv`, started on an ipc:// address in `folder` (short: a socket path
-    has ~107 bytes), or the scheduler listening at `connect`: the run and each exchange's round trip (s)."""
+    """Play Batsim for `argv` (on an ipc:// address in `folder`) or `connect`: the run, each exchange's time (s)."""
     if (argv is None) == (connect is None):
         raise ConfigError("give the scheduler program (after --) or --connect ADDR, one of the two")
     if argv is not None and folder is None:

@@ -1,6 +1,5 @@
-"""What several commands share: options declared once (`--trace`, `--jobs`, `--seed`, `--procs`; the
-other workload keys' options made from `environment/spec.py`'s declarations), and checks of options
-that only mean something together."""
+"""What several commands share: options declared once (`--trace`, `--jobs`, `--seed`, `--procs`, the other workload
+keys' from `environment/spec.py`), and checks of options that only mean something together."""
 
 from __future__ import annotations
 
@@ -48,14 +47,12 @@ _WORKLOAD_OPTION_TYPES: dict[str, Any] = {
 
 
 def workload_option(key: str, help: str | None = None, **kwargs: Any) -> Decorator:
-    """The option of workload key `key` (--train-fraction for train_fraction), its help the key's
-    own (environment/spec.py WorkloadSpec) unless a command says what it means there."""
+    """The option of workload key `key`, its help the key's own (WorkloadSpec) unless a command gives one."""
     kind = _WORKLOAD_OPTION_TYPES[key]
     text = help or WORKLOAD_KEYS[key][0].upper() + WORKLOAD_KEYS[key][1:] + "."
     if kind is None:
         return click.option(f"--{key.replace('_', '-')}", is_flag=True, help=text, **kwargs)
-    return click.option(f"--{key.replace('_', '-')}", type=kind, show_default="default" in kwargs, help=text,
-                        **kwargs)
+    return click.option(f"--{key.replace('_', '-')}", type=kind, show_default="default" in kwargs, help=text, **kwargs)
 
 
 def procs_option(default: int | None = None, *, when_unset: str = "the trace header") -> Decorator:

@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,12 +76,9 @@ def _teacher_setup(ref: AgentRef, kinds: tuple[str, ...] | None, encoder: str | 
         # the tree may read other features than the teacher (which always reads its own): the slots are the same
         return (teacher, teacher.kinds, encoder or ckpt.encoder, teacher.window, ckpt.env.get("procs"),
                 {**trained, **options})
-    declared = tuple(agent.kinds)
-    kinds = kinds or declared
-    check_teacher_kinds(declared, kinds, spec)
-    agent.kinds = tuple(kinds)
-    teacher.kinds = tuple(kinds)
-    return teacher, tuple(kinds), encoder, window, None, {**options, "window": window}
+    check_teacher_kinds(tuple(agent.kinds), kinds or tuple(agent.kinds), spec)
+    agent.kinds = teacher.kinds = tuple(kinds or agent.kinds)
+    return teacher, teacher.kinds, encoder, window, None, {**options, "window": window}
 
 
 @click.command("distill")
@@ -235,13 +233,11 @@ def _write_trees(trees: dict, out: Path) -> list[str]:
         tree.save(stem.with_suffix(".npz"))
         stem.with_suffix(".txt").write_text(tree.rules() + "\n")
         files.append(str(stem.with_suffix(".npz")))
-        try:
+        with suppress(ImportError):   # no matplotlib: no picture
             from .plot import draw_tree
 
             draw_tree(tree, stem.with_suffix(".png"), 2, f"{method}, depth {depth}: top two levels "
                                                           f"({tree.node_count} nodes)")
-        except ImportError:
-            pass
     return files
 
 
@@ -249,10 +245,8 @@ def _print_summary(rows: list[dict], teacher: dict, base_policy: str, base: dict
     """The last iteration of each tree beside the teacher and the base policy alone (no agent)."""
     click.echo(f"{'method':<10}{'depth':>6}{'nodes':>8}{'agree':>8}{'agree2+':>9}{'R2':>8}{'wait (s)':>11}"
                f"{'slowdown':>10}")
-    click.echo(f"{base_policy[:9]:<10}{'':>6}{'':>8}{'':>8}{'':>9}{'':>8}{base['mean_wait']:>11.0f}"
-               f"{base['mean_slowdown']:>10.2f}")
-    click.echo(f"{'teacher':<10}{'':>6}{'':>8}{'':>8}{'':>9}{'':>8}{teacher['mean_wait']:>11.0f}"
-               f"{teacher['mean_slowdown']:>10.2f}")
+    for name, row in ((base_policy[:9], base), ("teacher", teacher)):   # no tree columns
+        click.echo(f"{name:<10}{'':>39}{row['mean_wait']:>11.0f}{row['mean_slowdown']:>10.2f}")
     for r in rows:
         if r["iteration"] == iterations:
             click.echo(f"{r['method']:<10}{r['depth']:>6}{r['nodes']:>8}{r['agreement']:>8.3f}"
@@ -261,8 +255,7 @@ def _print_summary(rows: list[dict], teacher: dict, base_policy: str, base: dict
 
 
 def _cell(value: float, width: int) -> str:
-    """A number of the summary, or "-" where it is undefined (R2 in classification, which has no
-    scores; agreement beyond the first choice where no decision had two candidates)."""
+    """A number, or "-" where undefined (R2 of classification; agreement beyond the first of one candidate)."""
     return f"{'-' if math.isnan(value) else format(value, '.3f'):>{width}}"
 
 

@@ -8,8 +8,7 @@ from ...agents.tree import TreeModel
 
 
 def draw_tree(tree: TreeModel, path: str | Path, levels: int = 2, title: str | None = None) -> Path:
-    """Draw the first `levels` levels of splits of `tree` to `path` (png or svg), each node with
-    its test (or, below the drawn levels, its mean score) and the training samples reaching it."""
+    """The first `levels` levels of `tree` to `path` (png, svg): each node's test or score, and its samples."""
     from ..compare.report import pyplot
 
     plt = pyplot()

@@ -1,7 +1,5 @@
-"""A teacher program in any language, over the protocol, for DAgger (`hpcgym distill cmd:...`). DAgger
-asks about states the tree visits, so each episode runs on an env here where the program answers
-every decision of the distilled kinds and the env's `steer` applies the driver's choice instead:
-the program advises (its answer is the label), the tree drives (docs/irl.md: the caveats)."""
+"""A teacher program in any language for DAgger (`hpcgym distill cmd:...`): it answers every decision of an env
+here, its answer the label, and the env's `steer` applies the tree's choice instead (docs/irl.md)."""
 
 from __future__ import annotations
 
