@@ -51,8 +51,7 @@ def run_command(connect, reveal_run_times, timeout, as_json, out, jobs_out, prog
     if bool(program) == bool(connect):
         raise click.UsageError("give the scheduler program after --, e.g. -- pybatsim easyBackfill -t 0, or --connect "
                                "ADDR (one of the two)")
-    workload = on_hosts(load_workload(workload_keys(spec)))
-    jobs_out = jobs_out or out / "jobs.csv"
+    workload, jobs_out = on_hosts(load_workload(workload_keys(spec))), jobs_out or out / "jobs.csv"
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

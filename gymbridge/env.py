@@ -53,8 +53,7 @@ class MaskableDiscrete(gym.spaces.Discrete):
 
     def __init__(self, n: int, safe: tuple[int, ...], seed: int | None = None) -> None:
         super().__init__(n, seed=seed)
-        self.safe = tuple(safe)
-        self._safe_mask = np.zeros(n, np.int8)
+        self.safe, self._safe_mask = tuple(safe), np.zeros(n, np.int8)
         self._safe_mask[list(self.safe)] = 1
 
     def sample(self, mask: np.ndarray | None = None, probability: np.ndarray | None = None) -> np.int64:
@@ -92,8 +91,7 @@ class InProcessEpisodes:
         self.episode = None
 
     def _advance(self) -> tuple[Decision | None, float]:
-        decision = self.episode.next_decision()
-        earned = self.episode.collect()
+        decision, earned = self.episode.next_decision(), self.episode.collect()
         if decision is None:
             self.metrics, final = self.episode.finish()
             earned += final

@@ -31,8 +31,7 @@ class ProgressLines:
         self.every = EVERY if every is None else every
         self.postfix = ""
         self.start = self.last = time.monotonic()
-        self._lock = threading.Lock()
-        self._closed = threading.Event()
+        self._lock, self._closed = threading.Lock(), threading.Event()
         self._say(self.start)
         if self.every > 0:
             threading.Thread(target=self._beat, name=f"{desc}-progress", daemon=True).start()

@@ -29,8 +29,7 @@ class SB3VecEnv(VecEnv):
     def reset(self) -> VecEnvObs:
         seeds = None if all(s is None for s in self._seeds) else list(self._seeds)
         obs, info = self.vector.reset(seed=seeds)
-        self._masks = info["action_mask"]
-        self.reset_infos = [_unbatched(info, i) for i in range(self.num_envs)]
+        self._masks, self.reset_infos = info["action_mask"], [_unbatched(info, i) for i in range(self.num_envs)]
         self._reset_seeds()
         return obs
 
@@ -39,8 +38,7 @@ class SB3VecEnv(VecEnv):
 
     def step_wait(self) -> VecEnvStepReturn:
         obs, rewards, terminated, truncated, info = self.vector.step(self._actions)
-        self._masks = info["action_mask"]
-        dones = terminated | truncated
+        self._masks, dones = info["action_mask"], terminated | truncated
         infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         for i in np.flatnonzero(dones):
             infos[i] = _unbatched(info["final_info"], i)

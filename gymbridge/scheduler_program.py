@@ -64,8 +64,7 @@ def run_scheduler(workload: Workload, argv: list[str] | None = None, *, connect:
         raise ConfigError("give the scheduler program (after --) or --connect ADDR, one of the two")
     if argv is not None and folder is None:
         raise ConfigError("a scheduler program needs a folder for its socket and output")
-    program = None
-    socket = None
+    program, socket = None, None
     try:
         address = connect or f"ipc://{folder}/scheduler.ipc"
         if argv is not None:

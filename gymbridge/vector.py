@@ -51,8 +51,7 @@ def make_vector(n: int, kind: str = "select", seed: int = 0, asynchronous: bool 
                 **kwargs: Any) -> gym.vector.VectorEnv:
     """`n` HpcEnvs (`kwargs` as `HpcEnv` takes them) as one vector env stepped by `workers` processes (this one
     among them unless `caller_share=False`), or by Gymnasium's SyncVectorEnv here with `asynchronous=False`."""
-    mode = autoreset(autoreset_mode or AutoresetMode.NEXT_STEP)
-    fns = env_fns(n, kind, seed, **kwargs)
+    mode, fns = autoreset(autoreset_mode or AutoresetMode.NEXT_STEP), env_fns(n, kind, seed, **kwargs)
     if asynchronous:
         return WorkerVectorEnv(fns, workers=workers, caller_share=caller_share, context=context, autoreset_mode=mode,
                                spin_s=spin_s)
@@ -273,8 +272,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         workers = min(n, usable_cores()) if workers is None else workers
         if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= n:
             raise ValueError(f"workers must be an integer from 1 to the number of envs ({n}), got {workers!r}")
-        self.num_envs = n
-        self.autoreset_mode = autoreset(autoreset_mode)
+        self.num_envs, self.autoreset_mode = n, autoreset(autoreset_mode)
         first_env = env_fns[0]()
         self.single_observation_space, self.single_action_space = first_env.observation_space, first_env.action_space
         kinds = tuple(first_env.kinds)
@@ -444,8 +442,7 @@ class WorkerVectorEnv(gym.vector.VectorEnv):
         return infos
 
     def _died(self, w: int) -> None:
-        code = self._workers.exit_code(w, _CLOSE_WAIT_S)
-        share = self._remote[w]
+        code, share = self._workers.exit_code(w, _CLOSE_WAIT_S), self._remote[w]
         self.close()
         raise VectorEnvError(f"worker process {w} (envs {share.start}..{share.stop - 1}) died "
                              f"(exit code {code}); the vector env is closed")

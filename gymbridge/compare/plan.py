@@ -91,8 +91,7 @@ def build_sequences(spec: SequenceSpec, folder: Path) -> list[dict[str, Any]]:
                                          "sample": seed if spec.start is None else None,
                                          "sampled_jobset": spec.sampled_jobset, "first_jobs": spec.first_jobs})
         found = re.search(r"-w(\d+)-\d+$", workload.name) if workload is not source else None
-        start = int(found.group(1)) if found else None
-        path = folder / f"seq-{index:03d}.swf"
+        start, path = int(found.group(1)) if found else None, folder / f"seq-{index:03d}.swf"
         write_swf(path, workload, comments=[f"hpcgym compare: sequence {index} of {source.name}, seed {seed}"
                                             + (f", jobs {start}..{start + len(workload) - 1}" if start is not None
                                                else "")])

@@ -97,8 +97,7 @@ def parse_policy(text: str) -> PolicySpec:
     options: dict[str, Any] = {}
     agents: list[AgentSpec] = []
     for item in split_items(spec):
-        kind_match = _KINDS_PREFIX.match(item)
-        lowered = item.lower()
+        kind_match, lowered = _KINDS_PREFIX.match(item), item.lower()
         if lowered in POLICIES:
             priority = _set_once("priority", priority, lowered, text)
         elif lowered in BACKFILL_MODES:
@@ -145,8 +144,7 @@ def parse_policy(text: str) -> PolicySpec:
 
 def _unread(item: str) -> str:
     """What to name in an unreadable item: in `sjf+eazy` the unknown `eazy`, with the closest known word."""
-    known = [*POLICIES, *BACKFILL_MODES, *BUILTIN_AGENTS]
-    words = [w.strip() for w in re.split(r"[,+]", item)]
+    known, words = [*POLICIES, *BACKFILL_MODES, *BUILTIN_AGENTS], [w.strip() for w in re.split(r"[,+]", item)]
     unknown = [w for w in words if w.lower() not in known]
     if len(words) == 1 or not unknown:
         return repr(item)

@@ -56,8 +56,7 @@ def summary_markdown(title: str, notes: list[str], policies: list[dict[str, Any]
         header += [f"{LABELS[key]}: mean / median", f"{LABELS[key]}: Δ vs baseline [95% CI]"]
     rows = []
     for p in policies:
-        row = stats[p["name"]]
-        cells = [p["name"], p["status"]]
+        row, cells = stats[p["name"]], [p["name"], p["status"]]
         for key in keys:
             cells += [f"{fmt(key, row[f'{key}_mean'])} / {fmt(key, row[f'{key}_median'])}", _diff_cell(key, row)]
         rows.append(cells)
@@ -214,8 +213,7 @@ class Panel:
 def write_curves(panels: list[Panel], path: Path, title: str = "", columns: int = 4, dpi: int = 100,
                  size: tuple[float, float] = (3.6, 2.7)) -> None:
     """Learning curves as one picture, `columns` panels of `size` inches a row (curve.png and docs/ figures)."""
-    plt = pyplot()
-    width = min(columns, max(1, len(panels)))
+    plt, width = pyplot(), min(columns, max(1, len(panels)))
     height = max(1, -(-len(panels) // width))
     fig, axes = plt.subplots(height, width, figsize=(size[0] * width, size[1] * height + 0.6), squeeze=False)
     for ax, panel in zip(axes.flat, panels):

@@ -114,8 +114,7 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
     if resuming and saved.get("fingerprint") != plan["fingerprint"]:
         raise ConfigError(f"{out} holds a different comparison (other policies, sequences or options); "
                           "resume it with the same options (or none), or use another --out")
-    baseline = c.baseline or c.policies[0].name
-    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    baseline, started = c.baseline or c.policies[0].name, time.strftime("%Y-%m-%dT%H:%M:%S%z")
     if resuming:
         sequences = saved["sequences"]
         for s in sequences:
@@ -129,8 +128,7 @@ def run_comparison(c: Comparison, *, resume: bool = False, force: bool = False) 
                 shutil.rmtree(out / name, ignore_errors=True)
             for name in ("run.json", "summary.md", "summary.csv", "latency.md", "latency.csv", "report.html"):
                 (out / name).unlink(missing_ok=True)
-        sequences = build_sequences(c.sequences, out / "sequences")
-        history = []
+        sequences, history = build_sequences(c.sequences, out / "sequences"), []
     # run.json's command is the one that started the comparison; every start and resume is in history
     first = history[0]["command"] if history else c.argv
     entry = {"started": started, "finished": None, "command": c.argv, "mode": c.mode, "executor": c.executor,

@@ -16,8 +16,7 @@ STATS = ("mean", "median", "diff", "ci_low", "ci_high", "win_rate")
 
 def bootstrap_ci(d: np.ndarray, resamples: int, seed: int) -> tuple[float, float]:
     """Percentile bootstrap 95% interval of the mean of `d`."""
-    d = np.asarray(d, dtype=np.float64)
-    rng = np.random.default_rng(seed)
+    d, rng = np.asarray(d, dtype=np.float64), np.random.default_rng(seed)
     idx = rng.integers(0, len(d), size=(resamples, len(d)))
     means = d[idx].mean(axis=1)
     low, high = np.percentile(means, [2.5, 97.5])

@@ -301,8 +301,7 @@ def run_protocol(policy: PolicySpec, task: dict[str, Any], trace: Path, tmp: Pat
                                  "options": {**_sim_options(policy, task), "policy": policy.priority}, "records": True}
         if kinds:
             reset["require"] = sorted(set(kinds), key=KINDS.index)
-        reply = conn.request(reset)
-        checked_dead = False
+        reply, checked_dead = conn.request(reset), False
         while reply["type"] == "pending":
             dead = [f"agent {spec.label} {gone} before the episode ended" for spec, p in agents if (gone := p.gone())]
             if dead and checked_dead:

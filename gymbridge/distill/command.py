@@ -145,8 +145,7 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
                    "flags here override them", err=True)
     episode = recipe_episode(recipe, kind=kind, encoder=encoder, options=given)
     kind, encoder, options = episode.get("kind"), episode.get("encoder"), episode.get("options", {})
-    kinds = tuple(kind.split("+")) if isinstance(kind, str) else kind
-    window = options.pop("window", 128)
+    kinds, window = tuple(kind.split("+")) if isinstance(kind, str) else kind, options.pop("window", 128)
     train, test = _workloads(trace, first, train_jobs, test_jobs, episode.get("workload", {}).get("cleaning", "hpcgym"))
     if records_path is not None:
         _clone_records(records_path, train, test, kinds, depth_list, relative, seed, out, options)
@@ -202,8 +201,7 @@ def distill(teacher, records_path, trace, first, train_jobs, test_jobs, kind, en
                 trees[(method, depth)] = done[-1].tree
     finally:
         bar.close()
-    files = _write_trees(trees, out)
-    shown = ("mean_wait", "mean_slowdown", "mean_bsld")
+    files, shown = _write_trees(trees, out), ("mean_wait", "mean_slowdown", "mean_bsld")
     teacher_row = {**{k: taught_test.summary[k] for k in shown},
                    "us_per_decision": 1e6 * taught_test.teacher_seconds / max(taught_test.decisions, 1)}
     with open(out / "iterations.csv", "w", newline="") as f:

@@ -11,15 +11,12 @@ def draw_tree(tree: TreeModel, path: str | Path, levels: int = 2, title: str | N
     """The first `levels` levels of `tree` to `path` (png, svg): each node's test or score, and its samples."""
     from ..compare.report import pyplot
 
-    plt = pyplot()
-
-    names = tree.features
+    plt, names = pyplot(), tree.features
     boxes: list[tuple[float, int, str]] = []
     links: list[tuple[float, int, float, int, str]] = []
 
     def place(node: int, depth: int, lo: float, hi: float) -> float:
-        x = (lo + hi) / 2
-        inner = tree.left[node] >= 0 and depth < levels
+        x, inner = (lo + hi) / 2, tree.left[node] >= 0 and depth < levels
         if inner:
             f = int(tree.feature[node])
             label = f"{names[f] if f < len(names) else f'x[{f}]'} <= {tree.threshold[node]:.3g}"

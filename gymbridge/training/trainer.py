@@ -178,8 +178,7 @@ class PhasedEnv(gym.Env):
     """One env per curriculum phase behind one env: `reset(options={"phase": name})` picks the episode's."""
 
     def __init__(self, envs: dict[str, gym.Env]) -> None:
-        self.envs = envs
-        first = next(iter(envs.values()))
+        self.envs, first = envs, next(iter(envs.values()))
         for name, env in envs.items():
             if env.observation_space != first.observation_space or env.action_space.n != first.action_space.n:
                 raise ConfigError(f"curriculum phase {name!r} has other observations or actions than the first "
@@ -252,8 +251,7 @@ class Trainer:
         if resume and ckpt_path is None:
             raise CheckpointError(f"nothing to resume: no epoch_*.pt checkpoint in {self.out}")
         if ckpt_path is not None:
-            ckpt = load_checkpoint(ckpt_path)
-            replay = ckpt_path.with_suffix(".replay.pt")
+            ckpt, replay = load_checkpoint(ckpt_path), ckpt_path.with_suffix(".replay.pt")
             if replay.exists():  # DQL's replay buffer, kept beside the newest checkpoint only
                 ckpt.state["extra"]["buffer"] = torch.load(replay, map_location="cpu", weights_only=True)
             if ckpt.algorithm != s.algorithm.lower():
@@ -358,8 +356,7 @@ class Trainer:
         return getattr(getattr(env, "encoder", None), "name", None), getattr(env, "window", None)
 
     def checkpoint(self) -> Checkpoint:
-        s = self.settings
-        env = self.envs[0].unwrapped
+        s, env = self.settings, self.envs[0].unwrapped
         env_info = {"workload": s.workload, "options": s.options, "reward": s.reward, "no_wait": s.no_wait,
                     "procs": getattr(getattr(env, "encoder", None), "procs", None),
                     "encoder_options": {"max_rejections": env.config.max_rejections, **s.encoder_options}
@@ -371,8 +368,7 @@ class Trainer:
 
     def save(self) -> Path:
         """epoch_NNNNNN.pt; a DQL replay buffer beside it (.replay.pt), the newest only: only a resume needs it."""
-        ckpt = self.checkpoint()
-        path = self.out / f"epoch_{self.epoch:06d}.pt"
+        ckpt, path = self.checkpoint(), self.out / f"epoch_{self.epoch:06d}.pt"
         buffer = ckpt.state.get("extra", {}).get("buffer")
         if buffer is not None:
             tmp = self.out / "replay.tmp"
@@ -407,8 +403,7 @@ class Trainer:
         from ..compare.policy import AgentSpec, PolicySpec, parse_policy
         from ..compare.runner import Comparison, run_comparison
 
-        s = self.settings
-        model = (self.out / "model.pt").resolve()
+        s, model = self.settings, (self.out / "model.pt").resolve()
         if not model.is_file():
             raise CheckpointError(f"no trained model at {model}: train first")
         workload = s.eval_workload or s.workload
@@ -469,8 +464,7 @@ def teacher_for(settings: TrainSettings):
     from ...agents.rl.imitation import teacher_labeller
     from ...agents.runtime import load_agent
 
-    agent = load_agent(settings.teacher)
-    kinds = settings.kind.split("+")
+    agent, kinds = load_agent(settings.teacher), settings.kind.split("+")
     if not set(kinds) & set(agent.kinds):
         raise ConfigError(f"teacher {settings.teacher} takes {'/'.join(agent.kinds)} decisions, the agent learns "
                           f"{settings.kind}: nothing to imitate; name a teacher of {settings.kind} decisions "
