@@ -375,8 +375,7 @@ class _AgentCommand(click.Command):
 @click.option("--online", is_flag=True,
               help="With --model: keep updating the policy while it serves (DRAS's dynamic mode; on-policy "
                    "checkpoints: pg, a2c, ppo). It samples its actions (on-policy data).")
-@click.option("--online-every", type=click.IntRange(min=1),
-              help="With --online: decisions per update [default: 1000].")
+@click.option("--online-every", type=click.IntRange(min=1), help="With --online: decisions per update [default: 1000].")
 @click.option("--online-lr", type=click.FloatRange(min=0, min_open=True),
               help="With --online: learning rate of the updates [default: the checkpoint's / 10].")
 @click.option("--online-save", type=click.Path(path_type=Path, dir_okay=False),

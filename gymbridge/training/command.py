@@ -97,8 +97,7 @@ REMAKE_MAY_CHANGE = RESUME_MAY_CHANGE - {"resume"} | {"seed"}
                    "(SchedInspector's code: 10 per job; pg and ppo).")
 @click.option("--epochs", type=click.IntRange(min=1), default=10, show_default=True,
               help="Train until this many epochs are done (with --resume: in all).")
-@click.option("--trajectories", type=click.IntRange(min=1), default=100, show_default=True,
-              help="Episodes per epoch.")
+@click.option("--trajectories", type=click.IntRange(min=1), default=100, show_default=True, help="Episodes per epoch.")
 @click.option("--envs", type=click.IntRange(min=1), default=8, show_default=True,
               help="Envs stepped together (one batched network call per round).")
 @click.option("--workers", type=int, default=1, show_default=True,
