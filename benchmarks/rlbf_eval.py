@@ -165,10 +165,10 @@ def fig1_markdown(data: dict) -> str:
     """The Fig. 1 study as a table: each estimate's mean bsld and its paired difference to exact run times."""
     lines = ["# RL backfilling Fig. 1: EASY with noisy estimates on SDSC-SP2 (benchmarks/rlbf_eval.py --fig1)", "",
              provenance_markdown(data["provenance"]), "",
-             f"{len(data['starts'])} disjoint windows of {data['jobs']:,} jobs and the whole trace "
-             f"({data['whole_jobs']:,} jobs); hpcgym's textbook EASY. Mean bsld over the windows, its paired "
-             "difference to exact run times with the bootstrap 95% CI, and the whole trace's difference; one "
-             "cell per noise seed.", "",
+             (f"{len(data['starts'])} disjoint windows of {data['jobs']:,} jobs and the whole trace "
+              f"({data['whole_jobs']:,} jobs); hpcgym's textbook EASY. Mean bsld over the windows, its paired "
+              "difference to exact run times with the bootstrap 95% CI, and the whole trace's difference; one "
+              "cell per noise seed."), "",
              "| base | estimate | noise seed | mean bsld | minus exact [95% CI] | whole trace | minus exact |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for base in BASES:

@@ -116,3 +116,22 @@ def test_a_rerun_writes_into_its_own_folder_and_finds_a_changed_number(tmp_path)
         result = rerun.rerun(committed, tmp_path / "rerun")
         assert result["identical"] is identical and json.loads(committed.read_text())["rows"] == rows
     assert result["differ"] == 1 and result["examples"] == [{"path": "/rows[1]", "committed": 2.25, "rerun": 2.0}]
+
+
+def test_fig1_holds_only_where_one_noisy_level_beats_exact_on_every_noise_seed():
+    """Fig. 1's rule: a noise seed holds for the FCFS ±E level most seeds hold for; two levels that
+    each beat exact on a different seed are not one level beating it on both."""
+    def cell(high: float) -> dict:
+        return {"diff": high - 1, "ci_low": high - 2, "ci_high": high, "whole_diff": 0.0}
+
+    def study(highs: dict[str, list[float]]) -> dict:
+        levels = {k: {str(n): cell(h) for n, h in enumerate(v)} for k, v in highs.items()}
+        return {"noise_seeds": [0, 1, 2], "fcfs": {**levels, "over-0.2": levels["noisy-0.2"]}, "sjf": levels}
+
+    rule = claims.by_seeds("below exact")
+    every = claims.fig1_noisy([study({"noisy-0.2": [-0.5, -0.1, -0.3], "noisy-1": [3.0, 3.0, 3.0]})])
+    # diffs -1.5, -1.1, -1.3: mean -1.3, sample sd 0.2
+    assert every.quote == "FCFS ±20% minus exact -1.30 ± 0.20 (-1.50..-1.10)"
+    assert rule(every)[0] == "reproduced"
+    split = claims.fig1_noisy([study({"noisy-0.2": [-0.5, 0.1, 0.1], "noisy-1": [0.1, -0.5, -0.5]})])
+    assert split.held == 2 and rule(split)[0] == "partly"
