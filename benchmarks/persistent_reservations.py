@@ -12,7 +12,8 @@ Two measurements:
   policy with EASY (FCFS/B among them), the DRAS baselines (the capacity knapsack, BinPacking,
   Random; no backfilling) and any trained DRAS checkpoints (`--agent NAME=PATH`, both levels),
   each under both rules (`--rules` picks one); per rule the mean over windows of mean wait, max
-  wait (all, small, large jobs) and mean bsld, and per policy the paired difference kept - re-made
+  wait (all, small, large jobs) and mean bsld (the JSON keeps each window's values too, for
+  pairings made later), and per policy the paired difference kept - re-made
   with a bootstrap 95% CI over the windows; `--versus NAME` adds each policy's paired difference
   to that one (e.g. `optimization`, DRAS's "outperforms optimization" claim).
 
@@ -171,7 +172,9 @@ def windows(args) -> tuple[str, dict]:
     versus = [f"| policy | reservation | " + " | ".join(f"{LABELS[m]}: - {args.versus} [95% CI]" for m in METRICS)
               + " |", "|---|---|" + "---|" * len(METRICS)]
     for name in specs:
-        entry = {"spec": specs[name], "mean": {}, "diff": {}, "versus": {}}
+        entry = {"spec": specs[name], "mean": {}, "diff": {}, "versus": {}, "windows": {  # NaN (no large job in a window) as null
+            rule: {m: [None if np.isnan(v) else v for v in vs] for m, vs in by_metric.items()}
+            for rule, by_metric in values[name].items()}}
         for rule in rules:
             entry["mean"][rule] = {m: float(np.nanmean(values[name][rule][m])) for m in METRICS}
             table.append(f"| {name} | {RULE_LABELS[rule]} | "

@@ -99,6 +99,25 @@ def test_rlbf_rows_read_the_paper_windows():
     assert waiting.text == claims.PENDING and claims.by_seeds("below EASY")(waiting)[0] == "pending"
 
 
+def test_dras_ranking_pairs_the_rules_by_window_within_a_seed():
+    """Every rule's waits are one curve shifted by a constant per rule and seed, so each seed's paired
+    difference is that constant on every window and its CI a point (hand-worked in the comments)."""
+    base = np.linspace(4.0, 6.0, 10)
+    def entry(offset: float) -> dict:
+        values = list(base + offset)
+        return {"mean": {"remade": {"mean_wait_h": float(np.mean(values))}}, "windows": {"remade": {"mean_wait_h": values}}}
+    policies = {"fcfs-easy": entry(2.0)}
+    for s in claims.SEEDS:
+        policies |= {f"ppo-s{s}": entry(0.0), f"a2c-s{s}": entry(1.0), f"pg-s{s}": entry(0.0 if s == 2 else 1.0),
+                     f"dql-s{s}": entry(3.0)}
+    ours = claims.dras_ranking("mean_wait_h")([{"policies": policies}])
+    # seeds 0, 1: (0 + 1) / 2 - (1 + 3) / 2 = -1.5; seed 2: 0.5 - 1.5 = -1.0
+    assert ours.parts[-1] == "(PPO+A2C)/2 - (PG+DQL)/2 per seed -1.5 [-1.5, -1.5], -1.5 [-1.5, -1.5], -1.0 [-1.0, -1.0]"
+    assert ours.held == 3 and ours.parts[0] == "PPO 5.00 ± 0.00 (5.00..5.00)" and "FCFS/B 7.00" in ours.text
+    policies["dql-s1"] = entry(-1.0)  # seed 1: (0 + 1) / 2 - (1 - 1) / 2 = +0.5: PG and DQL ahead
+    assert claims.dras_ranking("mean_wait_h")([{"policies": policies}]).held == 2
+
+
 def test_a_rerun_writes_into_its_own_folder_and_finds_a_changed_number(tmp_path):
     """benchmarks/rerun.py runs a file's recorded command with its output sent elsewhere (the
     committed file stays as it was) and compares every number but timings and provenance."""
