@@ -117,8 +117,10 @@ def validation_curve(run_dir: Path, args, every: int = 1) -> list[dict[str, floa
         with open(cache, newline="") as f:
             return [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
     from hpcgym.agents.rl.checkpoint import load_checkpoint
+    from hpcgym.agents.runtime import serve_on_one_thread
     from hpcgym.gymbridge.training.trainer import TrainSettings, make_env
 
+    serve_on_one_thread()  # one decision at a time: on a busy machine two threads made it 27x slower
     rows = []
     for path in sorted(p for p in run_dir.glob("epoch_*.pt")
                        if p.stem[len("epoch_"):].isdigit() and int(p.stem[len("epoch_"):]) % every == 0):
