@@ -221,7 +221,7 @@ def dras_ranking(metric: str) -> Reader:
             low, high = bootstrap_ci(d, 10_000, 7)
             cells.append(ours.ci(float(d.mean()), low, high))
             ours.held += high < 0
-        ours.parts.append("(PPO+A2C)/2 - (PG+DQL)/2 per seed " + ", ".join(cells))
+        ours.parts.append("PPO and A2C's mean minus PG and DQL's, per seed " + ", ".join(cells))
         return ours
     return read
 
