@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 import numpy as np
-from hpcgym.gymbridge.compare.stats import bootstrap_ci
-from paper_runs import ROOT, spread
+from paper_runs import ROOT, paired, spread
 from rlbf_eval import PAPER_TABLE4 as RLBF_TABLE4
 from rlschert_eval import PAPER_TABLE9
 from schedinspector_eval import PAPER_TABLE4 as SI_TABLE4
@@ -216,11 +215,9 @@ def dras_ranking(metric: str) -> Reader:
         ours.parts.append(f"FCFS/B {ours.num(policies['fcfs-easy']['mean']['remade'][metric])}")
         cells = []
         for s in SEEDS:
-            ahead = (windows[f"ppo-s{s}"] + windows[f"a2c-s{s}"]) / 2
-            d = ahead - (windows[f"pg-s{s}"] + windows[f"dql-s{s}"]) / 2
-            low, high = bootstrap_ci(d, 10_000, 7)
-            cells.append(ours.ci(float(d.mean()), low, high))
-            ours.held += high < 0
+            diff = paired((windows[f"ppo-s{s}"] + windows[f"a2c-s{s}"]) / 2, (windows[f"pg-s{s}"] + windows[f"dql-s{s}"]) / 2)
+            cells.append(ours.ci(diff["mean"], diff["ci_low"], diff["ci_high"]))
+            ours.held += diff["ci_high"] < 0
         ours.parts.append("PPO and A2C's mean minus PG and DQL's, per seed " + ", ".join(cells))
         return ours
     return read
@@ -256,10 +253,9 @@ def rlbf_seed_set(files: list[dict], windows: str, base: str = "EASY") -> Ours:
     ours.parts.append(f"{base} {ours.num(totals[0]['mean_bsld_easy'])}")
     cells = []
     for t in totals:
-        d = np.asarray(t["bsld_rl"]) - np.asarray(t["bsld_easy"])
-        low, high = bootstrap_ci(d, 10_000, 7)
-        cells.append(ours.ci(float(d.mean()), low, high))
-        ours.held += high < 0
+        diff = paired(t["bsld_rl"], t["bsld_easy"])
+        cells.append(ours.ci(diff["mean"], diff["ci_low"], diff["ci_high"]))
+        ours.held += diff["ci_high"] < 0
     ours.parts.append("per seed " + ", ".join(cells))
     return ours
 

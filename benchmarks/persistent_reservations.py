@@ -37,14 +37,13 @@ from types import SimpleNamespace
 import numpy as np
 
 from dras_eval import DEFAULT_TRACE, HPCGYM, LARGE_SHARE, read_jobs, run, validation_curve
-from paper_runs import chosen
+from paper_runs import chosen, paired
 from hpcgym.agents.base import Agent
 from hpcgym.agents.runtime import load_agent
 from hpcgym.environment.config import SimConfig
 from hpcgym.environment.priorities import POLICIES
 from hpcgym.environment.simulator import simulate
 from hpcgym.environment.spec import load_workload
-from hpcgym.gymbridge.compare.stats import bootstrap_ci
 from hpcgym.gymbridge.compare.report import Panel, write_curves
 from hpcgym.gymbridge.provenance import provenance, provenance_markdown
 
@@ -202,14 +201,6 @@ def windows(args) -> tuple[str, dict]:
            "CI, 10,000 resamples, seed 7):", "", *versus] if args.versus else []),
         "", f"_{seconds:.0f} s for the comparison (`hpcgym compare`, {args.workers} worker(s))._"]) + "\n"
     return text, results
-
-
-def paired(values: list[float], reference: list[float]) -> dict[str, float | int]:
-    """values - reference, paired by window (windows where either is NaN left out), with its CI."""
-    d = np.asarray(values) - np.asarray(reference)
-    d = d[~np.isnan(d)]
-    low, high = bootstrap_ci(d, 10_000, 7)
-    return {"mean": float(d.mean()), "ci_low": low, "ci_high": high, "pairs": int(len(d))}
 
 
 def fmt(diff: dict[str, float | int]) -> str:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from paper_runs import (HPCGYM, TRACES_DIR, argument_parser, chosen, compare, epoch_seconds, loaded, results_provenance,
-                        run)
+from paper_runs import (HPCGYM, TRACES_DIR, argument_parser, chosen, compare, epoch_seconds, loaded, paired,
+                        results_provenance, run)
 
 from hpcgym.environment.spec import WorkloadCache
 from hpcgym.gymbridge.compare.report import Panel, write_curves
@@ -120,7 +120,6 @@ def fig1(args) -> dict:
     10,000 resamples, seed 7, as the ledger's other RL backfilling rows)."""
     from hpcgym.environment.simulator import simulate
     from hpcgym.environment.spec import WorkloadSpec, sim_config
-    from hpcgym.gymbridge.compare.stats import bootstrap_ci
 
     trace = str(trace_path(args.out, "SDSC-SP2"))
     whole = WORKLOADS.load(WorkloadSpec(trace=trace).for_episode(0))
@@ -140,10 +139,9 @@ def fig1(args) -> dict:
         return {"windows": values[:-1], "whole": values[-1]}
 
     def versus(run: dict, exact: dict) -> dict:
-        d = np.asarray(run["windows"]) - np.asarray(exact["windows"])
-        low, high = bootstrap_ci(d, 10_000, 7)
-        return {**run, "mean": float(np.mean(run["windows"])), "diff": float(d.mean()), "ci_low": low, "ci_high": high,
-                "whole_diff": run["whole"] - exact["whole"]}
+        diff = paired(run["windows"], exact["windows"])
+        return {**run, "mean": float(np.mean(run["windows"])), "diff": diff["mean"], "ci_low": diff["ci_low"],
+                "ci_high": diff["ci_high"], "whole_diff": run["whole"] - exact["whole"]}
 
     result = {"trace": TRACES["SDSC-SP2"], "jobs": args.jobs, "starts": starts, "whole_jobs": len(whole),
               "errors": list(FIG1_ERRORS), "noise_seeds": noise_seeds,
