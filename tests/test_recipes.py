@@ -12,7 +12,8 @@ preset takes GAE lambda 1 instead of the code's 0.97 (main, commit f4fc542), so 
 say 1.0; and RLSchert's episodes are cut at 20,000 decisions instead of 3,000, with a kill prior on
 its kill kinds (initial_bias: kill slots at ln(0.001 / 0.999 / 8) = -8.986, the rest 0; docs/rlschert.md,
 "Why the kill agents stalled"); and the DQL recipes (dras:dql, irl) name n_step 1, the one-step
-DQN rule they always had, since plain DQL's default became Monte Carlo targets; and RLSchert's
+DQN rule they always had, since plain DQL's default became Monte Carlo targets; and dras:ppo names
+the 8 PPO passes it always made, since plain PPO's default became 3 (issue 46); and RLSchert's
 select and select_kill runs see the queue window too (encoder jobs+rlschert+nodes: with
 rlschert+nodes they chose queue slots without seeing the jobs in them). A change to a preset
 shows up here and is made on purpose.
@@ -267,6 +268,20 @@ def test_a_run_recorded_before_a_config_field_existed_is_remade_as_it_was_traine
     assert "n_step" not in load_checkpoint(teacher).trainer["settings"]["config"]  # the record predates it
     assert load_checkpoint(teacher).build().config.n_step == 1
     assert settings_of(["--recipe", str(teacher), "--seed", "1"], with_trace=False)["config"]["n_step"] == 1
+
+
+def test_a_run_of_a_changed_default_records_it_so_its_remake_keeps_it(tmp_path):
+    """PPO's passes per update fell from 8 to 3 (issue 46): a run recorded without the field made 8, so a
+    remake reads it so; a run started since records its 3, or its remake would make 8."""
+    pytest.importorskip("torch")
+    from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
+
+    old = TrainSettings.from_json(TrainSettings(algorithm="ppo", config={"clip": 0.1}).to_json())
+    assert old.config == {"update_epochs": 8, "clip": 0.1}
+    new = Trainer(TrainSettings(algorithm="ppo", config={"clip": 0.1}), tmp_path).settings
+    assert TrainSettings.from_json(new.to_json()).config == {"update_epochs": 3, "clip": 0.1}
+    given = Trainer(TrainSettings(algorithm="ppo", config={"update_epochs": 5}), tmp_path).settings
+    assert given.config == {"update_epochs": 5}
 
 @pytest.mark.parametrize("content, words", [(None, "no such file"), ("[1, 2]", "records no training run"),
                                             ("{not json", "not a JSON results file")])

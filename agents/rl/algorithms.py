@@ -26,3 +26,11 @@ def recorded_config(algorithm: str, values: dict[str, Any] | None) -> dict[str, 
     """A config map as a run recorded it, with each field added since set to what that run did
     (`Config.RECORDED_BEFORE`), not to today's default: a resume or remake trains as it did."""
     return {**getattr(get_algorithm(algorithm).Config, "RECORDED_BEFORE", {}), **(values or {})}
+
+
+def config_to_record(algorithm: str, values: dict[str, Any] | None) -> dict[str, Any]:
+    """`values` with each `Config.RECORDED_BEFORE` field that is not given set to today's default, as a run records its
+    config: a later remake must not take a run of today's default for one from before that default."""
+    cls = get_algorithm(algorithm).Config
+    defaults = cls()
+    return {**{name: getattr(defaults, name) for name in getattr(cls, "RECORDED_BEFORE", {})}, **(values or {})}

@@ -34,11 +34,12 @@ class MLP(nn.Module):
             width = h
         layers.append(_init(nn.Linear(width, out), out_gain))
         self.body = nn.Sequential(*layers)
+        self.layers = tuple(layers[1:])   # what forward calls (slicing `body` builds a new Sequential each time)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """The layers' functions called directly: the same numbers, without each module call's hook checks."""
         h = obs.flatten(1)
-        for layer in self.body[1:]:
+        for layer in self.layers:
             h = nn.functional.linear(h, layer.weight, layer.bias) if isinstance(layer, nn.Linear) else layer.forward(h)
         return h
 

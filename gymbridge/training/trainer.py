@@ -230,6 +230,9 @@ class Trainer:
                  env_fn: Callable[[int], Any] | None = None, progress: bool | None = None,
                  log: Callable[[str], None] | None = None, workers: int = 1, executor: str = "local",
                  address: str | None = None, worker_timeout: float = 600.0, threads: int | None = None) -> None:
+        from ...agents.rl.algorithms import config_to_record
+
+        settings.config = config_to_record(settings.algorithm, settings.config)
         self.settings, self.out, self.device, self.progress = settings, Path(out), device, progress
         self.threads = threads   # the learner's torch threads at most (None: torch's setting, untouched)
         self.workers, self.executor, self.address, self.worker_timeout = workers, executor, address, worker_timeout
