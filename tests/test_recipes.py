@@ -13,7 +13,8 @@ say 1.0; and RLSchert's episodes are cut at 20,000 decisions instead of 3,000, w
 its kill kinds (initial_bias: kill slots at ln(0.001 / 0.999 / 8) = -8.986, the rest 0; docs/rlschert.md,
 "Why the kill agents stalled"); and the DQL recipes (dras:dql, irl) name n_step 1, the one-step
 DQN rule they always had, since plain DQL's default became Monte Carlo targets; and dras:ppo names
-the 8 PPO passes it always made, since plain PPO's default became 3 (issue 46); and RLSchert's
+the 8 PPO passes it always made, since plain PPO's default became 3, and plain PPO steps 32 envs
+together instead of 8 (issue 46); and RLSchert's
 select and select_kill runs see the queue window too (encoder jobs+rlschert+nodes: with
 rlschert+nodes they chose queue slots without seeing the jobs in them). A change to a preset
 shows up here and is made on purpose.
@@ -100,6 +101,9 @@ def test_recipes_train_with_the_settings_the_presets_gave(settings_of, case):
     if case in ("rlschert-select", "rlschert-select_kill"):  # the queue window joined their observation
         assert before["encoder"] == "rlschert+nodes" and settings["encoder"] == "jobs+rlschert+nodes"
         before["encoder"] = settings["encoder"]
+    if case == "ppo":  # plain PPO steps 32 envs together since issue 46 (the recipes keep 8)
+        assert (before["envs"], settings["envs"]) == (8, 32)
+        before["envs"] = settings["envs"]
     assert settings == before
 
 
@@ -116,6 +120,12 @@ def test_cleaning_and_encoder_options_reach_the_settings(settings_of, tmp_path):
     result = CliRunner().invoke(main, ["train", "ppo", "--cleaning", "rlbf-scw", "--out", str(tmp_path / "x"),
                                        "--no-progress"])
     assert result.exit_code == 2 and "--cleaning is a rule for cleaning an SWF trace: give --trace" in result.output
+
+
+def test_envs_default_to_the_runs_own_count_and_the_flag_wins(settings_of):
+    assert [settings_of(args)["envs"] for args in (["ppo"], ["pg"], ["a2c"], ["dql"], ["rlbf"], ["dras-ppo"])] == \
+        [32, 32, 8, 8, 8, 8]
+    assert settings_of(["ppo", "--envs", "4"])["envs"] == 4 and settings_of(["rlbf", "--envs", "16"])["envs"] == 16
 
 
 def test_recipe_option_is_the_same_run_as_the_older_spelling(settings_of):

@@ -115,7 +115,7 @@ class Algorithm:
     def scores(self, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Masked action scores (logits or Q-values; -inf where invalid) for a batch."""
         net = self.acting_network()
-        return net.scores(self.tensor(obs), self.tensor(mask, torch.bool)).float().cpu().numpy()
+        return net.scores(self.tensor(obs), np.asarray(mask)).float().cpu().numpy()
 
     def act(self, obs: np.ndarray, mask: np.ndarray, greedy: bool = True,
             rng: np.random.Generator | None = None) -> np.ndarray:
