@@ -5,8 +5,8 @@ in-process env, the ratio issue 46 asks to be at least 0.5.
     taskset -c 1 python benchmarks/ppo_epoch.py --trace lublin_256.swf.gz --rounds 3
 
 Each round plays `--env-steps` bare env steps (masked random actions, jobs+nodes encoder, no
-backfilling: env_steps.py's first row) and then one fresh training epoch (the CLI's defaults: 8
-envs, EASY backfilling, jobs+nodes, mlp), alternately, so a shared machine's drift falls on both;
+backfilling: env_steps.py's first row) and then one fresh training epoch (the CLI's defaults for
+plain PPO: 32 envs, 3 passes, EASY backfilling, jobs+nodes, mlp), alternately, so a shared machine's drift falls on both;
 times are CPU seconds of this process (one torch thread). Prints each round and the medians.
 """
 
@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from env_steps import masked_uniform
 
 from hpcgym.gymbridge import make
+from hpcgym.gymbridge.training.settings import PLAIN_ENVS
 from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
 
 
@@ -57,7 +58,7 @@ def epoch(settings: TrainSettings) -> dict[str, float]:
 @click.option("--trace", default=None, help="SWF trace (a path or a name in $HPCGYM_TRACES; default: generated Lublin).")
 @click.option("--jobs", type=click.IntRange(min=2), default=256, show_default=True)
 @click.option("--trajectories", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--envs", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--envs", type=click.IntRange(min=1), default=PLAIN_ENVS["ppo"], show_default=True)
 @click.option("--env-steps", type=click.IntRange(min=1), default=20_000, show_default=True)
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
 def main(trace, jobs, trajectories, envs, env_steps, rounds) -> None:
