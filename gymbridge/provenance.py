@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import shlex
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+#: Libraries whose version a result records when they are loaded (their kernels round sums their own way).
+NUMERIC = ("numpy", "torch", "sklearn", "numba")
 #: The checkout hpcgym runs from (the folder above gymbridge/); paths inside it are recorded relative to it.
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,12 +62,15 @@ def command_line(argv: Sequence[str] | None = None) -> str:
 def provenance(settings: Mapping[str, Any] | None = None, checkpoints: Iterable[str | os.PathLike] = (),
                argv: Sequence[str] | None = None) -> dict[str, Any]:
     """The `provenance` block of a result file: commit, command, folder, settings, sha256 of each checkpoint
-    named (a path or `model:PATH`), and torch's thread count (float sums, hence greedy picks, depend on it)."""
+    named (a path or `model:PATH`), the versions of Python and of the numeric libraries loaded, and torch's thread
+    count (float sums, hence greedy picks, depend on the last two)."""
     files = [f for f in map(_file_of, dict.fromkeys(map(str, checkpoints))) if f is not None]
     hashes = {shown_path(f): sha256_file(f) for f in files}
     block: dict[str, Any] = {"commit": git_commit(), "command": command_line(argv), "cwd": shown_path(os.getcwd()),
                              "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                              "settings": dict(settings or {}), "checkpoints": hashes}
+    block["versions"] = {"python": platform.python_version(),
+                         **{name: sys.modules[name].__version__ for name in NUMERIC if name in sys.modules}}
     torch = sys.modules.get("torch")
     if torch is not None:
         block["torch_threads"] = torch.get_num_threads()

@@ -42,3 +42,13 @@ def test_provenance_hashes_the_checkpoint_an_agent_spec_names_and_skips_built_in
 def test_a_script_command_is_written_as_typed_again_with_quoting():
     line = command_line([str(ROOT / "benchmarks" / "rlbf_eval.py"), "--traces", "SDSC-SP2", "--out", "a b"])
     assert line == "python benchmarks/rlbf_eval.py --traces SDSC-SP2 --out 'a b'"
+
+
+def test_provenance_names_the_versions_of_the_numeric_libraries_loaded():
+    import platform
+
+    import numpy
+
+    versions = provenance()["versions"]
+    assert versions["python"] == platform.python_version() and versions["numpy"] == numpy.__version__
+    assert set(versions) <= {"python", "numpy", "torch", "sklearn", "numba"}
