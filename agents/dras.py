@@ -8,13 +8,12 @@ from .recipe import Recipe
 #: What `hpcgym train dras-ALGO` (`dras:ALGO`) sets unless a flag says otherwise (docs/dras.md gives
 #: each value's source; the discount 0.95 is ours, the paper gives none).
 _CONFIG = {"net": "dras", "lr": 1e-3, "gamma": 0.95}
-#: Per update rule: DQL's (docs/dras.md); PPO's 8 passes, its default when the committed DRAS-PPO runs were made.
-_RULE_CONFIG = {"dql": {"eps_decay": 0.995, "train_freq": 10, "n_step": 1}, "ppo": {"update_epochs": 8}}
 RECIPE = Recipe(
     name="dras", summary="DRAS (Fan et al.): two levels, select then backfill, DRAS's state, network and capacity "
                          "reward, a sampled/real/synthetic curriculum; variants: the update rule (docs/dras.md)",
     kind="select+backfill", encoder="dras", window=50, no_wait=True, reward="dras_capacity", config=_CONFIG,
     curriculum="sampled,real,synthetic", variant="ppo",
-    variants={algorithm: {"algorithm": algorithm, "config": {**_CONFIG, **_RULE_CONFIG.get(algorithm, {})}}
-              for algorithm in ("pg", "a2c", "ppo", "dql")})
+    variants={algorithm: {"algorithm": algorithm, "config": {**_CONFIG, **(
+        {"eps_decay": 0.995, "train_freq": 10, "n_step": 1} if algorithm == "dql" else {})}}
+        for algorithm in ("pg", "a2c", "ppo", "dql")})
 

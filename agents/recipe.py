@@ -31,7 +31,6 @@ class Recipe:
     no_wait: bool = False
     jobs: int = 256
     trajectories: int = 100
-    envs: int = 8                    # envs stepped together (a PPO update's batch order follows them)
     options: Mapping[str, Any] = field(default_factory=lambda: {"backfill": "easy"})
     workload: Mapping[str, Any] = field(default_factory=dict)
     first_jobs: int | None = None

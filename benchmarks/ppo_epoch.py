@@ -5,8 +5,8 @@ in-process env, the ratio issue 46 asks to be at least 0.5.
     taskset -c 1 python benchmarks/ppo_epoch.py --trace lublin_256.swf.gz --rounds 3
 
 Each round plays `--env-steps` bare env steps (masked random actions, jobs+nodes encoder, no
-backfilling: env_steps.py's first row) and then one fresh training epoch (the CLI's defaults for
-plain PPO: 32 envs, 3 passes, EASY backfilling, jobs+nodes, mlp), alternately, so a shared machine's drift falls on both;
+backfilling: env_steps.py's first row) and then one fresh training epoch (the CLI's defaults: 8
+envs, EASY backfilling, jobs+nodes, mlp; --envs and --set change them), alternately, so a shared machine's drift falls on both;
 times are CPU seconds of this process (one torch thread). Prints each round and the medians.
 """
 
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from env_steps import masked_uniform
 
 from hpcgym.gymbridge import make
-from hpcgym.gymbridge.training.settings import PLAIN_ENVS
+from hpcgym.gymbridge.training.settings import key_values
 from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
 
 
@@ -58,10 +58,11 @@ def epoch(settings: TrainSettings) -> dict[str, float]:
 @click.option("--trace", default=None, help="SWF trace (a path or a name in $HPCGYM_TRACES; default: generated Lublin).")
 @click.option("--jobs", type=click.IntRange(min=2), default=256, show_default=True)
 @click.option("--trajectories", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--envs", type=click.IntRange(min=1), default=PLAIN_ENVS["ppo"], show_default=True)
+@click.option("--envs", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--env-steps", type=click.IntRange(min=1), default=20_000, show_default=True)
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True)
-def main(trace, jobs, trajectories, envs, env_steps, rounds) -> None:
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="A PPO config option, e.g. update_epochs=8.")
+def main(trace, jobs, trajectories, envs, env_steps, rounds, sets) -> None:
     """Steps per CPU second of a PPO epoch over those of the bare env."""
     torch.set_num_threads(1)
     workload = {"jobs": jobs, "sample": True, **({"trace": trace} if trace else {})}
@@ -70,7 +71,8 @@ def main(trace, jobs, trajectories, envs, env_steps, rounds) -> None:
     _, info = env.reset(seed=0)
     _, info = env_rate(env, rng, info, 1000)   # warm-up
     settings = TrainSettings(workload=workload, options={"backfill": "easy", "window": 128, "policy": "fcfs"},
-                             epochs=1, trajectories=trajectories, envs=envs, eval_episodes=0)
+                             epochs=1, trajectories=trajectories, envs=envs, eval_episodes=0,
+                             config=key_values(sets, "--set", "a PPO option, e.g. update_epochs=8"))
     ratios = []
     for r in range(rounds):
         rate, info = env_rate(env, rng, info, env_steps)

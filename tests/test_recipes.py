@@ -12,9 +12,7 @@ preset takes GAE lambda 1 instead of the code's 0.97 (main, commit f4fc542), so 
 say 1.0; and RLSchert's episodes are cut at 20,000 decisions instead of 3,000, with a kill prior on
 its kill kinds (initial_bias: kill slots at ln(0.001 / 0.999 / 8) = -8.986, the rest 0; docs/rlschert.md,
 "Why the kill agents stalled"); and the DQL recipes (dras:dql, irl) name n_step 1, the one-step
-DQN rule they always had, since plain DQL's default became Monte Carlo targets; and dras:ppo names
-the 8 PPO passes it always made, since plain PPO's default became 3, and plain PPO steps 32 envs
-together instead of 8 (issue 46); and RLSchert's
+DQN rule they always had, since plain DQL's default became Monte Carlo targets; and RLSchert's
 select and select_kill runs see the queue window too (encoder jobs+rlschert+nodes: with
 rlschert+nodes they chose queue slots without seeing the jobs in them). A change to a preset
 shows up here and is made on purpose.
@@ -101,9 +99,6 @@ def test_recipes_train_with_the_settings_the_presets_gave(settings_of, case):
     if case in ("rlschert-select", "rlschert-select_kill"):  # the queue window joined their observation
         assert before["encoder"] == "rlschert+nodes" and settings["encoder"] == "jobs+rlschert+nodes"
         before["encoder"] = settings["encoder"]
-    if case == "ppo":  # plain PPO steps 32 envs together since issue 46 (the recipes keep 8)
-        assert (before["envs"], settings["envs"]) == (8, 32)
-        before["envs"] = settings["envs"]
     assert settings == before
 
 
@@ -120,12 +115,6 @@ def test_cleaning_and_encoder_options_reach_the_settings(settings_of, tmp_path):
     result = CliRunner().invoke(main, ["train", "ppo", "--cleaning", "rlbf-scw", "--out", str(tmp_path / "x"),
                                        "--no-progress"])
     assert result.exit_code == 2 and "--cleaning is a rule for cleaning an SWF trace: give --trace" in result.output
-
-
-def test_envs_default_to_the_runs_own_count_and_the_flag_wins(settings_of):
-    assert [settings_of(args)["envs"] for args in (["ppo"], ["pg"], ["a2c"], ["dql"], ["rlbf"], ["dras-ppo"])] == \
-        [32, 32, 8, 8, 8, 8]
-    assert settings_of(["ppo", "--envs", "4"])["envs"] == 4 and settings_of(["rlbf", "--envs", "16"])["envs"] == 16
 
 
 def test_recipe_option_is_the_same_run_as_the_older_spelling(settings_of):
@@ -280,18 +269,17 @@ def test_a_run_recorded_before_a_config_field_existed_is_remade_as_it_was_traine
     assert settings_of(["--recipe", str(teacher), "--seed", "1"], with_trace=False)["config"]["n_step"] == 1
 
 
-def test_a_run_of_a_changed_default_records_it_so_its_remake_keeps_it(tmp_path):
-    """PPO's passes per update fell from 8 to 3 (issue 46): a run recorded without the field made 8, so a
-    remake reads it so; a run started since records its 3, or its remake would make 8."""
+def test_a_run_started_today_records_the_default_an_older_record_lacks(tmp_path):
+    """A record without `n_step` is remade with the one-step rule of its time (above); so a plain DQL run
+    started today must record its own default, Monte Carlo returns (None), or its remake would train with
+    one-step targets (it did, before issue 46's review)."""
     pytest.importorskip("torch")
     from hpcgym.gymbridge.training.trainer import Trainer, TrainSettings
 
-    old = TrainSettings.from_json(TrainSettings(algorithm="ppo", config={"clip": 0.1}).to_json())
-    assert old.config == {"update_epochs": 8, "clip": 0.1}
-    new = Trainer(TrainSettings(algorithm="ppo", config={"clip": 0.1}), tmp_path).settings
-    assert TrainSettings.from_json(new.to_json()).config == {"update_epochs": 3, "clip": 0.1}
-    given = Trainer(TrainSettings(algorithm="ppo", config={"update_epochs": 5}), tmp_path).settings
-    assert given.config == {"update_epochs": 5}
+    assert TrainSettings.from_json(TrainSettings(algorithm="dql").to_json()).config == {"n_step": 1}
+    today = Trainer(TrainSettings(algorithm="dql", config={"lr": 0.01}), tmp_path).settings
+    assert TrainSettings.from_json(today.to_json()).config == {"n_step": None, "lr": 0.01}
+    assert Trainer(TrainSettings(algorithm="dql", config={"n_step": 3}), tmp_path).settings.config == {"n_step": 3}
 
 @pytest.mark.parametrize("content, words", [(None, "no such file"), ("[1, 2]", "records no training run"),
                                             ("{not json", "not a JSON results file")])

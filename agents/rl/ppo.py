@@ -4,7 +4,6 @@ options their runs need: imitation (RLSchert), a Monte Carlo critic target, sepa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -22,7 +21,7 @@ class PPOConfig(PolicyNetworkConfig):
     gamma: float = 1.0
     gae_lambda: float = 0.97
     clip: float = 0.2
-    update_epochs: int = 3          # passes over the collected batch (8 before issue 46: docs/performance.md)
+    update_epochs: int = 8          # passes over the collected batch
     value_epochs: int | None = None  # separate value passes after the policy's (None: one summed loss)
     minibatch_size: int = 1024
     vf_coef: float = 0.5
@@ -34,8 +33,6 @@ class PPOConfig(PolicyNetworkConfig):
     imitation_epochs: int = 1       # update epochs over which alpha_t falls linearly to 0
     pretrain_epochs: int = 0        # update epochs of imitation alone before PPO (0: none)
     value_target: str = "gae"       # the critic's target: "gae" (A + V_old) or "monte_carlo" (the return)
-    # runs recorded before the default fell to 3 passes (issue 46) made 8
-    RECORDED_BEFORE: ClassVar[dict[str, Any]] = {"update_epochs": 8}
 
     def __post_init__(self) -> None:
         if isinstance(self.imitation_coef, bool) or not isinstance(self.imitation_coef, (int, float)) \

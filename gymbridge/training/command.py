@@ -98,9 +98,8 @@ REMAKE_MAY_CHANGE = RESUME_MAY_CHANGE - {"resume"} | {"seed"}
 @click.option("--epochs", type=click.IntRange(min=1), default=10, show_default=True,
               help="Train until this many epochs are done (with --resume: in all).")
 @click.option("--trajectories", type=click.IntRange(min=1), default=100, show_default=True, help="Episodes per epoch.")
-@click.option("--envs", type=click.IntRange(min=1),
-              help="Envs stepped together (one batched network call per round; default 32 for plain pg and ppo, "
-                   "8 otherwise).")
+@click.option("--envs", type=click.IntRange(min=1), default=8, show_default=True,
+              help="Envs stepped together (one batched network call per round).")
 @click.option("--workers", type=int, default=1, show_default=True,
               help="Rollout worker processes, each with --envs envs and a CPU copy of the policy, playing whole "
                    "episodes while this process updates (1: all in this process).")

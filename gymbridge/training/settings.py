@@ -22,10 +22,7 @@ BASE_ALGORITHMS = ("pg", "a2c", "ppo", "dql")
 ALGORITHMS = (*BASE_ALGORITHMS, *TRAIN_ALIASES, *RECIPES)
 #: The flags a recipe sets (besides those of its config), by the command's parameter names.
 RECIPE_FLAGS = {"kind": "kind", "window": "window", "reward": "reward", "n_jobs": "jobs",
-                "trajectories": "trajectories", "envs": "envs", "policy": "policy"}
-#: Envs stepped together by plain PG and PPO, which learn from whole episodes in a shuffled batch: 32 rows a network
-#: call cost a third less a step than 8 (docs/performance.md, issue 46); the recipes keep the 8 their runs were made with.
-PLAIN_ENVS = {"pg": 32, "ppo": 32}
+                "trajectories": "trajectories", "policy": "policy"}
 #: Config keys with flags of their own.
 CONFIG_FLAGS = ("net", "hidden", "lr", "gamma")
 
@@ -66,8 +63,7 @@ def train_recipe(algorithm: str | None, recipe: str | None, semantics: str | Non
             if base is not None or semantics is not None:
                 raise ConfigError(f"--base and --semantics belong to the recipes ({', '.join(RECIPES)}), not to "
                                   f"plain {algorithm}")
-            return Recipe(name=algorithm, summary=f"plain {algorithm}", algorithm=algorithm,
-                          envs=PLAIN_ENVS.get(algorithm, Recipe.envs))
+            return Recipe(name=algorithm, summary=f"plain {algorithm}", algorithm=algorithm)
         named = get_recipe(recipe)
         if named.algorithm != algorithm:
             raise ConfigError(f"recipe {named.full_name} trains with {named.algorithm}, not {algorithm}: "
@@ -98,7 +94,7 @@ def train_settings(recipe: Recipe, flags: dict[str, Any], given: set[str], label
         options=training_options(recipe, flags, given), reward=recipe.reward,
         encoder=flags["encoder"] or recipe.encoder_for(kind), encoder_options=encoder_options(flags),
         config=algorithm_config(recipe, flags, teacher, kind, recipe.window), epochs=flags["epochs"],
-        trajectories=recipe.trajectories, envs=recipe.envs, seed=flags["seed"],
+        trajectories=recipe.trajectories, envs=flags["envs"], seed=flags["seed"],
         checkpoint_every=flags["checkpoint_every"], eval_episodes=flags["eval_episodes"],
         no_wait=not flags["allow_wait"] if "allow_wait" in given else recipe.no_wait,
         max_steps=flags["max_steps"] or recipe.max_steps, discard_after=flags["discard_after"],
