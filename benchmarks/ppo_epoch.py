@@ -6,8 +6,9 @@ in-process env, the ratio issue 46 asks to be at least 0.5.
 
 Each round plays `--env-steps` bare env steps (masked random actions, jobs+nodes encoder, no
 backfilling: env_steps.py's first row) and then one fresh training epoch (the CLI's defaults: 8
-envs, EASY backfilling, jobs+nodes, mlp; --envs and --set change them), alternately, so a shared machine's drift falls on both;
-times are CPU seconds of this process (one torch thread). Prints each round and the medians.
+envs, EASY backfilling, jobs+nodes, mlp; `--envs` and `--set` change them), alternately, so a
+shared machine's drift falls on both; times are CPU seconds of this process (one torch thread).
+Prints each round and the medians.
 """
 
 from __future__ import annotations
