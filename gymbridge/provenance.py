@@ -70,7 +70,7 @@ def provenance(settings: Mapping[str, Any] | None = None, checkpoints: Iterable[
                              "made": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                              "settings": dict(settings or {}), "checkpoints": hashes}
     block["versions"] = {"python": platform.python_version(),
-                         **{name: sys.modules[name].__version__ for name in NUMERIC if name in sys.modules}}
+                         **{name: str(sys.modules[name].__version__) for name in NUMERIC if name in sys.modules}}
     torch = sys.modules.get("torch")
     if torch is not None:
         block["torch_threads"] = torch.get_num_threads()

@@ -52,3 +52,4 @@ def test_provenance_names_the_versions_of_the_numeric_libraries_loaded():
     versions = provenance()["versions"]
     assert versions["python"] == platform.python_version() and versions["numpy"] == numpy.__version__
     assert set(versions) <= {"python", "numpy", "torch", "sklearn", "numba"}
+    assert all(type(v) is str for v in versions.values())   # torch's is a str subclass that weights_only refuses
