@@ -1,5 +1,6 @@
 """Steps several Gymnasium envs in lockstep, one batched forward pass per round; episode j is reset with `seed_of(j)`
-and samples from its own generator, so training depends on the seed alone, not on timing or env and worker counts."""
+and samples from its own generator, so the episodes depend on the seed, not on timing or the worker count; the env
+count orders an update's batch (one storage row per env), so a curve is the seed's for a given --envs."""
 
 from __future__ import annotations
 
@@ -83,7 +84,9 @@ def action_mask(info: dict[str, Any], n_actions: int) -> np.ndarray:
 
 #: Forward batches are padded to a multiple of this many rows: then a row's scores are bit-identical
 #: whatever else is in the batch (docs/performance.md), so an episode's actions do not depend on which
-#: episodes run beside it or on which rollout worker plays it.
+#: episodes run beside it or on which rollout worker plays it. Not across 8 and 16 rows: torch's linear
+#: layer rounds an 8-row batch differently in the last bits (seen with 1,036 inputs), so with more than 8
+#: envs a round with 8 or fewer live episodes can nudge their log-probabilities.
 ROW_BLOCK = 8
 
 
