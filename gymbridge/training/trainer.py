@@ -18,7 +18,7 @@ import gymnasium as gym
 import torch
 
 from ...agents.rl.algorithm import Algorithm, config_from_dict
-from ...agents.rl.algorithms import get_algorithm
+from ...agents.rl.algorithms import config_to_record, get_algorithm, recorded_config
 from ...agents.rl.checkpoint import (Checkpoint, CheckpointError, checkpoint_kinds, latest_checkpoint, load_checkpoint,
                          make_checkpoint, save_checkpoint, start_from)
 from ...agents.rl.runner import Runner
@@ -80,8 +80,6 @@ class TrainSettings:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], **overrides: Any) -> TrainSettings:
-        from ...agents.rl.algorithms import recorded_config
-
         values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         values["config"] = recorded_config(values["algorithm"], values.get("config"))
         return cls(**{**values, **overrides})
@@ -230,8 +228,6 @@ class Trainer:
                  env_fn: Callable[[int], Any] | None = None, progress: bool | None = None,
                  log: Callable[[str], None] | None = None, workers: int = 1, executor: str = "local",
                  address: str | None = None, worker_timeout: float = 600.0, threads: int | None = None) -> None:
-        from ...agents.rl.algorithms import config_to_record
-
         settings.config = config_to_record(settings.algorithm, settings.config)
         self.settings, self.out, self.device, self.progress = settings, Path(out), device, progress
         self.threads = threads   # the learner's torch threads at most (None: torch's setting, untouched)
